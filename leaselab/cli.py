@@ -1,0 +1,173 @@
+"""The ``leaselab`` command: enqueue, worker, reap, stats, jobs, events."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from datetime import datetime
+from typing import Sequence
+
+from .errors import LeaselabError
+from .queue import DEFAULT_LEASE, Queue
+
+EXIT_BAD_INPUT = 2
+
+
+def _stamp(t: float | None) -> str:
+    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _short(value: object, width: int) -> str:
+    text = "-" if value is None else (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _open(args: argparse.Namespace) -> Queue:
+    return Queue(args.db, durability=getattr(args, "durability", "full"))
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    try:
+        payload = json.loads(args.payload)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"payload is not valid JSON: {exc}") from None
+    with _open(args) as q:
+        ids = q.enqueue_many([payload] * args.count, priority=args.priority, delay=args.delay,
+                             max_attempts=args.max_attempts)
+    print(" ".join(map(str, ids)))
+    return 0
+
+
+def _watch_parent(parent: int, interval: float = 0.5) -> None:
+    """Exit the moment the process that started us is gone, so no worker outlives a killed kernel."""
+    while True:
+        time.sleep(interval)
+        if os.getppid() != parent:
+            os._exit(3)
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from .worker import Worker
+
+    # A notebook's Interrupt sends SIGINT to the kernel's group; workers must not die of it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+    if parent > 1:
+        threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
+
+    def log(message: str) -> None:
+        print(f"{_stamp(time.time())} {message}", flush=True)
+
+    worker = Worker(args.db, args.handler, name=args.name, lease=args.lease, poll=args.poll,
+                    max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log)
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    log(f"started (pid {os.getpid()}, handler {args.handler}, lease {args.lease:g}s)")
+    stats = worker.run()
+    log(f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
+        f"lost {stats.lost}, reaped {stats.reaped}")
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        moved = q.reap()
+    print(f"reaped {len(moved)}" + (f": {' '.join(map(str, moved))}" if moved else ""))
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        counts = q.stats()
+    if args.json:
+        print(json.dumps(counts))
+    else:
+        for status, n in counts.items():
+            print(f"{status:<8}{n:>8}")
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        jobs = q.jobs(status=args.status, limit=args.limit)
+        now = q.clock()
+    header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>10}  {'payload':<24} result/error"
+    print(header)
+    for j in jobs:
+        left = "-" if j.lease_until is None else f"{j.lease_until - now:.1f}s"
+        outcome = j.last_error if j.status in ("pending", "dead") and j.last_error else j.result
+        print(f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
+              f"{_short(j.worker, 12):<12} {left:>10}  {_short(j.payload, 24):<24} {_short(outcome, 40)}")
+    return 0
+
+
+def cmd_events(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        events = q.events(job_id=args.job)
+    print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
+    for e in events:
+        print(f"{_stamp(e.at):<12}  {e.job_id:>6}  {e.kind:<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
+              f"{_short(e.detail, 60) if e.detail else ''}")
+    return 0
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="leaselab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str, func) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--db", default=os.environ.get("LEASELAB_DB", "leaselab.db"),
+                       help="queue file (default: $LEASELAB_DB or leaselab.db)")
+        p.set_defaults(func=func)
+        return p
+
+    p = command("enqueue", "add jobs with a JSON payload", cmd_enqueue)
+    p.add_argument("payload", help='JSON, e.g. \'{"seconds": 2}\'')
+    p.add_argument("--priority", type=int, default=0)
+    p.add_argument("--delay", type=float, default=0.0)
+    p.add_argument("--max-attempts", type=int, default=5)
+    p.add_argument("--count", type=int, default=1, help="how many identical jobs")
+    p.add_argument("--durability", choices=("full", "normal"), default="full")
+
+    p = command("worker", "run one worker process", cmd_worker)
+    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.demo:task")
+    p.add_argument("--name", default=None)
+    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE)
+    p.add_argument("--poll", type=_positive_float, default=0.05)
+    p.add_argument("--max-poll", type=_positive_float, default=1.0)
+    p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
+
+    command("reap", "move expired leases back to pending (or dead)", cmd_reap)
+    p = command("stats", "count jobs by status", cmd_stats)
+    p.add_argument("--json", action="store_true")
+    p = command("jobs", "list jobs as a table", cmd_jobs)
+    p.add_argument("--status", choices=("pending", "running", "done", "dead"))
+    p.add_argument("--limit", type=int, default=100)
+    p = command("events", "show the history of transitions", cmd_events)
+    p.add_argument("--job", type=int, default=None)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except (LeaselabError, ValueError, TypeError) as exc:
+        print(f"leaselab {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:
+        return 0

@@ -1,0 +1,96 @@
+"""Demo handlers for lessons, the lab and tests. Each reads its instructions from the JSON payload.
+
+Payloads are numbers (seconds to sleep) or objects with any of these keys:
+``seconds`` (sleep), ``fail`` (raise on every attempt, or on the first N when a number),
+``crash`` (SIGKILL this process on the first N attempts, default every attempt),
+``effects`` (a file to append one line per run to: the side effect lessons count).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from .job import Job
+
+
+def _opts(job: Job) -> dict[str, Any]:
+    payload = job.payload
+    if isinstance(payload, (int, float)) and not isinstance(payload, bool):
+        return {"seconds": payload}
+    return payload if isinstance(payload, dict) else {}
+
+
+def _hits(rule: Any, attempt: int) -> bool:
+    """True when a fail/crash rule applies to this attempt: True = always, N = first N attempts."""
+    if isinstance(rule, bool):
+        return rule
+    if isinstance(rule, int):
+        return attempt <= rule
+    return False
+
+
+def record_effect(path: str, job: Job, **extra: Any) -> None:
+    """Append one JSON line saying this job's handler ran: the outside world's record of side effects."""
+    line = json.dumps({"job": job.id, "attempt": job.attempts, "worker": job.worker, "pid": os.getpid(), **extra})
+    # One write() of a short line to an O_APPEND file is atomic between processes.
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+def read_effects(path: str) -> list[dict[str, Any]]:
+    """The lines ``record_effect`` wrote, oldest first (an absent file means no effects)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def task(job: Job) -> Any:
+    """The all-purpose demo: record the effect, sleep, then maybe crash or fail, else return a result."""
+    opts = _opts(job)
+    if opts.get("effects"):
+        record_effect(opts["effects"], job, when="start")
+    time.sleep(float(opts.get("seconds", 0)))
+    if _hits(opts.get("crash", False), job.attempts):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if _hits(opts.get("fail", False), job.attempts):
+        raise RuntimeError(f"job {job.id} failed on purpose (attempt {job.attempts})")
+    return {"job": job.id, "attempt": job.attempts, "worker": job.worker}
+
+
+def sleepy(job: Job) -> Any:
+    """Sleep for the payload's seconds, then return what was done."""
+    seconds = float(_opts(job).get("seconds", 1))
+    time.sleep(seconds)
+    return {"slept": seconds, "worker": job.worker}
+
+
+def effect(job: Job) -> Any:
+    """Record a side effect in the payload's ``effects`` file, then sleep: not idempotent on purpose."""
+    opts = _opts(job)
+    record_effect(opts["effects"], job)
+    time.sleep(float(opts.get("seconds", 0)))
+    return {"effect": "recorded", "attempt": job.attempts}
+
+
+def failing(job: Job) -> Any:
+    """Always raise: the job goes back with backoff until its attempts run out and it is dead."""
+    raise RuntimeError(f"job {job.id} failed on purpose (attempt {job.attempts})")
+
+
+def crash(job: Job) -> Any:
+    """SIGKILL the worker process mid-job: a crash with no clean-up, as a power cut or OOM kill would."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def echo(job: Job) -> Any:
+    """Return the payload as the result."""
+    return job.payload

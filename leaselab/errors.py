@@ -1,0 +1,54 @@
+"""Every error leaselab raises on purpose, under one root: ``LeaselabError``."""
+
+from __future__ import annotations
+
+
+class LeaselabError(Exception):
+    """Root of every error leaselab raises on purpose."""
+
+
+class LeaseLost(LeaselabError):
+    """Raised when a heartbeat, complete or fail carries a token that no longer holds the job."""
+
+    def __init__(self, job_id: int, token: str | None = None, status: str | None = None):
+        self.job_id = job_id
+        self.token = token
+        self.status = status
+        where = f" (job is now {status})" if status else ""
+        super().__init__(f"lease lost on job {job_id}: token {token!r} no longer holds it{where}")
+
+
+class JobNotFound(LeaselabError, LookupError):
+    """Raised when a job id does not exist in the queue file."""
+
+    def __init__(self, job_id: object):
+        self.job_id = job_id
+        super().__init__(f"no job with id {job_id!r}")
+
+
+class InvalidPayload(LeaselabError, ValueError):
+    """Raised when a payload or result cannot be stored as strict JSON (NaN, sets, objects, too big)."""
+
+
+class NotALeaselabDatabase(LeaselabError):
+    """Raised when the file is not SQLite, is damaged, or is a SQLite file of some other application."""
+
+
+class SchemaTooNew(LeaselabError):
+    """Raised when the file was written by a newer leaselab whose schema this version does not know."""
+
+
+class DatabaseUnwritable(LeaselabError):
+    """Raised when the file or its folder cannot be written (read-only file, missing or locked-down folder)."""
+
+
+class DatabaseBusy(LeaselabError):
+    """Raised only when another process held the write lock for longer than the busy timeout."""
+
+
+class UnsupportedSQLite(LeaselabError):
+    """Raised when the linked SQLite library is older than 3.35 and so has no RETURNING."""
+
+
+class HandlerError(LeaselabError):
+    """Raised when a handler path like ``module:function`` cannot be imported or is not callable."""

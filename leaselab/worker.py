@@ -1,0 +1,199 @@
+"""The worker runtime: claim, run the handler while a heartbeat renews the lease, then complete or fail."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost
+from .job import Job
+from .queue import DEFAULT_LEASE, Queue, _positive
+
+Handler = Callable[[Job], Any]
+Log = Callable[[str], None]
+
+
+def load_handler(path: str) -> Handler:
+    """Import a handler named ``module:function``; ``HandlerError`` says what went wrong."""
+    if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
+        raise HandlerError(f"handler must look like 'module:function', got {path!r}")
+    module_name, attr = path.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any failure while importing user code is the user's to see
+        raise HandlerError(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+    try:
+        handler = getattr(module, attr)
+    except AttributeError:
+        raise HandlerError(f"module {module_name!r} has no handler named {attr!r}") from None
+    if not callable(handler):
+        raise HandlerError(f"handler {path!r} is not callable")
+    return handler
+
+
+@dataclass
+class WorkerStats:
+    """What one worker did: every claimed job ends in exactly one of the last three counters."""
+
+    claimed: int = 0
+    completed: int = 0
+    failed: int = 0
+    lost: int = 0
+    reaped: int = 0
+
+
+class _Heartbeat:
+    """Renews one job's lease every third of the lease until stopped or fenced off."""
+
+    def __init__(self, worker: "Worker", job: Job):
+        self.worker, self.job = worker, job
+        self.lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.id}", daemon=True)
+
+    def __enter__(self) -> "_Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _beat(self) -> None:
+        w, job = self.worker, self.job
+        while not self._done.wait(w.lease / 3):
+            try:
+                w.queue.heartbeat(job.id, job.token, w.lease)
+            except LeaseLost:
+                self.lost = True
+                w._log(f"lease lost on job {job.id} (attempt {job.attempts}): heartbeat refused")
+                return
+            except LeaselabError as exc:  # a busy file is worth another try at the next beat
+                w._log(f"heartbeat for job {job.id} failed: {exc}")
+
+
+class Worker:
+    """Runs ``handler`` on claimed jobs in a loop until ``stop()``, SIGTERM or (optionally) an idle queue.
+
+    ``handler`` is a callable taking a ``Job`` or an import path ``module:function``;
+    its return value is the JSON result, an exception fails the attempt. Expired
+    leases are reaped at least every ``reap_every`` seconds, so a crashed worker's
+    job comes back without any extra process. Idle polling starts at ``poll`` and
+    doubles up to ``max_poll``.
+    """
+
+    def __init__(
+        self,
+        queue_or_path: Queue | str | os.PathLike,
+        handler: Handler | str,
+        name: str | None = None,
+        lease: float = DEFAULT_LEASE,
+        poll: float = 0.05,
+        *,
+        max_poll: float = 1.0,
+        reap_every: float | None = None,
+        exit_when_idle: bool = False,
+        log: Log | None = None,
+    ):
+        self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
+        self.handler = load_handler(handler) if isinstance(handler, str) else handler
+        if not callable(self.handler):
+            raise HandlerError(f"handler must be callable or 'module:function', got {handler!r}")
+        self.name = name or f"worker-{os.getpid()}"
+        self.lease = _positive("lease", lease)
+        self.poll = _positive("poll", poll)
+        self.max_poll = max(self.poll, _positive("max_poll", max_poll))
+        self.reap_every = min(self.lease, 1.0) if reap_every is None else _positive("reap_every", reap_every)
+        self.exit_when_idle = exit_when_idle
+        self.stats = WorkerStats()
+        self.current: Job | None = None
+        self._log_fn = log
+        self._stop = threading.Event()
+        self._last_reap = float("-inf")
+
+    def _log(self, message: str) -> None:
+        if self._log_fn is not None:
+            self._log_fn(f"{self.name}: {message}")
+
+    def stop(self) -> None:
+        """Ask the loop to finish the current job and return."""
+        self._stop.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def run(self, max_jobs: int | None = None) -> WorkerStats:
+        """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
+        wait = self.poll
+        while not self._stop.is_set():
+            if max_jobs is not None and self.stats.claimed >= max_jobs:
+                break
+            self.reap_if_due()
+            job = self.queue.claim(self.name, self.lease)
+            if job is None:
+                if self.exit_when_idle and self._queue_idle():
+                    break
+                self._stop.wait(wait)
+                wait = min(wait * 2, self.max_poll)
+                continue
+            wait = self.poll
+            self.process(job)
+        return self.stats
+
+    def reap_if_due(self) -> list[int]:
+        """Reap expired leases if ``reap_every`` seconds (real time) have passed since the last reap."""
+        now = time.monotonic()
+        if now - self._last_reap < self.reap_every:
+            return []
+        self._last_reap = now
+        moved = self.queue.reap()
+        if moved:
+            self.stats.reaped += len(moved)
+            self._log(f"reaped expired leases of jobs {moved}")
+        return moved
+
+    def _queue_idle(self) -> bool:
+        counts = self.queue.stats()
+        return counts["pending"] == 0 and counts["running"] == 0
+
+    def process(self, job: Job) -> str:
+        """Run the handler on a claimed job; returns 'completed', 'failed' or 'lost'."""
+        self.stats.claimed += 1
+        self.current = job
+        self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
+        error: str | None = None
+        result: Any = None
+        try:
+            with _Heartbeat(self, job) as beat:
+                try:
+                    result = self.handler(job)
+                except Exception as exc:
+                    error = f"{type(exc).__name__}: {exc}"
+            if beat.lost:
+                self.stats.lost += 1
+                return "lost"
+            try:
+                if error is None:
+                    try:
+                        self.queue.complete(job.id, job.token, result)
+                    except InvalidPayload as exc:
+                        error = f"handler returned a result that is not JSON: {exc}"
+                if error is None:
+                    self.stats.completed += 1
+                    self._log(f"completed job {job.id}")
+                    return "completed"
+                status = self.queue.fail(job.id, job.token, error)
+                self.stats.failed += 1
+                self._log(f"failed job {job.id}: {error} -> {status}")
+                return "failed"
+            except LeaseLost:
+                self.stats.lost += 1
+                self._log(f"lease lost on job {job.id} (attempt {job.attempts}): result not written")
+                return "lost"
+        finally:
+            self.current = None
