@@ -52,3 +52,19 @@ class UnsupportedSQLite(LeaselabError):
 
 class HandlerError(LeaselabError):
     """Raised when a handler path like ``module:function`` cannot be imported or is not callable."""
+
+
+class UnknownWorker(LeaselabError, LookupError):
+    """Raised when a fleet is asked about a worker name it never spawned."""
+
+
+class WorkerExists(LeaselabError, ValueError):
+    """Raised when a fleet is asked to spawn a worker under the name of one that is still alive."""
+
+
+class WorkerNotRunning(LeaselabError):
+    """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
+
+
+class SignalsUnsupported(LeaselabError):
+    """Raised by pause and resume on a platform without SIGSTOP and SIGCONT (such as Windows)."""
