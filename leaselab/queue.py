@@ -315,17 +315,18 @@ class Queue:
             raise JobNotFound(job_id)
         return Job.from_row(rows[0])
 
-    def jobs(self, status: str | Status | None = None, limit: int = 1000) -> list[Job]:
-        """Jobs in id order, optionally only those with ``status``."""
+    def jobs(self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False) -> list[Job]:
+        """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``."""
         limit = _integer("limit", limit, 0)
         if status is None:
-            rows = self._run(sql.LIST_JOBS, {"limit": limit})
+            rows = self._run(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, {"limit": limit})
         else:
             try:
                 status = Status(status)
             except ValueError:
                 raise ValueError(f"status must be one of pending, running, done, dead; got {status!r}") from None
-            rows = self._run(sql.LIST_JOBS_BY_STATUS, {"status": status.value, "limit": limit})
+            statement = sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS
+            rows = self._run(statement, {"status": status.value, "limit": limit})
         return [Job.from_row(r) for r in rows]
 
     def stats(self) -> dict[str, int]:
