@@ -1,0 +1,143 @@
+"""Shared fixtures: a queue on a manual clock, worker processes that never outlive a test, and polling."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from leaselab import ManualClock, Queue
+
+# Generous: the machine is shared and has two cores. A deadline only bounds a failure, never a success.
+DEFAULT_TIMEOUT = 20.0
+
+
+def wait_until(condition: Callable[[], object], timeout: float = DEFAULT_TIMEOUT, interval: float = 0.05,
+               message: str = "condition") -> object:
+    """Poll ``condition`` until it returns something truthy and return that; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout:g}s waiting for {message}")
+        time.sleep(interval)
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state in /proc/PID/stat ('R', 'S', 'T', 'Z', ...), or None if the pid is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # The command name in parentheses may hold spaces; the state follows the last ')'.
+    return stat[stat.rindex(")") + 2]
+
+
+def pid_gone(pid: int) -> bool:
+    """True when the process has exited (absent, or a zombie nobody has reaped yet)."""
+    return process_state(pid) in (None, "Z")
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "jobs.db"
+
+
+@pytest.fixture
+def queue(db_path: Path, clock: ManualClock):
+    """A fresh queue under tmp_path whose time moves only when the test calls ``clock.advance``."""
+    q = Queue(db_path, clock=clock)
+    yield q
+    q.close()
+
+
+class WorkerProcess:
+    """One ``python -m leaselab worker`` child with its output in files the test can read."""
+
+    def __init__(self, popen: subprocess.Popen, name: str, stdout: Path, stderr: Path):
+        self.popen, self.name, self.stdout_path, self.stderr_path = popen, name, stdout, stderr
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)
+
+    def wait_started(self, timeout: float = DEFAULT_TIMEOUT) -> None:
+        """Wait for the 'started' log line, printed after the signal handlers are in place."""
+        wait_until(lambda: " started (pid " in self.stdout() or self.popen.poll() is not None, timeout,
+                   message=f"worker {self.name} to start")
+        assert self.popen.poll() is None, f"worker {self.name} died at start:\n{self.stdout()}\n{self.stderr()}"
+
+    def wait(self, timeout: float = DEFAULT_TIMEOUT * 3) -> int:
+        return self.popen.wait(timeout)
+
+
+@pytest.fixture
+def spawn_worker(tmp_path: Path):
+    """Start worker processes; every one still running at teardown is killed (SIGKILL works on stopped ones too).
+
+    ``spawn_worker(db, name, lease=..., handler=..., exit_when_idle=False, extra=[...], env={...})``
+    """
+    started: list[WorkerProcess] = []
+    logs = tmp_path / "worker-logs"
+    logs.mkdir(exist_ok=True)
+
+    def spawn(db, name: str, lease: float = 30.0, handler: str = "leaselab.demo:task",
+              exit_when_idle: bool = False, extra: list[str] | None = None,
+              env: dict[str, str] | None = None) -> WorkerProcess:
+        cmd = [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", handler,
+               "--name", name, "--lease", str(lease)]
+        if exit_when_idle:
+            cmd.append("--exit-when-idle")
+        cmd += extra or []
+        out, err = logs / f"{name}.out", logs / f"{name}.err"
+        with open(out, "wb") as fo, open(err, "wb") as fe:
+            popen = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
+                                     env={**os.environ, **(env or {})})
+        wp = WorkerProcess(popen, name, out, err)
+        started.append(wp)
+        return wp
+
+    yield spawn
+
+    for wp in started:
+        if wp.popen.poll() is None:
+            wp.popen.send_signal(signal.SIGKILL)
+        try:
+            wp.popen.wait(10)
+        except subprocess.TimeoutExpired:  # pragma: no cover - a kernel that ignores SIGKILL
+            pass
+
+
+@pytest.fixture
+def kill_at_teardown():
+    """Register stray pids (grandchildren a test does not own through Popen) to SIGKILL at teardown."""
+    pids: list[int] = []
+    yield pids.append
+    for pid in pids:
+        if not pid_gone(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,731 @@
+"""The queue's public API, its lease semantics, its SQL and its errors, with the clock moved instead of sleeping."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from leaselab import (
+    Backoff,
+    DatabaseUnwritable,
+    InvalidPayload,
+    Job,
+    JobNotFound,
+    LeaselabError,
+    LeaseLost,
+    ManualClock,
+    NotALeaselabDatabase,
+    Queue,
+    SchemaTooNew,
+    Status,
+    UnsupportedSQLite,
+    sql,
+)
+from leaselab.queue import require_sqlite
+
+LEASE = 30.0
+
+
+def kinds(q: Queue, job_id: int | None = None, skip_heartbeats: bool = False) -> list[str]:
+    return [e.kind for e in q.events(job_id) if not (skip_heartbeats and e.kind == "heartbeat")]
+
+
+def nothing_written(q: Queue) -> bool:
+    return q.stats() == {"pending": 0, "running": 0, "done": 0, "dead": 0} and q.events() == []
+
+
+# -- enqueue ----------------------------------------------------------------
+
+
+def test_enqueue_returns_increasing_ids_and_stores_a_pending_job(queue, clock):
+    first = queue.enqueue({"n": 1, "текст": "привет", "list": [1, 2.5, None, True]})
+    second = queue.enqueue([1, 2, 3])
+    assert isinstance(first, int) and second > first
+    job = queue.get(first)
+    assert isinstance(job, Job)
+    assert job.payload == {"n": 1, "текст": "привет", "list": [1, 2.5, None, True]}
+    assert job.status is Status.PENDING and job.status == "pending"
+    assert (job.priority, job.attempts, job.max_attempts) == (0, 0, 5)
+    assert job.run_at == clock() and job.created_at == clock()
+    assert (job.lease_until, job.worker, job.token, job.result, job.last_error) == (None,) * 5
+
+
+def test_enqueue_stores_priority_and_max_attempts(queue):
+    job = queue.get(queue.enqueue("x", priority=7, max_attempts=2))
+    assert (job.priority, job.max_attempts) == (7, 2)
+
+
+def test_a_delayed_job_is_not_claimable_until_its_run_at(queue, clock):
+    job_id = queue.enqueue("later", delay=10)
+    assert queue.get(job_id).run_at == clock() + 10
+    assert queue.claim("w1", LEASE) is None
+    clock.advance(9.999)
+    assert queue.claim("w1", LEASE) is None
+    clock.advance(0.001)
+    assert queue.claim("w1", LEASE).id == job_id
+
+
+def test_run_at_is_absolute_and_overrides_delay(queue, clock):
+    job_id = queue.enqueue("at", delay=1000, run_at=clock() + 5)
+    assert queue.get(job_id).run_at == clock() + 5
+    clock.advance(5)
+    assert queue.claim("w1", LEASE).id == job_id
+
+
+def test_enqueue_many_returns_ids_in_order_and_a_bad_payload_writes_none(queue):
+    ids = queue.enqueue_many([{"i": i} for i in range(5)], priority=3)
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    assert [queue.get(i).payload for i in ids] == [{"i": i} for i in range(5)]
+    assert all(queue.get(i).priority == 3 for i in ids)
+    with pytest.raises(InvalidPayload):
+        queue.enqueue_many([{"ok": 1}, {"bad": float("nan")}])
+    assert queue.stats()["pending"] == 5
+
+
+def test_next_run_at_is_the_earliest_pending_run_at(queue, clock):
+    assert queue.next_run_at() is None
+    queue.enqueue("b", delay=20)
+    queue.enqueue("a", delay=5)
+    assert queue.next_run_at() == clock() + 5
+
+
+# -- claim --------------------------------------------------------------------
+
+
+def test_claim_on_an_empty_queue_returns_none(queue):
+    assert queue.claim("w1", LEASE) is None
+
+
+def test_claim_leases_the_job_to_the_worker(queue, clock):
+    job_id = queue.enqueue({"a": 1})
+    job = queue.claim("w1", lease=12.5)
+    assert job.id == job_id and job.payload == {"a": 1}
+    assert job.status is Status.RUNNING
+    assert job.worker == "w1" and job.attempts == 1
+    assert job.lease_until == clock() + 12.5 and job.started_at == clock()
+    assert isinstance(job.token, str) and len(job.token) >= 16
+    assert queue.get(job_id) == job
+
+
+def test_claim_order_is_priority_then_run_at_then_id(queue, clock):
+    now = clock()
+    a = queue.enqueue("a", priority=0)
+    b = queue.enqueue("b", priority=5)
+    c = queue.enqueue("c", priority=5, run_at=now - 10)
+    d = queue.enqueue("d", priority=0, run_at=now - 5)
+    e = queue.enqueue("e", priority=0)
+    f = queue.enqueue("f", priority=-1, run_at=now - 100)
+    later = queue.enqueue("later", priority=100, delay=1)
+    order = [queue.claim("w", LEASE).id for _ in range(6)]
+    assert order == [c, b, d, a, e, f]
+    assert queue.claim("w", LEASE) is None
+    clock.advance(1)
+    assert queue.claim("w", LEASE).id == later
+
+
+def test_a_claimed_job_is_not_claimed_again_while_running(queue):
+    queue.enqueue("only")
+    assert queue.claim("w1", LEASE) is not None
+    assert queue.claim("w2", LEASE) is None
+
+
+# -- heartbeat, complete, fail --------------------------------------------------
+
+
+def test_heartbeat_extends_the_lease_so_the_reaper_leaves_the_job(queue, clock):
+    queue.enqueue("x")
+    job = queue.claim("w1", lease=10)
+    clock.advance(8)
+    new_until = queue.heartbeat(job.id, job.token, lease=10)
+    assert new_until == clock() + 10
+    assert queue.get(job.id).lease_until == new_until
+    clock.advance(5)  # past the first lease, inside the renewed one
+    assert queue.reap() == []
+    assert queue.get(job.id).status is Status.RUNNING
+
+
+def test_complete_stores_the_result_and_marks_done(queue, clock):
+    queue.enqueue("x")
+    job = queue.claim("w1", LEASE)
+    clock.advance(3)
+    queue.complete(job.id, job.token, result={"answer": 42, "list": [1, "два"]})
+    done = queue.get(job.id)
+    assert done.status is Status.DONE
+    assert done.result == {"answer": 42, "list": [1, "два"]}
+    assert done.finished_at == clock() and done.lease_until is None
+    assert queue.claim("w2", LEASE) is None
+
+
+def test_complete_twice_is_refused_with_lease_lost(queue):
+    queue.enqueue("x")
+    job = queue.claim("w1", LEASE)
+    queue.complete(job.id, job.token, "first")
+    with pytest.raises(LeaseLost) as info:
+        queue.complete(job.id, job.token, "second")
+    assert info.value.job_id == job.id and info.value.status == "done"
+    assert queue.get(job.id).result == "first"
+
+
+def test_fail_returns_pending_and_the_job_waits_out_its_backoff(db_path, clock):
+    q = Queue(db_path, clock=clock, backoff=Backoff(base=2, cap=100))
+    job_id = q.enqueue("x", max_attempts=3)
+    job = q.claim("w1", LEASE)
+    assert q.fail(job.id, job.token, "boom") is Status.PENDING
+    failed = q.get(job_id)
+    assert failed.status is Status.PENDING and failed.last_error == "boom"
+    assert failed.run_at == clock() + 2 and failed.lease_until is None
+    assert q.claim("w1", LEASE) is None
+    clock.advance(2)
+    job = q.claim("w1", LEASE)
+    assert job.attempts == 2
+    assert q.fail(job.id, job.token, "boom again") is Status.PENDING
+    assert q.get(job_id).run_at == clock() + 4  # base * 2**(attempts-1)
+    q.close()
+
+
+def test_fail_on_the_last_attempt_makes_the_job_dead(queue, clock):
+    job_id = queue.enqueue("x", max_attempts=2)
+    for attempt in (1, 2):
+        job = queue.claim("w1", LEASE)
+        assert job.attempts == attempt
+        status = queue.fail(job.id, job.token, f"boom {attempt}")
+        clock.advance(100)
+    assert status is Status.DEAD
+    dead = queue.get(job_id)
+    assert dead.status is Status.DEAD and dead.last_error == "boom 2" and dead.finished_at is not None
+    assert queue.claim("w1", LEASE) is None
+    assert kinds(queue, job_id) == ["enqueued", "claimed", "failed", "claimed", "failed", "dead"]
+
+
+# -- reap -------------------------------------------------------------------------
+
+
+def test_reap_moves_an_expired_lease_back_to_pending_with_backoff(queue, clock):
+    job_id = queue.enqueue("x")
+    queue.claim("w1", lease=10)
+    clock.advance(10)
+    assert queue.reap() == []  # lease_until < now, strictly: at the very instant it still holds
+    clock.advance(0.5)
+    assert queue.reap() == [job_id]
+    job = queue.get(job_id)
+    assert job.status is Status.PENDING and job.last_error == "lease expired"
+    assert job.run_at == clock() + queue.backoff.delay(1) and job.lease_until is None
+    assert queue.reap() == []
+
+
+def test_reap_leaves_unexpired_leases_and_returns_only_what_it_moved(queue, clock):
+    short, long_ = queue.enqueue("short"), queue.enqueue("long")
+    queue.claim("w1", lease=5)
+    queue.claim("w2", lease=50)
+    clock.advance(6)
+    assert queue.reap() == [short]
+    assert queue.get(long_).status is Status.RUNNING
+
+
+def test_reap_on_the_last_attempt_makes_the_job_dead(queue, clock):
+    job_id = queue.enqueue("x", max_attempts=1)
+    queue.claim("w1", lease=5)
+    clock.advance(6)
+    assert queue.reap() == [job_id]
+    assert queue.get(job_id).status is Status.DEAD
+    assert kinds(queue, job_id) == ["enqueued", "claimed", "reaped", "dead"]
+
+
+# -- lease semantics and fencing ---------------------------------------------------
+
+
+def test_a_late_holder_not_yet_reaped_can_still_heartbeat_and_complete(queue, clock):
+    queue.enqueue("x")
+    job = queue.claim("w1", lease=5)
+    clock.advance(20)  # far past lease_until, but nobody reaped
+    assert queue.heartbeat(job.id, job.token, lease=5) == clock() + 5
+    clock.advance(20)
+    queue.complete(job.id, job.token, "late but fine")
+    assert queue.get(job.id).status is Status.DONE
+    assert queue.get(job.id).result == "late but fine"
+
+
+def test_after_the_reap_the_old_holder_gets_lease_lost_on_every_write(queue, clock):
+    queue.enqueue("x")
+    job = queue.claim("w1", lease=5)
+    clock.advance(6)
+    queue.reap()
+    for write in (lambda: queue.heartbeat(job.id, job.token, 5),
+                  lambda: queue.complete(job.id, job.token, "zombie"),
+                  lambda: queue.fail(job.id, job.token, "zombie")):
+        with pytest.raises(LeaseLost) as info:
+            write()
+        assert info.value.job_id == job.id
+        assert isinstance(info.value, LeaselabError)
+    after = queue.get(job.id)
+    assert after.status is Status.PENDING and after.result is None and after.last_error == "lease expired"
+
+
+def test_after_a_reclaim_the_zombie_is_fenced_off_and_the_new_result_stands(queue, clock):
+    queue.enqueue("x")
+    a = queue.claim("A", lease=5)
+    clock.advance(6)
+    queue.reap()
+    clock.advance(queue.backoff.delay(1))
+    b = queue.claim("B", lease=5)
+    assert b.id == a.id and b.token != a.token and b.attempts == 2
+    with pytest.raises(LeaseLost):
+        queue.heartbeat(a.id, a.token, 5)
+    queue.complete(b.id, b.token, {"by": "B"})
+    with pytest.raises(LeaseLost) as info:
+        queue.complete(a.id, a.token, {"by": "A"})
+    assert info.value.status == "done"
+    final = queue.get(a.id)
+    assert final.status is Status.DONE and final.result == {"by": "B"} and final.worker == "B"
+
+
+def test_a_refused_write_is_recorded_as_a_lease_lost_event_of_the_zombie(queue, clock):
+    queue.enqueue("x")
+    a = queue.claim("A", lease=5)
+    clock.advance(6)
+    queue.reap()
+    clock.advance(5)
+    b = queue.claim("B", lease=5)
+    with pytest.raises(LeaseLost):
+        queue.complete(a.id, a.token, "zombie")
+    lost = [e for e in queue.events(a.id) if e.kind == "lease_lost"]
+    assert len(lost) == 1
+    assert (lost[0].worker, lost[0].token, lost[0].attempt) == ("A", a.token, 1)
+    assert lost[0].at == clock() and "complete" in lost[0].detail
+    assert queue.get(a.id).token == b.token  # the refused write changed nothing
+
+
+def test_tokens_are_unique_per_claim_and_attempts_rise_on_every_claim(queue, clock):
+    job_id = queue.enqueue("x", max_attempts=40)
+    tokens, fences = [], []
+    for n in range(1, 41):
+        job = queue.claim(f"w{n % 3}", lease=1)
+        assert job.attempts == n
+        tokens.append(job.token)
+        fences.append(job.fence)
+        if n % 2:
+            queue.fail(job.id, job.token, "again")
+        else:
+            clock.advance(2)
+            queue.reap()
+        clock.advance(queue.backoff.cap)
+    assert len(set(tokens)) == len(tokens)
+    assert fences == sorted(fences) and len(set(fences)) == len(fences)
+    assert fences[0] == (job_id, 1) and fences[-1] == (job_id, 40)
+    assert queue.get(job_id).status is Status.DEAD
+
+
+# -- reading ------------------------------------------------------------------------
+
+
+def test_get_jobs_and_stats_show_every_status(queue, clock):
+    assert queue.stats() == {"pending": 0, "running": 0, "done": 0, "dead": 0}
+    assert queue.jobs() == []
+    ids = queue.enqueue_many(["done", "dead", "running", "pending"], max_attempts=1)
+    j = queue.claim("w", LEASE)
+    queue.complete(j.id, j.token, "ok")
+    j = queue.claim("w", LEASE)
+    queue.fail(j.id, j.token, "bad")
+    queue.claim("w", LEASE)
+    assert queue.stats() == {"pending": 1, "running": 1, "done": 1, "dead": 1}
+    assert [job.id for job in queue.jobs()] == ids
+    assert [job.status.value for job in queue.jobs()] == ["done", "dead", "running", "pending"]
+    assert [job.id for job in queue.jobs(status="dead")] == [ids[1]]
+    assert [job.id for job in queue.jobs(status=Status.RUNNING)] == [ids[2]]
+    assert [job.id for job in queue.jobs(limit=2)] == ids[:2]
+    with pytest.raises(ValueError, match="status"):
+        queue.jobs(status="sleeping")
+
+
+def test_events_tell_the_story_of_a_job_in_order_with_worker_token_and_attempt(queue, clock):
+    other = queue.enqueue("other")
+    job_id = queue.enqueue("x", priority=1)
+    t0 = clock()
+    first = queue.claim("w1", LEASE)
+    clock.advance(1)
+    queue.heartbeat(first.id, first.token, LEASE)
+    clock.advance(1)
+    queue.fail(first.id, first.token, "boom")
+    clock.advance(10)
+    second = queue.claim("w2", LEASE)
+    clock.advance(1)
+    queue.complete(second.id, second.token, "ok")
+
+    events = queue.events(job_id)
+    assert [e.kind for e in events] == ["enqueued", "claimed", "heartbeat", "failed", "claimed", "completed"]
+    assert [e.id for e in events] == sorted(e.id for e in events)
+    assert all(e.job_id == job_id for e in events)
+    assert [e.at for e in events] == [t0, t0, t0 + 1, t0 + 2, t0 + 12, t0 + 13]
+    assert [e.attempt for e in events] == [0, 1, 1, 1, 2, 2]
+    assert [e.worker for e in events] == [None, "w1", "w1", "w1", "w2", "w2"]
+    assert [e.token for e in events] == [None, first.token, first.token, first.token, second.token, second.token]
+    assert events[3].detail == "boom"
+    everything = queue.events()
+    assert {e.job_id for e in everything} == {other, job_id}
+    assert queue.events(after=events[2].id)[0].id > events[2].id
+    assert [e.kind for e in queue.events(job_id, after=events[3].id)] == ["claimed", "completed"]
+
+
+def test_the_history_agrees_with_the_jobs_table(queue, clock):
+    ids = queue.enqueue_many(list(range(30)), max_attempts=3)
+    for round_ in range(6):
+        for n in range(10):
+            job = queue.claim(f"w{n}", lease=5)
+            if job is None:
+                break
+            choice = (job.id + round_) % 4
+            if choice == 0:
+                queue.complete(job.id, job.token, job.payload)
+            elif choice == 1:
+                queue.fail(job.id, job.token, "x")
+            elif choice == 2:
+                queue.heartbeat(job.id, job.token, 5)
+            # choice 3: abandoned, the reaper gets it
+        clock.advance(6)
+        queue.reap()
+        clock.advance(queue.backoff.cap)
+    last_kind = {"done": {"completed"}, "dead": {"dead"}, "pending": {"enqueued", "failed", "reaped"},
+                 "running": {"claimed", "heartbeat"}}
+    statuses = set()
+    for job_id in ids:
+        job = queue.get(job_id)
+        history = queue.events(job_id)
+        statuses.add(job.status.value)
+        assert sum(e.kind == "claimed" for e in history) == job.attempts
+        assert history[0].kind == "enqueued"
+        assert history[-1].kind in last_kind[job.status.value]
+        assert sum(e.kind in ("completed", "dead") for e in history) == (job.status in ("done", "dead"))
+    assert {"done", "dead"} <= statuses
+
+
+# -- the SQL --------------------------------------------------------------------------
+
+
+def plan(q: Queue, statement: str, params: dict) -> list[str]:
+    return [row[3] for row in q._conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
+
+
+def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btree(queue, clock):
+    queue.enqueue_many([{"i": i} for i in range(200)], priority=1)
+    for _ in range(50):
+        j = queue.claim("w", LEASE)
+        queue.complete(j.id, j.token)
+    steps = plan(queue, sql.CLAIM, {"now": clock(), "lease_until": clock() + 1, "worker": "w", "token": "t"})
+    assert any("jobs_claim" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
+    assert sql.CLAIM.strip().upper().startswith("UPDATE JOBS")
+    assert "RETURNING" in sql.CLAIM.upper() and "LIMIT 1" in sql.CLAIM.upper()
+
+
+def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
+    steps = plan(queue, sql.REAP, {"now": clock()})
+    assert any("jobs_lease" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
+    assert sql.REAP.strip().upper().startswith("UPDATE JOBS")
+
+
+def test_the_tracer_sees_the_exact_claim_statement_and_its_params(queue, clock):
+    queue.enqueue("x")
+    seen = []
+    queue.tracer = lambda statement, params: seen.append((statement, params))
+    job = queue.claim("w7", lease=9)
+    assert (sql.CLAIM.strip(), {"now": clock(), "lease_until": clock() + 9, "worker": "w7",
+                                "token": job.token}) in seen
+    queue.tracer = None
+    queue.reap()
+    assert len(seen) == 1
+
+
+# -- durability ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("durability", ["full", "normal"])
+def test_both_durabilities_run_a_job_through_and_survive_reopening(db_path, clock, durability):
+    q = Queue(db_path, clock=clock, durability=durability)
+    job_id = q.enqueue({"d": durability})
+    job = q.claim("w", LEASE)
+    q.complete(job.id, job.token, durability)
+    q.close()
+    with Queue(db_path, clock=clock) as again:
+        assert again.get(job_id).result == durability
+
+
+def test_an_unknown_durability_is_a_value_error(db_path):
+    with pytest.raises(ValueError, match="durability"):
+        Queue(db_path, durability="paranoid")
+    assert not db_path.exists()
+
+
+def test_a_full_queue_syncs_enqueue_and_complete_then_returns_to_normal(db_path, clock):
+    q = Queue(db_path, clock=clock, durability="full")
+    statements: list[str] = []
+    q._conn.set_trace_callback(statements.append)
+
+    def synced(action) -> bool:
+        statements.clear()
+        action()
+        pragmas = [s for s in statements if s.upper().startswith("PRAGMA SYNCHRONOUS")]
+        return pragmas[:1] == ["PRAGMA synchronous = FULL"]
+
+    job_ids = []
+    assert synced(lambda: job_ids.append(q.enqueue("x")))
+    assert synced(lambda: q.enqueue_many(["y", "z"]))
+    holder = []
+    assert not synced(lambda: holder.append(q.claim("w", LEASE)))  # a lost claim only means a retry
+    job = holder[0]
+    assert not synced(lambda: q.heartbeat(job.id, job.token, LEASE))
+    assert synced(lambda: q.complete(job.id, job.token, "ok"))
+    assert not synced(lambda: q.reap())
+    assert q._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again
+    q._conn.set_trace_callback(None)
+    q.close()
+
+
+def test_a_normal_queue_never_asks_for_a_full_sync(db_path, clock):
+    q = Queue(db_path, clock=clock, durability="normal")
+    statements: list[str] = []
+    q._conn.set_trace_callback(statements.append)
+    q.enqueue("x")
+    q.enqueue_many(["y"])
+    job = q.claim("w", LEASE)
+    q.complete(job.id, job.token, "ok")
+    assert not any("synchronous = FULL" in s for s in statements)
+    assert q._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert q._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    q.close()
+
+
+# -- bad input ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("payload", [float("nan"), float("inf"), {"x": float("-inf")}, {1, 2}, object(),
+                                     b"bytes", {"nested": [object()]}])
+def test_a_payload_that_is_not_json_is_refused_and_nothing_is_written(queue, payload):
+    with pytest.raises(InvalidPayload) as info:
+        queue.enqueue(payload)
+    assert isinstance(info.value, ValueError) and isinstance(info.value, LeaselabError)
+    assert "payload" in str(info.value)
+    assert nothing_written(queue)
+
+
+def test_a_result_that_is_not_json_is_refused_and_the_job_stays_running(queue):
+    queue.enqueue("x")
+    job = queue.claim("w", LEASE)
+    with pytest.raises(InvalidPayload, match="result"):
+        queue.complete(job.id, job.token, {"v": math.nan})
+    assert queue.get(job.id).status is Status.RUNNING
+    assert kinds(queue, job.id) == ["enqueued", "claimed"]
+
+
+@pytest.mark.parametrize("lease, error", [(0, ValueError), (-1, ValueError), (float("nan"), ValueError),
+                                          (float("inf"), ValueError), (True, TypeError), ("5", TypeError),
+                                          (None, TypeError)])
+def test_a_bad_lease_names_the_argument_and_writes_nothing(queue, lease, error):
+    queue.enqueue("x")
+    with pytest.raises(error, match="lease"):
+        queue.claim("w", lease=lease)
+    assert queue.stats()["running"] == 0 and kinds(queue) == ["enqueued"]
+    queue.enqueue("y")
+    job = queue.claim("w", LEASE)
+    with pytest.raises(error, match="lease"):
+        queue.heartbeat(job.id, job.token, lease=lease)
+    assert queue.get(job.id).lease_until == job.lease_until
+
+
+@pytest.mark.parametrize("max_attempts, error", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
+                                                 (True, TypeError)])
+def test_max_attempts_below_one_is_refused_and_nothing_is_written(queue, max_attempts, error):
+    with pytest.raises(error, match="max_attempts"):
+        queue.enqueue("x", max_attempts=max_attempts)
+    assert nothing_written(queue)
+
+
+@pytest.mark.parametrize("kwargs, error, name", [
+    ({"priority": 1.5}, TypeError, "priority"),
+    ({"delay": -1}, ValueError, "delay"),
+    ({"delay": float("nan")}, ValueError, "delay"),
+    ({"run_at": "soon"}, TypeError, "run_at"),
+])
+def test_other_bad_enqueue_arguments_name_themselves_and_write_nothing(queue, kwargs, error, name):
+    with pytest.raises(error, match=name):
+        queue.enqueue("x", **kwargs)
+    assert nothing_written(queue)
+
+
+def test_a_bad_worker_name_is_refused(queue):
+    queue.enqueue("x")
+    for bad in ("", None, 3):
+        with pytest.raises(TypeError, match="worker"):
+            queue.claim(bad, LEASE)
+    assert queue.stats()["pending"] == 1
+
+
+@pytest.mark.parametrize("call", [
+    lambda q: q.get(999),
+    lambda q: q.heartbeat(999, "token", LEASE),
+    lambda q: q.complete(999, "token", "r"),
+    lambda q: q.fail(999, "token", "e"),
+])
+def test_an_unknown_job_id_is_job_not_found_and_writes_nothing(queue, call):
+    with pytest.raises(JobNotFound) as info:
+        call(queue)
+    assert info.value.job_id == 999 and isinstance(info.value, LeaselabError)
+    assert nothing_written(queue)
+
+
+def test_a_job_id_of_the_wrong_type_is_a_type_error(queue):
+    with pytest.raises(TypeError, match="job_id"):
+        queue.get("1")
+
+
+def file_bytes_and_siblings(path: Path) -> tuple[bytes, list[str]]:
+    return path.read_bytes(), sorted(p.name for p in path.parent.iterdir())
+
+
+def test_a_file_that_is_not_sqlite_is_refused_and_left_byte_for_byte(tmp_path):
+    path = tmp_path / "notes.db"
+    path.write_bytes(b"these are my notes, not a database\n" * 100)
+    before = file_bytes_and_siblings(path)
+    with pytest.raises(NotALeaselabDatabase):
+        Queue(path)
+    assert file_bytes_and_siblings(path) == before
+
+
+def test_a_sqlite_file_of_another_application_is_refused_and_left_unchanged(tmp_path):
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO customers (name) VALUES ('Ада')")
+    conn.commit()
+    conn.close()
+    before = file_bytes_and_siblings(path)
+    with pytest.raises(NotALeaselabDatabase, match="another application"):
+        Queue(path)
+    assert file_bytes_and_siblings(path) == before
+
+
+def test_a_leaselab_file_with_a_newer_schema_is_refused(db_path):
+    Queue(db_path).close()
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(SchemaTooNew, match="99"):
+        Queue(db_path)
+
+
+def test_a_missing_folder_is_database_unwritable_and_is_not_created(tmp_path):
+    missing = tmp_path / "no" / "such" / "folder"
+    with pytest.raises(DatabaseUnwritable):
+        Queue(missing / "jobs.db")
+    assert not (tmp_path / "no").exists()
+
+
+def test_an_old_sqlite_is_refused_and_3_35_is_enough():
+    with pytest.raises(UnsupportedSQLite, match="3.35"):
+        require_sqlite((3, 34, 1))
+    require_sqlite((3, 35, 0))
+    require_sqlite(sqlite3.sqlite_version_info)
+
+
+# -- permissions: real only for a user the bits apply to ---------------------------------
+
+NOBODY = 65534
+
+
+def open_as_nobody(path: Path) -> str:
+    """Open a Queue on ``path`` in a forked child that has become uid/gid 65534; return what happened.
+
+    Forking (not a fresh interpreter) because this interpreter may live where that user cannot read.
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 1
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            try:
+                Queue(path).close()
+                outcome = "opened"
+            except Exception as exc:  # report any outcome to the parent
+                outcome = f"{type(exc).__name__}: {exc}"
+            os.write(write_fd, outcome.encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd, "rb") as fh:
+        outcome = fh.read().decode()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, outcome
+    return outcome
+
+
+@pytest.fixture
+def open_dir():
+    """A world-traversable temp folder (pytest's tmp_path is 0700, which would hide everything from nobody)."""
+    folder = Path(tempfile.mkdtemp(prefix="leaselab-perm-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _needs_bits_or_root(folder: Path) -> None:
+    if os.geteuid() != 0 and os.access(folder, os.W_OK):
+        pytest.skip("not root, and permission bits do not stop this user from writing here")
+
+
+def test_a_folder_that_is_not_writable_is_database_unwritable(open_dir):
+    locked = open_dir / "locked"
+    locked.mkdir(mode=0o755)
+    target = locked / "jobs.db"
+    if os.geteuid() == 0:
+        outcome = open_as_nobody(target)
+    else:
+        locked.chmod(0o555)
+        _needs_bits_or_root(locked)
+        try:
+            Queue(target)
+            outcome = "opened"
+        except DatabaseUnwritable as exc:
+            outcome = f"DatabaseUnwritable: {exc}"
+    assert outcome.startswith("DatabaseUnwritable"), outcome
+    assert "not writable" in outcome
+    assert not target.exists()
+
+
+def test_a_read_only_queue_file_is_database_unwritable_and_unchanged(open_dir):
+    shared = open_dir / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # the folder is writable by anyone; only the file is not
+    target = shared / "jobs.db"
+    with Queue(target) as q:
+        q.enqueue("x")
+    for sidecar in ("jobs.db-wal", "jobs.db-shm"):
+        assert not (shared / sidecar).exists()
+    target.chmod(0o644)
+    before = file_bytes_and_siblings(target)
+    if os.geteuid() == 0:
+        outcome = open_as_nobody(target)
+    else:
+        target.chmod(0o444)
+        if os.access(target, os.W_OK):
+            pytest.skip("not root, and permission bits do not stop this user from writing the file")
+        try:
+            Queue(target)
+            outcome = "opened"
+        except DatabaseUnwritable as exc:
+            outcome = f"DatabaseUnwritable: {exc}"
+    assert outcome.startswith("DatabaseUnwritable"), outcome
+    assert file_bytes_and_siblings(target) == before
+    assert stat.S_IMODE(target.stat().st_mode) in (0o644, 0o444)
