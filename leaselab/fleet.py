@@ -1,0 +1,457 @@
+"""Process control: spawn, pause, resume, kill and stop real worker processes for one queue file.
+
+``Fleet`` owns the processes; the lab's widgets and lesson scenarios only call it::
+
+    fleet = Fleet("lab.db")
+    name = fleet.spawn(handler="leaselab.demo:sleepy", lease=3.0)   # "w1"
+    fleet.pause(name)     # SIGSTOP: frozen; its lease runs out and it becomes a zombie
+    fleet.resume(name)    # SIGCONT
+    fleet.kill(name)      # SIGKILL: a crash, no clean-up
+    fleet.stop(name)      # SIGTERM: finish the current job, then exit
+    fleet.status()        # one WorkerStatus per worker
+    fleet.shutdown()      # every worker ends; also run at interpreter exit
+
+Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
+session of its own, so a notebook's Interrupt (SIGINT to the kernel's group) does not
+reach it, and it exits by itself if the kernel dies. Its output goes to
+``<db>.logs/<name>.log``. What the fleet did to its workers (spawn, pause, resume,
+kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
+``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+from .errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from .queue import Queue, _positive
+from .worker import load_handler
+
+RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
+ALIVE = (RUNNING, PAUSED, STOPPING)
+DEFAULT_HANDLER = "leaselab.demo:task"
+DEFAULT_GRACE = 5.0
+# Names end up in file names and CSS classes (leaselab-pause-w1), so keep them plain.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
+
+
+def faults_path(db: str | os.PathLike) -> Path:
+    """Where a fleet records what it did to its workers: ``<db>.faults.jsonl``."""
+    return Path(os.fspath(db) + ".faults.jsonl")
+
+
+def read_actions(db: str | os.PathLike) -> list["Action"]:
+    """The actions recorded next to ``db``, oldest first; none when no fleet ever ran on it."""
+    try:
+        with open(faults_path(db), encoding="utf-8") as fh:
+            lines = [line for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+    actions = []
+    for line in lines:
+        try:
+            actions.append(Action(**json.loads(line)))
+        except (ValueError, TypeError):
+            continue  # a half-written last line from a killed kernel is not worth failing a plot over
+    return actions
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing that happened to a worker process: spawn, pause, resume, kill, stop, or exit (noticed)."""
+
+    at: float
+    worker: str
+    action: str
+    pid: int
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A worker as the fleet sees it now. ``lease_left`` < 0 means its lease has expired."""
+
+    name: str
+    pid: int
+    state: str                 # running, paused, stopping, killed or exited
+    job_id: int | None         # the running job whose holder is this worker, if any
+    lease_left: float | None   # seconds until that job's lease runs out
+    lease: float               # the lease length the worker was started with
+    paused_for: float | None   # seconds since the pause, while paused
+    returncode: int | None     # negative: killed by that signal
+    handler: str
+    log_path: str
+
+    @property
+    def zombie(self) -> bool:
+        """Paused past its lease: it still believes it holds a job the queue may give to someone else."""
+        if self.state != PAUSED:
+            return False
+        expired = self.lease_left is not None and self.lease_left < 0
+        return expired or (self.paused_for is not None and self.paused_for > self.lease)
+
+    @property
+    def badge(self) -> str:
+        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired``."""
+        if self.zombie:
+            return "zombie"
+        if self.state == RUNNING and self.lease_left is not None and self.lease_left < 0:
+            return "lease_expired"
+        return self.state
+
+
+class _Proc:
+    def __init__(self, name, popen, handler, lease, log_path, log_file):
+        self.name, self.popen, self.handler, self.lease = name, popen, handler, lease
+        self.log_path, self.log_file = log_path, log_file
+        self.paused_at: float | None = None
+        self.stopping = False
+        self.exit_noticed = False
+
+    def state(self) -> str:
+        rc = self.popen.poll()  # also reaps the zombie process of a child that died
+        if rc is not None:
+            return KILLED if rc < 0 else EXITED
+        if self.paused_at is not None:
+            return PAUSED
+        return STOPPING if self.stopping else RUNNING
+
+
+def _signal(name: str) -> int:
+    number = getattr(signal, name, None)
+    if number is None:
+        raise SignalsUnsupported(f"this platform has no {name}; pause and resume need SIGSTOP and SIGCONT")
+    return number
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state Linux reports in ``/proc/PID/stat`` ('R', 'S', 'T' = stopped, 'Z'...), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except OSError:
+        return None
+    return text[text.rfind(")") + 2:].split(" ", 1)[0]  # the name in parentheses may hold spaces
+
+
+class Fleet:
+    """Owns the worker processes of one queue file.
+
+    ``log_dir`` defaults to ``<db>.logs`` beside the file; ``grace`` is how long
+    ``shutdown`` waits after SIGTERM before SIGKILL. ``queue`` lets a caller share
+    its ``Queue`` (the fleet reads the jobs table for ``status``); otherwise the
+    fleet opens its own. Safe to call from several threads (a refresher and buttons).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike = "leaselab.db",
+        *,
+        log_dir: str | os.PathLike | None = None,
+        grace: float = DEFAULT_GRACE,
+        queue: Queue | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        # Absolute, so a notebook that changes folder later still finds its workers' files.
+        self.path = os.path.abspath(os.fspath(path))
+        self.queue = queue if queue is not None else Queue(self.path)
+        self.log_dir = Path(log_dir) if log_dir is not None else Path(self.path + ".logs")
+        self.grace = _positive("grace", grace)
+        self.clock = clock
+        self.actions: list[Action] = []
+        self._procs: dict[str, _Proc] = {}
+        self._lock = threading.RLock()
+        self._counter = 0
+        self._closed = False
+        _LIVE_FLEETS.add(self)
+
+    def __repr__(self) -> str:
+        return f"Fleet({self.path!r}, workers={list(self._procs)})"
+
+    def __enter__(self) -> "Fleet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- spawning -----------------------------------------------------------
+
+    def _next_name(self) -> str:
+        while True:
+            self._counter += 1
+            name = f"w{self._counter}"
+            if name not in self._procs or self._procs[name].state() not in ALIVE:
+                return name
+
+    def spawn(
+        self,
+        handler: str = DEFAULT_HANDLER,
+        lease: float = 3.0,
+        name: str | None = None,
+        *,
+        poll: float = 0.05,
+        max_poll: float = 0.5,
+        exit_when_idle: bool = False,
+    ) -> str:
+        """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
+
+        The handler is imported here first, so a path that does not import raises
+        ``HandlerError`` now instead of in a log nobody reads. A name that belongs
+        to a live worker raises ``WorkerExists``; a dead one's name may be reused.
+        """
+        load_handler(handler)
+        lease = _positive("lease", lease)
+        with self._lock:
+            if self._closed:
+                raise WorkerNotRunning("this fleet was shut down; make a new Fleet to spawn workers")
+            if name is None:
+                name = self._next_name()
+            elif not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+                raise ValueError(f"name must be 1-40 letters, digits, '_' or '-', got {name!r}")
+            elif name in self._procs and self._procs[name].state() in ALIVE:
+                raise WorkerExists(f"a worker named {name!r} is still alive (pid {self._procs[name].popen.pid})")
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_path = self.log_dir / f"{name}.log"
+            log_file = open(log_path, "ab", buffering=0)
+            argv = [sys.executable, "-m", "leaselab", "worker", "--db", self.path, "--handler", handler,
+                    "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll)]
+            if exit_when_idle:
+                argv.append("--exit-when-idle")
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            # The handler imported here from the notebook's folder must import there too.
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
+            try:
+                popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            except BaseException:
+                log_file.close()
+                raise
+            self._procs[name] = _Proc(name, popen, handler, lease, str(log_path), log_file)
+            self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s")
+            return name
+
+    # -- signals --------------------------------------------------------------
+
+    def _get(self, name: str) -> _Proc:
+        try:
+            return self._procs[name]
+        except (KeyError, TypeError):
+            known = ", ".join(self._procs) or "none yet"
+            raise UnknownWorker(f"no worker named {name!r} in this fleet (workers: {known})") from None
+
+    def _alive(self, name: str, verb: str) -> _Proc:
+        proc = self._get(name)
+        state = proc.state()
+        if state not in ALIVE:
+            self._notice_exit(proc)
+            how = f"killed by signal {-proc.popen.returncode}" if state == KILLED else \
+                f"exited with code {proc.popen.returncode}"
+            raise WorkerNotRunning(f"cannot {verb} worker {name!r}: it was {how}")
+        return proc
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP the worker: it freezes mid-job, heartbeats stop, and its lease runs out."""
+        sig = _signal("SIGSTOP")
+        with self._lock:
+            proc = self._alive(name, "pause")
+            if proc.paused_at is None:
+                os.kill(proc.popen.pid, sig)
+                proc.paused_at = self.clock()
+                self._record(name, "pause", proc.popen.pid)
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a paused worker: it carries on as if no time had passed, and learns otherwise."""
+        sig = _signal("SIGCONT")
+        with self._lock:
+            proc = self._alive(name, "resume")
+            if proc.paused_at is not None:
+                os.kill(proc.popen.pid, sig)
+                proc.paused_at = None
+                self._record(name, "resume", proc.popen.pid)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the worker: a crash with no clean-up; its job comes back when the lease is reaped."""
+        with self._lock:
+            proc = self._alive(name, "kill")
+            proc.popen.kill()
+            proc.popen.wait()
+            proc.paused_at = None
+            proc.exit_noticed = True
+            self._record(name, "kill", proc.popen.pid)
+
+    def stop(self, name: str) -> None:
+        """SIGTERM the worker: it finishes its current job, then exits. Returns without waiting."""
+        with self._lock:
+            proc = self._alive(name, "stop")
+            if proc.paused_at is not None:  # a stopped process cannot handle SIGTERM
+                self.resume(name)
+            proc.popen.terminate()
+            proc.stopping = True
+            self._record(name, "stop", proc.popen.pid)
+
+    def pause_all(self) -> list[str]:
+        """Pause every live worker that is not paused yet; returns their names."""
+        with self._lock:
+            names = [n for n, p in self._procs.items() if p.state() in (RUNNING, STOPPING)]
+            for n in names:
+                self.pause(n)
+            return names
+
+    def resume_all(self) -> list[str]:
+        """Resume every paused worker; returns their names."""
+        with self._lock:
+            names = [n for n, p in self._procs.items() if p.state() == PAUSED]
+            for n in names:
+                self.resume(n)
+            return names
+
+    def wait(self, name: str, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds for the worker to end; its return code, or None if still alive."""
+        proc = self._get(name)
+        try:
+            rc = proc.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        with self._lock:
+            self._notice_exit(proc)
+        return rc
+
+    # -- looking ------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        """Every worker name this fleet has spawned, in spawn order."""
+        with self._lock:
+            return list(self._procs)
+
+    def pid(self, name: str) -> int:
+        """The worker's process id."""
+        return self._get(name).popen.pid
+
+    def log_path(self, name: str) -> str:
+        """The file the worker's output goes to."""
+        return self._get(name).log_path
+
+    def log_tail(self, name: str, lines: int = 30, max_bytes: int = 64_000) -> str:
+        """The last ``lines`` lines of the worker's log."""
+        path = self._get(name).log_path
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - max_bytes))
+                data = fh.read()
+        except FileNotFoundError:
+            return ""
+        return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    def status(self) -> list[WorkerStatus]:
+        """Every worker, in spawn order: state, current job and lease left (read from the jobs table)."""
+        with self._lock:
+            procs = list(self._procs.values())
+            states = {p.name: p.state() for p in procs}
+            for p in procs:
+                if states[p.name] not in ALIVE:
+                    self._notice_exit(p)
+        held = {}
+        if procs:
+            for job in self.queue.jobs(status="running", limit=10_000):
+                held[job.worker] = job
+        now = self.clock()
+        out = []
+        for p in procs:
+            job = held.get(p.name)
+            out.append(WorkerStatus(
+                name=p.name,
+                pid=p.popen.pid,
+                state=states[p.name],
+                job_id=job.id if job else None,
+                lease_left=(job.lease_until - now) if job and job.lease_until is not None else None,
+                lease=p.lease,
+                paused_for=None if p.paused_at is None else now - p.paused_at,
+                returncode=p.popen.returncode,
+                handler=p.handler,
+                log_path=p.log_path,
+            ))
+        return out
+
+    def state(self, name: str) -> str:
+        """One worker's state: running, paused, stopping, killed or exited."""
+        with self._lock:
+            return self._get(name).state()
+
+    # -- the end ----------------------------------------------------------------
+
+    def shutdown(self, grace: float | None = None) -> None:
+        """End every worker: SIGCONT the paused, SIGTERM all, SIGKILL what is left after ``grace`` seconds.
+
+        Idempotent; runs by itself at interpreter exit.
+        """
+        grace = self.grace if grace is None else _positive("grace", grace)
+        with self._lock:
+            self._closed = True
+            live = [p for p in self._procs.values() if p.state() in ALIVE]
+            for p in live:
+                try:
+                    if p.paused_at is not None:
+                        os.kill(p.popen.pid, _signal("SIGCONT"))
+                        p.paused_at = None
+                    p.popen.terminate()
+                except (ProcessLookupError, SignalsUnsupported):
+                    pass
+            deadline = time.monotonic() + grace
+            for p in live:
+                try:
+                    p.popen.wait(max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.popen.kill()
+                    p.popen.wait()
+            for p in self._procs.values():
+                self._notice_exit(p)
+                p.log_file.close()
+            # The queue stays open: status() after shutdown still shows who held what.
+            _LIVE_FLEETS.discard(self)
+
+    close = shutdown
+
+    # -- the record -------------------------------------------------------------
+
+    def _notice_exit(self, proc: _Proc) -> None:
+        if proc.exit_noticed or proc.popen.returncode is None:
+            return
+        proc.exit_noticed = True
+        proc.paused_at = None
+        rc = proc.popen.returncode
+        self._record(proc.name, "exit", proc.popen.pid, f"signal {-rc}" if rc < 0 else f"code {rc}")
+
+    def _record(self, name: str, action: str, pid: int, detail: str | None = None) -> None:
+        entry = Action(at=self.clock(), worker=name, action=action, pid=pid, detail=detail)
+        self.actions.append(entry)
+        try:
+            with open(faults_path(self.path), "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(asdict(entry)) + "\n")
+        except OSError:
+            pass  # the in-memory record still serves this kernel's timeline
+
+
+# Strong references: a fleet nobody holds any more must still end its workers at exit.
+_LIVE_FLEETS: "set[Fleet]" = set()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for fleet in list(_LIVE_FLEETS):
+        try:
+            fleet.shutdown(grace=2.0)
+        except Exception:
+            pass
