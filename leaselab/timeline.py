@@ -1,0 +1,243 @@
+"""The history as a picture: one lane per worker, each attempt a bar, faults shaded, zombie writes marked.
+
+Like a Jepsen timeline: an attempt runs from its claim to its completion, failure
+or loss; intervals when the fleet paused or killed a worker are shaded behind the
+lanes; reaps and refused (fenced-off) writes are marked. It reads only the events
+table, plus the fleet's record of what it did (``<db>.faults.jsonl``) when there is
+one, so it works after the fact on any leaselab file::
+
+    fig = draw(path="lab.db", lang="ru")          # a matplotlib Figure
+    data = timeline_data(queue.events(), fleet.actions)   # lanes, bars, marks, faults
+
+Without a fleet record, faults are derived from the events: an attempt that went
+silent and was reaped is shaded from its last sign of life to the reap.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .fleet import Action, read_actions
+from .i18n import check_lang, t
+from .job import Event
+
+OUTCOME_COLOURS = {
+    "completed": "#2e7d32",   # green
+    "failed": "#f9a825",      # amber
+    "dead": "#8e0000",        # dark red
+    "reaped": "#9e9e9e",      # grey: the holder went quiet and lost the job
+    "lease_lost": "#d84315",  # red-orange: the holder came back and was fenced off
+    "running": "#1565c0",     # blue
+}
+FAULT_COLOURS = {"pause": "#ffb300", "kill": "#424242", "silent": "#bdbdbd"}
+FAULT_LABELS = {"pause": "tl_pause", "kill": "tl_kill", "silent": "tl_silent"}
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One attempt: a worker held ``job_id`` from ``start`` to ``end`` and it ended in ``outcome``."""
+
+    worker: str
+    job_id: int
+    attempt: int
+    start: float
+    end: float
+    outcome: str  # completed, failed, dead, reaped, lease_lost or running
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A point on a lane: a reap of this worker's attempt, or its refused write (``lease_lost``)."""
+
+    worker: str
+    at: float
+    kind: str  # reaped or lease_lost
+    job_id: int
+
+
+@dataclass(frozen=True)
+class Fault:
+    """An interval when a worker could not work: paused, killed, or silent until its lease was reaped."""
+
+    worker: str
+    kind: str  # pause, kill or silent
+    start: float
+    end: float
+
+
+@dataclass
+class Timeline:
+    """What the picture shows, as data: times are unix seconds; ``t0`` is the first event."""
+
+    lanes: list[str] = field(default_factory=list)
+    bars: list[Bar] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    faults: list[Fault] = field(default_factory=list)
+    t0: float = 0.0
+    t1: float = 0.0
+
+
+def _natural(name: str) -> list:
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
+    faults: list[Fault] = []
+    paused: dict[str, float] = {}
+    down: dict[str, float] = {}
+    for a in sorted(actions, key=lambda a: a.at):
+        if a.action == "pause":
+            paused.setdefault(a.worker, a.at)
+        elif a.action in ("resume", "kill", "exit", "spawn", "stop") and a.worker in paused:
+            if a.action != "stop":
+                faults.append(Fault(a.worker, "pause", paused.pop(a.worker), a.at))
+        if a.action == "kill" or (a.action == "exit" and (a.detail or "").startswith("signal")):
+            down.setdefault(a.worker, a.at)
+        elif a.action == "spawn" and a.worker in down:
+            faults.append(Fault(a.worker, "kill", down.pop(a.worker), a.at))
+    faults += [Fault(w, "pause", s, end) for w, s in paused.items()]
+    faults += [Fault(w, "kill", s, end) for w, s in down.items()]
+    return faults
+
+
+def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = None,
+                  now: float | None = None) -> Timeline:
+    """Turn events (and, if known, the fleet's actions) into lanes, bars, marks and faults.
+
+    ``now`` closes attempts still running (default: the last event or action).
+    With ``actions`` None, faults are derived from the events alone.
+    """
+    events = list(events)
+    actions = list(actions or [])
+    times = [e.at for e in events] + [a.at for a in actions]
+    if not times:
+        return Timeline()
+    t0, t1 = min(times), max(times) if now is None else max(max(times), now)
+    open_: dict[str, dict] = {}      # token -> attempt being drawn
+    last_sign: dict[str, float] = {}  # token -> last claim or heartbeat
+    reaped: dict[str, dict] = {}     # token -> attempt that was reaped (a zombie may still write)
+    bars: list[Bar] = []
+    marks: list[Mark] = []
+    silent: list[Fault] = []
+    for e in events:
+        if e.kind == "claimed" and e.worker and e.token:
+            open_[e.token] = {"worker": e.worker, "job": e.job_id, "attempt": e.attempt, "start": e.at}
+            last_sign[e.token] = e.at
+        elif e.kind == "heartbeat" and e.token:
+            last_sign[e.token] = e.at
+        elif e.kind in ("completed", "failed") and e.token in open_:
+            a = open_.pop(e.token)
+            bars.append(Bar(a["worker"], a["job"], a["attempt"], a["start"], e.at, e.kind))
+        elif e.kind == "dead" and bars and bars[-1].job_id == e.job_id and bars[-1].outcome == "failed":
+            last = bars.pop()
+            bars.append(Bar(last.worker, last.job_id, last.attempt, last.start, last.end, "dead"))
+        elif e.kind == "reaped" and e.token in open_:
+            a = open_.pop(e.token)
+            a["reaped_at"] = e.at
+            reaped[e.token] = a
+            marks.append(Mark(a["worker"], e.at, "reaped", e.job_id))
+            silent.append(Fault(a["worker"], "silent", last_sign.get(e.token, a["start"]), e.at))
+        elif e.kind == "lease_lost":
+            worker = e.worker or (reaped.get(e.token) or {}).get("worker")
+            if worker:
+                marks.append(Mark(worker, e.at, "lease_lost", e.job_id))
+            a = reaped.get(e.token)
+            if a is not None:
+                a["lost_at"] = e.at  # the zombie was still working until its write was refused
+    for a in reaped.values():
+        if "lost_at" in a:
+            bars.append(Bar(a["worker"], a["job"], a["attempt"], a["start"], a["lost_at"], "lease_lost"))
+        else:
+            bars.append(Bar(a["worker"], a["job"], a["attempt"], a["start"], a["reaped_at"], "reaped"))
+    for a in open_.values():
+        bars.append(Bar(a["worker"], a["job"], a["attempt"], a["start"], t1, "running"))
+    faults = _faults_from_actions(actions, t1) if actions else silent
+    # A killed holder stopped working at the kill, not at the reap that noticed it.
+    kills = [f for f in faults if f.kind == "kill"]
+    for i, b in enumerate(bars):
+        if b.outcome == "reaped":
+            cut = [f.start for f in kills if f.worker == b.worker and b.start <= f.start < b.end]
+            if cut:
+                bars[i] = Bar(b.worker, b.job_id, b.attempt, b.start, min(cut), b.outcome)
+    names = {b.worker for b in bars} | {m.worker for m in marks} | {f.worker for f in faults}
+    names |= {a.worker for a in actions}
+    bars.sort(key=lambda b: (b.start, b.worker))
+    return Timeline(lanes=sorted(names, key=_natural), bars=bars, marks=marks, faults=faults, t0=t0, t1=t1)
+
+
+def load(path: str | os.PathLike) -> Timeline:
+    """The timeline of a leaselab file after the fact: its events plus the fleet record beside it, if any."""
+    from .queue import Queue
+
+    with Queue(path) as q:
+        events = q.events()
+    return timeline_data(events, read_actions(path) or None)
+
+
+def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None, lang: str = "en",
+         ax=None, width: float = 11.0):
+    """Draw a timeline as a matplotlib Figure, from ``data`` or from the file at ``path``.
+
+    Uses the Agg backend when no display backend was chosen, so it works headless.
+    """
+    check_lang(lang)
+    if data is None:
+        if path is None:
+            raise TypeError("draw needs timeline data or path= to a leaselab file")
+        data = load(path)
+    import matplotlib
+
+    if "matplotlib.pyplot" not in __import__("sys").modules and not os.environ.get("MPLBACKEND"):
+        matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    lanes = data.lanes
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(width, 1.4 + 0.7 * max(1, len(lanes))), layout="constrained")
+        plt.close(fig)  # owned by the caller; keeps pyplot from showing it twice in a notebook
+    else:
+        fig = ax.figure
+    ax.set_title(t("tl_title", lang))
+    ax.set_xlabel(t("tl_time", lang))
+    if not lanes:
+        ax.text(0.5, 0.5, t("tl_empty", lang), ha="center", va="center", transform=ax.transAxes)
+        ax.set_yticks([])
+        return fig
+    row = {name: i for i, name in enumerate(lanes)}
+    t0 = data.t0
+    for f in data.faults:
+        y = row[f.worker]
+        hatch = "//" if f.kind == "kill" else ("xx" if f.kind == "silent" else None)
+        ax.add_patch(matplotlib.patches.Rectangle(
+            (f.start - t0, y - 0.45), max(f.end - f.start, 0.02), 0.9, facecolor=FAULT_COLOURS[f.kind],
+            alpha=0.25 if f.kind != "kill" else 0.18, hatch=hatch, edgecolor=FAULT_COLOURS[f.kind], lw=0, zorder=1))
+    for b in data.bars:
+        y = row[b.worker]
+        ax.barh(y, max(b.end - b.start, 0.02), left=b.start - t0, height=0.5, color=OUTCOME_COLOURS[b.outcome],
+                edgecolor="white", linewidth=0.8, zorder=2)
+        if b.end - b.start > 0.03 * max(data.t1 - t0, 1e-9):
+            ax.text((b.start + b.end) / 2 - t0, y, f"{b.job_id}", ha="center", va="center", fontsize=8,
+                    color="white", zorder=3, clip_on=True)
+    styles = {"reaped": dict(marker="v", color="black", markersize=9),
+              "lease_lost": dict(marker="X", color="#b71c1c", markersize=10, markeredgecolor="white")}
+    for m in data.marks:
+        ax.plot([m.at - t0], [row[m.worker] + (0.38 if m.kind == "reaped" else 0.0)], linestyle="none",
+                zorder=4, **styles[m.kind])
+    ax.set_yticks(range(len(lanes)), lanes)
+    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    ax.set_xlim(0, max(data.t1 - t0, 1.0) * 1.02)
+    ax.grid(axis="x", alpha=0.3)
+    used = {b.outcome for b in data.bars}
+    handles = [Patch(color=OUTCOME_COLOURS[o], label=t(f"tl_{o}", lang)) for o in OUTCOME_COLOURS if o in used]
+    handles += [Patch(facecolor=FAULT_COLOURS[k], alpha=0.35, hatch="//" if k == "kill" else None,
+                      label=t(FAULT_LABELS[k], lang)) for k in FAULT_COLOURS if any(f.kind == k for f in data.faults)]
+    for kind, key in (("reaped", "tl_mark_reaped"), ("lease_lost", "tl_mark_lease_lost")):
+        if any(m.kind == kind for m in data.marks):
+            handles.append(Line2D([], [], linestyle="none", label=t(key, lang), **styles[kind]))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    return fig
