@@ -1,0 +1,268 @@
+"""The worker runtime in this process (threads): handlers, failures, heartbeats, fencing, idling."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conftest import wait_until
+from leaselab import Backoff, HandlerError, Job, ManualClock, Queue, Status, Worker
+from leaselab.worker import load_handler
+
+
+class RecordingStop:
+    """Stands in for the worker's stop event: records every idle wait instead of sleeping.
+
+    ``on_wait(n)`` runs after the n-th wait (1-based); the loop stops after ``limit`` waits.
+    """
+
+    def __init__(self, limit: int, on_wait=None):
+        self.waits: list[float] = []
+        self.limit, self.on_wait = limit, on_wait
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def set(self) -> None:
+        self._set = True
+
+    def wait(self, timeout: float) -> bool:
+        self.waits.append(timeout)
+        if self.on_wait is not None:
+            self.on_wait(len(self.waits))
+        if len(self.waits) >= self.limit:
+            self._set = True
+        return self._set
+
+
+def test_a_worker_runs_the_handler_on_every_job_and_completes_them(queue):
+    ids = queue.enqueue_many([{"n": n} for n in range(5)])
+    seen: list[Job] = []
+
+    def handler(job: Job):
+        seen.append(job)
+        return {"double": job.payload["n"] * 2}
+
+    stats = Worker(queue, handler, name="w1", exit_when_idle=True).run()
+    assert (stats.claimed, stats.completed, stats.failed, stats.lost) == (5, 5, 0, 0)
+    assert all(isinstance(j, Job) and j.worker == "w1" and j.status is Status.RUNNING for j in seen)
+    assert [queue.get(i).result for i in ids] == [{"double": n * 2} for n in range(5)]
+    assert queue.stats() == {"pending": 0, "running": 0, "done": 5, "dead": 0}
+
+
+def test_a_handler_exception_fails_the_attempt_with_its_message(queue):
+    job_id = queue.enqueue("x", max_attempts=3)
+
+    def handler(job):
+        raise KeyError("no such thing")
+
+    stats = Worker(queue, handler, name="w1").run(max_jobs=1)
+    assert (stats.claimed, stats.failed, stats.completed) == (1, 1, 0)
+    job = queue.get(job_id)
+    assert job.status is Status.PENDING and job.attempts == 1
+    assert job.last_error == "KeyError: 'no such thing'"
+    assert [e.kind for e in queue.events(job_id)][-1] == "failed"
+
+
+def test_a_handler_that_always_fails_ends_dead(queue):
+    job_id = queue.enqueue("x", max_attempts=1)
+    stats = Worker(queue, "leaselab.demo:failing", name="w1", exit_when_idle=True).run()
+    assert stats.failed == 1
+    job = queue.get(job_id)
+    assert job.status is Status.DEAD and "failed on purpose" in job.last_error
+
+
+def test_a_result_that_is_not_json_fails_the_attempt(queue):
+    job_id = queue.enqueue("x", max_attempts=1)
+    stats = Worker(queue, lambda job: {"when": object()}, name="w1", exit_when_idle=True).run()
+    assert (stats.completed, stats.failed) == (0, 1)
+    job = queue.get(job_id)
+    assert job.status is Status.DEAD and job.result is None
+    assert "not JSON" in job.last_error
+
+
+def test_a_handler_named_by_import_path_runs(queue):
+    job_id = queue.enqueue({"echo": [1, 2, 3]})
+    Worker(queue, "leaselab.demo:echo", name="w1", exit_when_idle=True).run()
+    assert queue.get(job_id).result == {"echo": [1, 2, 3]}
+
+
+@pytest.mark.parametrize("path", ["nope", "a:b:c", ":task", "leaselab.demo:", "no_such_module_xyz:task",
+                                  "leaselab.demo:no_such_handler", "leaselab.demo:__doc__"])
+def test_a_bad_handler_path_is_a_handler_error_at_construction(queue, path):
+    with pytest.raises(HandlerError):
+        Worker(queue, path, name="w1")
+    with pytest.raises(HandlerError):
+        load_handler(path)
+
+
+def test_a_handler_that_is_not_callable_is_a_handler_error(queue):
+    with pytest.raises(HandlerError):
+        Worker(queue, 42, name="w1")
+
+
+def test_a_bad_worker_lease_is_refused(queue):
+    with pytest.raises(ValueError, match="lease"):
+        Worker(queue, "leaselab.demo:echo", lease=0)
+
+
+def test_a_worker_opened_by_path_uses_the_same_file(tmp_path):
+    path = tmp_path / "jobs.db"
+    with Queue(path) as q:
+        job_id = q.enqueue("by path")
+    worker = Worker(path, "leaselab.demo:echo", name="w1", exit_when_idle=True)
+    worker.run()
+    worker.queue.close()
+    with Queue(path) as q:
+        assert q.get(job_id).result == "by path"
+
+
+def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(tmp_path):
+    # Real time on purpose: the heartbeat is a thread on a real timer.
+    path = tmp_path / "jobs.db"
+    q = Queue(path)
+    job_id = q.enqueue({"seconds": 2})
+    reaper_q = Queue(path)
+    reaped: list[int] = []
+    stop = threading.Event()
+
+    def reaper():
+        while not stop.wait(0.05):
+            reaped.extend(reaper_q.reap())
+
+    thread = threading.Thread(target=reaper, daemon=True)
+    thread.start()
+    try:
+        stats = Worker(q, "leaselab.demo:sleepy", name="w1", lease=0.6, exit_when_idle=True).run()
+    finally:
+        stop.set()
+        thread.join()
+        reaper_q.close()
+    job = q.get(job_id)
+    events = q.events(job_id)
+    assert (stats.completed, stats.lost) == (1, 0) and reaped == []
+    assert job.status is Status.DONE and job.attempts == 1 and job.result["slept"] == 2
+    beats = [e for e in events if e.kind == "heartbeat"]
+    assert beats and all(e.worker == "w1" and e.token == job.token for e in beats)
+    q.close()
+
+
+def test_a_worker_that_loses_its_lease_mid_job_does_not_overwrite_and_carries_on(db_path):
+    clock = ManualClock()
+    q = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    other = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    first = q.enqueue("stolen", priority=1)  # so B's claim takes it back, not the other job
+    second = q.enqueue("normal")
+    stolen_by: list[Job] = []
+
+    def handler(job: Job):
+        if job.id == first:
+            clock.advance(60)  # our lease runs out while we work...
+            assert other.reap() == [first]  # ...someone reaps it...
+            b = other.claim("B", lease=30)  # ...and B takes it over and finishes first
+            other.complete(b.id, b.token, {"by": "B"})
+            stolen_by.append(b)
+        return {"by": "A", "job": job.id}
+
+    stats = Worker(q, handler, name="A", lease=30, exit_when_idle=True).run()
+    assert (stats.claimed, stats.completed, stats.lost) == (2, 1, 1)
+    assert q.get(first).result == {"by": "B"} and q.get(first).worker == "B"
+    assert q.get(second).result == {"by": "A", "job": second}
+    lost = [e for e in q.events(first) if e.kind == "lease_lost"]
+    assert len(lost) == 1 and lost[0].worker == "A" and lost[0].token != stolen_by[0].token
+    other.close()
+    q.close()
+
+
+def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(db_path):
+    # The heartbeat fires on a real timer (lease/3); the queue's clock is manual.
+    clock = ManualClock()
+    q = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    other = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    job_id = q.enqueue("x")
+    taken: list[Job] = []
+
+    def handler(job: Job):
+        clock.advance(10)
+        other.reap()
+        taken.append(other.claim("B", lease=30))
+        # Return only once our heartbeat has been refused, so the worker sees it lost.
+        wait_until(lambda: any(e.kind == "lease_lost" for e in other.events(job.id)),
+                   message="the heartbeat to be refused")
+        return "A's result"
+
+    stats = Worker(q, handler, name="A", lease=0.3, exit_when_idle=False).run(max_jobs=1)
+    assert (stats.lost, stats.completed, stats.failed) == (1, 0, 0)
+    job = q.get(job_id)
+    assert job.status is Status.RUNNING and job.worker == "B" and job.result is None
+    other.complete(job_id, taken[0].token, "B's result")
+    assert q.get(job_id).result == "B's result"
+    assert [e.kind for e in q.events(job_id) if e.kind != "heartbeat"] == [
+        "enqueued", "claimed", "reaped", "claimed", "lease_lost", "completed"]
+    other.close()
+    q.close()
+
+
+def test_a_worker_reaps_expired_leases_in_its_loop(db_path):
+    clock = ManualClock()
+    q = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    job_id = q.enqueue("abandoned")
+    q.claim("crashed", lease=5)
+    clock.advance(6)
+    stats = Worker(q, "leaselab.demo:echo", name="w1", exit_when_idle=True).run()
+    assert (stats.reaped, stats.completed) == (1, 1)
+    job = q.get(job_id)
+    assert job.status is Status.DONE and job.attempts == 2 and job.worker == "w1"
+    q.close()
+
+
+def test_exit_when_idle_returns_at_once_on_an_empty_queue(queue):
+    worker = Worker(queue, "leaselab.demo:echo", name="w1", exit_when_idle=True)
+    worker._stop = RecordingStop(limit=3)
+    stats = worker.run()
+    assert stats.claimed == 0 and worker._stop.waits == []
+
+
+def test_exit_when_idle_waits_while_another_worker_still_runs_a_job(queue):
+    queue.enqueue("held")
+    held = queue.claim("other", lease=30)
+    worker = Worker(queue, "leaselab.demo:echo", name="w1", exit_when_idle=True)
+
+    def on_wait(n):
+        if n == 3:
+            queue.complete(held.id, held.token, "done elsewhere")
+
+    worker._stop = RecordingStop(limit=100, on_wait=on_wait)
+    worker.run()
+    assert len(worker._stop.waits) == 3 and not worker._stop.is_set()
+
+
+def test_idle_polling_doubles_up_to_max_poll_and_resets_after_a_job(queue):
+    worker = Worker(queue, "leaselab.demo:echo", name="w1", poll=0.05, max_poll=0.4)
+
+    def on_wait(n):
+        if n == 6:
+            queue.enqueue("wake up")
+
+    worker._stop = RecordingStop(limit=9, on_wait=on_wait)
+    stats = worker.run()
+    assert stats.completed == 1
+    assert worker._stop.waits == pytest.approx([0.05, 0.1, 0.2, 0.4, 0.4, 0.4, 0.05, 0.1, 0.2])
+
+
+def test_stop_lets_the_current_job_finish_then_the_loop_returns(queue):
+    ids = queue.enqueue_many(["a", "b", "c"])
+    worker = Worker(queue, lambda job: worker.stop() or job.payload, name="w1")
+    stats = worker.run()
+    assert stats.claimed == 1 and stats.completed == 1
+    assert queue.get(ids[0]).status is Status.DONE
+    assert queue.stats()["pending"] == 2
+
+
+def test_max_jobs_bounds_a_run(queue):
+    queue.enqueue_many(range(5))
+    assert Worker(queue, "leaselab.demo:echo", name="w1").run(max_jobs=2).claimed == 2
+    assert queue.stats()["done"] == 2
