@@ -1,0 +1,179 @@
+"""The ``leaselab`` command: readable output for every subcommand, and one clear line for bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from leaselab import ManualClock, Queue, Status
+from leaselab.cli import main
+
+
+def run(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_one_clean_error_line(code: int, out: str, err: str, *words: str) -> None:
+    assert code == 2
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("leaselab")
+    assert "error" in lines[0] and "Traceback" not in err
+    for word in words:
+        assert word in lines[0], lines[0]
+
+
+def test_enqueue_prints_the_new_ids_and_stores_the_options(capsys, db_path):
+    code, out, err = run(capsys, "enqueue", '{"seconds": 2}', "--db", str(db_path))
+    assert code == 0 and err == ""
+    (first,) = map(int, out.split())
+    code, out, _ = run(capsys, "enqueue", '"x"', "--db", str(db_path), "--count", "3", "--priority", "4",
+                       "--delay", "60", "--max-attempts", "2", "--durability", "normal")
+    ids = list(map(int, out.split()))
+    assert code == 0 and len(ids) == 3 and ids[0] > first
+    with Queue(db_path) as q:
+        assert q.get(first).payload == {"seconds": 2}
+        job = q.get(ids[0])
+        assert (job.payload, job.priority, job.max_attempts) == ("x", 4, 2)
+        assert job.run_at > job.created_at + 59
+
+
+def test_stats_prints_all_four_statuses_and_json_on_request(capsys, db_path):
+    run(capsys, "enqueue", "1", "--db", str(db_path), "--count", "2")
+    code, out, _ = run(capsys, "stats", "--db", str(db_path))
+    assert code == 0
+    table = dict(line.split() for line in out.splitlines())
+    assert table == {"pending": "2", "running": "0", "done": "0", "dead": "0"}
+    code, out, _ = run(capsys, "stats", "--db", str(db_path), "--json")
+    assert json.loads(out) == {"pending": 2, "running": 0, "done": 0, "dead": 0}
+
+
+def test_jobs_prints_a_table_with_one_row_per_job(capsys, db_path):
+    with Queue(db_path) as q:
+        done_id = q.enqueue({"name": "first"})
+        q.enqueue({"name": "second"}, priority=9)
+        # The queue hands out the priority-9 job first; complete the other one by claiming twice.
+        second = q.claim("w-one", lease=30)
+        first = q.claim("w-one", lease=30)
+        assert first.id == done_id
+        q.complete(first.id, first.token, {"ok": True})
+    code, out, _ = run(capsys, "jobs", "--db", str(db_path))
+    lines = out.splitlines()
+    assert code == 0 and len(lines) == 3
+    assert lines[0].split()[:3] == ["id", "status", "pri"]
+    assert "done" in lines[1] and '"first"' in lines[1] and '{"ok": true}' in lines[1]
+    assert "running" in lines[2] and "w-one" in lines[2] and lines[2].split()[0] == str(second.id)
+    code, out, _ = run(capsys, "jobs", "--db", str(db_path), "--status", "done")
+    assert len(out.splitlines()) == 2 and out.splitlines()[1].split()[0] == str(done_id)
+
+
+def test_events_prints_the_history_in_order(capsys, db_path):
+    with Queue(db_path) as q:
+        job_id = q.enqueue("x")
+        other = q.enqueue("y")
+        job = q.claim("w-ev", lease=30)
+        q.fail(job.id, job.token, "boom went the handler")
+    code, out, _ = run(capsys, "events", "--db", str(db_path))
+    rows = out.splitlines()[1:]
+    assert code == 0 and [r.split()[2] for r in rows] == ["enqueued", "enqueued", "claimed", "failed"]
+    code, out, _ = run(capsys, "events", "--db", str(db_path), "--job", str(job_id))
+    rows = out.splitlines()[1:]
+    assert [r.split()[2] for r in rows] == ["enqueued", "claimed", "failed"]
+    assert "w-ev" in rows[1] and "boom went the handler" in rows[2]
+    assert all(r.split()[1] == str(job_id) for r in rows) and str(other) not in {r.split()[1] for r in rows}
+
+
+def test_reap_moves_expired_leases_and_says_which(capsys, db_path):
+    past = ManualClock(start=time.time() - 3600)  # leases granted an hour ago have long expired
+    with Queue(db_path, clock=past) as q:
+        expired = q.enqueue("x")
+        q.claim("gone", lease=10)
+    with Queue(db_path) as q:
+        q.enqueue("y")
+        alive = q.claim("here", lease=600)
+    code, out, _ = run(capsys, "reap", "--db", str(db_path))
+    assert code == 0 and out.strip() == f"reaped 1: {expired}"
+    code, out, _ = run(capsys, "reap", "--db", str(db_path))
+    assert out.strip() == "reaped 0"
+    with Queue(db_path) as q:
+        assert q.get(expired).status is Status.PENDING and q.get(alive.id).status is Status.RUNNING
+
+
+def test_a_payload_that_is_not_json_is_one_line_exit_2_and_writes_nothing(capsys, db_path):
+    assert_one_clean_error_line(*run(capsys, "enqueue", "{seconds: 2}", "--db", str(db_path)), "JSON")
+    assert_one_clean_error_line(*run(capsys, "enqueue", "NaN", "--db", str(db_path)), "JSON")
+    if db_path.exists():
+        with Queue(db_path) as q:
+            assert q.stats()["pending"] == 0
+
+
+@pytest.mark.parametrize("command", [["stats"], ["jobs"], ["events"], ["reap"], ["enqueue", "1"]])
+def test_a_file_that_is_not_sqlite_is_one_line_exit_2_and_unchanged(capsys, tmp_path, command):
+    path = tmp_path / "notes.txt"
+    path.write_text("shopping list\n")
+    assert_one_clean_error_line(*run(capsys, *command, "--db", str(path)), str(path))
+    assert path.read_text() == "shopping list\n"
+
+
+@pytest.mark.parametrize("argv, word", [
+    (["worker", "--handler", "leaselab.demo:task", "--lease", "0"], "lease"),
+    (["worker", "--handler", "leaselab.demo:task", "--lease", "nan"], "lease"),
+    (["worker", "--handler", "leaselab.demo:task", "--lease", "soon"], "lease"),
+    (["enqueue", "1", "--max-attempts", "0"], "max_attempts"),
+    (["enqueue", "1", "--delay", "-5"], "delay"),
+    (["enqueue", "1", "--priority", "high"], "priority"),
+    (["jobs", "--status", "sleeping"], "status"),
+    (["frobnicate"], "frobnicate"),
+    ([], "required"),
+])
+def test_bad_arguments_are_one_line_exit_2_and_no_traceback(capsys, db_path, argv, word):
+    assert_one_clean_error_line(*run(capsys, *argv, "--db", str(db_path)) if argv else run(capsys), word)
+
+
+def test_a_missing_folder_is_one_line_exit_2(capsys, tmp_path):
+    assert_one_clean_error_line(*run(capsys, "stats", "--db", str(tmp_path / "nope" / "jobs.db")), "nope")
+    assert not (tmp_path / "nope").exists()
+
+
+def test_help_exits_0(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0
+    for command in ("enqueue", "worker", "reap", "stats", "jobs", "events"):
+        assert command in out
+
+
+def _console_script() -> str:
+    beside = Path(sys.executable).with_name("leaselab")
+    found = str(beside) if beside.exists() else shutil.which("leaselab")
+    if found is None:
+        pytest.skip("the leaselab console script is not installed (pip install -e .)")
+    return found
+
+
+def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_path):
+    db = str(tmp_path / "jobs.db")
+
+    def cli(*argv: str, script: bool = False) -> subprocess.CompletedProcess:
+        prefix = [_console_script()] if script else [sys.executable, "-m", "leaselab"]
+        return subprocess.run(prefix + list(argv), capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    enq = cli("enqueue", '{"seconds": 0}', "--db", db, "--count", "3")
+    assert enq.returncode == 0, enq.stderr
+    work = cli("worker", "--db", db, "--handler", "leaselab.demo:task", "--name", "w-cli", "--lease", "5",
+               "--exit-when-idle")
+    assert work.returncode == 0, work.stderr
+    assert "completed 3" in work.stdout and work.stderr == ""
+    stats = cli("stats", "--db", db, "--json", script=True)
+    assert stats.returncode == 0, stats.stderr
+    assert json.loads(stats.stdout) == {"pending": 0, "running": 0, "done": 3, "dead": 0}
+    bad = cli("stats", "--db", str(tmp_path), script=True)  # a folder is not a queue file
+    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
