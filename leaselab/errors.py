@@ -68,3 +68,7 @@ class WorkerNotRunning(LeaselabError):
 
 class SignalsUnsupported(LeaselabError):
     """Raised by pause and resume on a platform without SIGSTOP and SIGCONT (such as Windows)."""
+
+
+class ScenarioTimeout(LeaselabError, TimeoutError):
+    """Raised when a scenario's ``wait idle`` step did not see the queue empty within its timeout."""
