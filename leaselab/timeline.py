@@ -158,7 +158,7 @@ def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = No
     # A killed holder stopped working at the kill, not at the reap that noticed it.
     kills = [f for f in faults if f.kind == "kill"]
     for i, b in enumerate(bars):
-        if b.outcome == "reaped":
+        if b.outcome in ("reaped", "running"):
             cut = [f.start for f in kills if f.worker == b.worker and b.start <= f.start < b.end]
             if cut:
                 bars[i] = Bar(b.worker, b.job_id, b.attempt, b.start, min(cut), b.outcome)

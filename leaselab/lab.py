@@ -1,0 +1,456 @@
+"""The lab: a live dashboard to spawn, pause, kill and resume real workers against one queue file.
+
+``Lab("lab.db", lang="ru")`` shows itself in JupyterLab; it is a thin view over a
+``Fleet`` (the processes) and a ``Queue`` (the file). Every button calls a public
+method, so lessons and tests can do without clicking::
+
+    lab = Lab("lab.db", lease=2.0)
+    lab.enqueue(5, kind="sleep", seconds=2)
+    w1 = lab.spawn(); lab.pause(w1); lab.resume(w1); lab.kill(w1)
+    lab.refresh()          # what the refresher thread does every ``refresh`` seconds
+    lab.timeline()         # a matplotlib Figure of the history so far
+    lab.close()            # stop refreshing and end the workers
+
+Tables are HTML built only from ``html.escape``d values: a payload such as
+``<img src=x onerror=alert(1)>`` shows as text. The background refresher only sets
+widget values (never prints) and starts when the lab is displayed.
+
+Stable CSS classes for browser tests (``widget.add_class``):
+
+- controls: ``leaselab-lab`` (the whole widget), ``leaselab-n``, ``leaselab-priority``,
+  ``leaselab-delay``, ``leaselab-kind``, ``leaselab-seconds``, ``leaselab-enqueue``,
+  ``leaselab-lease``, ``leaselab-spawn``, ``leaselab-pause-all``, ``leaselab-resume-all``,
+  ``leaselab-reap``, ``leaselab-refresh``, ``leaselab-timeline``
+- views: ``leaselab-counts``, ``leaselab-workers`` (the box of worker rows),
+  ``leaselab-jobs``, ``leaselab-message``, ``leaselab-legend``, ``leaselab-log``,
+  ``leaselab-log-worker``, ``leaselab-timeline-output``
+- per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
+  ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-stop-NAME``; inside the
+  row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
+  BADGE is running, paused, stopping, zombie, lease_expired, killed or exited.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import ipywidgets as W
+
+from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
+from .i18n import check_lang, t
+from .job import Job
+from .queue import Queue
+from .scenario import KINDS, demo_payload
+
+BADGE_COLOURS = {
+    "running": "#2e7d32",        # green: all is well
+    "paused": "#f9a825",         # amber: frozen, lease still good
+    "stopping": "#1565c0",       # blue: finishing its job
+    "zombie": "#c62828",         # red: frozen past its lease
+    "lease_expired": "#ef6c00",  # orange: alive, lease gone
+    "killed": "#212121",         # black: crashed
+    "exited": "#757575",         # grey: left cleanly
+}
+STATUS_COLOURS = {"pending": "#616161", "running": "#1565c0", "done": "#2e7d32", "dead": "#c62828"}
+JOBS_SHOWN = 200
+
+
+def esc(value: Any) -> str:
+    """Any value as HTML-escaped text; JSON for non-strings, ``-`` for None."""
+    if value is None:
+        return "-"
+    if not isinstance(value, str):
+        value = json.dumps(value, ensure_ascii=False)
+    return html.escape(value, quote=True)
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = "-" if value is None else (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:+.1f}s" if value < 0 else f"{value:.1f}s"
+
+
+def badge_html(badge: str, lang: str) -> str:
+    colour = BADGE_COLOURS[badge]
+    return (f'<span class="leaselab-state leaselab-state-{esc(badge)}" style="background:{colour};color:white;'
+            f'padding:1px 7px;border-radius:9px;font-size:90%">{esc(t(badge, lang))}</span>')
+
+
+def worker_row_html(w: WorkerStatus, lang: str) -> str:
+    """One worker's cells: name, badge, pid, job and lease left, as escaped HTML."""
+    cells = [f"<b>{esc(w.name)}</b>", badge_html(w.badge, lang), esc(w.pid),
+             esc(w.job_id), esc(_seconds(w.lease_left))]
+    widths = (60, 130, 70, 70, 110)
+    tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths))
+    return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{tds}</tr></table>'
+
+
+def workers_header_html(lang: str) -> str:
+    keys = ("col_worker", "col_state", "col_pid", "col_job", "col_lease_left")
+    widths = (60, 130, 70, 70, 110)
+    ths = "".join(f'<th style="width:{px}px;padding:2px 6px;text-align:left">{esc(t(k, lang))}</th>'
+                  for k, px in zip(keys, widths))
+    return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{ths}</tr></table>'
+
+
+def jobs_html(jobs: list[Job], total: int, now: float, lang: str) -> str:
+    """The jobs table, newest first, every value escaped."""
+    if not jobs:
+        return f"<i>{esc(t('no_jobs', lang))}</i>"
+    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{esc(t(k, lang))}</th>" for k in (
+        "col_id", "col_status", "col_priority", "col_attempts", "col_worker", "col_lease_left",
+        "col_payload", "col_result"))
+    rows = []
+    for j in jobs:
+        status = j.status.value
+        left = None if j.lease_until is None else j.lease_until - now
+        outcome = j.last_error if status in ("pending", "dead") and j.last_error else j.result
+        cells = (
+            esc(j.id),
+            f"<span style='color:{STATUS_COLOURS[status]};font-weight:600'>{esc(t(status, lang))}</span>",
+            esc(j.priority), esc(f"{j.attempts}/{j.max_attempts}"), esc(j.worker), esc(_seconds(left)),
+            f"<code>{esc(_short(j.payload))}</code>", esc(_short(outcome)),
+        )
+        rows.append("<tr>" + "".join(f"<td style='padding:1px 8px'>{c}</td>" for c in cells) + "</tr>")
+    caption = esc(t("recent_jobs", lang, n=len(jobs), total=total))
+    return (f"<div style='max-height:320px;overflow-y:auto'><table class='leaselab-jobs-table'>"
+            f"<caption style='text-align:left'>{caption}</caption><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def counts_html(counts: dict[str, int], lang: str) -> str:
+    parts = [f"<span style='color:{STATUS_COLOURS[s]};font-weight:600'>{esc(t(s, lang))}: {esc(counts[s])}</span>"
+             for s in ("pending", "running", "done", "dead")]
+    return " &nbsp;·&nbsp; ".join(parts)
+
+
+def legend_html(lang: str) -> str:
+    items = "".join(f"<div style='margin:2px 0'>{badge_html(b, lang)} {esc(t('legend_' + b, lang))}</div>"
+                    for b in BADGE_COLOURS)
+    return f"<details><summary>{esc(t('legend', lang))}</summary>{items}</details>"
+
+
+@dataclass(frozen=True)
+class View:
+    """Everything one refresh shows: counts, workers, the newest jobs, and when it was read."""
+
+    counts: dict[str, int]
+    workers: list[WorkerStatus]
+    jobs: list[Job]
+    now: float
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def read_view(queue: Queue, fleet: Fleet, jobs_shown: int = JOBS_SHOWN) -> View:
+    """Read what the dashboard shows: cheap with any number of jobs (counts, newest N, running)."""
+    return View(counts=queue.stats(), workers=fleet.status(),
+                jobs=queue.jobs(limit=jobs_shown, newest_first=True), now=fleet.clock())
+
+
+class _WorkerRow:
+    def __init__(self, lab: "Lab", name: str):
+        self.cells = W.HTML()
+        self.buttons = {}
+        for action in ("pause", "resume", "kill", "stop"):
+            b = W.Button(description=t(action, lab.lang), layout=W.Layout(width="auto"))
+            b.add_class(f"leaselab-{action}-{name}")
+            b.on_click(lab._callback(getattr(lab, action), name))
+            self.buttons[action] = b
+        self.box = W.HBox([self.cells, *self.buttons.values()])
+        self.box.add_class(f"leaselab-worker-{name}")
+
+    def show(self, w: WorkerStatus, lang: str) -> None:
+        _set(self.cells, "value", worker_row_html(w, lang))
+        _set(self.buttons["pause"], "disabled", w.state not in (RUNNING, STOPPING))
+        _set(self.buttons["resume"], "disabled", w.state != PAUSED)
+        _set(self.buttons["kill"], "disabled", w.state not in ALIVE)
+        _set(self.buttons["stop"], "disabled", w.state not in (RUNNING, PAUSED))
+
+
+def _set(widget: W.Widget, trait: str, value: Any) -> None:
+    # Only send what changed: a refresh every second must not flood the browser.
+    if getattr(widget, trait) != value:
+        setattr(widget, trait, value)
+
+
+class Lab:
+    """A dashboard over one queue file: controls, live tables, worker logs and a timeline.
+
+    ``lease`` and ``handler`` are what spawned workers get; ``refresh`` is the
+    refresher's period in seconds (None or 0: refresh only when asked). Pass
+    ``fleet`` to drive processes you already own; otherwise the lab makes one and
+    ends its workers on ``close()``.
+    """
+
+    def __init__(self, path: str = "leaselab.db", lang: str = "en", lease: float = 3.0,
+                 handler: str = DEFAULT_HANDLER, refresh: float | None = 1.0, *,
+                 fleet: Fleet | None = None, jobs_shown: int = JOBS_SHOWN):
+        self.lang = check_lang(lang)
+        self.handler = handler
+        self.interval = refresh
+        self.jobs_shown = jobs_shown
+        self.fleet = fleet if fleet is not None else Fleet(path)
+        self._own_fleet = fleet is None
+        self.queue = self.fleet.queue
+        self.path = self.fleet.path
+        self.view: View | None = None
+        self._rows: dict[str, _WorkerRow] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._build(lease)
+        self.refresh()
+
+    # -- widgets ------------------------------------------------------------------
+
+    def _build(self, lease: float) -> None:
+        L = self.lang
+        short = W.Layout(width="150px")
+
+        def named(widget, css):
+            widget.add_class(css)
+            return widget
+
+        self.n_input = named(W.BoundedIntText(5, min=1, max=100_000, description=t("n_jobs", L), layout=short),
+                             "leaselab-n")
+        self.priority_input = named(W.IntText(0, description=t("priority", L), layout=short), "leaselab-priority")
+        self.delay_input = named(W.BoundedFloatText(0.0, min=0, max=3600, description=t("delay", L), layout=short),
+                                 "leaselab-delay")
+        self.kind_input = named(W.Dropdown(options=[(t(f"kind_{k}", L), k) for k in KINDS], value="sleep",
+                                           description=t("kind", L), layout=W.Layout(width="230px")), "leaselab-kind")
+        self.seconds_input = named(W.BoundedFloatText(2.0, min=0, max=3600, description=t("seconds", L),
+                                                      layout=short), "leaselab-seconds")
+        self.lease_input = named(W.BoundedFloatText(lease, min=0.2, max=3600, description=t("lease", L),
+                                                    layout=short), "leaselab-lease")
+
+        def button(key, css, action):
+            b = named(W.Button(description=t(key, L)), css)
+            b.on_click(self._callback(action))
+            return b
+
+        self.enqueue_button = button("enqueue", "leaselab-enqueue", self._enqueue_from_inputs)
+        self.spawn_button = button("spawn", "leaselab-spawn", self._spawn_from_inputs)
+        self.pause_all_button = button("pause_all", "leaselab-pause-all", self.pause_all)
+        self.resume_all_button = button("resume_all", "leaselab-resume-all", self.resume_all)
+        self.reap_button = button("reap", "leaselab-reap", self.reap)
+        self.refresh_button = button("refresh", "leaselab-refresh", self.refresh)
+        self.timeline_button = button("timeline", "leaselab-timeline", self._show_timeline)
+
+        self.message = named(W.HTML(), "leaselab-message")
+        self.counts = named(W.HTML(), "leaselab-counts")
+        self.workers_box = named(W.VBox(), "leaselab-workers")
+        self.workers_header = W.HTML(workers_header_html(L))
+        self.jobs = named(W.HTML(), "leaselab-jobs")
+        self.legend = named(W.HTML(legend_html(L)), "leaselab-legend")
+        self.log_worker = named(W.Dropdown(options=[], description=t("log_of", L)), "leaselab-log-worker")
+        self.log = named(W.HTML(), "leaselab-log")
+        self.log_worker.observe(lambda _: self._show_log(), names="value")
+        self.timeline_output = named(W.Output(), "leaselab-timeline-output")
+
+        title = W.HTML(f"<h3 style='margin:4px 0'>{esc(t('title', L, path=self.path))}</h3>")
+        jobs_controls = W.VBox([
+            W.HTML(f"<b>{esc(t('jobs_box', L))}</b>"),
+            W.HBox([self.n_input, self.priority_input, self.delay_input]),
+            W.HBox([self.kind_input, self.seconds_input, self.enqueue_button]),
+        ])
+        worker_controls = W.VBox([
+            W.HTML(f"<b>{esc(t('workers_box', L))}</b>"),
+            W.HBox([self.lease_input, self.spawn_button]),
+            W.HBox([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
+        ])
+        self.widget = named(W.VBox([
+            title,
+            W.HBox([jobs_controls, worker_controls]),
+            self.message,
+            self.counts,
+            self.workers_header,
+            self.workers_box,
+            self.legend,
+            self.jobs,
+            W.HBox([self.log_worker]),
+            self.log,
+            self.timeline_button,
+            self.timeline_output,
+        ]), "leaselab-lab")
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        self.start()
+        display(self.widget)
+
+    def _callback(self, action: Callable, *args: Any) -> Callable:
+        def run(_button: Any = None) -> None:
+            try:
+                action(*args)
+            except Exception as exc:  # a click must end in a message, never a traceback
+                self._say(t("error", self.lang, message=str(exc)), error=True)
+            else:
+                self._refresh_quietly()
+        return run
+
+    def _say(self, text: str, error: bool = False) -> None:
+        colour = "#c62828" if error else "#2e7d32"
+        _set(self.message, "value", f"<span style='color:{colour}'>{esc(text)}</span>")
+
+    # -- actions: one public method per button --------------------------------------
+
+    def enqueue(self, n: int = 5, priority: int = 0, delay: float = 0.0, kind: str = "sleep",
+                seconds: float = 2.0) -> list[int]:
+        """Add ``n`` demo jobs: ``kind`` sleep (then succeed), fail (every attempt, until dead) or
+        crash (kill the worker on the first attempt only, so the job survives after a reap)."""
+        payload = demo_payload(kind, seconds)
+        ids = self.queue.enqueue_many([payload] * n, priority=priority, delay=delay)
+        self._say(t("enqueued", self.lang, n=len(ids)))
+        return ids
+
+    def spawn(self, name: str | None = None, lease: float | None = None, handler: str | None = None) -> str:
+        """Start a worker process (lease from the lease box unless given) and return its name."""
+        lease = self.lease_input.value if lease is None else lease
+        name = self.fleet.spawn(handler=handler or self.handler, lease=lease, name=name)
+        self._say(t("spawned", self.lang, name=name))
+        return name
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP a worker."""
+        self.fleet.pause(name)
+        self._say(t("paused", self.lang, name=name))
+
+    def resume(self, name: str) -> None:
+        """SIGCONT a paused worker."""
+        self.fleet.resume(name)
+        self._say(t("resumed", self.lang, name=name))
+
+    def kill(self, name: str) -> None:
+        """SIGKILL a worker."""
+        self.fleet.kill(name)
+        self._say(t("killed_msg", self.lang, name=name))
+
+    def stop(self, name: str) -> None:
+        """SIGTERM a worker: it finishes its job, then exits."""
+        self.fleet.stop(name)
+        self._say(t("stopping_msg", self.lang, name=name))
+
+    def pause_all(self) -> list[str]:
+        """Pause every running worker."""
+        names = self.fleet.pause_all()
+        self._say(", ".join(t("paused", self.lang, name=n) for n in names) or "-")
+        return names
+
+    def resume_all(self) -> list[str]:
+        """Resume every paused worker."""
+        names = self.fleet.resume_all()
+        self._say(", ".join(t("resumed", self.lang, name=n) for n in names) or "-")
+        return names
+
+    def reap(self) -> list[int]:
+        """Return expired leases to the queue now, instead of waiting for a worker to do it."""
+        moved = self.queue.reap()
+        self._say(t("reaped", self.lang, n=len(moved)))
+        return moved
+
+    def timeline(self):
+        """The history so far as a matplotlib Figure, with this fleet's pauses and kills shaded."""
+        from .timeline import draw, timeline_data
+
+        return draw(timeline_data(self.queue.events(), self.fleet.actions or None, now=self.fleet.clock()),
+                    lang=self.lang)
+
+    def _enqueue_from_inputs(self) -> None:
+        self.enqueue(self.n_input.value, priority=self.priority_input.value, delay=self.delay_input.value,
+                     kind=self.kind_input.value, seconds=self.seconds_input.value)
+
+    def _spawn_from_inputs(self) -> None:
+        self.spawn()
+
+    def _show_timeline(self) -> None:
+        from IPython.display import display
+
+        fig = self.timeline()
+        with self.timeline_output:
+            self.timeline_output.clear_output(wait=True)
+            display(fig)
+
+    # -- refreshing ---------------------------------------------------------------
+
+    def refresh(self) -> View:
+        """Read the file and the fleet once and update every view; returns what it read."""
+        with self._lock:
+            view = read_view(self.queue, self.fleet, self.jobs_shown)
+            self.view = view
+            _set(self.counts, "value", counts_html(view.counts, self.lang))
+            new_rows = False
+            for w in view.workers:
+                if w.name not in self._rows:
+                    self._rows[w.name] = _WorkerRow(self, w.name)
+                    new_rows = True
+                self._rows[w.name].show(w, self.lang)
+            if new_rows:
+                self.workers_box.children = tuple(r.box for r in self._rows.values())
+            if not view.workers:
+                self.workers_box.children = (W.HTML(f"<i>{esc(t('no_workers', self.lang))}</i>"),)
+            _set(self.jobs, "value", jobs_html(view.jobs, view.total, view.now, self.lang))
+            names = tuple(w.name for w in view.workers)
+            if tuple(self.log_worker.options) != names:
+                chosen = self.log_worker.value
+                self.log_worker.options = names
+                self.log_worker.value = chosen if chosen in names else (names[-1] if names else None)
+            self._show_log()
+            return view
+
+    def _refresh_quietly(self) -> None:
+        try:
+            self.refresh()
+        except Exception as exc:
+            self._say(t("error", self.lang, message=str(exc)), error=True)
+
+    def _show_log(self) -> None:
+        name = self.log_worker.value
+        text = self.fleet.log_tail(name, lines=15) if name else ""
+        _set(self.log, "value", f"<pre style='max-height:200px;overflow:auto;font-size:85%'>{esc(text)}</pre>"
+             if text else "")
+
+    def workers_html(self) -> str:
+        """Every worker row's HTML as it is now rendered (header first)."""
+        return self.workers_header.value + "".join(r.cells.value for r in self._rows.values())
+
+    def row(self, name: str) -> _WorkerRow:
+        """The widgets of one worker's row (its cells and its pause/resume/kill/stop buttons)."""
+        return self._rows[name]
+
+    def start(self) -> None:
+        """Start the background refresher (done by displaying the lab); no-op without an interval."""
+        if not self.interval or (self._thread is not None and self._thread.is_alive()):
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="leaselab-refresher", daemon=True)
+        self._thread.start()
+
+    @property
+    def refreshing(self) -> bool:
+        """True while the background refresher runs."""
+        return self._thread is not None and self._thread.is_alive()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._refresh_quietly()  # sets widget values only; a print here would land in a random cell
+
+    def close(self) -> None:
+        """Stop the refresher and, if the lab made its fleet, end every worker. Idempotent."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self._own_fleet:
+            self.fleet.shutdown()
+        self.widget.close()
