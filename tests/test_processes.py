@@ -1,0 +1,185 @@
+"""Real worker processes on one file: draining in parallel, fencing a paused zombie, surviving a crash, signals.
+
+Processes are the subject here, so these tests use real time; every wait is a deadline, never a duration
+that a success depends on.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections import Counter
+
+from conftest import pid_gone, process_state, wait_until
+from leaselab import Queue, Status
+
+HEAVY = ("pandas", "ipywidgets", "matplotlib", "numpy", "IPython")
+
+
+def claimed_by(q: Queue, job_id: int, worker: str):
+    """The claimed event of ``worker`` on ``job_id``, or None yet."""
+    for e in q.events(job_id):
+        if e.kind == "claimed" and e.worker == worker:
+            return e
+    return None
+
+
+def story(q: Queue, job_id: int) -> list[tuple[str, str | None]]:
+    """The job's history without heartbeats: (kind, worker) pairs, oldest first."""
+    return [(e.kind, e.worker) for e in q.events(job_id) if e.kind != "heartbeat"]
+
+
+def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_once(tmp_path, spawn_worker):
+    db = tmp_path / "jobs.db"
+    n_jobs, n_workers = 2000, 8
+    with Queue(db) as q:
+        ids = q.enqueue_many([{"n": n} for n in range(n_jobs)])
+    workers = [spawn_worker(db, f"w{i}", lease=60, handler="leaselab.demo:echo", exit_when_idle=True)
+               for i in range(n_workers)]
+    for w in workers:
+        assert w.wait(timeout=180) == 0, f"{w.name} exited badly:\n{w.stderr()}"
+
+    with Queue(db) as q:
+        assert q.stats() == {"pending": 0, "running": 0, "done": n_jobs, "dead": 0}
+        jobs = q.jobs(limit=n_jobs + 1)
+        events = q.events()
+    assert [j.id for j in jobs] == ids
+    assert all(j.status is Status.DONE and j.attempts == 1 and j.result == j.payload for j in jobs)
+    claims = Counter(e.job_id for e in events if e.kind == "claimed")
+    assert set(claims) == set(ids) and set(claims.values()) == {1}
+    assert Counter(e.kind for e in events) == {"enqueued": n_jobs, "claimed": n_jobs, "completed": n_jobs}
+    per_worker = Counter(j.worker for j in jobs)
+    assert len(per_worker) > 1, per_worker
+    for w in workers:
+        assert "database is locked" not in w.stderr() and "Traceback" not in w.stderr(), w.stderr()
+
+
+def test_a_paused_worker_past_its_lease_is_fenced_off_and_the_other_result_stands(tmp_path, spawn_worker):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        job_id = q.enqueue({"seconds": 4})
+        a = spawn_worker(db, "A", lease=1.5)
+        claim_a = wait_until(lambda: claimed_by(q, job_id, "A"), message="A to claim the job")
+
+        a.signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(a.pid) == "T", message="A to be stopped")
+        until = q.get(job_id).lease_until  # read after the stop: no heartbeat can move it now
+        wait_until(lambda: time.time() > until, message="A's lease to run out")
+        assert q.reap() == [job_id]
+
+        b = spawn_worker(db, "B", lease=30, exit_when_idle=True)
+        assert b.wait(timeout=60) == 0, b.stderr()
+        done = q.get(job_id)
+        assert done.status is Status.DONE and done.result["worker"] == "B" and done.attempts == 2
+
+        a.signal(signal.SIGCONT)
+        lost = wait_until(lambda: [e for e in q.events(job_id) if e.kind == "lease_lost"],
+                          message="A's write to be refused")
+        assert [(e.worker, e.token, e.attempt) for e in lost] == [("A", claim_a.token, 1)]
+        wait_until(lambda: "lease lost" in a.stdout(), message="A to log the lost lease")
+
+        a.signal(signal.SIGTERM)
+        assert a.wait() == 0, a.stderr()
+        final = q.get(job_id)
+        assert final.status is Status.DONE and final.result["worker"] == "B" and final.worker == "B"
+        assert story(q, job_id) == [("enqueued", None), ("claimed", "A"), ("reaped", "A"), ("claimed", "B"),
+                                    ("completed", "B"), ("lease_lost", "A")]
+
+
+def test_a_worker_killed_mid_job_has_its_job_reaped_retried_and_done(tmp_path, spawn_worker):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        job_id = q.enqueue({"seconds": 5})
+        a = spawn_worker(db, "A", lease=2)
+        wait_until(lambda: claimed_by(q, job_id, "A"), message="A to claim the job")
+        a.signal(signal.SIGKILL)
+        assert a.wait() == -signal.SIGKILL
+        assert q.get(job_id).status is Status.RUNNING  # nobody knows yet
+
+        # B reaps on its own: no extra process or call is needed to bring the job back.
+        b = spawn_worker(db, "B", lease=30, exit_when_idle=True)
+        assert b.wait(timeout=60) == 0, b.stderr()
+        job = q.get(job_id)
+        assert job.status is Status.DONE and job.attempts == 2 and job.result["worker"] == "B"
+        assert story(q, job_id) == [("enqueued", None), ("claimed", "A"), ("reaped", "A"), ("claimed", "B"),
+                                    ("completed", "B")]
+        reaped = [e for e in q.events(job_id) if e.kind == "reaped"]
+        assert reaped[0].detail == "lease expired"
+        assert "reaped expired leases of jobs [%d]" % job_id in b.stdout()
+
+
+def test_importing_the_core_pulls_in_no_pandas_ipywidgets_or_matplotlib():
+    code = ("import json, sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli; "
+            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, spawn_worker):
+    (tmp_path / "probe_handler.py").write_text(textwrap.dedent(f"""
+        import sys
+
+        def heavy(job):
+            return sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
+    """))
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        job_id = q.enqueue("probe")
+    w = spawn_worker(db, "probe", handler="probe_handler:heavy", exit_when_idle=True,
+                     env={"PYTHONPATH": str(tmp_path)})
+    assert w.wait() == 0, w.stderr()
+    with Queue(db) as q:
+        job = q.get(job_id)
+    assert job.status is Status.DONE and job.result == []
+
+
+def test_sigint_does_not_kill_a_worker_and_sigterm_lets_it_finish_the_job_and_exit_0(tmp_path, spawn_worker):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        w = spawn_worker(db, "w-sig", lease=10)
+        w.wait_started()
+        w.signal(signal.SIGINT)  # what a notebook's Interrupt sends to the kernel's process group
+        first = q.enqueue({"seconds": 0})
+        wait_until(lambda: q.get(first).status is Status.DONE, message="the worker to run a job after SIGINT")
+        assert w.popen.poll() is None and q.get(first).worker == "w-sig"
+
+        second = q.enqueue({"seconds": 2})
+        wait_until(lambda: claimed_by(q, second, "w-sig"), message="the worker to claim the slow job")
+        w.signal(signal.SIGTERM)
+        assert w.wait() == 0, w.stderr()
+        job = q.get(second)
+        assert job.status is Status.DONE and job.result["worker"] == "w-sig"
+        assert "exiting" in w.stdout() and "Traceback" not in w.stderr()
+
+
+def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown):
+    db = tmp_path / "jobs.db"
+    Queue(db).close()
+    log = tmp_path / "orphan.out"
+    parent_code = textwrap.dedent(f"""
+        import subprocess, sys, time
+        with open({str(log)!r}, "wb") as out:
+            p = subprocess.Popen([sys.executable, "-m", "leaselab", "worker", "--db", {str(db)!r},
+                                  "--handler", "leaselab.demo:task", "--name", "orphan", "--lease", "5"],
+                                 stdout=out, stderr=subprocess.STDOUT)
+        print(p.pid, flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", parent_code], stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(parent.stdout.readline())
+        kill_at_teardown(worker_pid)
+        wait_until(lambda: " started (pid " in log.read_text(), message="the orphan-to-be to start")
+        assert not pid_gone(worker_pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+        wait_until(lambda: pid_gone(worker_pid), timeout=15, message="the orphaned worker to exit")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        parent.stdout.close()
