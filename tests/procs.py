@@ -1,0 +1,109 @@
+"""Real worker processes for the fault tests: start them, pause them, kill them, and never leave one behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 20.0, interval: float = 0.1) -> bool:
+    """Poll ``condition`` until it is true or ``timeout`` seconds pass; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if condition():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+
+
+class WorkerProc:
+    """One ``python -m leaselab worker`` process with its log file."""
+
+    def __init__(self, db: str, name: str, log_dir: Path, lease: float,
+                 handler: str = "leaselab.demo:task", extra: tuple[str, ...] = ()):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.stopped = False
+        self.killed = False
+        with open(self.log_path, "wb") as log:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "leaselab", "worker", "--db", db, "--handler", handler,
+                 "--name", name, "--lease", str(lease), "--poll", "0.02", "--max-poll", "0.2", *extra],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+        if sig == signal.SIGSTOP:
+            self.stopped = True
+        elif sig == signal.SIGCONT:
+            self.stopped = False
+        elif sig == signal.SIGKILL:
+            self.killed = True
+
+    def kill(self) -> None:
+        """SIGKILL (a stopped process dies too) and reap it."""
+        if self.alive():
+            os.kill(self.pid, signal.SIGKILL)
+            self.killed = True
+        self.popen.wait(timeout=10)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+
+class Pool:
+    """Every worker a test started; ``close()`` (from a fixture finalizer) kills whatever is left."""
+
+    def __init__(self, db: str, log_dir: Path, lease: float):
+        self.db, self.log_dir, self.lease = db, log_dir, lease
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.all: list[WorkerProc] = []
+        self._count = 0
+
+    def spawn(self, **kwargs) -> WorkerProc:
+        self._count += 1
+        proc = WorkerProc(self.db, f"w{self._count:03d}", self.log_dir, self.lease, **kwargs)
+        self.all.append(proc)
+        return proc
+
+    def live(self) -> list[WorkerProc]:
+        return [p for p in self.all if p.alive() and not p.killed]
+
+    def terminate_all(self, timeout: float = 30.0) -> dict[str, int | None]:
+        """SIGCONT then SIGTERM every live worker (finish the job, exit); return name -> exit code."""
+        for p in self.live():
+            p.signal(signal.SIGCONT)
+            p.signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        codes: dict[str, int | None] = {}
+        for p in self.all:
+            try:
+                codes[p.name] = p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                codes[p.name] = None
+        return codes
+
+    def close(self) -> None:
+        for p in self.all:
+            try:
+                p.kill()
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass

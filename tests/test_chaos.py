@@ -1,0 +1,173 @@
+"""Chaos: real workers SIGKILLed, SIGSTOPped and resumed while they drain 2,000 jobs; then the history is checked.
+
+A nemesis (after Jepsen's) picks faults at random for ``LEASELAB_CHAOS_SECONDS``
+(default 30). Leases are 1 s, pauses last up to 3 s, so a paused worker wakes
+up as a zombie whose job was reaped and re-run. The run prints ``chaos seed: N``;
+``LEASELAB_CHAOS_SEED=N pytest -m chaos`` replays the same workload and the same
+fault schedule (process timing still varies: it is a real machine).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import signal
+import sqlite3
+import time
+
+import pytest
+
+import history
+from leaselab import Queue
+from procs import Pool, wait_for
+
+pytestmark = pytest.mark.chaos
+
+WORKERS = 8
+JOBS = 2000
+LEASE = 1.0
+NEMESIS_SECONDS = float(os.environ.get("LEASELAB_CHAOS_SECONDS", "30"))
+DRAIN_TIMEOUT = 150.0
+
+
+@pytest.fixture
+def seed() -> int:
+    value = int(os.environ.get("LEASELAB_CHAOS_SEED") or secrets.randbelow(2**32))
+    print(f"chaos seed: {value}")
+    return value
+
+
+@pytest.fixture
+def pool(tmp_path):
+    workers = Pool(str(tmp_path / "chaos.db"), tmp_path / "logs", LEASE)
+    yield workers
+    workers.close()
+
+
+def workload(rng: random.Random, effects: str) -> list[dict]:
+    """Jobs as enqueue() keyword arguments: mostly quick ones, some failing, some slow, delayed or urgent."""
+    jobs = []
+    for _ in range(JOBS):
+        payload: dict = {"seconds": rng.choice([0, 0.002, 0.01, 0.03]), "effects": effects}
+        kwargs: dict = {"priority": rng.choice([-5, 0, 0, 0, 0, 3, 10])}
+        roll = rng.random()
+        if roll < 0.10:
+            payload["fail"] = 1                      # fails once, then succeeds
+        elif roll < 0.15:
+            payload["fail"] = True                   # fails every time: must end dead
+            kwargs["max_attempts"] = rng.choice([1, 2, 3])
+        elif roll < 0.17:
+            payload["seconds"] = 1.5                 # outlives the lease: lives on heartbeats
+        if rng.random() < 0.2:
+            kwargs["delay"] = round(rng.uniform(0.5, 15), 3)
+        jobs.append({"payload": payload, **kwargs})
+    return jobs
+
+
+def counts(db: str) -> dict[str, int]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
+    try:
+        return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
+    finally:
+        conn.close()
+
+
+def nemesis(rng: random.Random, pool: Pool, seconds: float, enqueue_batch) -> list[str]:
+    """Random SIGKILL / SIGSTOP / SIGCONT / SIGTERM and replacements for ``seconds``; returns what it did."""
+    done: list[str] = []
+    resume_at: dict[str, float] = {}
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        time.sleep(rng.uniform(0.05, 0.4))
+        enqueue_batch()
+        now = time.monotonic()
+        for p in pool.live():
+            if p.stopped and resume_at.get(p.name, 0) <= now:
+                p.signal(signal.SIGCONT)
+                done.append(f"cont {p.name}")
+        live = sorted(pool.live(), key=lambda p: p.name)
+        running = [p for p in live if not p.stopped]
+        roll = rng.random()
+        if roll < 0.30 and live:
+            victim = rng.choice(live)
+            victim.signal(signal.SIGKILL)
+            done.append(f"kill {victim.name}{' (stopped)' if victim.stopped else ''}")
+        elif roll < 0.70 and running:
+            victim = rng.choice(running)
+            victim.signal(signal.SIGSTOP)
+            resume_at[victim.name] = now + rng.uniform(0.3, 3.0)
+            done.append(f"stop {victim.name}")
+        elif roll < 0.78 and running:
+            victim = rng.choice(running)
+            victim.signal(signal.SIGTERM)  # a polite stop: finish the job, then exit
+            done.append(f"term {victim.name}")
+        while len(pool.live()) < WORKERS:
+            done.append(f"spawn {pool.spawn().name}")
+        if rng.random() < 0.05 and len(pool.live()) < WORKERS + 3:
+            done.append(f"spawn extra {pool.spawn().name}")
+    for p in pool.live():
+        if p.stopped:
+            p.signal(signal.SIGCONT)
+            done.append(f"cont {p.name}")
+    return done
+
+
+def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_pauses(tmp_path, pool, seed):
+    db, effects = pool.db, str(tmp_path / "effects.jsonl")
+    rng = random.Random(seed)
+    jobs = workload(rng, effects)
+    # A quarter up front, the rest in batches spread over the nemesis, so faults hit a busy queue throughout.
+    first, rest = jobs[: JOBS // 4], jobs[JOBS // 4:]
+    batches = [rest[i:i + 50] for i in range(0, len(rest), 50)]
+    start = time.monotonic()
+    due = [start + NEMESIS_SECONDS * 0.8 * i / len(batches) for i in range(len(batches))]
+
+    with Queue(db) as q:
+        def add(batch: list[dict]) -> None:
+            for kw in batch:
+                q.enqueue(**kw)
+
+        add(first)
+
+        def enqueue_batch() -> None:
+            while batches and due[0] <= time.monotonic():
+                due.pop(0)
+                add(batches.pop(0))
+
+        for _ in range(WORKERS):
+            pool.spawn()
+        actions = nemesis(rng, pool, NEMESIS_SECONDS, enqueue_batch)
+        while batches:
+            due[0] = 0
+            enqueue_batch()
+
+    where = f"(chaos seed {seed}; replay with LEASELAB_CHAOS_SEED={seed})"
+    drained = wait_for(lambda: (lambda c: c.get("pending", 0) + c.get("running", 0) == 0)(counts(db)),
+                       timeout=DRAIN_TIMEOUT, interval=0.5)
+    exit_codes = pool.terminate_all()
+    logs = {p.name: p.log() for p in pool.all}
+
+    jobs_rows, events, effect_lines = history.load(db, effects)
+    facts = history.summary(jobs_rows, events, effect_lines)
+    kills = sum(a.startswith("kill") for a in actions)
+    stops = sum(a.startswith("stop") for a in actions)
+    print(f"chaos seed {seed}: {kills} kills, {stops} pauses, {len(pool.all)} workers in all; {facts}")
+
+    assert drained, f"queue did not drain within {DRAIN_TIMEOUT}s: {counts(db)} {where}"
+    assert len(jobs_rows) == JOBS, f"{len(jobs_rows)} jobs in the file, {JOBS} enqueued {where}"
+    violations = history.check_all(jobs_rows, events, effect_lines)
+    assert violations == [], f"{len(violations)} violations {where}:\n" + "\n".join(violations[:40])
+
+    # The faults must really have hit, or the checks above proved nothing.
+    assert kills >= 5 and stops >= 5, f"nemesis too gentle: {kills} kills, {stops} pauses {where}"
+    assert facts.get("events_reaped", 0) > 0, f"no lease ever expired: {facts} {where}"
+    assert facts.get("events_lease_lost", 0) > 0, f"no zombie write was ever refused: {facts} {where}"
+    assert facts.get("status_dead", 0) > 0 and facts.get("status_done", 0) > 0, f"{facts} {where}"
+
+    # Every worker we did not SIGKILL left cleanly, and no caller ever saw an error escape.
+    unclean = {p.name: exit_codes[p.name] for p in pool.all if not p.killed and exit_codes[p.name] != 0}
+    assert unclean == {}, f"workers exited badly: {unclean} {where}\n" + "\n".join(
+        logs[name][-2000:] for name in unclean)
+    for name, text in logs.items():
+        assert "Traceback" not in text and "database is locked" not in text, f"{name} log {where}:\n{text[-3000:]}"
