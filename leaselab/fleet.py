@@ -149,7 +149,8 @@ class Fleet:
     """Owns the worker processes of one queue file.
 
     ``log_dir`` defaults to ``<db>.logs`` beside the file; ``grace`` is how long
-    ``shutdown`` waits after SIGTERM before SIGKILL. ``queue`` lets a caller share
+    ``shutdown`` waits after SIGTERM before SIGKILL; ``spawn`` returns once the worker
+says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller share
     its ``Queue`` (the fleet reads the jobs table for ``status``); otherwise the
     fleet opens its own. Safe to call from several threads (a refresher and buttons).
     """
@@ -160,6 +161,7 @@ class Fleet:
         *,
         log_dir: str | os.PathLike | None = None,
         grace: float = DEFAULT_GRACE,
+        start_timeout: float = 20.0,
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
     ):
@@ -168,6 +170,7 @@ class Fleet:
         self.queue = queue if queue is not None else Queue(self.path)
         self.log_dir = Path(log_dir) if log_dir is not None else Path(self.path + ".logs")
         self.grace = _positive("grace", grace)
+        self.start_timeout = _positive("start_timeout", start_timeout)
         self.clock = clock
         self.actions: list[Action] = []
         self._procs: dict[str, _Proc] = {}
@@ -207,7 +210,8 @@ class Fleet:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
         The handler is imported here first, so a path that does not import raises
-        ``HandlerError`` now instead of in a log nobody reads. A name that belongs
+        ``HandlerError`` now instead of in a log nobody reads; a worker that exits
+        while starting raises ``WorkerNotRunning`` with the end of its log. A name that belongs
         to a live worker raises ``WorkerExists``; a dead one's name may be reused.
         """
         load_handler(handler)
@@ -237,9 +241,28 @@ class Fleet:
             except BaseException:
                 log_file.close()
                 raise
-            self._procs[name] = _Proc(name, popen, handler, lease, str(log_path), log_file)
+            proc = _Proc(name, popen, handler, lease, str(log_path), log_file)
+            self._procs[name] = proc
             self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s")
+            self._wait_started(proc, log_path.stat().st_size if log_path.exists() else 0)
             return name
+
+    def _wait_started(self, proc: _Proc, log_start: int) -> None:
+        # Until the worker has installed its SIGTERM handler, a stop would kill it outright,
+        # and a worker that cannot start at all (a bad file) should fail the spawn, not a log.
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            with open(proc.log_path, "rb") as fh:
+                fh.seek(log_start)
+                if b" started (pid " in fh.read():
+                    return
+            if proc.popen.poll() is not None:
+                self._notice_exit(proc)
+                tail = self.log_tail(proc.name, lines=5)
+                raise WorkerNotRunning(f"worker {proc.name!r} exited at start "
+                                       f"(code {proc.popen.returncode}); its log ends:\n{tail}")
+            time.sleep(0.02)
+        # Slow machine: carry on; the worker is alive and will get there.
 
     # -- signals --------------------------------------------------------------
 

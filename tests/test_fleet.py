@@ -1,0 +1,225 @@
+"""Fleet drives real worker processes: spawn, pause, resume, kill, stop, shutdown, and no orphans."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import pid_gone, process_state, wait_until
+from leaselab import HandlerError, LeaselabError, Queue, Status
+from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from leaselab.fleet import Fleet, faults_path, read_actions
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    """A fleet on a fresh file; every worker it spawned is gone after the test, whatever happened."""
+    f = Fleet(tmp_path / "lab.db", grace=5.0)
+    yield f
+    pids = [f.pid(n) for n in f.names]
+    f.shutdown()
+    for pid in pids:
+        if not pid_gone(pid):  # pragma: no cover - shutdown failed; do not leave it running
+            os.kill(pid, signal.SIGKILL)
+
+
+def claimed_by(queue: Queue, name: str):
+    return lambda: [j for j in queue.jobs(status="running") if j.worker == name]
+
+
+def test_spawned_worker_is_a_live_process_that_claims_jobs(fleet):
+    fleet.queue.enqueue({"seconds": 0})
+    name = fleet.spawn(lease=2.0)
+    assert name == "w1"
+    assert process_state(fleet.pid(name)) not in (None, "Z")
+    wait_until(lambda: fleet.queue.stats()["done"] == 1, message="the job to be done")
+    assert fleet.queue.jobs()[0].worker == "w1"
+    assert fleet.status()[0].state == "running"
+
+
+def test_default_names_count_up_and_a_live_name_cannot_be_reused(fleet):
+    assert [fleet.spawn(lease=2.0), fleet.spawn(lease=2.0)] == ["w1", "w2"]
+    with pytest.raises(WorkerExists):
+        fleet.spawn(lease=2.0, name="w1")
+    assert fleet.spawn(lease=2.0, name="reader") == "reader"
+
+
+def test_pause_stops_the_process_and_its_lease_runs_out_then_resume_continues(fleet):
+    fleet.queue.enqueue({"seconds": 30})
+    name = fleet.spawn(lease=1.0)
+    job = wait_until(claimed_by(fleet.queue, name), message="w1 to claim")[0]
+    fleet.pause(name)
+    wait_until(lambda: process_state(fleet.pid(name)) == "T", message="the OS to report w1 stopped")
+    assert fleet.state(name) == "paused"
+    status = wait_until(lambda: [s for s in fleet.status() if s.lease_left is not None and s.lease_left < 0],
+                        message="w1's lease to run out while paused")[0]
+    assert status.job_id == job.id and status.badge == "zombie"
+    fleet.resume(name)
+    wait_until(lambda: process_state(fleet.pid(name)) not in ("T", None), message="w1 to run again")
+    assert fleet.state(name) == "running"
+    # Resumed, it heartbeats again on the job nobody reaped: the lease is extended.
+    wait_until(lambda: fleet.queue.get(job.id).lease_until > fleet.clock(), message="a fresh lease")
+
+
+def test_kill_is_a_crash_with_signal_9_and_the_job_comes_back_after_a_reap(fleet):
+    fleet.queue.enqueue({"seconds": 30})
+    name = fleet.spawn(lease=1.0)
+    job = wait_until(claimed_by(fleet.queue, name), message="w1 to claim")[0]
+    pid = fleet.pid(name)
+    fleet.kill(name)
+    assert pid_gone(pid)
+    [status] = fleet.status()
+    assert (status.state, status.returncode) == ("killed", -signal.SIGKILL)
+    wait_until(lambda: fleet.queue.reap() or fleet.queue.get(job.id).status == Status.PENDING,
+               message="the dead worker's lease to be reaped")
+    assert fleet.queue.get(job.id).status == Status.PENDING
+
+
+def test_a_worker_that_crashes_itself_shows_as_killed(fleet):
+    fleet.queue.enqueue({"crash": True})
+    name = fleet.spawn(lease=2.0)
+    wait_until(lambda: fleet.state(name) == "killed", message="the crash handler to kill w1")
+    assert fleet.status()[0].returncode == -signal.SIGKILL
+    assert any(a.action == "exit" and a.detail == "signal 9" for a in fleet.actions)
+
+
+def test_stop_lets_the_worker_finish_its_job_then_exit_0(fleet):
+    fleet.queue.enqueue({"seconds": 1.5})
+    name = fleet.spawn(lease=3.0)
+    job = wait_until(claimed_by(fleet.queue, name), message="w1 to claim")[0]
+    fleet.stop(name)
+    assert fleet.wait(name, timeout=30) == 0
+    assert fleet.queue.get(job.id).status == Status.DONE
+    assert fleet.state(name) == "exited"
+    assert "exiting" in fleet.log_tail(name)
+
+
+def test_stop_on_a_paused_worker_resumes_it_first(fleet):
+    name = fleet.spawn(lease=2.0)
+    fleet.pause(name)
+    fleet.stop(name)
+    assert fleet.wait(name, timeout=30) == 0
+
+
+def test_shutdown_leaves_no_child_process_even_a_paused_one(tmp_path):
+    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
+    fleet.queue.enqueue_many([{"seconds": 30}] * 3)
+    names = [fleet.spawn(lease=2.0) for _ in range(3)]
+    pids = [fleet.pid(n) for n in names]
+    wait_until(lambda: fleet.queue.stats()["running"] == 3, message="all three to claim")
+    fleet.pause(names[0])
+    try:
+        fleet.shutdown(grace=1.0)
+        assert all(pid_gone(pid) for pid in pids)
+        assert {s.state for s in fleet.status()} <= {"killed", "exited"}
+        fleet.shutdown()  # idempotent
+    finally:
+        for pid in pids:
+            if not pid_gone(pid):  # pragma: no cover
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_killed_parent_leaves_no_orphan_worker(tmp_path, kill_at_teardown):
+    script = textwrap.dedent(f"""
+        import sys, time
+        from leaselab.fleet import Fleet
+        fleet = Fleet({str(tmp_path / "lab.db")!r})
+        name = fleet.spawn(lease=2.0)
+        print(fleet.pid(name), flush=True)
+        time.sleep(600)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid = int(parent.stdout.readline())
+        kill_at_teardown(worker_pid)
+        assert not pid_gone(worker_pid)
+        parent.kill()
+        parent.wait(10)
+        wait_until(lambda: pid_gone(worker_pid), timeout=20, message="the orphaned worker to exit")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+
+
+def test_the_worker_runs_in_its_own_session_so_a_notebook_interrupt_does_not_reach_it(fleet):
+    name = fleet.spawn(lease=2.0)
+    assert os.getsid(fleet.pid(name)) != os.getsid(0)
+
+
+def test_unknown_worker_name_is_a_clear_error(fleet):
+    fleet.spawn(lease=2.0)
+    with pytest.raises(UnknownWorker, match="'w9'.*w1"):
+        fleet.pause("w9")
+    with pytest.raises(UnknownWorker):
+        fleet.kill("w9")
+
+
+def test_pausing_a_killed_worker_says_it_was_killed(fleet):
+    name = fleet.spawn(lease=2.0)
+    fleet.kill(name)
+    with pytest.raises(WorkerNotRunning, match="killed by signal 9"):
+        fleet.pause(name)
+    with pytest.raises(WorkerNotRunning):
+        fleet.kill(name)
+
+
+def test_a_handler_that_does_not_import_fails_at_spawn_and_starts_nothing(fleet):
+    with pytest.raises(HandlerError, match="no_such_module"):
+        fleet.spawn(handler="no_such_module:run")
+    with pytest.raises(HandlerError, match="no handler named"):
+        fleet.spawn(handler="leaselab.demo:no_such_function")
+    assert fleet.names == []
+
+
+def test_pause_and_resume_without_sigstop_raise_signals_unsupported(fleet, monkeypatch):
+    name = fleet.spawn(lease=2.0)
+    monkeypatch.delattr(signal, "SIGSTOP")
+    monkeypatch.delattr(signal, "SIGCONT")
+    with pytest.raises(SignalsUnsupported, match="SIGSTOP"):
+        fleet.pause(name)
+    with pytest.raises(SignalsUnsupported):
+        fleet.resume(name)
+    assert issubclass(SignalsUnsupported, LeaselabError)
+    assert fleet.state(name) == "running"
+
+
+def test_bad_names_and_leases_are_refused_before_anything_starts(fleet):
+    with pytest.raises(ValueError, match="name"):
+        fleet.spawn(name="w 1; rm")
+    with pytest.raises(ValueError, match="lease"):
+        fleet.spawn(lease=0)
+    assert fleet.names == []
+
+
+def test_each_worker_logs_to_its_own_file(fleet):
+    a, b = fleet.spawn(lease=2.0), fleet.spawn(lease=2.0)
+    wait_until(lambda: "started" in fleet.log_tail(a) and "started" in fleet.log_tail(b),
+               message="both workers to log their start")
+    assert fleet.log_path(a) != fleet.log_path(b)
+    assert f"pid {fleet.pid(a)}" in fleet.log_tail(a)
+
+
+def test_pauses_and_kills_are_recorded_beside_the_file_for_later_timelines(fleet):
+    name = fleet.spawn(lease=2.0)
+    fleet.pause(name)
+    fleet.resume(name)
+    fleet.kill(name)
+    recorded = [(a.worker, a.action) for a in read_actions(fleet.path)]
+    assert recorded == [("w1", "spawn"), ("w1", "pause"), ("w1", "resume"), ("w1", "kill")]
+    assert faults_path(fleet.path).exists()
+
+
+def test_a_worker_that_cannot_start_fails_the_spawn_with_the_end_of_its_log(fleet, tmp_path, monkeypatch):
+    # Importable here (the folder is on this process's path) but not in the child: it exits at start.
+    (tmp_path / "only_here").mkdir()
+    (tmp_path / "only_here" / "handlers_only_here.py").write_text("def run(job):\n    return 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "only_here"))
+    with pytest.raises(WorkerNotRunning, match="handlers_only_here"):
+        fleet.spawn(handler="handlers_only_here:run", lease=2.0)
+    assert fleet.state("w1") == "exited"
