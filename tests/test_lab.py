@@ -1,0 +1,200 @@
+"""The dashboard driven headless: buttons change the fleet and the rendered tables, in both languages."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from conftest import pid_gone, process_state, wait_until
+from leaselab.i18n import STRINGS, t
+from leaselab.lab import Lab
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture
+def make_lab(tmp_path):
+    """Labs on one fresh file; each is closed (refresher stopped, workers ended) after the test."""
+    labs = []
+
+    def make(**kwargs) -> Lab:
+        kwargs.setdefault("lease", 1.5)
+        kwargs.setdefault("refresh", None)
+        lab = Lab(str(tmp_path / "lab.db"), **kwargs)
+        labs.append(lab)
+        return lab
+
+    yield make
+    for lab in labs:
+        pids = [lab.fleet.pid(n) for n in lab.fleet.names]
+        lab.close()
+        for pid in pids:
+            if not pid_gone(pid):  # pragma: no cover
+                os.kill(pid, signal.SIGKILL)
+
+
+def badge(lab: Lab, name: str) -> str:
+    lab.refresh()
+    html = lab.row(name).cells.value
+    return html.split("leaselab-state-", 1)[1].split('"', 1)[0]
+
+
+def test_clicking_spawn_starts_a_worker_that_appears_running_in_the_table(make_lab):
+    lab = make_lab()
+    assert "No workers yet" in lab.workers_box.children[0].value
+    lab.spawn_button.click()
+    assert lab.fleet.names == ["w1"]
+    assert badge(lab, "w1") == "running"
+    assert "w1" in lab.workers_html()
+    assert "spawned w1" in lab.message.value
+
+
+def test_clicking_pause_freezes_the_process_and_the_badge_turns_zombie_past_the_lease(make_lab):
+    lab = make_lab(lease=1.0)
+    lab.enqueue(1, seconds=30)
+    lab.spawn_button.click()
+    wait_until(lambda: lab.refresh().counts["running"] == 1, message="w1 to claim")
+    lab.row("w1").buttons["pause"].click()
+    wait_until(lambda: process_state(lab.fleet.pid("w1")) == "T", message="the OS to report w1 stopped")
+    assert badge(lab, "w1") in ("paused", "zombie")
+    assert lab.row("w1").buttons["pause"].disabled and not lab.row("w1").buttons["resume"].disabled
+    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be paused past its lease")
+    lab.row("w1").buttons["resume"].click()
+    assert process_state(lab.fleet.pid("w1")) != "T"
+    assert badge(lab, "w1") in ("running", "lease_expired")
+
+
+def test_clicking_kill_shows_the_worker_killed_and_disables_its_buttons(make_lab):
+    lab = make_lab()
+    lab.spawn_button.click()
+    pid = lab.fleet.pid("w1")
+    lab.row("w1").buttons["kill"].click()
+    assert pid_gone(pid)
+    assert badge(lab, "w1") == "killed"
+    assert all(b.disabled for b in lab.row("w1").buttons.values())
+
+
+def test_clicking_stop_lets_the_worker_exit_cleanly(make_lab):
+    lab = make_lab()
+    lab.spawn_button.click()
+    lab.row("w1").buttons["stop"].click()
+    wait_until(lambda: badge(lab, "w1") == "exited", message="w1 to exit")
+
+
+def test_pause_all_and_resume_all_reach_every_live_worker(make_lab):
+    lab = make_lab()
+    lab.spawn_button.click()
+    lab.spawn_button.click()
+    lab.pause_all_button.click()
+    assert {lab.fleet.state(n) for n in ("w1", "w2")} == {"paused"}
+    wait_until(lambda: all(process_state(lab.fleet.pid(n)) == "T" for n in ("w1", "w2")),
+               message="both stopped")
+    lab.resume_all_button.click()
+    assert {lab.fleet.state(n) for n in ("w1", "w2")} == {"running"}
+
+
+def test_enqueue_button_adds_jobs_from_the_inputs_and_the_counts_show_them(make_lab):
+    lab = make_lab()
+    lab.n_input.value = 7
+    lab.priority_input.value = 3
+    lab.kind_input.value = "fail"
+    lab.delay_input.value = 60
+    lab.enqueue_button.click()
+    jobs = lab.queue.jobs()
+    assert len(jobs) == 7 and {j.priority for j in jobs} == {3}
+    assert jobs[0].payload["fail"] is True
+    assert "pending: 7" in lab.counts.value
+    assert lab.jobs.value.count("<tr>") == 1 + 7  # header and one row per job
+
+
+def test_reap_button_returns_a_killed_workers_job_to_pending(make_lab):
+    lab = make_lab(lease=1.0)
+    lab.enqueue(1, seconds=30)
+    lab.spawn_button.click()
+    wait_until(lambda: lab.refresh().counts["running"] == 1, message="w1 to claim")
+    lab.kill("w1")
+    wait_until(lambda: lab.reap() or lab.queue.stats()["pending"] == 1, message="the lease to expire and be reaped")
+    lab.reap_button.click()
+    assert "pending: 1" in lab.counts.value
+
+
+def test_a_hostile_payload_renders_as_text_never_as_html(make_lab):
+    lab = make_lab()
+    lab.queue.enqueue(HOSTILE)
+    lab.queue.enqueue({"note": HOSTILE})
+    lab.refresh()
+    assert "<img" not in lab.jobs.value
+    assert "&lt;img src=x onerror=alert(1)&gt;" in lab.jobs.value
+
+
+def test_a_hostile_error_message_renders_as_text(make_lab):
+    lab = make_lab()
+    lab._callback(lab.pause, HOSTILE)()
+    assert "<img" not in lab.message.value
+    assert "&lt;img" in lab.message.value
+
+
+def test_a_wrong_click_ends_in_a_message_not_a_traceback(make_lab):
+    lab = make_lab()
+    lab.spawn_button.click()
+    lab.row("w1").buttons["kill"].click()
+    lab.row("w1").buttons["pause"].click()  # disabled in a browser; a script may still call it
+    assert "Error" in lab.message.value and "killed" in lab.message.value
+
+
+def test_the_russian_lab_renders_russian_labels(make_lab):
+    lab = make_lab(lang="ru")
+    assert lab.spawn_button.description == "Запустить воркер"
+    lab.queue.enqueue({"seconds": 0})
+    lab.spawn_button.click()
+    wait_until(lambda: lab.refresh().counts["done"] == 1, message="the job to be done")
+    assert "готово: 1" in lab.counts.value
+    assert "работает" in lab.row("w1").cells.value
+    assert "данные" in lab.jobs.value
+
+
+def test_both_languages_have_exactly_the_same_strings():
+    assert set(STRINGS["en"]) == set(STRINGS["ru"])
+    assert all(STRINGS["ru"][k] for k in STRINGS["ru"])
+
+
+def test_an_unknown_language_is_refused_by_name():
+    with pytest.raises(ValueError, match="'de'"):
+        t("spawn", "de")
+
+
+def test_browser_hooks_are_on_the_widgets(make_lab):
+    lab = make_lab()
+    lab.spawn_button.click()
+    assert "leaselab-spawn" in lab.spawn_button._dom_classes
+    assert "leaselab-workers" in lab.workers_box._dom_classes
+    row = lab.row("w1")
+    assert {a: f"leaselab-{a}-w1" in row.buttons[a]._dom_classes for a in row.buttons} == \
+        {"pause": True, "resume": True, "kill": True, "stop": True}
+
+
+def test_the_refresher_updates_the_tables_on_its_own_and_stops_when_closed(make_lab):
+    lab = make_lab(refresh=0.1)
+    lab.start()
+    assert lab.refreshing
+    lab.queue.enqueue({"seconds": 0})
+    wait_until(lambda: "pending: 1" in lab.counts.value, message="the refresher to show the new job")
+    lab.close()
+    assert not lab.refreshing
+
+
+def test_the_worker_log_is_shown_escaped(make_lab):
+    lab = make_lab()
+    lab.spawn_button.click()
+    wait_until(lambda: lab.refresh() and "started (pid" in lab.log.value, message="w1's log in the view")
+
+
+def test_the_lab_draws_a_timeline_of_what_it_did(make_lab):
+    lab = make_lab()
+    lab.queue.enqueue({"seconds": 0})
+    lab.spawn_button.click()
+    wait_until(lambda: lab.refresh().counts["done"] == 1, message="the job to be done")
+    fig = lab.timeline()
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["w1"]
