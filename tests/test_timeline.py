@@ -1,0 +1,129 @@
+"""The timeline on a recorded history: lanes per worker, a bar per attempt, faults shaded, reaps and refused writes marked."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import matplotlib
+import pytest
+
+from leaselab import LeaseLost, ManualClock, Queue
+from leaselab.fleet import Action, faults_path
+from leaselab.timeline import Bar, Fault, Mark, draw, load, timeline_data
+
+matplotlib.use("Agg")
+
+
+@pytest.fixture
+def history(tmp_path):
+    """A zombie story on a manual clock: w1 claims job 1 and freezes; w2 works on; w1's lease is
+    reaped; w1 wakes, and its late complete is refused. Returns (path, queue, t0, actions)."""
+    clock = ManualClock()
+    path = tmp_path / "history.db"
+    q = Queue(path, clock=clock)
+    t0 = clock()
+    q.enqueue_many([{"n": 1}, {"n": 2}, {"n": 3}])
+    a = q.claim("w1", lease=5)                       # t0: job 1 to w1
+    b = q.claim("w2", lease=5)                       # t0: job 2 to w2
+    clock.advance(1)
+    q.complete(b.id, b.token, "ok")                  # t0+1: job 2 done
+    c = q.claim("w2", lease=5)                       # t0+1: job 3 to w2
+    clock.advance(2)
+    q.fail(c.id, c.token, "boom")                    # t0+3: job 3 failed, back to pending
+    clock.advance(7)
+    assert q.reap() == [a.id]                        # t0+10: w1's lease reaped
+    clock.advance(2)
+    with pytest.raises(LeaseLost):
+        q.complete(a.id, a.token, "late")            # t0+12: the zombie's write is refused
+    actions = [Action(t0 + 0.5, "w1", "pause", 111), Action(t0 + 11.5, "w1", "resume", 111)]
+    yield path, q, t0, actions
+    q.close()
+
+
+def test_each_worker_gets_a_lane_and_each_attempt_a_bar_ending_in_its_outcome(history):
+    _, q, t0, actions = history
+    data = timeline_data(q.events(), actions)
+    assert data.lanes == ["w1", "w2"]
+    assert [(b.worker, b.job_id, b.start - t0, b.end - t0, b.outcome) for b in data.bars] == [
+        ("w1", 1, 0.0, 12.0, "lease_lost"),  # the zombie worked on until its write was refused
+        ("w2", 2, 0.0, 1.0, "completed"),
+        ("w2", 3, 1.0, 3.0, "failed"),
+    ]
+
+
+def test_reaps_and_refused_zombie_writes_are_marked_on_the_holders_lane(history):
+    _, q, t0, actions = history
+    marks = timeline_data(q.events(), actions).marks
+    assert [(m.worker, m.kind, m.at - t0, m.job_id) for m in marks] == [
+        ("w1", "reaped", 10.0, 1), ("w1", "lease_lost", 12.0, 1)]
+
+
+def test_the_fleets_pause_is_shaded_as_a_fault_interval(history):
+    _, q, t0, actions = history
+    faults = timeline_data(q.events(), actions).faults
+    assert [(f.worker, f.kind, f.start - t0, f.end - t0) for f in faults] == [("w1", "pause", 0.5, 11.5)]
+
+
+def test_without_a_fleet_record_the_silence_before_a_reap_is_shaded(history):
+    _, q, t0, _ = history
+    faults = timeline_data(q.events()).faults
+    assert [(f.worker, f.kind, f.start - t0, f.end - t0) for f in faults] == [("w1", "silent", 0.0, 10.0)]
+
+
+def test_a_file_alone_gives_the_same_timeline_with_the_fault_record_beside_it(history):
+    path, q, t0, actions = history
+    with open(faults_path(path), "w") as fh:
+        for a in actions:
+            fh.write(json.dumps(asdict(a)) + "\n")
+        fh.write('{"at": 1, "worker": "w1", "act')  # a kernel killed mid-line must not break the plot
+    data = load(path)
+    assert data.lanes == ["w1", "w2"]
+    assert [f.kind for f in data.faults] == ["pause"]
+    assert len(data.bars) == 3 and len(data.marks) == 2
+
+
+def test_a_killed_holders_attempt_ends_at_the_kill_and_the_down_time_is_shaded():
+    events_q = Queue(":memory:", clock=ManualClock(100.0))
+    clock = events_q.clock
+    events_q.enqueue({"n": 1})
+    job = events_q.claim("w1", lease=5)
+    clock.advance(8)
+    events_q.reap()
+    actions = [Action(102.0, "w1", "kill", 1), Action(104.0, "w1", "spawn", 2)]
+    data = timeline_data(events_q.events(), actions)
+    assert data.bars == [Bar("w1", job.id, 1, 100.0, 102.0, "reaped")]
+    assert data.faults == [Fault("w1", "kill", 102.0, 104.0)]
+    assert data.marks == [Mark("w1", 108.0, "reaped", job.id)]
+
+
+def test_an_attempt_still_running_reaches_now():
+    q = Queue(":memory:", clock=ManualClock(100.0))
+    q.enqueue({"n": 1})
+    q.claim("w1", lease=5)
+    assert timeline_data(q.events(), now=103.0).bars[0].end == 103.0
+
+
+def test_the_picture_has_a_lane_per_worker_and_a_legend_for_what_it_shows(history):
+    _, q, _, actions = history
+    fig = draw(timeline_data(q.events(), actions))
+    ax = fig.axes[0]
+    assert [label.get_text() for label in ax.get_yticklabels()] == ["w1", "w2"]
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["attempt completed", "attempt failed", "attempt until its refused write",
+                      "paused (SIGSTOP)", "reap", "refused zombie write"]
+    assert len(ax.patches) >= 3 + 1  # three bars and the shaded pause
+
+
+def test_the_russian_picture_has_russian_labels(history):
+    path, _, _, _ = history
+    fig = draw(path=path, lang="ru")
+    ax = fig.axes[0]
+    assert ax.get_title().startswith("Временная шкала")
+    assert "отвергнутая запись зомби" in [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_an_empty_file_draws_an_empty_picture_that_says_so(tmp_path):
+    Queue(tmp_path / "empty.db").close()
+    fig = draw(path=tmp_path / "empty.db")
+    assert "No attempts recorded yet." in [t.get_text() for t in fig.axes[0].texts]
