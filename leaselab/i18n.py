@@ -41,7 +41,7 @@ STRINGS: dict[str, dict[str, str]] = {
         # results of actions
         "enqueued": "enqueued {n} jobs",
         "spawned": "spawned {name}",
-        "paused": "paused {name}",
+        "paused_msg": "paused {name}",
         "resumed": "resumed {name}",
         "killed_msg": "killed {name}",
         "stopping_msg": "asked {name} to finish its job and exit",
@@ -126,7 +126,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "recent_jobs": "последние {n} из {total} заданий",
         "enqueued": "поставлено заданий: {n}",
         "spawned": "запущен {name}",
-        "paused": "приостановлен {name}",
+        "paused_msg": "приостановлен {name}",
         "resumed": "продолжен {name}",
         "killed_msg": "убит {name}",
         "stopping_msg": "{name} доделает задание и выйдет",

@@ -325,7 +325,7 @@ class Lab:
     def pause(self, name: str) -> None:
         """SIGSTOP a worker."""
         self.fleet.pause(name)
-        self._say(t("paused", self.lang, name=name))
+        self._say(t("paused_msg", self.lang, name=name))
 
     def resume(self, name: str) -> None:
         """SIGCONT a paused worker."""
@@ -345,7 +345,7 @@ class Lab:
     def pause_all(self) -> list[str]:
         """Pause every running worker."""
         names = self.fleet.pause_all()
-        self._say(", ".join(t("paused", self.lang, name=n) for n in names) or "-")
+        self._say(", ".join(t("paused_msg", self.lang, name=n) for n in names) or "-")
         return names
 
     def resume_all(self) -> list[str]:
