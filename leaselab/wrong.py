@@ -1,0 +1,219 @@
+"""The wrong ways, for lessons only: the two-statement claim and the unfenced write.
+
+Nothing in the library uses this module. Each piece reproduces a bug the real queue
+is built to prevent, so a lesson can show the failure before the mechanism.
+``race`` runs real processes against one file and counts how often a job was given
+out twice, for the naive claim and for the library's single statement alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .clock import Clock, system_clock
+from .job import JOB_COLUMNS, Job
+from .queue import Queue, _positive, _text
+
+# Step one of the naive claim: look for the next job...
+NAIVE_SELECT = """
+SELECT id FROM jobs
+ WHERE status = 'pending' AND run_at <= :now
+ ORDER BY priority DESC, run_at ASC, id ASC
+ LIMIT 1
+"""
+
+# ...step two: take it. Nothing re-checks that it is still pending, so two readers both win.
+NAIVE_UPDATE = f"""
+UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = :lease_until, worker = :worker, token = :token, started_at = :now,
+       updated_at = :now, last_event = 'claimed'
+ WHERE id = :id
+RETURNING {JOB_COLUMNS}
+"""
+
+# The write a zombie should never be allowed: it matches the id only, not the token.
+UNFENCED_COMPLETE = """
+UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_at = :now,
+       updated_at = :now, last_event = 'completed'
+ WHERE id = :id
+RETURNING id
+"""
+
+# How many claims went to a job that had already been claimed: each one is a duplicate.
+COUNT_CLAIMS = """
+SELECT count(*), count(DISTINCT job_id) FROM events WHERE kind = 'claimed'
+"""
+
+
+class NaiveClaimer:
+    """One worker's own connection that claims in two statements, SELECT then UPDATE: racy on purpose.
+
+    Call ``select()`` and ``update(job_id)`` separately to force an interleaving
+    between two claimers, or ``claim()`` to do both with ``pause`` seconds between.
+    """
+
+    def __init__(self, path: str | os.PathLike, name: str, lease: float = 30.0,
+                 clock: Clock | None = None, pause: float = 0.0):
+        Queue(path).close()  # creates the schema if the file is new, and checks it is ours
+        self.name = _text("name", name)
+        self.lease = _positive("lease", lease)
+        self.clock = clock or system_clock
+        if isinstance(pause, bool) or not isinstance(pause, (int, float)) or pause < 0:
+            raise ValueError(f"pause must be a number of seconds >= 0, got {pause!r}")
+        self.pause = float(pause)
+        self._conn = sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None)
+
+    def select(self) -> int | None:
+        """Step one: the id of the job this worker would take, or None. Changes nothing."""
+        row = self._conn.execute(NAIVE_SELECT, {"now": self.clock()}).fetchone()
+        return None if row is None else row[0]
+
+    def update(self, job_id: int) -> Job:
+        """Step two: mark ``job_id`` as ours, whoever took it in the meantime."""
+        now = self.clock()
+        row = self._conn.execute(NAIVE_UPDATE, {
+            "id": job_id, "now": now, "lease_until": now + self.lease,
+            "worker": self.name, "token": secrets.token_hex(16),
+        }).fetchone()
+        return Job.from_row(row)
+
+    def claim(self) -> Job | None:
+        """Both steps, with ``pause`` seconds between them (a network round trip, a busy CPU)."""
+        job_id = self.select()
+        if job_id is None:
+            return None
+        if self.pause:
+            time.sleep(self.pause)
+        return self.update(job_id)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "NaiveClaimer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def unfenced_complete(path: str | os.PathLike, job_id: int, result: object = None,
+                      clock: Clock | None = None) -> bool:
+    """Mark a job done without checking the token: the write a zombie must never get. True if a row changed."""
+    import json
+
+    now = (clock or system_clock)()
+    with sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None) as conn:
+        rows = conn.execute(UNFENCED_COMPLETE, {
+            "id": job_id, "result": json.dumps(result), "now": now,
+        }).fetchall()
+    conn.close()
+    return bool(rows)
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    """What a race observed: jobs handed out, claims made, and claims of an already claimed job."""
+
+    claim: str
+    workers: int
+    jobs: int
+    claims: int
+    duplicates: int
+
+
+CLAIMS = ("naive", "single")
+
+
+def count_claims(path: str | os.PathLike) -> tuple[int, int]:
+    """``(claims made, distinct jobs claimed)`` from the history of the queue file."""
+    with sqlite3.connect(os.fspath(path), timeout=30.0) as conn:
+        total, distinct = conn.execute(COUNT_CLAIMS).fetchone()
+    conn.close()
+    return total, distinct
+
+
+def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: int = 100,
+         pause: float = 0.002, timeout: float = 60.0) -> RaceResult:
+    """Fill a new queue file with ``jobs`` jobs and let ``workers`` processes claim them all at once.
+
+    Every process waits at a starting line until all are ready, then claims until
+    the queue is empty. ``claim="naive"`` uses ``NaiveClaimer`` (with ``pause``
+    between its two statements); ``"single"`` uses ``Queue.claim``. No process
+    outlives the call.
+    """
+    if claim not in CLAIMS:
+        raise ValueError(f"claim must be 'naive' or 'single', got {claim!r}")
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"race needs a new queue file; {path} already exists")
+    with Queue(path) as q:
+        q.enqueue_many(range(jobs))
+    gate = path.with_name(path.name + ".race")
+    gate.mkdir()
+    procs: list[subprocess.Popen] = []
+    try:
+        for i in range(workers):
+            procs.append(subprocess.Popen(
+                [sys.executable, "-m", "leaselab.wrong", "--db", str(path), "--claim", claim,
+                 "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            ))
+        deadline = time.monotonic() + timeout
+        while len(list(gate.glob("ready-*"))) < workers:
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                raise RuntimeError("a racer did not reach the starting line")
+            time.sleep(0.01)
+        (gate / "go").touch()
+        for p in procs:
+            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            if p.returncode != 0:
+                raise RuntimeError(f"a racer failed: {err.decode(errors='replace')}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        for f in gate.iterdir():
+            f.unlink()
+        gate.rmdir()
+    total, distinct = count_claims(path)
+    return RaceResult(claim=claim, workers=workers, jobs=jobs, claims=total, duplicates=total - distinct)
+
+
+def _racer(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m leaselab.wrong", description="one racer of wrong.race")
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--claim", choices=CLAIMS, required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--gate", required=True)
+    parser.add_argument("--pause", type=float, default=0.0)
+    args = parser.parse_args(argv)
+    gate = Path(args.gate)
+    if args.claim == "naive":
+        claimer = NaiveClaimer(args.db, args.name, pause=args.pause)
+        take = claimer.claim
+    else:
+        q = Queue(args.db)
+        take = lambda: q.claim(args.name)  # noqa: E731
+    (gate / f"ready-{args.name}").touch()
+    deadline = time.monotonic() + 60.0  # never wait forever if the parent is gone
+    while not (gate / "go").exists():
+        if time.monotonic() > deadline:
+            return 1
+        time.sleep(0.001)
+    while take() is not None:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_racer())

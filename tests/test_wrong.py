@@ -1,0 +1,76 @@
+"""The wrong ways really are wrong: the naive claim hands one job to two workers, the unfenced write lets a zombie win."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaselab import LeaseLost, ManualClock, Queue, wrong
+
+
+def test_two_naive_claimers_interleaved_both_get_the_same_job(tmp_path):
+    clock = ManualClock()
+    q = Queue(tmp_path / "jobs.db", clock=clock)
+    q.enqueue_many(["a", "b"])
+    a = wrong.NaiveClaimer(q.path, "A", clock=clock)
+    b = wrong.NaiveClaimer(q.path, "B", clock=clock)
+    a_pick, b_pick = a.select(), b.select()
+    a_job, b_job = a.update(a_pick), b.update(b_pick)
+    assert a_job.id == b_job.id == 1
+    assert [(e.worker, e.attempt) for e in q.events(1) if e.kind == "claimed"] == [("A", 1), ("B", 2)]
+    assert q.get(1).token == b_job.token != a_job.token
+    a.close(), b.close(), q.close()
+
+
+def test_naive_claim_without_interleaving_takes_jobs_in_claim_order(tmp_path):
+    q = Queue(tmp_path / "jobs.db")
+    q.enqueue("low")
+    q.enqueue("high", priority=5)
+    with wrong.NaiveClaimer(q.path, "A") as a:
+        assert [a.claim().payload, a.claim().payload, a.claim()] == ["high", "low", None]
+    q.close()
+
+
+def test_unfenced_complete_overwrites_the_newer_result(tmp_path):
+    clock = ManualClock()
+    q = Queue(tmp_path / "jobs.db", clock=clock)
+    job_id = q.enqueue("page")
+    zombie = q.claim("w1", lease=10)
+    clock.advance(11)
+    assert q.reap() == [job_id]
+    clock.advance(q.backoff.delay(1))
+    fresh = q.claim("w2", lease=10)
+    q.complete(fresh.id, fresh.token, "new")
+    with pytest.raises(LeaseLost):
+        q.complete(zombie.id, zombie.token, "stale")
+    assert q.get(job_id).result == "new"
+    assert wrong.unfenced_complete(q.path, job_id, "stale", clock=clock) is True
+    assert q.get(job_id).result == "stale"
+    q.close()
+
+
+def test_naive_race_between_processes_gives_duplicates(tmp_path):
+    result = wrong.race(tmp_path / "naive.db", claim="naive", workers=4, jobs=100)
+    assert result.claims > result.jobs
+    assert result.duplicates == result.claims - result.jobs > 0
+
+
+def test_single_statement_race_between_processes_gives_none(tmp_path):
+    result = wrong.race(tmp_path / "single.db", claim="single", workers=4, jobs=200)
+    assert (result.claims, result.duplicates) == (200, 0)
+
+
+def test_race_with_one_worker_has_no_duplicates_even_when_naive(tmp_path):
+    assert wrong.race(tmp_path / "alone.db", claim="naive", workers=1, jobs=30).duplicates == 0
+
+
+def test_race_refuses_an_unknown_claim_and_an_existing_file(tmp_path):
+    with pytest.raises(ValueError, match="claim must be"):
+        wrong.race(tmp_path / "x.db", claim="clever")
+    Queue(tmp_path / "used.db").close()
+    with pytest.raises(FileExistsError):
+        wrong.race(tmp_path / "used.db")
+
+
+def test_race_leaves_no_gate_folder_behind(tmp_path):
+    wrong.race(tmp_path / "r.db", claim="single", workers=2, jobs=10)
+    assert not (tmp_path / "r.db.race").exists()
