@@ -1,0 +1,76 @@
+"""Small conveniences the lessons call, so notebook cells only show and never hide logic.
+
+A scratch folder per lesson, waiting for a condition with a deadline, the history
+of a job as a plain table, the claim's query plan, and the notebook's language.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, Iterable, TypeVar
+
+from . import sql
+from .job import Event
+from .queue import Queue
+
+T = TypeVar("T")
+
+LANGUAGES = ("en", "ru")
+
+
+def scratch(lesson: str) -> Path:
+    """A fresh temporary folder for one lesson's databases; remove it with ``cleanup``."""
+    return Path(tempfile.mkdtemp(prefix=f"leaselab-{lesson}-"))
+
+
+def cleanup(folder: Path) -> bool:
+    """Delete a folder made by ``scratch``; True once it is gone."""
+    shutil.rmtree(folder, ignore_errors=True)
+    return not Path(folder).exists()
+
+
+def language(folder: str | os.PathLike | None = None) -> str:
+    """The lesson's language: the name of the notebook's folder (``en`` or ``ru``), ``en`` elsewhere."""
+    name = Path(folder if folder is not None else os.getcwd()).name
+    return name if name in LANGUAGES else "en"
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
+               what: str = "the condition") -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; ``TimeoutError`` after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"waited {timeout:g}s for {what}")
+        time.sleep(interval)
+
+
+def history(events: Iterable[Event], start: float | None = None, times: bool = True) -> str:
+    """The events as a table: seconds since ``start`` (the first event by default), job, kind, attempt, worker."""
+    events = list(events)
+    if not events:
+        return "(no events)"
+    t0 = events[0].at if start is None else start
+    lines = []
+    for e in events:
+        when = f"{e.at - t0:7.2f}s  " if times else ""
+        detail = f"  {e.detail}" if e.detail else ""
+        lines.append(f"{when}job {e.job_id:<3} {e.kind:<10} attempt {e.attempt}  {e.worker or '-'}{detail}")
+    return "\n".join(lines)
+
+
+def claim_plan(queue: Queue) -> list[str]:
+    """What SQLite plans to do for the claim (``EXPLAIN QUERY PLAN``), one line per step."""
+    params = {"now": 0.0, "lease_until": 0.0, "worker": "plan", "token": "plan"}
+    with sqlite3.connect(queue.path) as conn:
+        rows = conn.execute("EXPLAIN QUERY PLAN " + sql.CLAIM, params).fetchall()
+    conn.close()
+    return [row[-1] for row in rows]

@@ -1,0 +1,48 @@
+"""The helpers lessons call: scratch folders, language from the folder, waiting, history tables, the claim's plan."""
+
+from __future__ import annotations
+
+import pytest
+
+from leaselab import ManualClock, Queue, lessons
+
+
+def test_scratch_makes_a_fresh_folder_and_cleanup_removes_it():
+    folder = lessons.scratch("test")
+    (folder / "x.db").write_text("x")
+    assert folder.is_dir() and folder.name.startswith("leaselab-test-")
+    assert lessons.cleanup(folder) is True
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("folder, lang", [("/a/notebooks/ru", "ru"), ("/a/notebooks/en", "en"), ("/tmp", "en")])
+def test_language_is_the_notebook_folder_name_or_english(folder, lang):
+    assert lessons.language(folder) == lang
+
+
+def test_wait_until_returns_the_value_and_times_out_with_a_message():
+    calls = iter([0, None, "ready"])
+    assert lessons.wait_until(lambda: next(calls), timeout=5, interval=0) == "ready"
+    with pytest.raises(TimeoutError, match="the moon"):
+        lessons.wait_until(lambda: False, timeout=0.05, interval=0.01, what="the moon")
+
+
+def test_history_shows_seconds_since_the_first_event_kind_attempt_and_worker(tmp_path):
+    clock = ManualClock()
+    q = Queue(tmp_path / "h.db", clock=clock)
+    job_id = q.enqueue("x")
+    clock.advance(2.5)
+    q.claim("w1")
+    lines = lessons.history(q.events(job_id)).splitlines()
+    assert lines[0].split() == ["0.00s", "job", "1", "enqueued", "attempt", "0", "-"]
+    assert lines[1].split() == ["2.50s", "job", "1", "claimed", "attempt", "1", "w1"]
+    assert lessons.history([]) == "(no events)"
+    q.close()
+
+
+def test_claim_plan_uses_the_partial_index_without_a_sort(tmp_path):
+    q = Queue(tmp_path / "p.db")
+    plan = lessons.claim_plan(q)
+    assert any("jobs_claim" in step for step in plan)
+    assert not any("TEMP B-TREE" in step for step in plan)
+    q.close()
