@@ -1,0 +1,139 @@
+"""Side effects that survive at-least-once: an idempotency key, or the effect committed with the completion.
+
+The effect in the lessons is a deposit into a ledger table in a SQLite file. A
+plain deposit repeated by a second attempt counts the money twice. Keyed by the
+job id, the repeat is ignored. Written in the queue's own file, in the same
+transaction as the fenced completion, it happens exactly when the job is done.
+``deposit`` is a handler for worker processes; ``completing`` is the transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from . import sql
+from .job import Job
+from .queue import Queue
+
+LEDGER_TABLE = """
+CREATE TABLE IF NOT EXISTS ledger (
+    id      INTEGER PRIMARY KEY,
+    key     TEXT UNIQUE,              -- the idempotency key; NULL for an unkeyed deposit
+    account TEXT    NOT NULL,
+    amount  INTEGER NOT NULL,
+    job_id  INTEGER,
+    attempt INTEGER
+)
+"""
+
+DEPOSIT = """
+INSERT INTO ledger (key, account, amount, job_id, attempt)
+VALUES (:key, :account, :amount, :job_id, :attempt)
+"""
+
+# The same insert, but a key seen before changes nothing: a repeat is harmless.
+DEPOSIT_ONCE = DEPOSIT + "ON CONFLICT (key) DO NOTHING\n"
+
+BALANCE = "SELECT coalesce(sum(amount), 0) FROM ledger WHERE account = ?"
+
+ENTRIES = "SELECT key, account, amount, job_id, attempt FROM ledger ORDER BY id"
+
+
+def _connect(path: str | os.PathLike) -> sqlite3.Connection:
+    conn = sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None)
+    conn.execute(LEDGER_TABLE)
+    return conn
+
+
+def record_deposit(conn: sqlite3.Connection, account: str, amount: int, job: Job | None = None,
+                   key: str | None = None) -> bool:
+    """Insert one deposit on ``conn`` (inside a caller's transaction, if any); True if a row was written."""
+    cursor = conn.execute(DEPOSIT if key is None else DEPOSIT_ONCE, {
+        "key": key, "account": account, "amount": amount,
+        "job_id": None if job is None else job.id, "attempt": None if job is None else job.attempts,
+    })
+    return cursor.rowcount == 1
+
+
+class Ledger:
+    """A table of deposits in a SQLite file: the outside world a handler changes."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self._conn = _connect(self.path)
+
+    def deposit(self, account: str, amount: int, job: Job | None = None, key: str | None = None) -> bool:
+        """Add a deposit; with a ``key`` seen before, add nothing. True if a row was written."""
+        return record_deposit(self._conn, account, amount, job=job, key=key)
+
+    def balance(self, account: str) -> int:
+        """The sum of the account's deposits."""
+        return self._conn.execute(BALANCE, (account,)).fetchone()[0]
+
+    def entries(self) -> list[dict[str, Any]]:
+        """Every deposit, oldest first."""
+        cols = ("key", "account", "amount", "job_id", "attempt")
+        return [dict(zip(cols, row)) for row in self._conn.execute(ENTRIES)]
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def deposit(job: Job) -> Any:
+    """Handler: deposit ``amount`` into ``account`` of the ``ledger`` file, then maybe crash before completing.
+
+    Payload: ``{"ledger": path, "account": "alice", "amount": 10, "keyed": false,
+    "seconds": 0, "crash": 1}``. ``keyed`` uses ``job-<id>`` as the idempotency key;
+    ``crash: N`` SIGKILLs the worker after the deposit on the first N attempts.
+    """
+    opts = job.payload
+    key = f"job-{job.id}" if opts.get("keyed") else None
+    with Ledger(opts["ledger"]) as ledger:
+        written = ledger.deposit(opts.get("account", "alice"), int(opts.get("amount", 10)), job=job, key=key)
+    time.sleep(float(opts.get("seconds", 0)))
+    crash = opts.get("crash", False)
+    if crash is True or (isinstance(crash, int) and not isinstance(crash, bool) and job.attempts <= crash):
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"deposited": written, "attempt": job.attempts}
+
+
+@contextmanager
+def completing(queue: Queue, job: Job, result: Any = None) -> Iterator[sqlite3.Connection]:
+    """One transaction in the queue's file: your effect statements, then the fenced completion.
+
+    Run effects on the yielded connection inside the ``with`` block (``tx.execute(...)``
+    or ``record_deposit(tx, ...)``). If the token no
+    longer holds the job, everything is rolled back and ``LeaseLost`` is raised; if
+    the block raises (or the process dies), nothing is written and the job stays running.
+    """
+    conn = _connect(queue.path)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+            now = queue.clock()
+            done = conn.execute(sql.COMPLETE, {
+                "id": job.id, "token": job.token, "now": now,
+                "result": json.dumps(result, allow_nan=False, ensure_ascii=False, separators=(",", ":")),
+            }).fetchall()
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        if not done:
+            conn.execute("ROLLBACK")
+            queue._lease_lost(job.id, job.token, now, "complete")  # records the refusal, raises LeaseLost
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
