@@ -71,4 +71,4 @@ class SignalsUnsupported(LeaselabError):
 
 
 class ScenarioTimeout(LeaselabError, TimeoutError):
-    """Raised when a scenario's ``wait idle`` step did not see the queue empty within its timeout."""
+    """Raised when a scenario's ``wait idle`` or ``wait running=N`` step did not see that within its timeout."""

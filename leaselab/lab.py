@@ -35,7 +35,6 @@ from __future__ import annotations
 import html
 import json
 import threading
-import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -216,26 +215,33 @@ class Lab:
 
     def _build(self, lease: float) -> None:
         L = self.lang
-        short = W.Layout(width="150px")
+        # Labels take the room their words need, so no language gets its labels cut off with an ellipsis;
+        # the number box beside a label stays about 70px wide.
+        label = {"description_width": "initial"}
+
+        def short(key):
+            return W.Layout(width=f"{80 + 8 * len(t(key, L))}px")
 
         def named(widget, css):
             widget.add_class(css)
             return widget
 
-        self.n_input = named(W.BoundedIntText(5, min=1, max=100_000, description=t("n_jobs", L), layout=short),
-                             "leaselab-n")
-        self.priority_input = named(W.IntText(0, description=t("priority", L), layout=short), "leaselab-priority")
-        self.delay_input = named(W.BoundedFloatText(0.0, min=0, max=3600, description=t("delay", L), layout=short),
-                                 "leaselab-delay")
+        self.n_input = named(W.BoundedIntText(5, min=1, max=100_000, description=t("n_jobs", L), layout=short("n_jobs"),
+                                              style=label), "leaselab-n")
+        self.priority_input = named(W.IntText(0, description=t("priority", L), layout=short("priority"), style=label),
+                                    "leaselab-priority")
+        self.delay_input = named(W.BoundedFloatText(0.0, min=0, max=3600, description=t("delay", L),
+                                                    layout=short("delay"), style=label), "leaselab-delay")
         self.kind_input = named(W.Dropdown(options=[(t(f"kind_{k}", L), k) for k in KINDS], value="sleep",
-                                           description=t("kind", L), layout=W.Layout(width="230px")), "leaselab-kind")
+                                           description=t("kind", L), layout=W.Layout(width="auto"), style=label),
+                                "leaselab-kind")
         self.seconds_input = named(W.BoundedFloatText(2.0, min=0, max=3600, description=t("seconds", L),
-                                                      layout=short), "leaselab-seconds")
+                                                      layout=short("seconds"), style=label), "leaselab-seconds")
         self.lease_input = named(W.BoundedFloatText(lease, min=0.2, max=3600, description=t("lease", L),
-                                                    layout=short), "leaselab-lease")
+                                                    layout=short("lease"), style=label), "leaselab-lease")
 
         def button(key, css, action):
-            b = named(W.Button(description=t(key, L)), css)
+            b = named(W.Button(description=t(key, L), layout=W.Layout(width="max-content")), css)
             b.on_click(self._callback(action))
             return b
 

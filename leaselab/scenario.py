@@ -23,7 +23,7 @@ or the same in a tiny text form, one step a line (``#`` starts a comment)::
 Verbs: ``spawn [NAME] [lease=S] [handler=MOD:FN]``, ``enqueue N [seconds=S] [kind=sleep|fail|crash]
 [priority=P] [delay=S]``, ``pause NAME``, ``resume NAME``, ``kill NAME``, ``stop NAME``,
 ``pause_all``, ``resume_all``, ``reap``, ``wait SECONDS``, ``wait leases=N``,
-``wait idle [timeout=S]``.
+``wait running=N [timeout=S]``, ``wait idle [timeout=S]``.
 """
 
 from __future__ import annotations
@@ -136,6 +136,11 @@ def wait_idle(timeout: float = 60.0) -> Step:
     return _step("wait", "idle", timeout=timeout)
 
 
+def wait_running(n: int = 1, timeout: float = 60.0) -> Step:
+    """Wait until at least ``n`` jobs are running (say, until w1 holds the job you mean to freeze it on)."""
+    return _step("wait", running=n, timeout=timeout)
+
+
 _BUILDERS = {
     "spawn": spawn, "enqueue": enqueue, "pause": pause, "resume": resume, "kill": kill, "stop": stop,
     "pause_all": pause_all, "resume_all": resume_all, "reap": reap,
@@ -162,6 +167,8 @@ def parse_line(line: str) -> Step | None:
             return wait_idle(**options)
         if "leases" in options and not args:
             return wait_leases(options["leases"])
+        if "running" in options and not args:
+            return wait_running(options.pop("running"), **options)
         if len(args) == 1 and not options and isinstance(args[0], (int, float)):
             return wait(args[0])
         raise ValueError(f"wait takes SECONDS, leases=N or idle; got {line.strip()!r}")
@@ -279,17 +286,23 @@ class Scenario:
         if step.verb == "wait":
             if step.args == ("idle",):
                 return self._wait_idle(queue, kw.get("timeout", 60.0))
+            if "running" in kw:
+                return self._wait_for(queue, lambda c: c["running"] >= kw["running"], kw["timeout"],
+                                      f"{kw['running']} running jobs")
             seconds = kw["leases"] * self._lease(target) if "leases" in kw else step.args[0]
             time.sleep(seconds)
             return seconds
         raise ValueError(f"unknown step {step.verb!r}")
 
     def _wait_idle(self, queue: Any, timeout: float) -> dict[str, int]:
+        return self._wait_for(queue, lambda c: c["pending"] == 0 and c["running"] == 0, timeout, "idle")
+
+    def _wait_for(self, queue: Any, condition: Any, timeout: float, what: str) -> dict[str, int]:
         deadline = time.monotonic() + timeout
         while True:
             counts = queue.stats()
-            if counts["pending"] == 0 and counts["running"] == 0:
+            if condition(counts):
                 return counts
             if time.monotonic() > deadline:
-                raise ScenarioTimeout(f"queue not idle after {timeout:g}s: {counts}")
+                raise ScenarioTimeout(f"queue not {what} after {timeout:g}s: {counts}")
             time.sleep(self.poll)
