@@ -23,7 +23,7 @@ Stable CSS classes for browser tests (``widget.add_class``):
   ``leaselab-reap``, ``leaselab-refresh``, ``leaselab-timeline``
 - views: ``leaselab-counts``, ``leaselab-workers`` (the box of worker rows),
   ``leaselab-jobs``, ``leaselab-message``, ``leaselab-legend``, ``leaselab-log``,
-  ``leaselab-log-worker``, ``leaselab-timeline-output``
+  ``leaselab-log-worker``, ``leaselab-timeline-image`` (hidden until the timeline button is pressed)
 - per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
   ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-stop-NAME``; inside the
   row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
@@ -33,6 +33,7 @@ Stable CSS classes for browser tests (``widget.add_class``):
 from __future__ import annotations
 
 import html
+import io
 import json
 import threading
 from dataclasses import dataclass
@@ -241,7 +242,7 @@ class Lab:
                                                     layout=short("lease"), style=label), "leaselab-lease")
 
         def button(key, css, action):
-            b = named(W.Button(description=t(key, L), layout=W.Layout(width="max-content")), css)
+            b = named(W.Button(description=t(key, L), layout=W.Layout(width="max-content", flex="0 0 auto")), css)
             b.on_click(self._callback(action))
             return b
 
@@ -262,22 +263,28 @@ class Lab:
         self.log_worker = named(W.Dropdown(options=[], description=t("log_of", L)), "leaselab-log-worker")
         self.log = named(W.HTML(), "leaselab-log")
         self.log_worker.observe(lambda _: self._show_log(), names="value")
-        self.timeline_output = named(W.Output(), "leaselab-timeline-output")
+        self.timeline_image = named(W.Image(format="png", layout=W.Layout(display="none", max_width="100%")),
+                                    "leaselab-timeline-image")
 
         title = W.HTML(f"<h3 style='margin:4px 0'>{esc(t('title', L, path=self.path))}</h3>")
+
+        def row(children):
+            # Wraps instead of squeezing: a narrow window or longer Russian labels move controls down a line.
+            return W.HBox(children, layout=W.Layout(flex_flow="row wrap"))
+
         jobs_controls = W.VBox([
             W.HTML(f"<b>{esc(t('jobs_box', L))}</b>"),
-            W.HBox([self.n_input, self.priority_input, self.delay_input]),
-            W.HBox([self.kind_input, self.seconds_input, self.enqueue_button]),
-        ])
+            row([self.n_input, self.priority_input, self.delay_input]),
+            row([self.kind_input, self.seconds_input, self.enqueue_button]),
+        ], layout=W.Layout(margin="0 24px 0 0"))
         worker_controls = W.VBox([
             W.HTML(f"<b>{esc(t('workers_box', L))}</b>"),
-            W.HBox([self.lease_input, self.spawn_button]),
-            W.HBox([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
+            row([self.lease_input, self.spawn_button]),
+            row([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
         ])
         self.widget = named(W.VBox([
             title,
-            W.HBox([jobs_controls, worker_controls]),
+            row([jobs_controls, worker_controls]),
             self.message,
             self.counts,
             self.workers_header,
@@ -287,7 +294,7 @@ class Lab:
             W.HBox([self.log_worker]),
             self.log,
             self.timeline_button,
-            self.timeline_output,
+            self.timeline_image,
         ]), "leaselab-lab")
 
     def _ipython_display_(self) -> None:
@@ -381,12 +388,12 @@ class Lab:
         self.spawn()
 
     def _show_timeline(self) -> None:
-        from IPython.display import display
-
-        fig = self.timeline()
-        with self.timeline_output:
-            self.timeline_output.clear_output(wait=True)
-            display(fig)
+        # A PNG in an Image widget, not a figure in an Output: it shows the same with or without a
+        # frontend capturing output, so tests and the browser see the same thing.
+        buffer = io.BytesIO()
+        self.timeline().savefig(buffer, format="png", dpi=90)
+        self.timeline_image.value = buffer.getvalue()
+        self.timeline_image.layout.display = None
 
     # -- refreshing ---------------------------------------------------------------
 

@@ -198,3 +198,11 @@ def test_the_lab_draws_a_timeline_of_what_it_did(make_lab):
     wait_until(lambda: lab.refresh().counts["done"] == 1, message="the job to be done")
     fig = lab.timeline()
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["w1"]
+
+
+def test_the_timeline_button_shows_the_picture_in_the_dashboard(make_lab):
+    lab = make_lab()
+    assert lab.timeline_image.layout.display == "none"
+    lab.timeline_button.click()
+    assert lab.timeline_image.value.startswith(b"\x89PNG")
+    assert lab.timeline_image.layout.display is None
