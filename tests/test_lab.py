@@ -204,5 +204,5 @@ def test_the_timeline_button_shows_the_picture_in_the_dashboard(make_lab):
     lab = make_lab()
     assert lab.timeline_image.layout.display == "none"
     lab.timeline_button.click()
-    assert lab.timeline_image.value.startswith(b"\x89PNG")
+    assert bytes(lab.timeline_image.value).startswith(b"\x89PNG")
     assert lab.timeline_image.layout.display is None
