@@ -58,6 +58,9 @@ BADGE_COLOURS = {
 }
 STATUS_COLOURS = {"pending": "#616161", "running": "#1565c0", "done": "#2e7d32", "dead": "#c62828"}
 JOBS_SHOWN = 200
+# Pixel widths of the worker columns, shared by the header and every row so they line up;
+# wide enough for the Russian "до конца аренды" on one line.
+WORKER_COLUMNS = (60, 130, 70, 70, 150)
 
 
 def esc(value: Any) -> str:
@@ -88,14 +91,14 @@ def worker_row_html(w: WorkerStatus, lang: str) -> str:
     """One worker's cells: name, badge, pid, job and lease left, as escaped HTML."""
     cells = [f"<b>{esc(w.name)}</b>", badge_html(w.badge, lang), esc(w.pid),
              esc(w.job_id), esc(_seconds(w.lease_left))]
-    widths = (60, 130, 70, 70, 110)
+    widths = WORKER_COLUMNS
     tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths))
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{tds}</tr></table>'
 
 
 def workers_header_html(lang: str) -> str:
     keys = ("col_worker", "col_state", "col_pid", "col_job", "col_lease_left")
-    widths = (60, 130, 70, 70, 110)
+    widths = WORKER_COLUMNS
     ths = "".join(f'<th style="width:{px}px;padding:2px 6px;text-align:left">{esc(t(k, lang))}</th>'
                   for k, px in zip(keys, widths))
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{ths}</tr></table>'
@@ -163,11 +166,13 @@ class _WorkerRow:
         self.cells = W.HTML()
         self.buttons = {}
         for action in ("pause", "resume", "kill", "stop"):
-            b = W.Button(description=t(action, lab.lang), layout=W.Layout(width="auto"))
+            b = W.Button(description=t(action, lab.lang), layout=W.Layout(width="max-content", flex="0 0 auto"))
             b.add_class(f"leaselab-{action}-{name}")
             b.on_click(lab._callback(getattr(lab, action), name))
             self.buttons[action] = b
-        self.box = W.HBox([self.cells, *self.buttons.values()])
+        self.cells.layout = W.Layout(flex="0 0 auto")  # never squeezed out of line with the header
+        # In a narrow window the buttons wrap below the cells instead of being cut to "П…".
+        self.box = W.HBox([self.cells, *self.buttons.values()], layout=W.Layout(flex_flow="row wrap"))
         self.box.add_class(f"leaselab-worker-{name}")
 
     def show(self, w: WorkerStatus, lang: str) -> None:
