@@ -89,6 +89,7 @@ class WorkerStatus:
     lease_left: float | None   # seconds until that job's lease runs out
     lease: float               # the lease length the worker was started with
     paused_for: float | None   # seconds since the pause, while paused
+    paused_job: int | None     # the job it held when it was paused, if any
     returncode: int | None     # negative: killed by that signal
     handler: str
     log_path: str
@@ -96,7 +97,7 @@ class WorkerStatus:
     @property
     def zombie(self) -> bool:
         """Paused past its lease: it still believes it holds a job the queue may give to someone else."""
-        if self.state != PAUSED:
+        if self.state != PAUSED or self.paused_job is None:
             return False
         expired = self.lease_left is not None and self.lease_left < 0
         return expired or (self.paused_for is not None and self.paused_for > self.lease)
@@ -116,6 +117,7 @@ class _Proc:
         self.name, self.popen, self.handler, self.lease = name, popen, handler, lease
         self.log_path, self.log_file = log_path, log_file
         self.paused_at: float | None = None
+        self.paused_job: int | None = None
         self.stopping = False
         self.exit_noticed = False
 
@@ -291,7 +293,11 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             if proc.paused_at is None:
                 os.kill(proc.popen.pid, sig)
                 proc.paused_at = self.clock()
-                self._record(name, "pause", proc.popen.pid)
+                # Read after the stop: a frozen process can no longer claim or let go.
+                held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
+                proc.paused_job = held[0] if held else None
+                self._record(name, "pause", proc.popen.pid, None if proc.paused_job is None
+                             else f"holding job {proc.paused_job}")
 
     def resume(self, name: str) -> None:
         """SIGCONT a paused worker: it carries on as if no time had passed, and learns otherwise."""
@@ -402,6 +408,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 lease_left=(job.lease_until - now) if job and job.lease_until is not None else None,
                 lease=p.lease,
                 paused_for=None if p.paused_at is None else now - p.paused_at,
+                paused_job=None if p.paused_at is None else p.paused_job,
                 returncode=p.popen.returncode,
                 handler=p.handler,
                 log_path=p.log_path,

@@ -223,3 +223,10 @@ def test_a_worker_that_cannot_start_fails_the_spawn_with_the_end_of_its_log(flee
     with pytest.raises(WorkerNotRunning, match="handlers_only_here"):
         fleet.spawn(handler="handlers_only_here:run", lease=2.0)
     assert fleet.state("w1") == "exited"
+
+
+def test_a_worker_paused_while_idle_is_paused_not_a_zombie(fleet):
+    name = fleet.spawn(lease=0.5)
+    fleet.pause(name)
+    wait_until(lambda: fleet.status()[0].paused_for > 1.0, message="two leases to pass")
+    assert fleet.status()[0].badge == "paused"
