@@ -1,0 +1,165 @@
+"""Build the lessons: one source per lesson in ``src/`` becomes ``en/`` and ``ru/`` notebooks, run, with outputs.
+
+A source is a jupytext percent-format script. Code cells are shared by both
+languages; every markdown cell carries the tag ``en`` or ``ru`` and goes only to
+that language. So the two notebooks of a lesson have the same code cells, in the
+same order, and differ only in prose.
+
+    python notebooks/build.py              # build and run every lesson, both languages
+    python notebooks/build.py 02 03        # only the lessons whose names start so
+    python notebooks/build.py --no-execute # write the cells without running them
+
+Each notebook runs in a fresh kernel whose working folder is the notebook's own
+folder, as in JupyterLab and under nbval; lessons keep their databases in a
+temporary folder and remove it in their last cell.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+HERE = Path(__file__).resolve().parent
+SRC = HERE / "src"
+LANGUAGES = ("en", "ru")
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+CELL_TIMEOUT = 120
+
+
+class SourceError(ValueError):
+    """A lesson source breaks the rules that keep the languages in step."""
+
+
+def sources() -> list[Path]:
+    """Every lesson source, in lesson order."""
+    return sorted(SRC.glob("[0-9][0-9]-*.py"))
+
+
+def cell_language(cell) -> str | None:
+    """``en`` or ``ru`` for a prose cell of one language; None for a cell both languages share."""
+    langs = [t for t in cell.metadata.get("tags", []) if t in LANGUAGES]
+    if len(langs) > 1:
+        raise SourceError(f"a cell is tagged with more than one language: {cell.source[:60]!r}")
+    if langs and cell.cell_type != "markdown":
+        raise SourceError(f"only prose may be language-specific; a {cell.cell_type} cell is tagged {langs[0]}")
+    return langs[0] if langs else None
+
+
+def split(source: Path) -> dict[str, nbformat.NotebookNode]:
+    """The lesson's notebook in each language, without outputs."""
+    nb = jupytext.read(source)
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and cell_language(cell) is None:
+            raise SourceError(f"{source.name}: a prose cell has no language tag: {cell.source[:60]!r}")
+    out = {}
+    for lang in LANGUAGES:
+        cells = []
+        for cell in nb.cells:
+            if cell_language(cell) not in (None, lang):
+                continue
+            cell = nbformat.from_dict(dict(cell))
+            tags = [t for t in cell.metadata.get("tags", []) if t not in LANGUAGES]
+            cell.metadata = {"tags": tags} if tags else {}
+            cell.id = f"{source.stem[:2]}-{len(cells):03d}"
+            if cell.cell_type == "code":
+                cell.outputs, cell.execution_count = [], None
+            cells.append(cell)
+        book = nbformat.v4.new_notebook(cells=cells)
+        book.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
+        out[lang] = book
+    return out
+
+
+def _shape(cell) -> tuple:
+    """What must match between two notebooks of a lesson: the type of a cell, and all of a code cell."""
+    if cell.cell_type == "code":
+        return ("code", cell.source, tuple(cell.metadata.get("tags", [])))
+    return (cell.cell_type,)
+
+
+def drift(en: nbformat.NotebookNode, ru: nbformat.NotebookNode) -> list[str]:
+    """How the two languages of one lesson differ beyond their prose; empty when they are in step."""
+    problems = []
+    if len(en.cells) != len(ru.cells):
+        problems.append(f"{len(en.cells)} cells in en, {len(ru.cells)} in ru")
+    for i, (a, b) in enumerate(zip(en.cells, ru.cells)):
+        if _shape(a) != _shape(b):
+            problems.append(f"cell {i} differs: en {_shape(a)[:2]!r} vs ru {_shape(b)[:2]!r}")
+    return problems
+
+
+def stale(source: Path, lang: str, committed: nbformat.NotebookNode) -> list[str]:
+    """How a committed notebook differs from what its source builds (cells, not outputs); empty when current."""
+    fresh = split(source)[lang]
+    problems = []
+    if len(fresh.cells) != len(committed.cells):
+        problems.append(f"{lang}/{source.stem}: source has {len(fresh.cells)} cells, notebook {len(committed.cells)}")
+    for i, (a, b) in enumerate(zip(fresh.cells, committed.cells)):
+        if (a.cell_type, a.source, a.metadata.get("tags", [])) != (b.cell_type, b.source, b.metadata.get("tags", [])):
+            problems.append(f"{lang}/{source.stem}: cell {i} differs from the source; run notebooks/build.py")
+    return problems
+
+
+def target(source: Path, lang: str) -> Path:
+    return HERE / lang / (source.stem + ".ipynb")
+
+
+def execute(nb: nbformat.NotebookNode, folder: Path) -> None:
+    """Run every cell in a fresh kernel started in ``folder``; a failing cell raises."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(folder)}})
+    client.execute()
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)  # keep it stable whatever the local kernel calls itself
+
+
+def coalesce_streams(nb: nbformat.NotebookNode) -> None:
+    """Merge consecutive writes to the same stream, which the kernel may flush in pieces at random."""
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        merged = []
+        for out in cell.outputs:
+            if (out.output_type == "stream" and merged and merged[-1].output_type == "stream"
+                    and merged[-1].name == out.name):
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        cell.outputs = merged
+
+
+def build(source: Path, run: bool = True) -> list[Path]:
+    written = []
+    for lang, nb in split(source).items():
+        path = target(source, lang)
+        path.parent.mkdir(exist_ok=True)
+        if run:
+            execute(nb, path.parent)
+            coalesce_streams(nb)
+        nbformat.validate(nb)
+        nbformat.write(nb, path)
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("lessons", nargs="*", help="lesson name prefixes, e.g. 01 or 02-claim")
+    parser.add_argument("--no-execute", action="store_true", help="write the cells without running them")
+    args = parser.parse_args(argv)
+    chosen = [s for s in sources() if not args.lessons or any(s.stem.startswith(p) for p in args.lessons)]
+    if not chosen:
+        parser.error(f"no lesson source matches {args.lessons}")
+    for source in chosen:
+        for path in build(source, run=not args.no_execute):
+            print(f"wrote {path.relative_to(HERE.parent)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""The lessons stay in step: one source per lesson, the same code in both languages, committed notebooks current and run."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+from pathlib import Path
+
+import nbformat
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
+
+_spec = importlib.util.spec_from_file_location("lesson_build", NOTEBOOKS / "build.py")
+build = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(build)
+
+SOURCES = build.sources()
+STEMS = [s.stem for s in SOURCES]
+
+
+def _read(lang: str, stem: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOKS / lang / f"{stem}.ipynb", as_version=4)
+
+
+def test_there_are_lessons_zero_to_four_with_sortable_names():
+    assert [s[:2] for s in STEMS] == ["00", "01", "02", "03", "04"]
+
+
+@pytest.mark.parametrize("lang", build.LANGUAGES)
+def test_every_notebook_in_a_language_has_a_source_and_every_source_a_notebook(lang):
+    committed = sorted(p.stem for p in (NOTEBOOKS / lang).glob("*.ipynb"))
+    assert committed == STEMS
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_both_languages_of_a_lesson_share_every_code_cell(stem):
+    assert build.drift(_read("en", stem), _read("ru", stem)) == []
+
+
+@pytest.mark.parametrize("stem", STEMS)
+@pytest.mark.parametrize("lang", build.LANGUAGES)
+def test_the_committed_notebook_is_what_its_source_builds(stem, lang):
+    assert build.stale(build.SRC / f"{stem}.py", lang, _read(lang, stem)) == []
+
+
+@pytest.mark.parametrize("stem", STEMS)
+@pytest.mark.parametrize("lang", build.LANGUAGES)
+def test_the_committed_notebook_was_run_to_the_end_without_errors(stem, lang):
+    code = [c for c in _read(lang, stem).cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code), "some cells were never run"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    assert "lessons.cleanup(work)" in code[-1].source, "the last cell must remove the lesson's temporary folder"
+    assert code[-1].outputs and "True" in code[-1].outputs[-1].get("text", "")
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_the_facts_a_lesson_checks_are_printed_and_the_same_in_both_languages(stem):
+    def facts(lang):
+        return ["".join(o.get("text") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
+                for c in _read(lang, stem).cells
+                if c.cell_type == "code" and "nbval-check-output" in c.metadata.get("tags", [])]
+
+    en = facts("en")
+    assert len(en) >= 3 and all(out.strip() for out in en)
+    assert en == facts("ru")
+
+
+def test_drift_is_caught_when_a_code_cell_or_the_cell_count_differs():
+    en = _read("en", STEMS[1])
+    ru = copy.deepcopy(_read("ru", STEMS[1]))
+    first_code = next(c for c in ru.cells if c.cell_type == "code")
+    first_code.source += "\nprint('only in Russian')"
+    assert build.drift(en, ru)
+    ru = copy.deepcopy(_read("ru", STEMS[1]))
+    ru.cells.pop()
+    assert any("cells in en" in p for p in build.drift(en, ru))
+
+
+def test_a_notebook_edited_by_hand_is_reported_as_out_of_date():
+    nb = copy.deepcopy(_read("en", STEMS[1]))
+    nb.cells[0].source += "\nA sentence added in JupyterLab and not in the source."
+    assert build.stale(SOURCES[1], "en", nb)
+
+
+def test_a_code_cell_tagged_with_a_language_is_refused(tmp_path):
+    src = tmp_path / "09-bad.py"
+    src.write_text('# %% tags=["ru"]\nprint("code for one language only")\n', encoding="utf-8")
+    with pytest.raises(build.SourceError, match="only prose"):
+        build.split(src)
+
+
+def test_a_prose_cell_without_a_language_is_refused(tmp_path):
+    src = tmp_path / "09-bad.py"
+    src.write_text("# %% [markdown]\n# Which language am I?\n", encoding="utf-8")
+    with pytest.raises(build.SourceError, match="no language tag"):
+        build.split(src)
