@@ -1,0 +1,328 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["en"]
+# # Lesson 2. The claim in one statement: one job, one worker
+#
+# Several workers poll the same queue. Each asks for "the next job". If two of them get
+# the *same* job, the email goes out twice, the card is charged twice. The obvious code
+# for a claim — find a pending job, then mark it as mine — has exactly this bug, and it
+# hides well: it works in every test with one worker.
+#
+# In this lesson we first make the bug happen on purpose, step by step, so you can see
+# where it lives. Then we race real processes against one SQLite file and count the
+# duplicates: for the naive claim and for leaselab's single statement. At the end we
+# look at how SQLite executes the claim and in which order jobs come out.
+
+# %% [markdown] tags=["ru"]
+# # Урок 2. Захват одним оператором: одна задача — один воркер
+#
+# Несколько воркеров опрашивают одну очередь, и каждый просит «следующую задачу». Если
+# двое получат *одну и ту же*, письмо уйдёт дважды, а деньги с карты спишутся два раза.
+# Очевидный код захвата — найти задачу в статусе pending, потом пометить её своей —
+# содержит ровно эту ошибку, и прячется она хорошо: в любом тесте с одним воркером всё
+# работает.
+#
+# В этом уроке мы сначала нарочно вызовем ошибку, шаг за шагом, чтобы было видно, где
+# она живёт. Потом устроим гонку настоящих процессов на одном файле SQLite и посчитаем
+# дубли: у наивного захвата и у одного оператора leaselab. В конце посмотрим, как SQLite
+# выполняет захват и в каком порядке задачи выходят из очереди.
+
+# %%
+from leaselab import LeaseLost, ManualClock, Queue, lessons, sql, timeline, wrong
+from leaselab.queue import schema_statements
+
+lang = lessons.language()
+work = lessons.scratch("02-claim")
+
+clock = ManualClock()
+q = Queue(work / "claim.db", clock=clock)
+q.enqueue_many(["send invoice 1", "send invoice 2", "send invoice 3"]);
+
+# %% [markdown] tags=["en"]
+# ## The wrong way: SELECT, then UPDATE
+#
+# The naive claim is two statements. The module `leaselab.wrong` keeps such wrong ways
+# for lessons only; nothing in the library uses it.
+
+# %% [markdown] tags=["ru"]
+# ## Неправильно: сначала SELECT, потом UPDATE
+#
+# Наивный захват — это два оператора. Такие неправильные способы собраны в модуле
+# `leaselab.wrong`: он нужен только для уроков, сама библиотека им не пользуется.
+
+# %% tags=["nbval-check-output"]
+print(wrong.NAIVE_SELECT.strip())
+print()
+print(wrong.NAIVE_UPDATE.strip())
+
+# %% [markdown] tags=["en"]
+# Two workers, A and B, each with its own connection to the file, as two processes
+# would have. We run their steps in a chosen order: both look first, then both write.
+# Between a worker's look and its write there is always *some* time — a context switch,
+# a page fault, a network hop — and that is all the bug needs. Each step moves the
+# clock by one second so the timeline below is readable.
+
+# %% [markdown] tags=["ru"]
+# Два воркера, A и B, у каждого своё соединение с файлом, как было бы у двух процессов.
+# Выполним их шаги в выбранном порядке: сначала оба смотрят, потом оба пишут. Между
+# «посмотрел» и «записал» у воркера всегда проходит *какое-то* время — переключение
+# контекста, промах страницы, сетевой переход, — и ошибке больше ничего не нужно. Каждый
+# шаг сдвигает часы на секунду, чтобы на временной шкале ниже было что разглядеть.
+
+# %% tags=["nbval-check-output"]
+a = wrong.NaiveClaimer(q.path, "A", clock=clock)
+b = wrong.NaiveClaimer(q.path, "B", clock=clock)
+
+a_pick = a.select();   print("1. A looks and sees job", a_pick)
+clock.advance(1)
+b_pick = b.select();   print("2. B looks and sees job", b_pick, "(A has not written yet)")
+clock.advance(1)
+a_job = a.update(a_pick); print("3. A marks job", a_job.id, "as its own: attempt", a_job.attempts)
+clock.advance(1)
+b_job = b.update(b_pick); print("4. B marks job", b_job.id, "as its own: attempt", b_job.attempts)
+
+# %% tags=["nbval-check-output"]
+claims = [(e.worker, e.attempt) for e in q.events(a_pick) if e.kind == "claimed"]
+print("job", a_pick, "was claimed by:", claims)
+print("both workers now run the handler for the same job:", a_job.id == b_job.id)
+
+# %% [markdown] tags=["en"]
+# Both workers believe they own job 1, and both will do it. The job row holds B's token,
+# so when A finishes, its write is refused (that is the fencing of lesson 3) — but by
+# then the invoice has already been sent twice.
+
+# %% [markdown] tags=["ru"]
+# Оба воркера уверены, что задача 1 — их, и оба её выполнят. В строке задачи записан
+# токен B, поэтому, когда A закончит, его запись отклонят (это fencing из урока 3), но
+# счёт к тому времени уже уйдёт дважды.
+
+# %% tags=["nbval-check-output"]
+clock.advance(3)
+try:
+    q.complete(a_job.id, a_job.token, {"sent_by": "A"})
+except LeaseLost:
+    print("A's complete: LeaseLost (too late: A already sent the invoice)")
+clock.advance(1)
+q.complete(b_job.id, b_job.token, {"sent_by": "B"})
+print("B's complete:", q.get(b_job.id).status)
+a.close(); b.close()
+
+# %% tags=["nbval-ignore-output"]
+timeline.draw(timeline.timeline_data(q.events()), lang=lang)
+
+# %% [markdown] tags=["en"]
+# ## The right way: one statement
+#
+# leaselab chooses the job and grants the lease in **one** `UPDATE`, whose `WHERE` picks
+# the id with a subquery:
+
+# %% [markdown] tags=["ru"]
+# ## Правильно: один оператор
+#
+# leaselab выбирает задачу и выдаёт аренду **одним** `UPDATE`, а id задачи выбирает
+# подзапрос в его `WHERE`:
+
+# %% tags=["nbval-check-output"]
+print(sql.CLAIM.strip())
+
+# %% [markdown] tags=["en"]
+# Why does this help? SQLite lets one writer at a time into the file, and an `UPDATE`
+# takes that write lock *before* it reads anything. So the subquery and the update of one
+# claim see the same, latest state of the table, and no other claim can slip in between:
+# there is no "between". The second worker simply gets the next job. (Wrapping the two
+# naive statements in `BEGIN … COMMIT` does not help on its own: a plain transaction in
+# SQLite reads without the write lock, both workers still see job 1, and one of them
+# then fails with "database is locked".)
+#
+# There is no way to interleave two single-statement claims by hand, so we just claim
+# twice, as A and as B:
+
+# %% [markdown] tags=["ru"]
+# Почему это помогает? SQLite пускает в файл только одного пишущего за раз, а `UPDATE`
+# берёт блокировку на запись *до* того, как что-либо прочитать. Поэтому подзапрос и
+# обновление одного захвата видят одно и то же, самое свежее состояние таблицы, и
+# другой захват не может вклиниться между ними: никакого «между» просто нет. Второй
+# воркер получает следующую задачу. (Обернуть два наивных оператора в `BEGIN … COMMIT`
+# самого по себе мало: обычная транзакция в SQLite читает без блокировки на запись, оба
+# воркера всё равно увидят задачу 1, и один из них потом упадёт с «database is locked».)
+#
+# Вручную переплести два захвата одним оператором невозможно, поэтому просто захватим
+# дважды, от имени A и от имени B:
+
+# %% tags=["nbval-check-output"]
+a_job = q.claim("A", lease=30)
+b_job = q.claim("B", lease=30)
+print("A gets job", a_job.id, "| B gets job", b_job.id, "| different jobs:", a_job.id != b_job.id)
+
+# %% [markdown] tags=["en"]
+# ## A real race between processes
+#
+# Step by step proves the bug exists; a race shows how often it bites. `wrong.race`
+# fills a fresh queue file with 100 jobs and starts 4 worker processes that wait at a
+# starting line, then claim as fast as they can until the queue is empty. Afterwards it
+# counts, from the history, how many claims went to a job someone had already claimed.
+# The naive claimers pause 2 ms between their two statements, about one network round
+# trip to a database server.
+
+# %% [markdown] tags=["ru"]
+# ## Настоящая гонка процессов
+#
+# Пошаговый разбор доказывает, что ошибка есть; гонка показывает, как часто она кусает.
+# `wrong.race` заполняет новый файл очереди 100 задачами и запускает 4 процесса-воркера:
+# они ждут на линии старта, а потом захватывают задачи так быстро, как могут, пока
+# очередь не опустеет. Затем по журналу считается, сколько захватов пришлось на задачу,
+# которую кто-то уже захватил. Наивные воркеры делают паузу в 2 мс между своими двумя
+# операторами — примерно один сетевой запрос к серверу базы данных.
+
+# %% tags=["nbval-ignore-output"]
+naive = wrong.race(work / "race-naive.db", claim="naive", workers=4, jobs=100)
+single = wrong.race(work / "race-single.db", claim="single", workers=4, jobs=100)
+print(naive)
+print(single)
+
+# %% tags=["nbval-check-output"]
+print("duplicates with the naive claim > 0:", naive.duplicates > 0)
+print("duplicates with the single statement:", single.duplicates)
+print("single statement: every one of", single.jobs, "jobs claimed exactly once:", single.claims == single.jobs)
+
+# %% [markdown] tags=["en"]
+# The exact number of naive duplicates changes from run to run (run the cell again), but
+# it is never zero for long. The single statement gives zero, every time: not because it
+# was lucky, but because there is no moment at which a second claim could see the job as
+# still pending.
+
+# %% [markdown] tags=["ru"]
+# Точное число дублей у наивного захвата меняется от запуска к запуску (запустите ячейку
+# ещё раз), но надолго нулём оно не остаётся. Один оператор даёт ноль каждый раз, и не
+# потому, что повезло: просто нет такого момента, когда второй захват мог бы увидеть
+# задачу ещё свободной.
+
+# %% [markdown] tags=["en"]
+# ## How SQLite finds the next job
+#
+# A claim runs every time a worker polls, so it must stay fast however many finished jobs
+# pile up. The schema keeps an index right beside the table, in the order the claim sorts,
+# and *partial*: only pending jobs are in it, so a claimed or finished job leaves the
+# index and the claim never walks over it.
+
+# %% [markdown] tags=["ru"]
+# ## Как SQLite находит следующую задачу
+#
+# Захват выполняется при каждом опросе очереди, поэтому он должен оставаться быстрым,
+# сколько бы выполненных задач ни накопилось. В схеме рядом с таблицей лежит индекс в том
+# порядке, в каком сортирует захват, и он *частичный*: в нём только задачи в статусе
+# pending, так что захваченная или выполненная задача из индекса уходит, и захват её
+# никогда не перебирает.
+
+# %% tags=["nbval-check-output"]
+print([s for s in schema_statements() if "jobs_claim" in s][0])
+
+# %% tags=["nbval-ignore-output"]
+plan = lessons.claim_plan(q)
+print("\n".join(plan))
+
+# %% tags=["nbval-check-output"]
+print("the claim uses the index jobs_claim:", any("jobs_claim" in step for step in plan))
+print("the claim sorts in a temporary B-tree:", any("TEMP B-TREE" in step for step in plan))
+
+# %% [markdown] tags=["en"]
+# ## Who goes first: priority, then `run_at`, then id
+#
+# Higher `priority` first; among equals, the one that became runnable earlier; among
+# those, the older id. A job whose `run_at` is in the future (a `delay`, or a backoff
+# after a failure) is not claimable at all until then.
+
+# %% [markdown] tags=["ru"]
+# ## Кто первый: приоритет, потом `run_at`, потом id
+#
+# Сначала больший `priority`; при равном — та, что раньше стала доступна; при равных и
+# тут — с меньшим id. Задачу с `run_at` в будущем (из-за `delay` или паузы после ошибки)
+# до этого момента нельзя захватить вовсе.
+
+# %% tags=["nbval-check-output"]
+o = Queue(work / "order.db", clock=clock)
+o.enqueue("ordinary, early", priority=0)
+clock.advance(1)
+o.enqueue("ordinary, later", priority=0)
+o.enqueue("urgent", priority=10)
+o.enqueue("urgent, but tomorrow", priority=10, delay=24 * 3600)
+print("now:", [o.claim("w").payload for _ in range(3)], "then", o.claim("w"))
+clock.advance(24 * 3600)
+print("a day later:", o.claim("w").payload)
+
+# %% [markdown] tags=["en"]
+# ## Summary
+#
+# - "Find a job, then take it" in two statements gives the same job to two workers
+#   whenever their steps interleave. One worker never shows it; real load does.
+# - leaselab's claim is **one** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
+#   SQLite's single writer makes it atomic: zero duplicates, by construction.
+# - A partial index in the claim's sort order keeps the claim a short index search
+#   with no sorting, however long the history grows.
+# - Order: `priority DESC, run_at, id`; a job is invisible until its `run_at`.
+#
+# ## Exercises
+#
+# 1. Predict: how many duplicates does the *naive* claim give with a single worker
+#    process? Run the cell.
+# 2. Predict the order in which these jobs are claimed, then run the cell: `"x"`
+#    (priority 1, delay 5 s), `"y"` (priority 0), `"z"` (priority 1), with the clock
+#    moved by 10 s before claiming.
+
+# %% [markdown] tags=["ru"]
+# ## Итоги
+#
+# - «Найти задачу, потом взять» двумя операторами отдаёт одну задачу двум воркерам, как
+#   только их шаги переплетутся. С одним воркером этого не видно, под реальной нагрузкой —
+#   видно.
+# - Захват в leaselab — **один** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
+#   Единственный пишущий в SQLite делает его атомарным: ноль дублей по построению.
+# - Частичный индекс в порядке сортировки захвата превращает захват в короткий поиск по
+#   индексу без сортировки, какой бы длинной ни была история.
+# - Порядок: `priority DESC, run_at, id`; до своего `run_at` задача невидима.
+#
+# ## Упражнения
+#
+# 1. Предскажите: сколько дублей даст *наивный* захват с одним процессом-воркером?
+#    Запустите ячейку.
+# 2. Предскажите порядок, в котором будут захвачены эти задачи, и запустите ячейку:
+#    `"x"` (приоритет 1, задержка 5 с), `"y"` (приоритет 0), `"z"` (приоритет 1), а перед
+#    захватом часы сдвинуты на 10 с.
+
+# %% tags=["nbval-check-output"]
+alone = wrong.race(work / "race-alone.db", claim="naive", workers=1, jobs=50)
+print("naive claim, one worker, duplicates:", alone.duplicates)
+
+# %% tags=["nbval-check-output"]
+ex = Queue(work / "exercise.db", clock=ManualClock())
+ex.enqueue("x", priority=1, delay=5)
+ex.enqueue("y", priority=0)
+ex.enqueue("z", priority=1)
+ex.clock.advance(10)
+print([ex.claim("w").payload for _ in range(3)])
+ex.close()
+
+# %% [markdown] tags=["en"]
+# (2: `z` first — same priority as `x` but runnable 5 s earlier — then `x`, then `y`.)
+#
+# Clean up: close the files and remove the temporary folder. `race` has already waited
+# for all of its processes.
+
+# %% [markdown] tags=["ru"]
+# (2: первой `z` — приоритет как у `x`, но доступна на 5 с раньше, — потом `x`, потом `y`.)
+#
+# Уберём за собой: закроем файлы и удалим временную папку. `race` уже дождался всех своих
+# процессов.
+
+# %% tags=["nbval-check-output"]
+o.close()
+q.close()
+print("temporary folder removed:", lessons.cleanup(work))
