@@ -38,10 +38,10 @@ QUIET_SETTINGS = {
 
 
 def chromium_path() -> str | None:
-    """The system Chromium to drive, or None: ``$LEASELAB_CHROMIUM`` wins over the usual Debian paths."""
+    """The system Chromium to drive, or None. ``$LEASELAB_CHROMIUM``, when set, is the only candidate."""
     chosen = os.environ.get("LEASELAB_CHROMIUM")
-    for candidate in ([chosen] if chosen else []) + list(CHROMIUM_CANDIDATES):
-        if candidate and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+    for candidate in [chosen] if chosen else CHROMIUM_CANDIDATES:
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
 
@@ -83,6 +83,13 @@ def _ppid(pid: int) -> int | None:
     # The command name in parentheses may hold spaces; the fields after the last ')' are fixed.
     fields = stat.rpartition(")")[2].split()
     return int(fields[1]) if len(fields) > 1 else None
+
+
+def process_state(pid: int) -> str | None:
+    """The one-letter state in /proc/PID/stat ('R', 'S', 'T' = stopped, 'Z' = zombie), or None when gone."""
+    stat = _read(f"/proc/{pid}/stat").decode(errors="replace")
+    fields = stat.rpartition(")")[2].split()
+    return fields[0] if fields else None
 
 
 def _alive(pid: int) -> bool:
@@ -165,6 +172,8 @@ class LabServer:
             JUPYTER_DATA_DIR=str(self.home / "data"),
             JUPYTER_RUNTIME_DIR=str(self.home / "runtime"),
             IPYTHONDIR=str(self.home / "ipython"),
+            # Lessons make scratch folders with tempfile: keep them, and their workers' files, in the test's.
+            TMPDIR=str(self.home / "tmp"),
             JUPYTER_PLATFORM_DIRS="1",
             PYTHONUNBUFFERED="1",
         )
@@ -195,7 +204,7 @@ class LabServer:
         return args + self.extra_args
 
     def start(self, timeout: float = 90) -> "LabServer":
-        for sub in ("config", "data", "runtime", "ipython", "workspaces"):
+        for sub in ("config", "data", "runtime", "ipython", "workspaces", "tmp"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
         self.write_settings()
         log = open(self.log_path, "wb")
@@ -239,38 +248,146 @@ class LabServer:
             self._known |= descendants(self.proc.pid)
         return set(self._known)
 
-    def stop(self, timeout: float = 30) -> None:
-        """Shut the server and its kernels down politely, then kill whatever is left under it."""
-        if self.proc is None:
-            return
-        self.remember_children()
-        if self.proc.poll() is None:
-            try:
-                req = urllib.request.Request(self.base + "/api/shutdown", method="POST", data=b"")
-                urllib.request.urlopen(req, timeout=10).close()
-            except OSError:
-                pass
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            if self.proc.poll() is not None:
-                break
-            try:
-                os.killpg(self.proc.pid, sig)
-            except ProcessLookupError:
-                break
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                pass
-        # Kernels run in sessions of their own, so the group kill above misses them.
-        kill_all(pid for pid in self._known if _alive(pid) and pid != self.proc.pid)
-        self.proc = None
+    def stop(self, timeout: float = 30, kill_leftovers: bool = True) -> None:
+        """Shut the server and its kernels down politely, then kill whatever is left of the server.
+
+        With ``kill_leftovers`` every process ever seen under it (kernels, workers) is then killed
+        too; a test that checks JupyterLab's own clean-up passes False first, and True in teardown.
+        """
+        if self.proc is not None:
+            self.remember_children()
+            if self.proc.poll() is None:
+                try:
+                    req = urllib.request.Request(self.base + "/api/shutdown", method="POST", data=b"")
+                    urllib.request.urlopen(req, timeout=10).close()
+                except OSError:
+                    pass
+                try:
+                    self.proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    pass
+            for sig in (signal.SIGTERM, signal.SIGKILL):
+                if self.proc.poll() is not None:
+                    break
+                try:
+                    os.killpg(self.proc.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    self.proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+            self._known.discard(self.proc.pid)
+            self.proc = None
+        if kill_leftovers:
+            # Kernels and workers run in sessions of their own, so the group kill above misses them.
+            kill_all(pid for pid in self._known if _alive(pid))
 
 
 def copy_notebooks(src: Path, dst: Path) -> Path:
     """A copy of the repo's notebooks without checkpoints or databases, so a test never writes into the repo."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "*.db", "*.db-*", "__pycache__"))
     return dst
+
+
+# -- the page ----------------------------------------------------------------
+
+# Is the notebook's kernel started and idle? Works in any interface language.
+_KERNEL_IDLE = """() => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  return !!k && k.status === 'idle' && !w.sessionContext.pendingInput;
+}"""
+
+# Every code cell up to index ``last`` has a reply (JupyterLab clears the count when a cell starts and
+# sets it from the reply) and the kernel is idle; or a cell raised, after which the rest never run.
+_RAN_THROUGH = """last => {
+  const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+  const k = w && w.sessionContext && w.sessionContext.session && w.sessionContext.session.kernel;
+  if (!k || !w.content) return false;
+  if (w.node.querySelector('.jp-RenderedText[data-mime-type="application/vnd.jupyter.error"]')) return true;
+  return k.status === 'idle' && w.content.widgets.slice(0, last + 1)
+    .every(c => c.model.type !== 'code' || c.model.executionCount !== null);
+}"""
+
+# Clear every output, select the first code cell whose source holds ``text``, run all above it, then it.
+_RUN_THROUGH = """async text => {
+  const app = window.jupyterapp, w = app.shell.currentWidget, cells = w.content.widgets;
+  const index = cells.findIndex(c => c.model.type === 'code' && c.model.sharedModel.getSource().includes(text));
+  if (index < 0) return -1;
+  await app.commands.execute('notebook:clear-all-cell-outputs');
+  w.content.activeCellIndex = index;
+  if (index > 0) await app.commands.execute('notebook:run-all-above');
+  await app.commands.execute('notebook:run-cell');
+  return index;
+}"""
+
+_ROWS = """el => Array.from(el.querySelectorAll('tr')).map(tr =>
+  Array.from(tr.querySelectorAll('th,td')).map(c => c.innerText.trim()))"""
+
+
+class NotebookPage:
+    """One notebook open in JupyterLab in a Playwright page, driven the way a reader would."""
+
+    def __init__(self, page, server: LabServer, shots: Path, prefix: str, focus: str | None = None):
+        self.page, self.server, self.focus = page, server, focus
+        self.shots, self.prefix = Path(shots), prefix
+        self.count = 0
+        self.console_errors: list[str] = []
+        page.on("pageerror", lambda exc: self.console_errors.append(str(exc)))
+
+    def open(self, path: str, timeout: float = 180) -> None:
+        self.page.goto(f"{self.server.base}/lab/tree/{path}?reset", wait_until="domcontentloaded")
+        self.page.wait_for_function(_KERNEL_IDLE, timeout=timeout * 1000, polling=500)
+
+    def run_through(self, text: str, timeout: float = 300) -> int:
+        """Run the notebook from the top down to the first code cell containing ``text``, as a reader would.
+
+        Through the app's commands, so the interface language does not matter. Stored outputs are
+        cleared first: their execution counts would otherwise look like cells that already ran.
+        Cells below stay unrun (a lesson's last cell may close what the reader is meant to use).
+        """
+        index = self.page.evaluate(_RUN_THROUGH, text)
+        assert index >= 0, f"no code cell containing {text!r} in the notebook"
+        self.page.wait_for_function(_RAN_THROUGH, arg=index, timeout=timeout * 1000, polling=500)
+        errors = self.tracebacks()
+        if errors:
+            self.screenshot("traceback")
+            raise AssertionError("a cell raised:\n" + "\n---\n".join(errors))
+        return index
+
+    def tracebacks(self) -> list[str]:
+        return self.page.locator('.jp-RenderedText[data-mime-type="application/vnd.jupyter.error"]').all_inner_texts()
+
+    def rows(self, css: str) -> list[list[str]]:
+        """The rows of the first HTML table inside the element with class ``css``, as cell texts."""
+        return self.page.locator(css).first.evaluate(_ROWS)
+
+    def wait_rows(self, css: str, test: Callable[[list[list[str]]], object], what: str, timeout: float = 60):
+        """Poll the table until ``test(rows)`` is truthy; the failure shows the last rows seen."""
+        seen: list = []
+
+        def check():
+            seen[:] = self.rows(css)
+            return test(seen)
+
+        try:
+            return wait_for(check, timeout, what, interval=0.3)
+        except AssertionError as exc:
+            self.screenshot("failed")
+            raise AssertionError(f"{exc}; the table showed {seen}") from None
+
+    def screenshot(self, step: str) -> Path:
+        """Save ``<prefix>-NN-step.png``: the ``focus`` element (the dashboard) when shown, else the window."""
+        self.count += 1
+        path = self.shots / f"{self.prefix}-{self.count:02d}-{step}.png"
+        self.shots.mkdir(parents=True, exist_ok=True)
+        target = self.page.locator(self.focus).first if self.focus else None
+        if target is not None and target.count() and target.is_visible():
+            target.screenshot(path=str(path))
+        else:
+            self.page.screenshot(path=str(path))
+        return path
+
+    def scroll_to(self, css: str) -> None:
+        self.page.locator(css).first.scroll_into_view_if_needed()
