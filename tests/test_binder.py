@@ -1,0 +1,104 @@
+"""What mybinder.org would build works: binder/ installs into a fresh virtual environment and every lesson runs there.
+
+Slow (a pip install of JupyterLab, then every notebook in both languages): marked
+``binder``; deselect with ``-m "not binder"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BINDER = ROOT / "binder"
+LANGS = ("en", "ru")
+
+pytestmark = pytest.mark.binder
+
+# Runs inside the fresh environment: execute each notebook in a folder named like its
+# language (lessons read their language from it) and write the result beside it.
+RUNNER = r"""
+import json, sys
+from pathlib import Path
+import nbformat
+from nbclient import NotebookClient
+
+report = {}
+for path in map(Path, sys.argv[1:]):
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=180, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbformat.write(nb, path.with_suffix(".out.ipynb"))
+    report[str(path)] = "ok"
+print(json.dumps(report))
+"""
+
+PROBE = "import sys, leaselab\nprint(sys.prefix)\nprint(leaselab.__file__)"
+
+
+def _facts(nb: nbformat.NotebookNode) -> list[str]:
+    """The printed text of every cell whose output the lesson checks (nbval-check-output)."""
+    return ["".join(o.get("text", "") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
+            for c in nb.cells
+            if c.cell_type == "code" and "nbval-check-output" in c.metadata.get("tags", [])]
+
+
+def test_runtime_pins_a_python_and_requirements_install_the_project_with_the_russian_pack():
+    runtime = (BINDER / "runtime.txt").read_text().strip()
+    assert runtime.startswith("python-3.") and runtime.count(".") == 1
+    lines = [l.split("#")[0].strip() for l in (BINDER / "requirements.txt").read_text().splitlines()]
+    lines = [l for l in lines if l]
+    assert ".[lab]" in lines
+    assert "jupyterlab-language-pack-ru-RU" in lines
+
+
+def test_the_lessons_run_in_a_fresh_environment_made_only_from_binder(tmp_path):
+    want = (BINDER / "runtime.txt").read_text().strip().removeprefix("python-")
+    if f"{sys.version_info[0]}.{sys.version_info[1]}" != want:
+        pytest.skip(f"binder/runtime.txt asks for Python {want}; this is {sys.version.split()[0]}")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+               JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),   # no user-level kernels
+               JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
+               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    # As repo2docker does: from the repository root, exactly the requirements file.
+    install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"],
+                             cwd=ROOT, env=env, capture_output=True, text=True)
+    assert install.returncode == 0, install.stderr[-3000:]
+    shown = subprocess.run([str(python), "-m", "pip", "show", "jupyterlab-language-pack-ru-RU", "leaselab"],
+                           env=env, capture_output=True, text=True)
+    assert "Name: jupyterlab-language-pack-ru-RU" in shown.stdout and "Name: leaselab" in shown.stdout
+
+    copies = []
+    for lang in LANGS:
+        folder = tmp_path / "run" / lang
+        folder.mkdir(parents=True)
+        for nb in sorted((ROOT / "notebooks" / lang).glob("*.ipynb")):
+            copies.append(Path(shutil.copy(nb, folder / nb.name)))
+    probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
+    probe.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(probe, tmp_path / "run" / "probe.ipynb")
+    run = subprocess.run([str(python), "-c", RUNNER, str(tmp_path / "run" / "probe.ipynb"), *map(str, copies)],
+                         cwd=tmp_path / "run", env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-5000:]
+    assert len(json.loads(run.stdout.strip().splitlines()[-1])) == len(copies) + 1
+
+    printed = nbformat.read(tmp_path / "run" / "probe.out.ipynb", as_version=4).cells[0].outputs[0]["text"]
+    prefix, module = printed.split()
+    assert Path(prefix).resolve() == venv.resolve(), "the kernel did not run in the fresh environment"
+    assert Path(module).resolve().is_relative_to(venv.resolve()), "leaselab was not imported from the install"
+
+    for copy in copies:
+        committed = nbformat.read(ROOT / "notebooks" / copy.parent.name / copy.name, as_version=4)
+        ran = nbformat.read(copy.with_suffix(".out.ipynb"), as_version=4)
+        assert _facts(ran) == _facts(committed), f"{copy.parent.name}/{copy.name} taught different facts"
