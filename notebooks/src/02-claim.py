@@ -115,6 +115,17 @@ q.complete(b_job.id, b_job.token, {"sent_by": "B"})
 print("B's complete:", q.get(b_job.id).status)
 a.close(); b.close()
 
+# %% [markdown] tags=["en"]
+# On the timeline, from second 3 both lanes hold job 1 at once: that overlap is the
+# duplicate. A's bar never closes properly, because nothing in the queue ended A's
+# attempt — B's `UPDATE` simply wrote over it — and the cross marks A's refused write.
+
+# %% [markdown] tags=["ru"]
+# На временной шкале с третьей секунды обе дорожки держат задачу 1 одновременно: это
+# перекрытие и есть дубль. Полоса A так и не закрывается как следует, потому что очередь
+# никак не завершала попытку A — `UPDATE` от B просто записал поверх неё, — а крестик
+# отмечает отклонённую запись A.
+
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 
@@ -265,8 +276,8 @@ print("a day later:", o.claim("w").payload)
 #   whenever their steps interleave. One worker never shows it; real load does.
 # - leaselab's claim is **one** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
 #   SQLite's single writer makes it atomic: zero duplicates, by construction.
-# - A partial index in the claim's sort order keeps the claim a short index search
-#   with no sorting, however long the history grows.
+# - A partial index in the claim's sort order turns the claim into a walk along the
+#   index that stops at the first pending job: no sorting, however long the history grows.
 # - Order: `priority DESC, run_at, id`; a job is invisible until its `run_at`.
 #
 # ## Exercises
@@ -285,8 +296,9 @@ print("a day later:", o.claim("w").payload)
 #   видно.
 # - Захват в leaselab — **один** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
 #   Единственный пишущий в SQLite делает его атомарным: ноль дублей по построению.
-# - Частичный индекс в порядке сортировки захвата превращает захват в короткий поиск по
-#   индексу без сортировки, какой бы длинной ни была история.
+# - Частичный индекс в порядке сортировки захвата превращает захват в проход по индексу,
+#   который останавливается на первой свободной задаче: без сортировки, какой бы длинной
+#   ни была история.
 # - Порядок: `priority DESC, run_at, id`; до своего `run_at` задача невидима.
 #
 # ## Упражнения

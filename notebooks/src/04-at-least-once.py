@@ -191,6 +191,7 @@ clock.advance(11); q.reap(); clock.advance(q.backoff.delay(1))
 second = q.claim("w2", lease=10)               # w2 freezes here
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(2))
 third = q.claim("w3", lease=10)
+clock.advance(2)                               # w3 works for two seconds
 with effects.completing(q, third, result="paid") as tx:
     effects.record_deposit(tx, "carol", 10, job=third)
 print("attempt 3: job", q.get(pay_id).status, "| carol has", ledger_here.balance("carol"))
