@@ -16,8 +16,13 @@ from .errors import (
     LeaselabError,
     LeaseLost,
     NotALeaselabDatabase,
+    ScenarioTimeout,
     SchemaTooNew,
+    SignalsUnsupported,
+    UnknownWorker,
     UnsupportedSQLite,
+    WorkerExists,
+    WorkerNotRunning,
 )
 from .job import Event, Job, Status
 from .queue import Queue
@@ -28,5 +33,6 @@ __version__ = "0.1.0"
 __all__ = [
     "Backoff", "DatabaseBusy", "DatabaseUnwritable", "Event", "HandlerError", "InvalidPayload",
     "Job", "JobNotFound", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
-    "Queue", "SchemaTooNew", "Status", "UnsupportedSQLite", "Worker", "load_handler",
+    "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "UnknownWorker",
+    "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]
