@@ -388,7 +388,13 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise _translate(exc, path) from exc
     try:
-        _check_schema(conn, path, creating=False)
+        # One read transaction, so the ids and the table list come from one snapshot: read apart,
+        # another process creating the schema in between made a fresh file look foreign.
+        conn.execute("BEGIN")
+        try:
+            _check_schema(conn, path, creating=False)
+        finally:
+            conn.execute("COMMIT")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if path != ":memory:" and mode.lower() != "wal":
             raise DatabaseUnwritable(f"{path}: could not switch to WAL mode (got {mode!r})")
