@@ -9,6 +9,7 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -626,6 +627,41 @@ def test_a_missing_folder_is_database_unwritable_and_is_not_created(tmp_path):
     with pytest.raises(DatabaseUnwritable):
         Queue(missing / "jobs.db")
     assert not (tmp_path / "no").exists()
+
+
+def test_a_fresh_file_is_not_mistaken_for_foreign_when_another_queue_creates_the_schema_meanwhile(
+        tmp_path, monkeypatch):
+    # Pin the race of many workers opening one new file: another process creates the schema between
+    # our reading the file's ids and our listing its tables. Either it must wait for our read to end,
+    # or we must see its schema whole; we must never see its tables without its ids.
+    path = tmp_path / "fresh.db"
+    real_connect = sqlite3.connect
+    others: list[str] = []
+    started: list[bool] = []
+
+    class Interleaved(sqlite3.Connection):
+        def execute(self, statement, *args):
+            if statement.startswith("SELECT name FROM sqlite_master") and not started:
+                started.append(True)  # once: the other queue's own connection is Interleaved too
+
+                def other_process():
+                    try:
+                        Queue(path, busy_timeout=0.5).close()
+                        others.append("created the schema")
+                    except LeaselabError as exc:
+                        others.append(f"waited: {type(exc).__name__}")
+                thread = threading.Thread(target=other_process)
+                thread.start()
+                thread.join()
+            return super().execute(statement, *args)
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: real_connect(*a, factory=Interleaved, **k))
+    with Queue(path) as q:
+        job_id = q.enqueue("first")
+    monkeypatch.undo()
+    assert others, "the interleaving never happened"
+    with Queue(path) as q:
+        assert q.get(job_id).payload == "first"
 
 
 def test_an_old_sqlite_is_refused_and_3_35_is_enough():
