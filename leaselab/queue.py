@@ -394,7 +394,8 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         try:
             _check_schema(conn, path, creating=False)
         finally:
-            conn.execute("COMMIT")
+            if conn.in_transaction:  # an error may already have ended it; keep that error, not ours
+                conn.execute("COMMIT")
         mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         if path != ":memory:" and mode.lower() != "wal":
             raise DatabaseUnwritable(f"{path}: could not switch to WAL mode (got {mode!r})")
