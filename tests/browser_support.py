@@ -196,6 +196,7 @@ class LabServer:
             "--ServerApp.disable_check_xsrf=True", "--ServerApp.open_browser=False",
             f"--ServerApp.root_dir={self.root}", "--LabApp.expose_app_in_browser=True",
             "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.extension_manager=readonly",  # the default one searches PyPI
             f"--LabApp.workspaces_dir={self.home / 'workspaces'}",
             "--MappingKernelManager.cull_idle_timeout=0",
         ]

@@ -144,6 +144,17 @@ def test_a_reader_spawns_pauses_and_kills_a_worker_and_sees_its_job_come_back(ch
         old.unlink()
     server = lab_server(locale)
     context = chromium.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    outside: list[str] = []
+
+    def local_only(route):
+        # The lab must work offline: anything not served by our JupyterLab is refused and noted.
+        if route.request.url.startswith((server.base + "/", "ws://127.0.0.1:", "data:", "blob:")):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", local_only)
     page = context.new_page()
     nb = NotebookPage(page, server, SHOTS, lang, focus=".leaselab-lab")
     try:
@@ -152,6 +163,7 @@ def test_a_reader_spawns_pauses_and_kills_a_worker_and_sees_its_job_come_back(ch
         context.close()
         # Only JupyterLab's own shutdown here; the fixture's teardown kills whatever this leaves.
         server.stop(kill_leftovers=False)
+    assert not outside, f"the page tried to reach beyond the local JupyterLab: {outside}"
     # The second worker was still busy with its 60 s job: shutting JupyterLab down ended the kernel,
     # and the kernel's fleet (or the worker's watch on its parent) ended every worker.
     left: list[int] = []

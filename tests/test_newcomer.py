@@ -76,7 +76,8 @@ def jupyter_home(home: Path, port: int) -> dict[str, str]:
         "ServerApp": {"ip": "127.0.0.1", "port": port, "port_retries": 0, "open_browser": False,
                       "token": "", "password": "", "allow_root": True},
         "IdentityProvider": {"token": ""},
-        "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate"},
+        "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+                   "extension_manager": "readonly"},
     }
     (config / "jupyter_server_config.json").write_text(json.dumps(server), encoding="utf-8")
     return {
