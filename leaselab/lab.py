@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import html
 import io
+import os
 import json
 import threading
 from dataclasses import dataclass
@@ -271,7 +272,10 @@ class Lab:
         self.timeline_image = named(W.Image(format="png", layout=W.Layout(display="none", max_width="100%")),
                                     "leaselab-timeline-image")
 
-        title = W.HTML(f"<h3 style='margin:4px 0'>{esc(t('title', L, path=self.path))}</h3>")
+        # The file's name, not its folder: a lesson's scratch path is long enough to wrap the title;
+        # the full path is in the tooltip.
+        title = W.HTML(f"<h3 style='margin:4px 0' title='{esc(self.path)}'>"
+                       f"{esc(t('title', L, path=os.path.basename(self.path)))}</h3>")
 
         def row(children):
             # Wraps instead of squeezing: a narrow window or longer Russian labels move controls down a line.
