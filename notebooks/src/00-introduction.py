@@ -86,21 +86,21 @@ work = lessons.scratch("00-introduction")
 #
 # A scenario is a short script of what happens to the workers. Here one worker, `w1`,
 # takes a job whose handler kills its own process halfway (`kind=crash`). Leases are
-# 1 second.
+# 2 seconds.
 
 # %% [markdown] tags=["ru"]
 # ## Беда первая: воркер умирает посреди задачи
 #
 # Сценарий — это короткая запись того, что происходит с воркерами. Здесь один воркер,
 # `w1`, берёт задачу, обработчик которой на полпути убивает собственный процесс
-# (`kind=crash`). Аренда — 1 секунда.
+# (`kind=crash`). Аренда — 2 секунды.
 
 # %% tags=["nbval-ignore-output"]
 crash = Fleet(work / "crash.db")
 Scenario.parse("""
     spawn w1
     enqueue 1 kind=crash seconds=0.3
-""", lease=1).run(crash)
+""", lease=2).run(crash)
 lessons.wait_until(lambda: crash.state("w1") == "killed", what="w1 to crash");
 
 # %% tags=["nbval-check-output"]
@@ -123,7 +123,7 @@ print("w1 is", crash.state("w1"), "| its job is", job.status, "| held by", job.w
 Scenario.parse("""
     spawn w2
     wait idle
-""", lease=1).run(crash);
+""", lease=2).run(crash);
 
 # %% tags=["nbval-check-output"]
 job = crash.queue.get(job.id)
@@ -153,7 +153,7 @@ Scenario.parse("""
     spawn w2
     wait idle
     resume w1
-""", lease=1).run(freeze)
+""", lease=2).run(freeze)
 lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"], what="w1's refused write");
 
 # %% tags=["nbval-check-output"]
@@ -219,7 +219,7 @@ lab
 #
 # ## Exercises
 #
-# 1. Freeze the only worker while it holds a job, for twice its lease, then thaw it.
+# 1. Freeze the only worker while it holds a job, for one and a half leases, then thaw it.
 #    Nobody else was there to reap. Predict: does `w1` finish its job, and with which
 #    attempt? The cell below plays it on the dashboard; watch `w1`'s badge turn to
 #    *zombie* meanwhile.
@@ -238,7 +238,7 @@ lab
 #
 # ## Упражнения
 #
-# 1. Заморозьте единственного воркера, пока он держит задачу, на две длины аренды и
+# 1. Заморозьте единственного воркера, пока он держит задачу, на полторы длины аренды и
 #    разморозьте. Забрать задачу было некому. Предскажите: закончит ли `w1` свою задачу и
 #    какой попыткой? Ячейка ниже разыгрывает это на панели; посмотрите, как значок `w1`
 #    тем временем становится *зомби*.
@@ -251,8 +251,8 @@ Scenario.parse("""
     enqueue 1 seconds=1
     wait running=1
     pause w1
-    wait leases=2
-""", lease=1).run(lab)
+    wait leases=1.5
+""", lease=2).run(lab)
 print("w1's badge while frozen:", lab.fleet.status()[0].badge)
 Scenario.parse("""
     resume w1

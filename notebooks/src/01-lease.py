@@ -215,7 +215,7 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #
 # Time for a real worker on a real clock. The fleet starts `python -m leaselab worker`
 # processes; each heartbeats every third of its lease and runs the reaper in its loop.
-# The lease is 1 second, the job takes 2 seconds. As soon as `w1` has claimed the job we
+# The lease is 2 seconds, and so is the job. As soon as `w1` has claimed the job we
 # kill it with `SIGKILL`: no clean-up, no goodbye, like a power cut. Then we start `w2`.
 
 # %% [markdown] tags=["ru"]
@@ -223,7 +223,7 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #
 # Пора взять настоящего воркера и настоящие часы. Fleet запускает процессы
 # `python -m leaselab worker`; каждый продлевает аренду раз в треть срока и сам вызывает
-# reaper в своём цикле. Аренда 1 секунда, задача длится 2 секунды. Как только `w1`
+# reaper в своём цикле. Аренда 2 секунды, задача длится столько же. Как только `w1`
 # захватил задачу, убиваем его сигналом `SIGKILL`: без уборки и без прощаний, как при
 # отключении питания. Затем запускаем `w2`.
 
@@ -231,10 +231,10 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
 real_id = real.enqueue({"seconds": 2})
-fleet.spawn(handler="leaselab.demo:task", lease=1.0, name="w1")
+fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what="w1 to claim the job")
 fleet.kill("w1")
-fleet.spawn(handler="leaselab.demo:task", lease=1.0, name="w2")
+fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w2")
 lessons.wait_until(lambda: real.get(real_id).status == "done", what="the job to be done");
 
 # %% tags=["nbval-check-output"]
@@ -245,13 +245,14 @@ print([(e.kind, e.attempt, e.worker) for e in real.events(real_id) if e.kind != 
 
 # %% [markdown] tags=["en"]
 # The job was not lost: `w1` claimed it and died, nobody renewed the lease, `w2`'s reaper
-# took it back one second later, and after a one-second backoff `w2` did it as attempt 2.
+# took the job back once the lease ran out, and after a one-second backoff `w2` did it
+# as attempt 2.
 # On the timeline the dark hatching is the time `w1` was dead.
 
 # %% [markdown] tags=["ru"]
 # Задача не потерялась: `w1` её захватил и умер, аренду никто не продлил, reaper в `w2`
-# через секунду вернул задачу в очередь, и после секундной паузы `w2` выполнил её второй
-# попыткой. Тёмная штриховка на шкале — время, когда `w1` был мёртв.
+# вернул задачу в очередь, как только аренда истекла, и после секундной паузы `w2`
+# выполнил её второй попыткой. Тёмная штриховка на шкале — время, когда `w1` был мёртв.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)

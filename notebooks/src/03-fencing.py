@@ -142,7 +142,7 @@ print("after the zombie wakes: ", q.get(bad_id).result)
 # %% [markdown] tags=["en"]
 # ## A real zombie: `SIGSTOP` and `SIGCONT`
 #
-# Now with processes. `w1` claims a 2-second job with a 1-second lease and we freeze it
+# Now with processes. `w1` claims a 2-second job with a 2-second lease and we freeze it
 # with `SIGSTOP` (that is what `fleet.pause` does). Its heartbeat thread is frozen too.
 # We start `w2`; its reaper finds the expired lease, and `w2` does the job. Then we thaw
 # `w1` with `SIGCONT`. Its next heartbeat or its completion carries the old token.
@@ -150,7 +150,7 @@ print("after the zombie wakes: ", q.get(bad_id).result)
 # %% [markdown] tags=["ru"]
 # ## Настоящий зомби: `SIGSTOP` и `SIGCONT`
 #
-# Теперь на процессах. `w1` захватывает двухсекундную задачу с арендой в 1 секунду, и мы
+# Теперь на процессах. `w1` захватывает двухсекундную задачу с арендой в 2 секунды, и мы
 # замораживаем его сигналом `SIGSTOP` (это и делает `fleet.pause`). Его поток heartbeat
 # тоже замирает. Запускаем `w2`: его reaper находит истёкшую аренду, и `w2` выполняет
 # задачу. Потом размораживаем `w1` сигналом `SIGCONT`. Его ближайший heartbeat или
@@ -160,10 +160,10 @@ print("after the zombie wakes: ", q.get(bad_id).result)
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
 real_id = real.enqueue({"seconds": 2})
-fleet.spawn(handler="leaselab.demo:task", lease=1.0, name="w1")
+fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what="w1 to claim the job")
 fleet.pause("w1")
-fleet.spawn(handler="leaselab.demo:task", lease=1.0, name="w2")
+fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w2")
 lessons.wait_until(lambda: real.get(real_id).status == "done", what="w2 to finish the job")
 fleet.resume("w1")
 lessons.wait_until(lambda: [e for e in real.events(real_id) if e.kind == "lease_lost"], what="w1's refusal");

@@ -52,7 +52,7 @@ work = lessons.scratch("04-at-least-once")
 # starts: that file is the outside world, where every run leaves a trace. With
 # `"crash": 1` the handler kills its own process with `SIGKILL` on the first attempt,
 # right after the effect and before the worker can report completion. Two workers,
-# 1-second leases.
+# 2-second leases.
 
 # %% [markdown] tags=["ru"]
 # ## Падение между действием и `complete`
@@ -61,7 +61,7 @@ work = lessons.scratch("04-at-least-once")
 # «эффектов»: этот файл — внешний мир, в котором остаётся след каждого запуска. С
 # `"crash": 1` на первой попытке обработчик убивает собственный процесс сигналом
 # `SIGKILL` сразу после действия и до того, как воркер успеет сообщить о завершении. Два
-# воркера, аренда 1 секунда.
+# воркера, аренда 2 секунды.
 
 # %% tags=["nbval-ignore-output"]
 real = Queue(work / "real.db")
@@ -69,7 +69,7 @@ fleet = Fleet(real.path)
 effects_file = str(work / "effects.jsonl")
 job_id = real.enqueue({"seconds": 0.2, "effects": effects_file, "crash": 1})
 for name in ("w1", "w2"):
-    fleet.spawn(handler="leaselab.demo:task", lease=1.0, name=name)
+    fleet.spawn(handler="leaselab.demo:task", lease=2.0, name=name)
 lessons.wait_until(lambda: real.get(job_id).status == "done", what="the job to be done");
 
 # %% tags=["nbval-check-output"]
@@ -123,7 +123,7 @@ ledger_file = str(work / "ledger.db")
 alice = pay.enqueue({"ledger": ledger_file, "account": "alice", "amount": 10, "keyed": False, "crash": 1})
 bob = pay.enqueue({"ledger": ledger_file, "account": "bob", "amount": 10, "keyed": True, "crash": 1})
 for name in ("w3", "w4", "w5"):
-    payfleet.spawn(handler="leaselab.effects:deposit", lease=1.0, name=name)
+    payfleet.spawn(handler="leaselab.effects:deposit", lease=2.0, name=name)
 lessons.wait_until(lambda: pay.get(alice).status == pay.get(bob).status == "done", what="both deposits");
 
 # %% tags=["nbval-check-output"]
