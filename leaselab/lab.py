@@ -172,8 +172,9 @@ class _WorkerRow:
             b.on_click(lab._callback(getattr(lab, action), name))
             self.buttons[action] = b
         self.cells.layout = W.Layout(flex="0 0 auto")  # never squeezed out of line with the header
-        # In a narrow window the buttons wrap below the cells instead of being cut to "П…".
-        self.box = W.HBox([self.cells, *self.buttons.values()], layout=W.Layout(flex_flow="row wrap"))
+        # In a narrow window the buttons wrap below the cells, together, instead of being cut to "П…".
+        buttons = W.HBox(list(self.buttons.values()), layout=W.Layout(flex="0 0 auto"))
+        self.box = W.HBox([self.cells, buttons], layout=W.Layout(flex_flow="row wrap"))
         self.box.add_class(f"leaselab-worker-{name}")
 
     def show(self, w: WorkerStatus, lang: str) -> None:
