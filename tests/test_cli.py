@@ -175,5 +175,7 @@ def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_
     stats = cli("stats", "--db", db, "--json", script=True)
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout) == {"pending": 0, "running": 0, "done": 3, "dead": 0}
-    bad = cli("stats", "--db", str(tmp_path), script=True)  # a folder is not a queue file
-    assert bad.returncode == 2 and len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr
+    for bad in (cli("stats", "--db", str(tmp_path), script=True),  # a folder is not a queue file
+                cli("worker", "--db", db, "--handler", "no_such_module_xyz:run", "--lease", "5")):
+        assert bad.returncode == 2 and bad.stdout.count("\n") <= 1, bad
+        assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr, bad.stderr

@@ -346,6 +346,12 @@ def test_get_jobs_and_stats_show_every_status(queue, clock):
         queue.jobs(status="sleeping")
 
 
+def test_jobs_newest_first_gives_the_latest_n(queue):
+    ids = queue.enqueue_many(range(5))
+    assert [j.id for j in queue.jobs(limit=2, newest_first=True)] == ids[:-3:-1]
+    assert [j.id for j in queue.jobs(status="pending", limit=3, newest_first=True)] == ids[:-4:-1]
+
+
 def test_events_tell_the_story_of_a_job_in_order_with_worker_token_and_attempt(queue, clock):
     other = queue.enqueue("other")
     job_id = queue.enqueue("x", priority=1)
@@ -662,6 +668,22 @@ def test_a_fresh_file_is_not_mistaken_for_foreign_when_another_queue_creates_the
     assert others, "the interleaving never happened"
     with Queue(path) as q:
         assert q.get(job_id).payload == "first"
+
+
+def test_a_folder_given_as_the_queue_file_is_refused(tmp_path):
+    with pytest.raises(NotALeaselabDatabase, match="folder"):
+        Queue(tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_clock_that_is_not_callable_or_not_a_number_is_refused(db_path):
+    with pytest.raises(TypeError, match="clock"):
+        Queue(db_path, clock=12.0)
+    with Queue(db_path, clock=lambda: float("nan")) as q:
+        with pytest.raises(ValueError, match="clock"):
+            q.enqueue("x")
+    with Queue(db_path) as q:
+        assert nothing_written(q)
 
 
 def test_an_old_sqlite_is_refused_and_3_35_is_enough():
