@@ -1,9 +1,12 @@
-"""JupyterLab in a sandbox, and the process bookkeeping that proves nothing outlives a test.
+"""JupyterLab in a sandbox, a notebook driven through it, and the bookkeeping that proves nothing outlives a test.
 
 ``LabServer`` starts ``jupyter lab`` on 127.0.0.1 with throw-away config, data,
-runtime and settings folders (no token, no browser, no news or update checks),
-and stops it so that the server, its kernels and every worker those kernels
-spawned are gone afterwards, also when the test failed half-way.
+runtime, settings and temp folders (no token, no browser, no news, update checks
+or PyPI extension manager), and stops it so that the server, its kernels and every
+worker those kernels spawned are gone afterwards, also when the test failed half-way.
+``NotebookPage`` opens a notebook in a Playwright page, runs it the way a reader
+would, reads HTML tables and saves screenshots. ``leaselab_workers`` finds live
+worker processes in /proc.
 """
 
 from __future__ import annotations

@@ -2,8 +2,10 @@
 
 Each test serves a temporary copy of the lessons with ``jupyter lab`` on
 127.0.0.1 (private config, no token, nothing fetched from the internet), opens the
-playground in the system's Chromium through Playwright, runs all cells and then
-only clicks and reads what is on the screen: a worker is spawned and seen
+playground (``notebooks/<lang>/00-*.ipynb``) in the system's Chromium through
+Playwright, runs it from the top down to the cell that shows the dashboard (its
+last cell closes the lab again), and then only clicks and reads what is on the
+screen: a worker is spawned and seen
 running, paused and seen paused (and stopped for real, in /proc), killed and seen
 killed, and its job is seen to come back after its lease and be taken by the next
 worker. The English playground runs in an English JupyterLab, the Russian one in a
@@ -16,15 +18,13 @@ Without Chromium or Playwright the tests are skipped with the reason shown.
 from __future__ import annotations
 
 import os
-import shutil
-import time
 from pathlib import Path
 
 import pytest
 
 from browser_support import (
-    CHROMIUM_ARGS, CHROMIUM_CANDIDATES, LabServer, NotebookPage, chromium_path, copy_notebooks, kill_all, leaselab_workers,
-    process_state, wait_for,
+    CHROMIUM_ARGS, CHROMIUM_CANDIDATES, LabServer, NotebookPage, chromium_path, copy_notebooks, kill_all,
+    leaselab_workers, process_state, wait_for,
 )
 from leaselab.i18n import t
 
