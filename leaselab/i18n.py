@@ -45,7 +45,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "resumed": "resumed {name}",
         "killed_msg": "killed {name}",
         "stopping_msg": "asked {name} to finish its job and exit",
-        "reaped": "reaped {n} expired leases",
+        "reaped": "expired leases reaped: {n}",
         "error": "Error: {message}",
         # columns
         "col_worker": "worker",
