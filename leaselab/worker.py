@@ -99,10 +99,11 @@ class Worker:
         exit_when_idle: bool = False,
         log: Log | None = None,
     ):
-        self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
+        # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
         if not callable(self.handler):
             raise HandlerError(f"handler must be callable or 'module:function', got {handler!r}")
+        self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
         self.name = name or f"worker-{os.getpid()}"
         self.lease = _positive("lease", lease)
         self.poll = _positive("poll", poll)

@@ -266,3 +266,10 @@ def test_max_jobs_bounds_a_run(queue):
     queue.enqueue_many(range(5))
     assert Worker(queue, "leaselab.demo:echo", name="w1").run(max_jobs=2).claimed == 2
     assert queue.stats()["done"] == 2
+
+
+def test_a_bad_handler_path_leaves_no_queue_file_behind(tmp_path):
+    db = tmp_path / "never.db"
+    with pytest.raises(HandlerError):
+        Worker(db, "leaselab.demo:no_such_handler")
+    assert not db.exists()
