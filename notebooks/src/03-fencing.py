@@ -262,8 +262,8 @@ print("the page now:", store.read("faq.html"))
 #
 # ## Exercises
 #
-# 1. A zombie's *heartbeat* arrives after its lease expired but *before* anyone reaped
-#    the job. Is it accepted? Predict, then run the cell. (Hint: read `sql.HEARTBEAT`.)
+# 1. A late worker's *heartbeat* arrives after its lease expired but *before* anyone
+#    reaped the job. Is it accepted? Predict, then run the cell. (Hint: read `sql.HEARTBEAT`.)
 # 2. Fences `(7, 3)` and `(7, 12)`: which one may overwrite the other's write? Check with
 #    the store.
 
@@ -280,8 +280,8 @@ print("the page now:", store.read("faq.html"))
 #
 # ## Упражнения
 #
-# 1. Heartbeat зомби приходит после истечения аренды, но *до* того, как reaper забрал
-#    задачу. Примут ли его? Предскажите и запустите ячейку. (Подсказка: прочтите
+# 1. Heartbeat опоздавшего воркера приходит после истечения аренды, но *до* того, как
+#    reaper забрал задачу. Примут ли его? Предскажите и запустите ячейку. (Подсказка: прочтите
 #    `sql.HEARTBEAT`.)
 # 2. Fence `(7, 3)` и `(7, 12)`: какой из них может перезаписать запись другого?
 #    Проверьте на хранилище.
