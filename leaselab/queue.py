@@ -8,6 +8,7 @@ import os
 import secrets
 import sqlite3
 import threading
+import time
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -396,7 +397,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         finally:
             if conn.in_transaction:  # an error may already have ended it; keep that error, not ours
                 conn.execute("COMMIT")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = _journal_mode_wal(conn, busy_timeout)
         if path != ":memory:" and mode.lower() != "wal":
             raise DatabaseUnwritable(f"{path}: could not switch to WAL mode (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -418,6 +419,20 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.close()
         raise _translate(exc, path) from exc
     return conn
+
+
+def _journal_mode_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
+    """Switch to WAL, waiting up to the busy timeout; returns the journal mode SQLite reports."""
+    # A new file's switch to WAL needs the exclusive lock, and SQLite calls no busy handler for
+    # it: when many processes open a new file at once, some get "database is locked" at once.
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
 
 
 def _check_schema(conn: sqlite3.Connection, path: str, creating: bool) -> bool:
