@@ -16,7 +16,7 @@ JOBS_EACH = 40
 # Each process waits for the go file so all 16 hit the file together, then interleaves
 # its own enqueues with claims of anyone's jobs, and reaps now and then (another writer).
 CLIENT = r"""
-import json, os, sys, time
+import json, os, sys, time, traceback
 from leaselab import Queue
 db, go, name, jobs_each, total = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 out = {"name": name, "enqueued": [], "done": [], "errors": []}
@@ -38,7 +38,8 @@ try:
         if len(out["done"]) % 10 == 3:
             q.reap()
 except Exception as exc:
-    out["errors"].append(f"{type(exc).__name__}: {exc}")
+    where = " <- ".join(f"{f.name}:{f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__)))
+    out["errors"].append(f"{type(exc).__name__}: {exc} [at {where}]")
 print(json.dumps(out))
 """
 
