@@ -25,7 +25,7 @@ while not os.path.exists(go):
 try:
     q = Queue(db)  # inside the race: sixteen first opens of a new file at once
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not os.path.exists(go + ".abort"):
         if len(out["enqueued"]) < jobs_each:
             out["enqueued"].append(q.enqueue({"from": name, "n": len(out["enqueued"])}))
         job = q.claim(name, lease=600)
@@ -40,6 +40,7 @@ try:
 except Exception as exc:
     where = " <- ".join(f"{f.name}:{f.lineno}" for f in reversed(traceback.extract_tb(exc.__traceback__)))
     out["errors"].append(f"{type(exc).__name__}: {exc} [at {where}]")
+    open(go + ".abort", "w").close()  # the others would wait for jobs this process never enqueued
 print(json.dumps(out))
 """
 
