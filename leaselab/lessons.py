@@ -6,9 +6,12 @@ of a job as a plain table, the claim's query plan, and the notebook's language.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +35,40 @@ def cleanup(folder: Path) -> bool:
     """Delete a folder made by ``scratch``; True once it is gone."""
     shutil.rmtree(folder, ignore_errors=True)
     return not Path(folder).exists()
+
+
+# Runs beside a kernel and removes a folder once the kernel is gone, however it went:
+# nbval and a hard restart kill the kernel, so its atexit handlers never run.
+_JANITOR = """
+import os, shutil, sys, time
+parent, folder = int(sys.argv[1]), sys.argv[2]
+while os.getppid() == parent:
+    time.sleep(0.25)
+time.sleep(2.0)  # the folder's workers see the same death within half a second and exit
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+def cleanup_at_exit(folder: Path, *closers: object) -> None:
+    """When the kernel ends, ``close()`` or ``shutdown()`` each of ``closers``, then remove ``folder``.
+
+    For a playground that must outlive "Run All": nothing is left behind once the
+    reader is done and the kernel stops, even when the kernel is killed rather than
+    shut down (then the workers exit on their own and a small watcher removes the folder).
+    """
+    def run() -> None:
+        for closer in closers:
+            for method in ("close", "shutdown"):
+                try:
+                    getattr(closer, method, lambda: None)()
+                except Exception:  # at exit there is no one left to tell
+                    pass
+        cleanup(folder)
+
+    atexit.register(run)
+    subprocess.Popen([sys.executable, "-c", _JANITOR, str(os.getpid()), str(folder)],
+                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                     start_new_session=True)
 
 
 def language(folder: str | os.PathLike | None = None) -> str:

@@ -50,6 +50,18 @@ def _facts(nb: nbformat.NotebookNode) -> list[str]:
             if c.cell_type == "code" and "nbval-check-output" in c.metadata.get("tags", [])]
 
 
+def _processes_mentioning(text: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline and "leaselab" in cmdline and int(proc.name) != os.getpid():
+            found.append(cmdline)
+    return found
+
+
 def test_runtime_pins_a_python_and_requirements_install_the_project_with_the_russian_pack():
     runtime = (BINDER / "runtime.txt").read_text().strip()
     assert runtime.startswith("python-3.") and runtime.count(".") == 1
@@ -70,7 +82,9 @@ def test_the_lessons_run_in_a_fresh_environment_made_only_from_binder(tmp_path):
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}",
                JUPYTER_DATA_DIR=str(tmp_path / "jupyter-data"),   # no user-level kernels
                JUPYTER_CONFIG_DIR=str(tmp_path / "jupyter-config"),
-               PIP_DISABLE_PIP_VERSION_CHECK="1")
+               PIP_DISABLE_PIP_VERSION_CHECK="1",
+               TMPDIR=str(tmp_path / "tmp"))            # where lessons make their scratch folders
+    (tmp_path / "tmp").mkdir()
     # As repo2docker does: from the repository root, exactly the requirements file.
     install = subprocess.run([str(python), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"],
                              cwd=ROOT, env=env, capture_output=True, text=True)
@@ -92,6 +106,10 @@ def test_the_lessons_run_in_a_fresh_environment_made_only_from_binder(tmp_path):
                          cwd=tmp_path / "run", env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stderr[-5000:]
     assert len(json.loads(run.stdout.strip().splitlines()[-1])) == len(copies) + 1
+
+    # The lessons leave nothing behind once their kernels have stopped.
+    assert not [p.name for p in (tmp_path / "tmp").glob("leaselab-*")], "a lesson left its scratch folder"
+    assert not _processes_mentioning(str(tmp_path)), "a lesson left a worker process running"
 
     printed = nbformat.read(tmp_path / "run" / "probe.out.ipynb", as_version=4).cells[0].outputs[0]["text"]
     prefix, module = printed.split()

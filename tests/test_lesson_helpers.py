@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from leaselab import ManualClock, Queue, lessons
@@ -46,3 +48,55 @@ def test_claim_plan_uses_the_partial_index_without_a_sort(tmp_path):
     assert any("jobs_claim" in step for step in plan)
     assert not any("TEMP B-TREE" in step for step in plan)
     q.close()
+
+
+def test_cleanup_at_exit_ends_the_workers_and_removes_the_folder_when_the_interpreter_exits(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = """
+import sys
+from leaselab import lessons
+from leaselab.fleet import Fleet
+folder = lessons.scratch("exit-test")
+fleet = Fleet(str(folder / "lab.db"))
+fleet.spawn(handler="leaselab.demo:task", lease=2.0)
+print(folder, fleet.pid("w1"), flush=True)
+lessons.cleanup_at_exit(folder, fleet)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    folder, pid = done.stdout.split()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "gone"
+    assert state in ("gone", "Z"), f"worker {pid} outlived the interpreter (state {state})"
+    assert not Path(folder).exists(), f"{folder} was left behind"
+
+
+def test_cleanup_at_exit_removes_the_folder_even_when_the_kernel_is_killed(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    script = """
+import os, signal
+from leaselab import lessons
+from leaselab.fleet import Fleet
+folder = lessons.scratch("kill-test")
+fleet = Fleet(str(folder / "lab.db"))
+fleet.spawn(handler="leaselab.demo:task", lease=2.0)
+print(folder, fleet.pid("w1"), flush=True)
+lessons.cleanup_at_exit(folder, fleet)
+os.kill(os.getpid(), signal.SIGKILL)   # as nbval and a hard kernel restart do: no atexit
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == -9, done.stderr
+    folder, pid = done.stdout.split()
+    deadline = time.monotonic() + 15
+    while (Path(folder).exists() or Path(f"/proc/{pid}").exists()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived its killed parent"
+    assert not Path(folder).exists(), f"{folder} was left behind by a killed kernel"

@@ -266,8 +266,10 @@ print("status:", job.status, "| attempts:", job.attempts, "| done by:", job.work
 # the reaper, the holder's token is still in the job, and its heartbeat and completion
 # are accepted. Lesson 1 shows the reaper; lesson 3, what happens when it did run.)
 #
-# When you are done playing, run the last cell: it stops the dashboard, ends every
-# worker and removes the temporary folder.
+# The last cell ends the workers of the two demonstrations above. The playground stays
+# alive, so keep clicking: its workers end and the temporary folder is removed when the
+# kernel stops (*Kernel → Shut Down Kernel*, or closing the notebook), or at once with
+# `lab.close()`.
 
 # %% [markdown] tags=["ru"]
 # (1: да, первой попыткой. Истёкшая аренда сама по себе ничего не отнимает: пока кто-то
@@ -275,15 +277,15 @@ print("status:", job.status, "| attempts:", job.attempts, "| done by:", job.work
 # принимаются. Reaper разбирается в уроке 1, а что бывает, когда он успел сработать, — в
 # уроке 3.)
 #
-# Наигравшись, выполните последнюю ячейку: она остановит панель, завершит всех воркеров и
-# удалит временную папку.
+# Последняя ячейка завершает воркеров двух демонстраций выше. Песочница остаётся живой —
+# играйте дальше: её воркеры завершатся, а временная папка удалится, когда остановится ядро
+# (*Kernel → Shut Down Kernel* или закрытие блокнота), либо сразу — по `lab.close()`.
 
 # %% tags=["nbval-check-output"]
-lab.close()
 for fleet in (crash, freeze):
     fleet.shutdown()
-print("workers alive:", [s.name for f in (crash, freeze, lab.fleet) for s in f.status()
-                         if s.state in ("running", "paused", "stopping")])
-for fleet in (crash, freeze, lab.fleet):
+print("demonstration workers alive:", [s.name for f in (crash, freeze) for s in f.status()
+                                       if s.state in ("running", "paused", "stopping")])
+for fleet in (crash, freeze):
     fleet.queue.close()
-print("temporary folder removed:", lessons.cleanup(work))
+lessons.cleanup_at_exit(work, lab)
