@@ -57,6 +57,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     # A notebook's Interrupt sends SIGINT to the kernel's group; workers must not die of it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGTERM is honoured from here on, even before the worker exists: opening the file and
+    # importing the handler take a while, and a stop asked for then must still be clean.
+    stop_asked = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop_asked.set())
     parent = os.getppid()
     if parent > 1:
         threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
@@ -67,6 +71,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker = Worker(args.db, args.handler, name=args.name, lease=args.lease, poll=args.poll,
                     max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
+    if stop_asked.is_set():
+        worker.stop()
     log(f"started (pid {os.getpid()}, handler {args.handler}, lease {args.lease:g}s)")
     stats = worker.run()
     log(f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
