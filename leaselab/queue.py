@@ -9,9 +9,10 @@ import secrets
 import sqlite3
 import threading
 import time
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from . import sql
 from .backoff import Backoff
@@ -171,6 +172,34 @@ class Queue:
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 
+    @contextmanager
+    def _transaction(self, durable: bool) -> Iterator[Callable[..., list[tuple]]]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` under the lock; yields a run(statement, params) for inside it."""
+        def run(statement: str, params: Any = ()) -> list[tuple]:
+            if self.tracer is not None:
+                self.tracer(statement.strip(), params)
+            return conn.execute(statement, params).fetchall()
+
+        sync_now = durable and self.durability == "full"
+        with self._lock:
+            conn = self._conn
+            try:
+                if sync_now:
+                    conn.execute("PRAGMA synchronous = FULL")
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        yield run
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        conn.execute("ROLLBACK")
+                        raise
+                finally:
+                    if sync_now:
+                        conn.execute("PRAGMA synchronous = NORMAL")
+            except sqlite3.Error as exc:
+                raise _translate(exc, self.path) from exc
+
     def _now(self) -> float:
         return _number("clock()", self.clock())
 
@@ -223,25 +252,8 @@ class Queue:
         """
         now = self._now()
         rows = [self._enqueue_params(p, priority, delay, run_at, max_attempts, now) for p in payloads]
-        if self.tracer is not None:
-            self.tracer(f"BEGIN IMMEDIATE; {len(rows)} x {sql.ENQUEUE.strip()}; COMMIT", rows[:1])
-        with self._lock:
-            conn = self._conn
-            try:
-                if self.durability == "full":
-                    conn.execute("PRAGMA synchronous = FULL")
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    ids = [conn.execute(sql.ENQUEUE, row).fetchone()[0] for row in rows]
-                    conn.execute("COMMIT")
-                except BaseException:
-                    conn.execute("ROLLBACK")
-                    raise
-                finally:
-                    if self.durability == "full":
-                        conn.execute("PRAGMA synchronous = NORMAL")
-            except sqlite3.Error as exc:
-                raise _translate(exc, self.path) from exc
+        with self._transaction(durable=True) as run:
+            ids = [run(sql.ENQUEUE, row)[0][0] for row in rows]
         return ids
 
     def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE) -> Job | None:
@@ -274,6 +286,34 @@ class Queue:
         params = {"id": job_id, "token": token, "result": self._json("result", result), "now": self._now()}
         if not self._run(sql.COMPLETE, params, durable=True):
             self._lease_lost(job_id, token, params["now"], "complete")
+
+    def complete_and_claim(
+        self, job_id: int, token: str, result: Any = None, worker: str = "worker", lease: float = DEFAULT_LEASE
+    ) -> Job | None:
+        """Complete one job and claim the next in one transaction: a worker's hot path.
+
+        Fenced exactly like ``complete``: if ``token`` no longer holds the job, the
+        refusal is recorded, nothing is claimed and ``LeaseLost`` is raised. One
+        commit instead of two, and with ``durability="full"`` still one sync per job.
+        """
+        job_id, token = self._fence_args(job_id, token)
+        worker = _text("worker", worker)
+        lease = _positive("lease", lease)
+        now = self._now()
+        done = {"id": job_id, "token": token, "result": self._json("result", result), "now": now}
+        with self._transaction(durable=True) as run:
+            if run(sql.COMPLETE, done):
+                refused = None
+                rows = run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
+                                       "token": secrets.token_hex(16)})
+            else:
+                refused = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now,
+                                                      "detail": "complete refused: token no longer holds the job"})
+        if refused is not None:
+            if not refused:
+                raise JobNotFound(job_id)
+            raise LeaseLost(job_id, token, refused[0][0])
+        return Job.from_row(rows[0]) if rows else None
 
     def fail(self, job_id: int, token: str, error: str = "failed") -> Status:
         """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``."""

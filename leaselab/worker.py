@@ -115,6 +115,9 @@ class Worker:
         self._log_fn = log
         self._stop = threading.Event()
         self._last_reap = float("-inf")
+        self._next: Job | None = None
+        self._max_jobs: int | None = None
+        self._in_run = False
 
     def _log(self, message: str) -> None:
         if self._log_fn is not None:
@@ -130,12 +133,22 @@ class Worker:
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
+        self._max_jobs, self._in_run = max_jobs, True
+        try:
+            return self._loop(max_jobs)
+        finally:
+            self._in_run = False
+
+    def _loop(self, max_jobs: int | None) -> WorkerStats:
         wait = self.poll
-        while not self._stop.is_set():
-            if max_jobs is not None and self.stats.claimed >= max_jobs:
-                break
+        # A job claimed together with the last completion is finished even if a stop came meanwhile.
+        while self._next is not None or not self._stop.is_set():
             self.reap_if_due()
-            job = self.queue.claim(self.name, self.lease)
+            job, self._next = self._next, None
+            if job is None:
+                if max_jobs is not None and self.stats.claimed >= max_jobs:
+                    break
+                job = self.queue.claim(self.name, self.lease)
             if job is None:
                 if self.exit_when_idle and self._queue_idle():
                     break
@@ -145,6 +158,12 @@ class Worker:
             wait = self.poll
             self.process(job)
         return self.stats
+
+    def _wants_next(self) -> bool:
+        # Only the loop takes the next job early: a caller of process() gets exactly one job handled.
+        if not self._in_run or self._stop.is_set():
+            return False
+        return self._max_jobs is None or self.stats.claimed < self._max_jobs
 
     def reap_if_due(self) -> list[int]:
         """Reap expired leases if ``reap_every`` seconds (real time) have passed since the last reap."""
@@ -181,7 +200,11 @@ class Worker:
             try:
                 if error is None:
                     try:
-                        self.queue.complete(job.id, job.token, result)
+                        if self._wants_next():  # finish and take the next job in one transaction
+                            self._next = self.queue.complete_and_claim(job.id, job.token, result,
+                                                                       self.name, self.lease)
+                        else:
+                            self.queue.complete(job.id, job.token, result)
                     except InvalidPayload as exc:
                         error = f"handler returned a result that is not JSON: {exc}"
                 if error is None:

@@ -787,3 +787,49 @@ def test_a_read_only_queue_file_is_database_unwritable_and_unchanged(open_dir):
     assert outcome.startswith("DatabaseUnwritable"), outcome
     assert file_bytes_and_siblings(target) == before
     assert stat.S_IMODE(target.stat().st_mode) in (0o644, 0o444)
+
+
+# -- complete_and_claim: the worker's hot path, one transaction ------------------------------------
+
+
+def test_complete_and_claim_finishes_the_job_and_leases_the_next_to_the_same_worker(queue, clock):
+    first, second = queue.enqueue("a"), queue.enqueue("b")
+    job = queue.claim("w1", lease=10)
+    clock.advance(1)
+    nxt = queue.complete_and_claim(job.id, job.token, {"ok": 1}, worker="w1", lease=10)
+    assert queue.get(first).status == "done" and queue.get(first).result == {"ok": 1}
+    assert nxt.id == second and nxt.status == "running" and nxt.worker == "w1"
+    assert nxt.token != job.token and nxt.lease_until == clock() + 10
+    kinds = [(e.job_id, e.kind) for e in queue.events() if e.kind in ("claimed", "completed")]
+    assert kinds == [(first, "claimed"), (first, "completed"), (second, "claimed")]
+
+
+def test_complete_and_claim_returns_none_when_nothing_is_left(queue):
+    queue.enqueue("only")
+    job = queue.claim("w1")
+    assert queue.complete_and_claim(job.id, job.token, None, worker="w1") is None
+    assert queue.stats() == {"pending": 0, "running": 0, "done": 1, "dead": 0}
+
+
+def test_complete_and_claim_with_a_stale_token_is_lease_lost_and_claims_nothing(queue, clock):
+    job_id = queue.enqueue("x")
+    zombie = queue.claim("w1", lease=5)
+    clock.advance(6)
+    queue.reap()
+    clock.advance(60)  # past the backoff
+    fresh = queue.claim("w2", lease=5)
+    waiting = queue.enqueue("y")  # something w1 could take if the refused call claimed anyway
+    with pytest.raises(LeaseLost) as lost:
+        queue.complete_and_claim(zombie.id, zombie.token, "zombie result", worker="w1")
+    assert lost.value.job_id == job_id
+    now = queue.get(job_id)
+    assert (now.status, now.token, now.result) == ("running", fresh.token, None)
+    assert queue.get(waiting).status == "pending" and queue.get(waiting).attempts == 0
+    assert queue.events(job_id)[-1].kind == "lease_lost"
+
+
+def test_complete_and_claim_for_an_unknown_job_is_job_not_found_and_claims_nothing(queue):
+    queue.enqueue("x")
+    with pytest.raises(JobNotFound):
+        queue.complete_and_claim(999, "token", None, worker="w1")
+    assert queue.stats()["pending"] == 1

@@ -273,3 +273,26 @@ def test_a_bad_handler_path_leaves_no_queue_file_behind(tmp_path):
     with pytest.raises(HandlerError):
         Worker(db, "leaselab.demo:no_such_handler")
     assert not db.exists()
+
+
+def test_the_loop_takes_the_next_job_with_the_completion_but_never_past_max_jobs(queue):
+    ids = queue.enqueue_many(["a", "b", "c"])
+    stats = Worker(queue, lambda job: job.payload, name="w1").run(max_jobs=2)
+    assert stats.completed == 2
+    assert [queue.get(i).status for i in ids] == ["done", "done", "pending"]
+    assert queue.get(ids[2]).attempts == 0  # not claimed and left hanging
+
+
+def test_a_stop_during_a_job_finishes_it_and_claims_nothing_more(queue):
+    ids = queue.enqueue_many(["a", "b"])
+    worker = Worker(queue, lambda job: worker.stop() or job.payload, name="w1")
+    worker.run()
+    assert [queue.get(i).status for i in ids] == ["done", "pending"]
+    assert queue.get(ids[1]).attempts == 0
+
+
+def test_process_called_by_hand_handles_exactly_one_job(queue):
+    ids = queue.enqueue_many(["a", "b"])
+    worker = Worker(queue, lambda job: job.payload, name="w1")
+    assert worker.process(queue.claim("w1")) == "completed"
+    assert queue.get(ids[1]).status == "pending"
