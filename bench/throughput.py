@@ -6,6 +6,10 @@ Same workload for everyone, one machine, contenders interleaved round by round: 
 call at a time, then drain them one job at a time (claim + complete), first in
 one process, then in four processes at once. Two durability levels:
 
+leaselab is measured twice: the "worker path" drains as ``Worker`` does (each completion
+claims the next job in the same transaction, ``Queue.complete_and_claim``), and "two calls"
+runs ``claim`` then ``complete`` as separate transactions. The ratio columns use the worker path.
+
 - NORMAL (``synchronous=NORMAL`` in WAL: survives any process crash, may lose the
   last commits on power loss): leaselab ``durability="normal"``, the raw baseline
   at NORMAL, litequeue (its default).
@@ -63,6 +67,33 @@ def leaselab_system(durability: str):
         return 2 if durability == "full" else q._conn.execute("PRAGMA synchronous").fetchone()[0]
 
     return open_, enqueue, drain_one, sync
+
+
+def leaselab_worker_system(durability: str):
+    """The drain as leaselab's Worker does it: each completion claims the next job in the same transaction."""
+    from leaselab import Queue
+
+    class Handle:
+        def __init__(self, path: Path):
+            self.q = Queue(path / "q.db", durability=durability)
+            self.job, self.started = None, False
+
+    def enqueue(h, n: int) -> None:
+        h.q.enqueue({"n": n})
+
+    def drain_one(h):
+        if not h.started:
+            h.job, h.started = h.q.claim("bench", lease=300), True
+        job = h.job
+        if job is None:
+            return None
+        h.job = h.q.complete_and_claim(job.id, job.token, None, worker="bench", lease=300)
+        return job.id
+
+    def sync(h) -> int:
+        return 2 if durability == "full" else h.q._conn.execute("PRAGMA synchronous").fetchone()[0]
+
+    return Handle, enqueue, drain_one, sync
 
 
 RAW_SCHEMA = """
@@ -185,10 +216,12 @@ def persistqueue_system():
 
 CONTENDERS: dict[str, tuple[str, str, Callable]] = {
     # key: (level, label, factory)
-    "leaselab-normal": ("NORMAL", 'leaselab durability="normal"', lambda: leaselab_system("normal")),
+    "leaselab-normal": ("NORMAL", 'leaselab "normal", worker path', lambda: leaselab_worker_system("normal")),
+    "leaselab-normal-calls": ("NORMAL", 'leaselab "normal", two calls', lambda: leaselab_system("normal")),
     "raw-normal": ("NORMAL", "raw SQLite claim+fenced complete", lambda: raw_system("NORMAL")),
     "litequeue": ("NORMAL", "litequeue 0.9", litequeue_system),
-    "leaselab-full": ("FULL", 'leaselab durability="full"', lambda: leaselab_system("full")),
+    "leaselab-full": ("FULL", 'leaselab "full", worker path', lambda: leaselab_worker_system("full")),
+    "leaselab-full-calls": ("FULL", 'leaselab "full", two calls', lambda: leaselab_system("full")),
     "raw-full": ("FULL", "raw SQLite claim+fenced complete", lambda: raw_system("FULL")),
     "huey": ("FULL", "huey SqliteStorage", huey_system),
     "persist-queue": ("FULL", "persist-queue SQLiteAckQueue", persistqueue_system),
