@@ -62,6 +62,13 @@ class WorkerProc:
             self.killed = True
         self.popen.wait(timeout=10)
 
+    def started(self) -> bool:
+        """True once the worker has said it started: from then on SIGTERM means "finish and exit 0".
+
+        Before that the interpreter is still booting and SIGTERM's default action kills it (-15).
+        """
+        return " started (pid " in self.log()
+
     def log(self) -> str:
         try:
             return self.log_path.read_text(errors="replace")
@@ -91,6 +98,8 @@ class Pool:
         """SIGCONT then SIGTERM every live worker (finish the job, exit); return name -> exit code."""
         for p in self.live():
             p.signal(signal.SIGCONT)
+        wait_for(lambda: all(p.started() for p in self.live()), timeout=timeout)
+        for p in self.live():
             p.signal(signal.SIGTERM)
         deadline = time.monotonic() + timeout
         codes: dict[str, int | None] = {}

@@ -98,8 +98,8 @@ def nemesis(rng: random.Random, pool: Pool, seconds: float, enqueue_batch) -> li
             victim.signal(signal.SIGSTOP)
             resume_at[victim.name] = now + rng.uniform(0.3, 3.0)
             done.append(f"stop {victim.name}")
-        elif roll < 0.78 and running:
-            victim = rng.choice(running)
+        elif roll < 0.78 and (booted := [p for p in running if p.started()]):
+            victim = rng.choice(booted)
             victim.signal(signal.SIGTERM)  # a polite stop: finish the job, then exit
             done.append(f"term {victim.name}")
         while len(pool.live()) < WORKERS:
