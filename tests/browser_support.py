@@ -18,11 +18,12 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
+
+from leaselab import lessons
 
 T = TypeVar("T")
 
@@ -57,14 +58,10 @@ def free_port() -> int:
 
 def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: float = 0.2) -> T:
     """Call ``condition`` until it returns something truthy; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"waited {timeout:g}s for {what}")
-        time.sleep(interval)
+    try:
+        return lessons.wait_until(condition, timeout, interval, what=what)
+    except TimeoutError as exc:
+        raise AssertionError(str(exc)) from None
 
 
 # -- processes ---------------------------------------------------------------

@@ -6,13 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 import pytest
 
-from leaselab import ManualClock, Queue
+from leaselab import ManualClock, Queue, lessons
 
 # Generous: the machine is shared and has two cores. A deadline only bounds a failure, never a success.
 DEFAULT_TIMEOUT = 20.0
@@ -21,14 +20,10 @@ DEFAULT_TIMEOUT = 20.0
 def wait_until(condition: Callable[[], object], timeout: float = DEFAULT_TIMEOUT, interval: float = 0.05,
                message: str = "condition") -> object:
     """Poll ``condition`` until it returns something truthy and return that; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g}s waiting for {message}")
-        time.sleep(interval)
+    try:
+        return lessons.wait_until(condition, timeout, interval, what=message)
+    except TimeoutError as exc:
+        pytest.fail(str(exc))
 
 
 def process_state(pid: int) -> str | None:

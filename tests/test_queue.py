@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -22,7 +21,6 @@ from leaselab import (
     JobNotFound,
     LeaselabError,
     LeaseLost,
-    ManualClock,
     NotALeaselabDatabase,
     Queue,
     SchemaTooNew,
