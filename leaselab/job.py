@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from .errors import InvalidPayload
+
 
 class Status(str, Enum):
     """A job's place in its life: pending -> running -> done, or back to pending, or dead."""
@@ -18,6 +20,14 @@ class Status(str, Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
+    # Only JSON is ever read back: something else in the file (a planted pickle, say) is damage, not code.
+    try:
+        return json.loads(text)
+    except (ValueError, TypeError) as exc:
+        raise InvalidPayload(f"job {job_id}: the stored {what} is not JSON ({exc})") from None
 
 
 def _seconds(value: float | int | None) -> float | None:
@@ -64,7 +74,7 @@ class Job:
          worker, token, result, last_error, created_at, started_at, finished_at) = row
         return cls(
             id=id_,
-            payload=json.loads(payload),
+            payload=_load_json(id_, "payload", payload),
             status=Status(status),
             priority=priority,
             run_at=float(run_at),
@@ -73,7 +83,7 @@ class Job:
             lease_until=_seconds(lease_until),
             worker=worker,
             token=token,
-            result=None if result is None else json.loads(result),
+            result=None if result is None else _load_json(id_, "result", result),
             last_error=last_error,
             created_at=float(created_at),
             started_at=_seconds(started_at),

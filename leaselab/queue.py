@@ -261,10 +261,20 @@ class Queue:
         worker = _text("worker", worker)
         lease = _positive("lease", lease)
         now = self._now()
-        rows = self._run(sql.CLAIM, {
-            "now": now, "lease_until": now + lease, "worker": worker, "token": secrets.token_hex(16),
-        })
-        return Job.from_row(rows[0]) if rows else None
+        token = secrets.token_hex(16)
+        rows = self._run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker, "token": token})
+        return self._claimed(rows, token)
+
+    def _claimed(self, rows: list[tuple], token: str) -> Job | None:
+        if not rows:
+            return None
+        try:
+            return Job.from_row(rows[0])
+        except InvalidPayload as exc:
+            # A row damaged outside leaselab: give the attempt back as failed (so it ends dead, not
+            # stuck running), then tell the caller.
+            self.fail(rows[0][0], token, str(exc))
+            raise
 
     def heartbeat(self, job_id: int, token: str, lease: float = DEFAULT_LEASE) -> float:
         """Extend the lease to now + ``lease`` and return the new ``lease_until``.
@@ -301,11 +311,12 @@ class Queue:
         lease = _positive("lease", lease)
         now = self._now()
         done = {"id": job_id, "token": token, "result": self._json("result", result), "now": now}
+        next_token = secrets.token_hex(16)
         with self._transaction(durable=True) as run:
             if run(sql.COMPLETE, done):
                 refused = None
                 rows = run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
-                                       "token": secrets.token_hex(16)})
+                                       "token": next_token})
             else:
                 refused = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now,
                                                       "detail": "complete refused: token no longer holds the job"})
@@ -313,7 +324,7 @@ class Queue:
             if not refused:
                 raise JobNotFound(job_id)
             raise LeaseLost(job_id, token, refused[0][0])
-        return Job.from_row(rows[0]) if rows else None
+        return self._claimed(rows, next_token)
 
     def fail(self, job_id: int, token: str, error: str = "failed") -> Status:
         """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``."""

@@ -435,3 +435,37 @@ def test_a_pickle_planted_in_the_file_is_refused_and_never_run(tmp_path):
         with pytest.raises(ValueError):  # the payload is read as JSON only, so a pickle is just bad text
             q.get(job_id)
     assert not marker.exists()
+
+
+def _plant(path, job_id, payload) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (payload, job_id))
+    conn.commit()
+    conn.close()
+
+
+def test_claiming_a_job_whose_stored_payload_is_damaged_fails_that_attempt_instead_of_leaving_it_running(tmp_path):
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        job_id = q.enqueue({"fine": True}, max_attempts=1)
+    _plant(path, job_id, b"\x80\x04not json")
+    with Queue(path) as q:
+        with pytest.raises(InvalidPayload, match=f"job {job_id}"):
+            q.claim("w1")
+        job = q._run("SELECT status, last_error FROM jobs WHERE id = ?", (job_id,))[0]
+        assert job[0] == "dead" and "not JSON" in job[1]
+
+
+@pytest.mark.parametrize("damaged", [0, 1], ids=["first, met by a claim", "second, met by complete_and_claim"])
+def test_a_worker_skips_a_damaged_job_and_goes_on_with_the_rest(tmp_path, damaged):
+    from leaselab import Worker
+
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        ids = q.enqueue_many([1, 2, 3], max_attempts=1)
+    _plant(path, ids[damaged], "{not json")
+    with Queue(path) as q:
+        stats = Worker(q, "leaselab.demo:echo", name="w1", exit_when_idle=True).run()
+        assert stats.completed == 2
+        statuses = [q._run("SELECT status FROM jobs WHERE id = ?", (i,))[0][0] for i in ids]
+        assert statuses == ["dead" if i == damaged else "done" for i in range(3)]
