@@ -20,11 +20,8 @@ Filling the big file takes a minute or two. Databases live in ``bench/.data``.
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import shutil
 import signal
-import sqlite3
 import statistics
 import subprocess
 import sys
