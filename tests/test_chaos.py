@@ -14,6 +14,7 @@ import random
 import secrets
 import signal
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -73,14 +74,13 @@ def counts(db: str) -> dict[str, int]:
         conn.close()
 
 
-def nemesis(rng: random.Random, pool: Pool, seconds: float, enqueue_batch) -> list[str]:
+def nemesis(rng: random.Random, pool: Pool, seconds: float) -> list[str]:
     """Random SIGKILL / SIGSTOP / SIGCONT / SIGTERM and replacements for ``seconds``; returns what it did."""
     done: list[str] = []
     resume_at: dict[str, float] = {}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(rng.uniform(0.05, 0.4))
-        enqueue_batch()
         now = time.monotonic()
         for p in pool.live():
             if p.stopped and resume_at.get(p.name, 0) <= now:
@@ -123,24 +123,37 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     start = time.monotonic()
     due = [start + NEMESIS_SECONDS * 0.8 * i / len(batches) for i in range(len(batches))]
 
+    def add(q: Queue, batch: list[dict]) -> None:
+        for kw in batch:
+            q.enqueue(**kw)
+
     with Queue(db) as q:
-        def add(batch: list[dict]) -> None:
-            for kw in batch:
-                q.enqueue(**kw)
+        add(q, first)
 
-        add(first)
+    # The feeder has its own thread and connection. Enqueueing from the nemesis's own loop once
+    # deadlocked: a worker paused while holding SQLite's write lock can only be resumed by the
+    # nemesis, which sat waiting for that very lock. (SQLite's lock is not a lease: a frozen
+    # holder stalls every writer until it runs again.)
+    fed: list[BaseException] = []
 
-        def enqueue_batch() -> None:
-            while batches and due[0] <= time.monotonic():
-                due.pop(0)
-                add(batches.pop(0))
+    def feed() -> None:
+        try:
+            with Queue(db) as q:
+                for when, batch in zip(due, batches):
+                    time.sleep(max(0.0, when - time.monotonic()))
+                    add(q, batch)
+        except BaseException as exc:  # re-raised in the test's thread below
+            fed.append(exc)
 
-        for _ in range(WORKERS):
-            pool.spawn()
-        actions = nemesis(rng, pool, NEMESIS_SECONDS, enqueue_batch)
-        while batches:
-            due[0] = 0
-            enqueue_batch()
+    feeder = threading.Thread(target=feed, name="chaos-feeder", daemon=True)
+    for _ in range(WORKERS):
+        pool.spawn()
+    feeder.start()
+    actions = nemesis(rng, pool, NEMESIS_SECONDS)
+    feeder.join(timeout=120)
+    assert not feeder.is_alive(), "the feeder never finished enqueueing"
+    if fed:
+        raise fed[0]
 
     where = f"(chaos seed {seed}; replay with LEASELAB_CHAOS_SEED={seed})"
     drained = wait_for(lambda: (lambda c: c.get("pending", 0) + c.get("running", 0) == 0)(counts(db)),
