@@ -47,6 +47,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "stopping_msg": "asked {name} to finish its job and exit",
         "reaped": "expired leases reaped: {n}",
         "error": "Error: {message}",
+        "busy": ("The queue file stayed locked: a worker paused in the middle of a write holds SQLite's "
+                 "write lock and stalls every writer. Resume it and try again."),
         # columns
         "col_worker": "worker",
         "col_pid": "pid",
@@ -132,6 +134,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "stopping_msg": "{name} доделает задание и выйдет",
         "reaped": "собрано просроченных аренд: {n}",
         "error": "Ошибка: {message}",
+        "busy": ("Файл очереди так и не освободился: воркер, замороженный посреди записи, держит "
+                 "блокировку записи SQLite, и ждут все пишущие. Продолжите его и повторите."),
         "col_worker": "воркер",
         "col_pid": "pid",
         "col_state": "состояние",

@@ -42,6 +42,7 @@ from typing import Any, Callable
 
 import ipywidgets as W
 
+from .errors import DatabaseBusy
 from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
 from .i18n import check_lang, t
 from .job import Job
@@ -202,12 +203,14 @@ class Lab:
 
     def __init__(self, path: str = "leaselab.db", lang: str = "en", lease: float = 3.0,
                  handler: str = DEFAULT_HANDLER, refresh: float | None = 1.0, *,
-                 fleet: Fleet | None = None, jobs_shown: int = JOBS_SHOWN):
+                 fleet: Fleet | None = None, jobs_shown: int = JOBS_SHOWN, busy_timeout: float = 5.0):
         self.lang = check_lang(lang)
         self.handler = handler
         self.interval = refresh
         self.jobs_shown = jobs_shown
-        self.fleet = fleet if fleet is not None else Fleet(path)
+        # A short busy timeout: a worker paused while holding SQLite's write lock blocks every
+        # writer, and a button should say so in seconds rather than hang for the default 30.
+        self.fleet = fleet if fleet is not None else Fleet(path, queue=Queue(path, busy_timeout=busy_timeout))
         self._own_fleet = fleet is None
         self.queue = self.fleet.queue
         self.path = self.fleet.path
@@ -317,6 +320,8 @@ class Lab:
         def run(_button: Any = None) -> None:
             try:
                 action(*args)
+            except DatabaseBusy:
+                self._say(t("busy", self.lang), error=True)
             except Exception as exc:  # a click must end in a message, never a traceback
                 self._say(t("error", self.lang, message=str(exc)), error=True)
             else:

@@ -206,3 +206,20 @@ def test_the_timeline_button_shows_the_picture_in_the_dashboard(make_lab):
     lab.timeline_button.click()
     assert bytes(lab.timeline_image.value).startswith(b"\x89PNG")
     assert lab.timeline_image.layout.display is None
+
+
+def test_a_write_lock_held_elsewhere_ends_a_click_in_a_hint_to_resume_the_paused_worker(make_lab, tmp_path):
+    import sqlite3
+
+    lab = make_lab(busy_timeout=0.2)
+    holder = sqlite3.connect(tmp_path / "lab.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # as a worker frozen mid-write would hold it
+    try:
+        lab.enqueue_button.click()
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert "Resume it" in lab.message.value and "#c62828" in lab.message.value
+    assert lab.queue.stats()["pending"] == 0
+    lab.enqueue_button.click()  # once the lock is gone the same click works
+    assert lab.queue.stats()["pending"] > 0
