@@ -197,6 +197,26 @@ print(fleet.log_tail("w1"))
 timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 
 # %% [markdown] tags=["en"]
+# > **A pause at the wrong moment.** SQLite's write lock is *not* a lease: it has no
+# > expiry. Here `w1` froze while sleeping in its handler, holding nothing. Had the
+# > `SIGSTOP` landed in the few microseconds while `w1` was committing, it would have frozen
+# > with the file's write lock in its hands, and every other writer (`w2`, the reaper, the
+# > dashboard's buttons) would have waited until it was resumed or their busy timeout ran
+# > out. Leases protect *jobs* from frozen workers; nothing protects a lock from a frozen
+# > process except keeping transactions short, which is why each of leaselab's writes is
+# > one statement or one short transaction.
+
+# %% [markdown] tags=["ru"]
+# > **Пауза в неудачный момент.** Блокировка записи в SQLite — *не* аренда: срока у неё
+# > нет. Здесь `w1` замер, пока спал в обработчике, и ничего не держал. Попади `SIGSTOP` в
+# > те несколько микросекунд, когда `w1` фиксировал транзакцию, он застыл бы с блокировкой
+# > записи файла, и все остальные пишущие (`w2`, reaper, кнопки панели) ждали бы, пока его
+# > не разморозят или пока не истечёт их busy timeout. Аренда защищает *задачи* от
+# > замёрзших воркеров; блокировку от замёрзшего процесса не защищает ничто, кроме коротких
+# > транзакций, — поэтому каждая запись leaselab — это один оператор или одна короткая
+# > транзакция.
+
+# %% [markdown] tags=["en"]
 # ## Fencing the world outside the queue
 #
 # The token protects writes *to the queue*. But a handler usually writes somewhere else
