@@ -444,7 +444,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         # another process creating the schema in between made a fresh file look foreign.
         conn.execute("BEGIN")
         try:
-            _check_schema(conn, path, creating=False)
+            _check_schema(conn, path)
         finally:
             if conn.in_transaction:  # an error may already have ended it; keep that error, not ours
                 conn.execute("COMMIT")
@@ -454,7 +454,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if _check_schema(conn, path, creating=True):
+            if _check_schema(conn, path):
                 for statement in schema_statements():
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")  # int constants: pragmas take no ?
@@ -486,7 +486,7 @@ def _journal_mode_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
             time.sleep(0.005)
 
 
-def _check_schema(conn: sqlite3.Connection, path: str, creating: bool) -> bool:
+def _check_schema(conn: sqlite3.Connection, path: str) -> bool:
     """Refuse files that are not ours or are too new; True when the file is empty and needs the schema."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
