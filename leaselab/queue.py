@@ -40,6 +40,9 @@ DURABILITIES = ("full", "normal")
 
 Tracer = Callable[[str, Any], None]
 
+# Strict JSON: NaN and Infinity are not JSON, and other languages' parsers reject them.
+_ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
 
 def require_sqlite(version_info: tuple = sqlite3.sqlite_version_info) -> None:
     """Raise ``UnsupportedSQLite`` unless the SQLite library has RETURNING (3.35+)."""
@@ -205,7 +208,7 @@ class Queue:
 
     def _json(self, what: str, value: Any) -> str:
         try:
-            text = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+            text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"{what} must be JSON (no NaN, no sets, no objects): {exc}") from None
         size = len(text.encode("utf-8"))
