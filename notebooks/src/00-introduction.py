@@ -179,6 +179,31 @@ print("what w1 tried after waking:", [(e.kind, e.worker) for e in freeze.queue.e
 timeline.draw(timeline.timeline_data(freeze.queue.events(), freeze.actions), lang=lang)
 
 # %% [markdown] tags=["en"]
+# ## The two statements behind both rescues
+#
+# Everything above rests on two SQL statements, the whole of them printed below. The
+# claim picks a job and grants its lease (`lease_until`, a fresh `token`) in **one**
+# `UPDATE`, so no two workers can take the same job. The completion only touches a row
+# that is still `running` **with the caller's token**, so a worker that lost its job
+# changes nothing. Lessons 1–3 take each piece apart.
+
+# %% [markdown] tags=["ru"]
+# ## Два оператора, на которых держатся оба спасения
+#
+# Всё, что было выше, держится на двух SQL-операторах; ниже они напечатаны целиком. Захват
+# выбирает задачу и выдаёт аренду (`lease_until`, свежий `token`) **одним** `UPDATE`,
+# поэтому два воркера не могут взять одну задачу. Завершение меняет только строку, которая
+# всё ещё `running` **с токеном вызывающего**, поэтому воркер, потерявший задачу, ничего не
+# испортит. Уроки 1–3 разбирают каждую часть.
+
+# %% tags=["nbval-check-output"]
+from leaselab import sql
+
+print(sql.CLAIM.strip())
+print()
+print(sql.COMPLETE.strip())
+
+# %% [markdown] tags=["en"]
 # ## The playground
 #
 # The dashboard below runs the same machinery with buttons. Enqueue jobs (ones that
