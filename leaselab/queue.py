@@ -308,6 +308,8 @@ class Queue:
         Fenced exactly like ``complete``: if ``token`` no longer holds the job, the
         refusal is recorded, nothing is claimed and ``LeaseLost`` is raised. One
         commit instead of two, and with ``durability="full"`` still one sync per job.
+        Returns None when nothing is runnable, or when the next job's stored payload was
+        damaged (that attempt is failed with the reason, as ``claim`` does).
         """
         job_id, token = self._fence_args(job_id, token)
         worker = _text("worker", worker)
@@ -327,7 +329,10 @@ class Queue:
             if not refused:
                 raise JobNotFound(job_id)
             raise LeaseLost(job_id, token, refused[0][0])
-        return self._claimed(rows, next_token)
+        try:
+            return self._claimed(rows, next_token)
+        except InvalidPayload:
+            return None  # the completion stands; the damaged next job was failed with the reason
 
     def fail(self, job_id: int, token: str, error: str = "failed") -> Status:
         """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``."""

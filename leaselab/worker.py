@@ -169,15 +169,6 @@ class Worker:
             return False
         return self._max_jobs is None or self.stats.claimed < self._max_jobs
 
-    def _complete_and_claim(self, job: Job, result: Any) -> Job | None:
-        try:
-            return self.queue.complete_and_claim(job.id, job.token, result, self.name, self.lease)
-        except InvalidPayload as exc:
-            if self.queue.get(job.id).status != "done":
-                raise  # the result itself is not JSON: the caller fails the job
-            self._log(f"skipped a damaged job: {exc}")  # done; the next one was damaged and failed
-            return None
-
     def reap_if_due(self) -> list[int]:
         """Reap expired leases if ``reap_every`` seconds (real time) have passed since the last reap."""
         now = time.monotonic()
@@ -214,7 +205,8 @@ class Worker:
                 if error is None:
                     try:
                         if self._wants_next():  # finish and take the next job in one transaction
-                            self._next = self._complete_and_claim(job, result)
+                            self._next = self.queue.complete_and_claim(job.id, job.token, result,
+                                                                       self.name, self.lease)
                         else:
                             self.queue.complete(job.id, job.token, result)
                     except InvalidPayload as exc:

@@ -469,3 +469,15 @@ def test_a_worker_skips_a_damaged_job_and_goes_on_with_the_rest(tmp_path, damage
         assert stats.completed == 2
         statuses = [q._run("SELECT status FROM jobs WHERE id = ?", (i,))[0][0] for i in ids]
         assert statuses == ["dead" if i == damaged else "done" for i in range(3)]
+
+
+def test_complete_and_claim_keeps_the_completion_when_the_next_job_is_damaged(tmp_path):
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        good, bad = q.enqueue_many([1, 2], max_attempts=1)
+    _plant(path, bad, "{not json")
+    with Queue(path) as q:
+        job = q.claim("w1")
+        assert q.complete_and_claim(job.id, job.token, "ok", worker="w1") is None
+        rows = dict(q._run("SELECT id, status FROM jobs"))
+        assert rows == {good: "done", bad: "dead"}
