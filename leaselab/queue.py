@@ -30,7 +30,8 @@ from .errors import (
 )
 from .job import Event, Job, Status
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+PAGE_SIZE = 1024  # for new files; see schema.sql
 APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
 SQLITE_HEADER = b"SQLite format 3\x00"
 MIN_SQLITE = (3, 35, 0)  # RETURNING arrived in 3.35
@@ -137,6 +138,7 @@ class Queue:
         self.tracer = tracer
         self._lock = threading.RLock()
         self._conn = _connect(self.path, _positive("busy_timeout", busy_timeout))
+        self._synchronous_full = False  # _connect leaves the connection at synchronous = NORMAL
         self._conn.create_function(
             "leaselab_backoff", 1, self.backoff.delay, deterministic=not self.backoff.jitter
         )
@@ -163,17 +165,22 @@ class Queue:
         if self.tracer is not None:
             self.tracer(statement.strip(), params)
         with self._lock:
-            sync_now = durable and self.durability == "full"
             try:
-                if sync_now:
-                    self._conn.execute("PRAGMA synchronous = FULL")
-                try:
-                    return self._conn.execute(statement, params).fetchall()
-                finally:
-                    if sync_now:
-                        self._conn.execute("PRAGMA synchronous = NORMAL")
+                self._sync(durable)
+                return self._conn.execute(statement, params).fetchall()
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
+
+    def _sync(self, durable: bool) -> None:
+        """Make the next commit sync to disk if it is ``durable`` and the queue is "full"; caller holds the lock.
+
+        The setting is switched only when it changes, so a run of completions (a worker's
+        loop) or of enqueues pays for no switching at all.
+        """
+        full = durable and self.durability == "full"
+        if full != self._synchronous_full:
+            self._conn.execute("PRAGMA synchronous = FULL" if full else "PRAGMA synchronous = NORMAL")
+            self._synchronous_full = full
 
     @contextmanager
     def _transaction(self, durable: bool) -> Iterator[Callable[..., list[tuple]]]:
@@ -183,23 +190,17 @@ class Queue:
                 self.tracer(statement.strip(), params)
             return conn.execute(statement, params).fetchall()
 
-        sync_now = durable and self.durability == "full"
         with self._lock:
             conn = self._conn
             try:
-                if sync_now:
-                    conn.execute("PRAGMA synchronous = FULL")
+                self._sync(durable)
+                conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        yield run
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        conn.execute("ROLLBACK")
-                        raise
-                finally:
-                    if sync_now:
-                        conn.execute("PRAGMA synchronous = NORMAL")
+                    yield run
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 
@@ -323,12 +324,9 @@ class Queue:
                 rows = run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
                                        "token": next_token})
             else:
-                refused = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now,
-                                                      "detail": "complete refused: token no longer holds the job"})
+                refused = _record_lease_lost(run, job_id, token, now, "complete")
         if refused is not None:
-            if not refused:
-                raise JobNotFound(job_id)
-            raise LeaseLost(job_id, token, refused[0][0])
+            raise LeaseLost(job_id, token, refused)
         try:
             return self._claimed(rows, next_token)
         except InvalidPayload:
@@ -360,11 +358,9 @@ class Queue:
         return job_id, token
 
     def _lease_lost(self, job_id: int, token: str, now: float, action: str) -> None:
-        detail = f"{action} refused: token no longer holds the job"
-        rows = self._run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail})
-        if not rows:
-            raise JobNotFound(job_id)
-        raise LeaseLost(job_id, token, rows[0][0])
+        with self._transaction(durable=False) as run:
+            status = _record_lease_lost(run, job_id, token, now, action)
+        raise LeaseLost(job_id, token, status)
 
     # -- reading ----------------------------------------------------------
 
@@ -401,12 +397,23 @@ class Queue:
         if job_id is None:
             rows = self._run(sql.EVENTS, {"after": after})
         else:
-            rows = self._run(sql.EVENTS_FOR_JOB, {"job_id": _integer("job_id", job_id), "after": after})
+            rows = self._run(sql.EVENTS_FOR_JOB, {"id": _integer("job_id", job_id), "after": after})
         return [Event.from_row(r) for r in rows]
 
     def next_run_at(self) -> float | None:
         """When the earliest pending job becomes claimable, or None if nothing is pending."""
         return self._run(sql.NEXT_RUN_AT)[0][0]
+
+
+def _record_lease_lost(run: Callable[..., list[tuple]], job_id: int, token: str, now: float, action: str) -> str:
+    """Write a refused write into the job's history (inside a transaction); return the job's status."""
+    detail = f"{action} refused: token no longer holds the job"
+    rows = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail, "after": 0})
+    if not rows:
+        raise JobNotFound(job_id)
+    event_id, status = rows[0]
+    run(sql.LINK_EVENT, {"event_id": event_id, "id": job_id})
+    return status
 
 
 def _translate(exc: sqlite3.Error, path: str) -> LeaselabError:
@@ -452,17 +459,22 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         # another process creating the schema in between made a fresh file look foreign.
         conn.execute("BEGIN")
         try:
-            _check_schema(conn, path)
+            version = _check_schema(conn, path)
         finally:
             if conn.in_transaction:  # an error may already have ended it; keep that error, not ours
                 conn.execute("COMMIT")
+        if version == 0:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE:d}")  # only an empty file takes it: no effect later
         mode = _journal_mode_wal(conn, busy_timeout)
         if path != ":memory:" and mode.lower() != "wal":
             raise DatabaseUnwritable(f"{path}: could not switch to WAL mode (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if _check_schema(conn, path):
+            version = _check_schema(conn, path)  # again, under the write lock: another process may have won
+            if version < SCHEMA_VERSION:
+                for statement in sql.MIGRATIONS.get(version, ()):  # older files keep their page size
+                    conn.execute(statement)
                 for statement in schema_statements():
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")  # int constants: pragmas take no ?
@@ -494,8 +506,8 @@ def _journal_mode_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
             time.sleep(0.005)
 
 
-def _check_schema(conn: sqlite3.Connection, path: str) -> bool:
-    """Refuse files that are not ours or are too new; True when the file is empty and needs the schema."""
+def _check_schema(conn: sqlite3.Connection, path: str) -> int:
+    """Refuse files that are not ours or are too new; return the schema version, 0 for an empty file."""
     app_id = conn.execute("PRAGMA application_id").fetchone()[0]
     version = conn.execute("PRAGMA user_version").fetchone()[0]
     if app_id == 0 and version == 0:
@@ -504,7 +516,7 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> bool:
             raise NotALeaselabDatabase(
                 f"{path} is a SQLite database of another application (tables: {', '.join(tables[:5])})"
             )
-        return True
+        return 0
     if app_id != APPLICATION_ID:
         raise NotALeaselabDatabase(f"{path} is a SQLite database of another application (application_id {app_id})")
     if version > SCHEMA_VERSION:
@@ -512,4 +524,4 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> bool:
             f"{path} has leaselab schema version {version}; this leaselab knows up to {SCHEMA_VERSION}. "
             "Upgrade leaselab to open it."
         )
-    return False
+    return version

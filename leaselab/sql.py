@@ -59,19 +59,30 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
 RETURNING id
 """
 
-# A refused (fenced-off) write leaves the job alone but is written into the history.
-# Zero rows inserted means the job id does not exist at all.
-RECORD_LEASE_LOST = """
-INSERT INTO events (job_id, kind, at, worker, token, attempt, detail)
-SELECT j.id, 'lease_lost', :now,
-       (SELECT e.worker FROM events e WHERE e.job_id = :id AND e.token = :token AND e.kind = 'claimed'),
-       :token,
-       COALESCE((SELECT e.attempt FROM events e
-                  WHERE e.job_id = :id AND e.token = :token AND e.kind = 'claimed'), j.attempts),
-       :detail
+# A job's history is a linked list: jobs.last_event_id is its newest event and each event's
+# prev is the one before, so reading one job's history is one rowid lookup per event, with no
+# index on events to keep up on every write. This walks it newest to oldest, down to :after.
+_JOB_CHAIN = """
+WITH RECURSIVE chain(id) AS (
+    SELECT last_event_id FROM jobs WHERE id = :id
+    UNION ALL
+    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > :after
+)"""
+
+# A refused (fenced-off) write leaves the job alone but is written into the history, naming
+# the worker and attempt that claimed with this token. Zero rows inserted: no such job id.
+# LINK_EVENT then makes the new event the head of the job's history, in the same transaction.
+RECORD_LEASE_LOST = _JOB_CHAIN + """,
+claim AS (SELECT e.worker, e.attempt FROM events e
+           WHERE e.id IN (SELECT id FROM chain) AND e.token = :token AND e.kind = 'claimed')
+INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
+SELECT j.id, 'lease_lost', :now, (SELECT worker FROM claim), :token,
+       COALESCE((SELECT attempt FROM claim), j.attempts), :detail, j.last_event_id
   FROM jobs j WHERE j.id = :id
-RETURNING (SELECT status FROM jobs WHERE id = :id)
+RETURNING id, (SELECT status FROM jobs WHERE id = :id)
 """
+
+LINK_EVENT = "UPDATE jobs SET last_event_id = :event_id WHERE id = :id"
 
 GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 
@@ -90,6 +101,25 @@ STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
 
 EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id"
 
-EVENTS_FOR_JOB = f"SELECT {EVENT_COLUMNS} FROM events WHERE job_id = :job_id AND id > :after ORDER BY id"
+EVENTS_FOR_JOB = _JOB_CHAIN + f"""
+SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > :after ORDER BY id
+"""
 
 NEXT_RUN_AT = "SELECT min(run_at) FROM jobs WHERE status = 'pending'"
+
+# Upgrades, by the version a file has; each list runs in one transaction, then schema.sql
+# (all IF NOT EXISTS) adds what is new. 1 -> 2: the history becomes a per-job linked list
+# (events.prev, jobs.last_event_id) instead of an index on events(job_id); the old index
+# still serves the two UPDATEs that build the links, and is dropped after them.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "DROP TRIGGER IF EXISTS jobs_enqueued",
+        "DROP TRIGGER IF EXISTS jobs_changed",
+        "ALTER TABLE jobs ADD COLUMN last_event_id INTEGER",
+        "ALTER TABLE events ADD COLUMN prev INTEGER",
+        "UPDATE events SET prev = (SELECT max(e.id) FROM events e"
+        " WHERE e.job_id = events.job_id AND e.id < events.id)",
+        "UPDATE jobs SET last_event_id = (SELECT max(e.id) FROM events e WHERE e.job_id = jobs.id)",
+        "DROP INDEX IF EXISTS events_job",
+    ),
+}

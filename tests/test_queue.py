@@ -28,7 +28,7 @@ from leaselab import (
     UnsupportedSQLite,
     sql,
 )
-from leaselab.queue import require_sqlite
+from leaselab.queue import APPLICATION_ID, require_sqlite
 
 LEASE = 30.0
 
@@ -437,6 +437,71 @@ def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
     assert sql.REAP.strip().upper().startswith("UPDATE JOBS")
 
 
+def test_one_jobs_history_is_read_by_walking_its_links_not_by_scanning_every_event(queue, clock):
+    ids = queue.enqueue_many(list(range(300)))
+    for _ in range(300):  # interleave: every job's events are spread across the whole table
+        job = queue.claim("w", LEASE)
+        queue.heartbeat(job.id, job.token, LEASE)
+        queue.complete(job.id, job.token, job.payload)
+    for statement in (sql.EVENTS_FOR_JOB, sql.RECORD_LEASE_LOST):
+        params = {"id": ids[7], "after": 0, "token": "t", "now": clock(), "detail": "d"}
+        steps = plan(queue, statement, params)
+        assert not any(s.startswith("SCAN e") for s in steps), steps  # events is only ever SEARCHed by rowid
+    assert [e.kind for e in queue.events(ids[7])] == ["enqueued", "claimed", "heartbeat", "completed"]
+    assert {e.job_id for e in queue.events(ids[7])} == {ids[7]}
+    whole = queue.events()
+    for job_id in (ids[0], ids[150], ids[-1]):
+        assert queue.events(job_id) == [e for e in whole if e.job_id == job_id]
+
+
+def test_a_new_file_uses_small_pages_and_the_current_schema(db_path, clock):
+    Queue(db_path, clock=clock).close()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    conn.close()
+
+
+def _version_1_file(path: Path) -> dict[int, list[tuple]]:
+    """A file as leaselab's schema version 1 wrote it (4 KiB pages, events indexed by job), with history."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.executescript((Path(__file__).parent / "data" / "schema_v1.sql").read_text())
+    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    conn.execute("PRAGMA user_version = 1")
+    for n in range(3):
+        conn.execute("INSERT INTO jobs (payload, run_at, created_at, updated_at) VALUES (?, 1, 1, 1)", (str(n),))
+    for job_id, token in ((1, "a"), (2, "b"), (1, "c")):  # job 1 is claimed twice, around job 2
+        conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = ?, "
+                     "lease_until = 99, updated_at = 2, last_event = 'claimed' WHERE id = ?", (token, job_id))
+    conn.execute("UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, updated_at = 3, "
+                 "last_event = 'completed' WHERE id = 2")
+    history = {j: conn.execute("SELECT id, kind, token FROM events WHERE job_id = ? ORDER BY id", (j,)).fetchall()
+               for j in (1, 2, 3)}
+    conn.close()
+    return history
+
+
+def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_history(tmp_path, clock):
+    path = tmp_path / "v1.db"
+    before = _version_1_file(path)
+    with Queue(path, clock=clock) as q:
+        assert {j: [(e.id, e.kind, e.token) for e in q.events(j)] for j in (1, 2, 3)} == before
+        with pytest.raises(LeaseLost):  # the first claim's token was fenced off by the second
+            q.complete(1, "a")
+        q.complete(1, "c", "late but fine")
+        assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "claimed", "lease_lost", "completed"]
+        assert q.events(1)[3].worker == "old" and q.events(1)[3].attempt == 1  # found through the links
+        assert q.claim("new").id == 3
+        assert q.stats() == {"pending": 0, "running": 1, "done": 2, "dead": 0}
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_job'").fetchone()[0] == 0
+    assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096  # an old file keeps its pages
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
 def test_the_tracer_sees_the_exact_claim_statement_and_its_params(queue, clock):
     queue.enqueue("x")
     seen = []
@@ -469,27 +534,69 @@ def test_an_unknown_durability_is_a_value_error(db_path):
     assert not db_path.exists()
 
 
-def test_a_full_queue_syncs_enqueue_and_complete_then_returns_to_normal(db_path, clock):
+def _sync_levels_of_writes(q: Queue, action) -> set[int]:
+    """Run ``action`` and return the PRAGMA synchronous level (1 NORMAL, 2 FULL) its writes committed at."""
+    level = q._conn.execute("PRAGMA synchronous").fetchone()[0]
+    statements: list[str] = []
+    q._conn.set_trace_callback(statements.append)
+    try:
+        action()
+    finally:
+        q._conn.set_trace_callback(None)
+    levels = set()
+    for statement in statements:
+        text = " ".join(statement.split()).upper()
+        if text.startswith("PRAGMA SYNCHRONOUS ="):
+            level = {"FULL": 2, "NORMAL": 1}[text.rsplit(" ", 1)[1]]
+        elif text.startswith(("INSERT", "UPDATE", "WITH", "COMMIT")):
+            levels.add(level)
+    return levels
+
+
+def test_a_full_queue_syncs_enqueue_and_complete_and_nothing_else(db_path, clock):
+    q = Queue(db_path, clock=clock, durability="full")
+    job_ids, holder = [], []
+    assert _sync_levels_of_writes(q, lambda: job_ids.append(q.enqueue("x"))) == {2}
+    assert _sync_levels_of_writes(q, lambda: q.enqueue_many(["y", "z"])) == {2}
+    assert _sync_levels_of_writes(q, lambda: holder.append(q.claim("w", LEASE))) == {1}  # a lost claim is a retry
+    job = holder[0]
+    assert _sync_levels_of_writes(q, lambda: q.heartbeat(job.id, job.token, LEASE)) == {1}
+    assert _sync_levels_of_writes(q, lambda: q.complete(job.id, job.token, "ok")) == {2}
+    assert _sync_levels_of_writes(q, lambda: q.reap()) == {1}
+    nxt = q.claim("w", LEASE)
+    assert _sync_levels_of_writes(q, lambda: holder.append(q.complete_and_claim(nxt.id, nxt.token))) == {2}
+    lost = holder[-1]
+    q.reap()
+    clock.advance(LEASE + 1)
+    q.reap()
+    refused = []
+
+    def zombie_completes():
+        with pytest.raises(LeaseLost) as info:
+            q.complete(lost.id, lost.token)
+        refused.append(info.value)
+
+    # The completion is attempted at FULL and changes nothing; the refusal's record is history,
+    # not a result, so it is written at NORMAL.
+    assert _sync_levels_of_writes(q, zombie_completes) == {1, 2}
+    assert len(refused) == 1 and q.events(lost.id)[-1].kind == "lease_lost"
+    q.close()
+
+
+def test_a_full_queue_switches_the_sync_level_only_when_it_changes(db_path, clock):
+    """A worker's loop of complete_and_claim, or a run of enqueues, issues no PRAGMA per job."""
     q = Queue(db_path, clock=clock, durability="full")
     statements: list[str] = []
     q._conn.set_trace_callback(statements.append)
-
-    def synced(action) -> bool:
-        statements.clear()
-        action()
-        pragmas = [s for s in statements if s.upper().startswith("PRAGMA SYNCHRONOUS")]
-        return pragmas[:1] == ["PRAGMA synchronous = FULL"]
-
-    job_ids = []
-    assert synced(lambda: job_ids.append(q.enqueue("x")))
-    assert synced(lambda: q.enqueue_many(["y", "z"]))
-    holder = []
-    assert not synced(lambda: holder.append(q.claim("w", LEASE)))  # a lost claim only means a retry
-    job = holder[0]
-    assert not synced(lambda: q.heartbeat(job.id, job.token, LEASE))
-    assert synced(lambda: q.complete(job.id, job.token, "ok"))
-    assert not synced(lambda: q.reap())
-    assert q._conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL again
+    for n in range(10):
+        q.enqueue(n)
+    job = q.claim("w", LEASE)
+    while job is not None:
+        job = q.complete_and_claim(job.id, job.token, worker="w", lease=LEASE)
+    pragmas = [s for s in statements if s.upper().startswith("PRAGMA SYNCHRONOUS")]
+    # FULL for the enqueues, NORMAL for the first claim, FULL for the whole drain: three switches.
+    assert pragmas == ["PRAGMA synchronous = FULL", "PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"]
+    assert q.stats()["done"] == 10
     q._conn.set_trace_callback(None)
     q.close()
 

@@ -1,0 +1,61 @@
+-- leaselab schema, version 1. The whole queue lives in these two tables.
+
+CREATE TABLE IF NOT EXISTS jobs (
+    id           INTEGER PRIMARY KEY,
+    payload      TEXT    NOT NULL,                   -- JSON, never pickle
+    status       TEXT    NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'running', 'done', 'dead')),
+    priority     INTEGER NOT NULL DEFAULT 0,
+    run_at       REAL    NOT NULL,                   -- unix seconds; not claimable before
+    attempts     INTEGER NOT NULL DEFAULT 0 CHECK (attempts >= 0),
+    max_attempts INTEGER NOT NULL DEFAULT 5 CHECK (max_attempts >= 1),
+    lease_until  REAL,                               -- set while running
+    worker       TEXT,                               -- last holder
+    token        TEXT,                               -- the fence of the last claim
+    result       TEXT,                               -- JSON
+    last_error   TEXT,
+    created_at   REAL    NOT NULL,
+    started_at   REAL,
+    finished_at  REAL,
+    updated_at   REAL    NOT NULL,
+    last_event   TEXT    NOT NULL DEFAULT 'enqueued' -- what the last statement did; the trigger records it
+);
+
+-- Serves the claim: WHERE status='pending' AND run_at<=? ORDER BY priority DESC, run_at, id.
+-- Partial, so a claimed or finished job leaves the index and the claim never walks over it.
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, run_at, id) WHERE status = 'pending';
+
+-- Serves the reaper: WHERE status='running' AND lease_until<?.
+CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_until) WHERE status = 'running';
+
+CREATE TABLE IF NOT EXISTS events (
+    id      INTEGER PRIMARY KEY,
+    job_id  INTEGER NOT NULL,
+    kind    TEXT    NOT NULL CHECK (kind IN ('enqueued', 'claimed', 'heartbeat', 'completed',
+                                             'failed', 'reaped', 'dead', 'lease_lost')),
+    at      REAL    NOT NULL,
+    worker  TEXT,
+    token   TEXT,
+    attempt INTEGER NOT NULL,
+    detail  TEXT
+);
+CREATE INDEX IF NOT EXISTS events_job ON events (job_id, id);
+
+-- History is written by triggers, in the same transaction as the change itself,
+-- so it can never disagree with the jobs table and the claim stays one statement.
+CREATE TRIGGER IF NOT EXISTS jobs_enqueued AFTER INSERT ON jobs
+BEGIN
+    INSERT INTO events (job_id, kind, at, worker, token, attempt, detail)
+    VALUES (NEW.id, 'enqueued', NEW.updated_at, NULL, NULL, NEW.attempts, NULL);
+END;
+
+CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE ON jobs
+BEGIN
+    INSERT INTO events (job_id, kind, at, worker, token, attempt, detail)
+    VALUES (NEW.id, NEW.last_event, NEW.updated_at, NEW.worker, NEW.token, NEW.attempts,
+            CASE NEW.last_event WHEN 'failed' THEN NEW.last_error
+                                WHEN 'reaped' THEN NEW.last_error END);
+    INSERT INTO events (job_id, kind, at, worker, token, attempt, detail)
+    SELECT NEW.id, 'dead', NEW.updated_at, NEW.worker, NEW.token, NEW.attempts, NEW.last_error
+    WHERE NEW.status = 'dead' AND OLD.status <> 'dead';
+END;
