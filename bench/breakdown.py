@@ -5,11 +5,16 @@
 Runs the drain (claim + fenced complete, one job at a time, one process) at
 ``synchronous=NORMAL`` and ``FULL`` for:
 
-1. the raw baseline of ``throughput.py``: a bare table and the claim index;
-2. leaselab's ``jobs`` table and ``jobs_claim`` index, leaselab's exact statements via bare ``sqlite3``;
-3. plus the reaper's ``jobs_lease`` index;
-4. plus the ``events`` table and ``events_job`` index, filled by the history triggers (the whole schema);
-5. the ``Queue`` API itself (validation, tokens, ``Job`` objects; at FULL the ``PRAGMA synchronous`` toggle).
+1. the raw baseline of ``throughput.py``: a bare table and the claim index, SQLite's default 4 KiB pages;
+2. the same baseline with 1 KiB pages, leaselab's page size for new files;
+3. leaselab's ``jobs`` table and ``jobs_claim`` index, leaselab's exact statements via bare ``sqlite3``, 1 KiB pages;
+4. plus the reaper's ``jobs_lease`` index;
+5. plus the ``events`` table filled by the history triggers, linked per job (the whole schema);
+   5b, for comparison: the same history found through an index on ``events(job_id, id)``
+   instead (schema version 1's design), measured but not part of the sum;
+6. the ``Queue`` API itself, claim() then complete() (validation, tokens, ``Job`` objects;
+   at FULL the ``PRAGMA synchronous`` switch between a claim and a completion);
+7. the ``Queue`` API as a ``Worker`` drains: ``complete_and_claim``, one transaction per job.
 
 Each step's µs per job is the median of ``--repeat`` runs; the differences say what each part costs.
 """
@@ -29,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import throughput  # noqa: E402  (the raw baseline's schema and statements)
 from leaselab import Queue, sql  # noqa: E402
-from leaselab.queue import schema_statements  # noqa: E402
+from leaselab.queue import PAGE_SIZE, schema_statements  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 
@@ -46,9 +51,9 @@ def leaselab_schema(parts: set[str]) -> list[str]:
         if "ON events" in code.replace("\n", " ") or "TABLE IF NOT EXISTS events" in head:
             if "triggers" not in parts:
                 continue
-        if False:
-            continue
         keep.append(statement)
+    if "events_index" in parts:  # version 1's way to find one job's history
+        keep.append("CREATE INDEX events_job ON events (job_id, id)")
     return keep
 
 
@@ -58,9 +63,10 @@ def fresh(path: Path) -> None:
 
 
 def bare_run(path: Path, sync: str, statements: list[str], claim: str, complete: str, token_col: int,
-             insert, jobs: int) -> float:
+             insert, jobs: int, page_size: int = 4096) -> float:
     fresh(path)
     conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA page_size = {page_size:d}")
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = " + {"NORMAL": "NORMAL", "FULL": "FULL"}[sync])
     conn.create_function("leaselab_backoff", 1, lambda attempts: 1.0)
@@ -106,6 +112,19 @@ def api_run(path: Path, sync: str, jobs: int) -> float:
     return elapsed / jobs
 
 
+def worker_run(path: Path, sync: str, jobs: int) -> float:
+    fresh(path)
+    with Queue(path, durability=sync.lower()) as q:
+        q.enqueue_many([{"n": n} for n in range(jobs)])
+        start = time.perf_counter()
+        job = q.claim("bench", lease=300)
+        while job is not None:
+            job = q.complete_and_claim(job.id, job.token, None, worker="bench", lease=300)
+        elapsed = time.perf_counter() - start
+    fresh(path)
+    return elapsed / jobs
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=5000)
@@ -116,36 +135,41 @@ def main(argv: list[str] | None = None) -> int:
     data.mkdir(parents=True, exist_ok=True)
     path = data / "breakdown.db"
     raw_schema = [s.strip() for s in throughput.RAW_SCHEMA.split(";") if s.strip()]
+    def bare(statements, page_size=PAGE_SIZE, raw=False):
+        if raw:
+            return lambda s: bare_run(path, s, raw_schema, throughput.RAW_CLAIM, throughput.RAW_COMPLETE, 2,
+                                      raw_insert, args.jobs, page_size)
+        return lambda s: bare_run(path, s, statements, sql.CLAIM, sql.COMPLETE, 9, leaselab_insert, args.jobs,
+                                  page_size)
+
     steps = [
-        ("1 raw baseline (bare table + claim index)",
-         lambda s: bare_run(path, s, raw_schema, throughput.RAW_CLAIM, throughput.RAW_COMPLETE, 2, raw_insert,
-                            args.jobs)),
-        ("2 leaselab jobs table + jobs_claim, bare sqlite3",
-         lambda s: bare_run(path, s, leaselab_schema(set()), sql.CLAIM, sql.COMPLETE, 9, leaselab_insert, args.jobs)),
-        ("3 + jobs_lease index (the reaper's)",
-         lambda s: bare_run(path, s, leaselab_schema({"lease_index"}), sql.CLAIM, sql.COMPLETE, 9, leaselab_insert,
-                            args.jobs)),
-        ("4 + events table, index and triggers (full schema)",
-         lambda s: bare_run(path, s, leaselab_schema({"lease_index", "triggers"}), sql.CLAIM, sql.COMPLETE, 9,
-                            leaselab_insert, args.jobs)),
-        ("5 the Queue API (claim + complete)", lambda s: api_run(path, s, args.jobs)),
+        ("1 raw baseline (bare table + claim index, 4 KiB pages)", bare(None, 4096, raw=True), True),
+        ("2 raw baseline with 1 KiB pages", bare(None, raw=True), True),
+        ("3 leaselab jobs table + jobs_claim, bare sqlite3", bare(leaselab_schema(set())), True),
+        ("4 + jobs_lease index (the reaper's)", bare(leaselab_schema({"lease_index"})), True),
+        ("5 + events and history triggers (full schema)", bare(leaselab_schema({"lease_index", "triggers"})), True),
+        ("5b   (history found by an index instead of links)",
+         bare(leaselab_schema({"lease_index", "triggers", "events_index"})), False),
+        ("6 the Queue API, claim() then complete()", lambda s: api_run(path, s, args.jobs), True),
+        ("7 the Queue API, complete_and_claim (the Worker)", lambda s: worker_run(path, s, args.jobs), True),
     ]
     print(f"# leaselab drain breakdown, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"{args.jobs} jobs, median of {args.repeat}; µs per job (claim + complete), one process")
     results: dict[tuple[str, str], list[float]] = {}
     for _ in range(args.repeat):
         for sync in ("NORMAL", "FULL"):
-            for label, run in steps:
+            for label, run, _ in steps:
                 results.setdefault((label, sync), []).append(run(sync))
     print(f"| {'step':<52} | NORMAL µs | + vs prev | FULL µs | + vs prev |")
     print(f"|{'-' * 54}|-----------|-----------|---------|-----------|")
     prev = {}
-    for label, _ in steps:
+    for label, _, chained in steps:
         cells = []
         for sync in ("NORMAL", "FULL"):
             us = statistics.median(results[label, sync]) * 1e6
             delta = "" if sync not in prev else f"{us - prev[sync]:+.0f}"
-            prev[sync] = us
+            if chained:
+                prev[sync] = us
             cells.append((us, delta))
         print(f"| {label:<52} | {cells[0][0]:>9.0f} | {cells[0][1]:>9} | {cells[1][0]:>7.0f} | {cells[1][1]:>9} |")
     return 0
