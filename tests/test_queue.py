@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import shutil
@@ -112,6 +113,16 @@ def test_claim_leases_the_job_to_the_worker(queue, clock):
     assert job.lease_until == clock() + 12.5 and job.started_at == clock()
     assert isinstance(job.token, str) and len(job.token) >= 16
     assert queue.get(job_id) == job
+
+
+def test_a_job_read_back_is_a_frozen_value_like_one_built_by_hand(queue):
+    job = queue.get(queue.enqueue({"a": [1, 2]}, priority=3))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        job.status = Status.DONE
+    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(Job)}
+    assert Job(**fields) == job
+    assert dataclasses.replace(job, priority=4).priority == 4 and job.priority == 3
+    assert repr(job).startswith("Job(id=1, payload={'a': [1, 2]}, status=<Status.PENDING")
 
 
 def test_claim_order_is_priority_then_run_at_then_id(queue, clock):
