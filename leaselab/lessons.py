@@ -1,7 +1,8 @@
 """Small conveniences the lessons call, so notebook cells only show and never hide logic.
 
 A scratch folder per lesson, waiting for a condition with a deadline, the history
-of a job as a plain table, the claim's query plan, and the notebook's language.
+of a job as a plain table, the claim's query plan and the work one claim does, and the
+notebook's language.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
 from . import sql
-from .job import Event
+from .job import Event, Job
 from .queue import Queue
 
 T = TypeVar("T")
@@ -111,3 +112,22 @@ def claim_plan(queue: Queue) -> list[str]:
         rows = conn.execute("EXPLAIN QUERY PLAN " + sql.CLAIM, params).fetchall()
     conn.close()
     return [row[-1] for row in rows]
+
+
+def claim_steps(queue: Queue, worker: str = "lesson", lease: float = 30.0) -> tuple[int, Job | None]:
+    """Claim one job and count the SQLite virtual-machine steps it took: work done, not time, so it is
+    the same on any machine. Returns (steps, the claimed job or None)."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0  # carry on
+
+    conn = queue._conn  # the claim must run on the queue's own connection to be the real one
+    conn.set_progress_handler(count, 1)
+    try:
+        job = queue.claim(worker, lease)
+    finally:
+        conn.set_progress_handler(None, 1)
+    return steps, job

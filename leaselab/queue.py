@@ -475,7 +475,7 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
             if version < SCHEMA_VERSION:
                 for statement in sql.MIGRATIONS.get(version, ()):  # older files keep their page size
                     conn.execute(statement)
-                for statement in schema_statements():
+                for statement in schema_statements() + list(sql.CLAIM_STATISTICS):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")  # int constants: pragmas take no ?
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")

@@ -100,3 +100,13 @@ os.kill(os.getpid(), signal.SIGKILL)   # as nbval and a hard kernel restart do: 
         time.sleep(0.1)
     assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived its killed parent"
     assert not Path(folder).exists(), f"{folder} was left behind by a killed kernel"
+
+
+def test_claim_steps_counts_the_work_of_one_real_claim(tmp_path):
+    q = Queue(tmp_path / "s.db", clock=ManualClock())
+    assert lessons.claim_steps(q)[1] is None
+    q.enqueue("x")
+    steps, job = lessons.claim_steps(q, worker="w9")
+    assert job.payload == "x" and job.worker == "w9" and q.get(job.id).status == "running"
+    empty_steps, nothing = lessons.claim_steps(q)
+    assert nothing is None and 0 < empty_steps < steps  # finding nothing is less work than a claim

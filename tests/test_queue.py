@@ -27,6 +27,7 @@ from leaselab import (
     SchemaTooNew,
     Status,
     UnsupportedSQLite,
+    lessons,
     sql,
 )
 from leaselab.queue import APPLICATION_ID, require_sqlite
@@ -441,6 +442,28 @@ def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btr
     assert "RETURNING" in sql.CLAIM.upper() and "LIMIT 1" in sql.CLAIM.upper()
 
 
+def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepping_over_each(queue):
+    queue.enqueue_many(list(range(20)), priority=9, delay=3600)  # urgent, but not yet
+    queue.enqueue_many(["first", "second"])
+    few, first = lessons.claim_steps(queue)
+    queue.enqueue_many(list(range(20_000)), priority=9, delay=3600)
+    many, second = lessons.claim_steps(queue)
+    assert (first.payload, second.payload) == ("first", "second")
+    assert many <= few * 1.5, (few, many)  # without the statistics: ~100,000 steps against ~300
+    steps = plan(queue, sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t"})
+    assert any("jobs_claim (ANY(priority) AND run_at<?)" in s for s in steps), steps
+
+
+def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_path, clock):
+    with Queue(db_path, clock=clock) as q:
+        q.enqueue_many(list(range(50)))
+        q._conn.execute("ANALYZE")
+        real = q._conn.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0]
+    assert real.startswith("50 ")
+    with Queue(db_path, clock=clock) as q:  # opening again does not overwrite what ANALYZE found
+        assert q._conn.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
+
+
 def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
     steps = plan(queue, sql.REAP, {"now": clock()})
     assert any("jobs_lease" in s for s in steps), steps
@@ -509,6 +532,7 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_history(tmp_path, c
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_job'").fetchone()[0] == 0
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096  # an old file keeps its pages
+    assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == 1
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
 

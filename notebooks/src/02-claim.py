@@ -245,6 +245,56 @@ print("the claim uses the index jobs_claim:", any("jobs_claim" in step for step 
 print("the claim sorts in a temporary B-tree:", any("TEMP B-TREE" in step for step in plan))
 
 # %% [markdown] tags=["en"]
+# Read the plan's last line: `ANY(priority) AND run_at<?`. SQLite does not walk the index
+# job by job. For each priority level, from the highest down, it jumps straight to the jobs
+# whose `run_at` has already passed, and the first one it meets is the answer. That matters
+# when many jobs wait at a high priority for a later `run_at` (scheduled work, or retries
+# in backoff): a plain walk would step over every one of them on every claim, while the
+# jump costs one seek per priority level. leaselab writes a line of statistics into the
+# file when it makes the schema (many jobs share each of a few priority levels), and that
+# is what lets SQLite choose the jump.
+
+# %% [markdown] tags=["ru"]
+# Посмотрите на последнюю строку плана: `ANY(priority) AND run_at<?`. SQLite не идёт по
+# индексу от задачи к задаче. Для каждого уровня приоритета, начиная с высшего, он сразу
+# переходит к задачам, чей `run_at` уже наступил, и первая встреченная и есть ответ. Это
+# важно, когда много задач с высоким приоритетом ждут своего `run_at` (работа по
+# расписанию или повторы после ошибок): простой проход перешагивал бы через каждую из них
+# при каждом захвате, а переход стоит одного поиска на уровень приоритета. Создавая схему,
+# leaselab записывает в файл строку статистики (много задач делят каждый из немногих
+# уровней приоритета), и именно она позволяет SQLite выбрать такой переход.
+
+# %% [markdown] tags=["en"]
+# See it: put 10 urgent jobs scheduled for an hour from now above one ordinary job that is
+# due, claim, then do the same with 10,000 urgent jobs. `lessons.claim_steps` counts the
+# steps SQLite's engine takes for one claim: a count of work, so it is the same on any
+# machine.
+
+# %% [markdown] tags=["ru"]
+# Проверим: поставим над одной обычной задачей, которой уже пора, 10 срочных задач,
+# назначенных через час, и захватим; потом то же самое с 10 000 срочных задач.
+# `lessons.claim_steps` считает шаги, которые движок SQLite делает за один захват: это
+# мера работы, а не времени, поэтому на любой машине она одна и та же.
+
+# %% tags=["nbval-ignore-output"]
+def steps_past(delayed: int) -> int:
+    d = Queue(work / f"delayed-{delayed}.db", clock=clock)
+    d.enqueue_many(list(range(delayed)), priority=9, delay=3600)
+    d.enqueue("due now")
+    steps, job = lessons.claim_steps(d)
+    assert job.payload == "due now"
+    d.close()
+    return steps
+
+
+few, many = steps_past(10), steps_past(10_000)
+print("steps past 10 delayed urgent jobs:", few)
+print("steps past 10,000 delayed urgent jobs:", many)
+
+# %% tags=["nbval-check-output"]
+print("a thousand times more delayed jobs, about the same work:", many <= 1.5 * few)
+
+# %% [markdown] tags=["en"]
 # ## Who goes first: priority, then `run_at`, then id
 #
 # Higher `priority` first; among equals, the one that became runnable earlier; among
@@ -276,8 +326,9 @@ print("a day later:", o.claim("w").payload)
 #   whenever their steps interleave. One worker never shows it; real load does.
 # - leaselab's claim is **one** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
 #   SQLite's single writer makes it atomic: zero duplicates, by construction.
-# - A partial index in the claim's sort order turns the claim into a walk along the
-#   index that stops at the first pending job: no sorting, however long the history grows.
+# - A partial index in the claim's sort order lets SQLite go straight to the first
+#   runnable job, level by priority level: no sorting, however long the history grows,
+#   and no stepping over jobs that are not due yet.
 # - Order: `priority DESC, run_at, id`; a job is invisible until its `run_at`.
 #
 # ## Exercises
@@ -296,9 +347,9 @@ print("a day later:", o.claim("w").payload)
 #   видно.
 # - Захват в leaselab — **один** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
 #   Единственный пишущий в SQLite делает его атомарным: ноль дублей по построению.
-# - Частичный индекс в порядке сортировки захвата превращает захват в проход по индексу,
-#   который останавливается на первой свободной задаче: без сортировки, какой бы длинной
-#   ни была история.
+# - Частичный индекс в порядке сортировки захвата позволяет SQLite сразу перейти к первой
+#   готовой задаче, уровень за уровнем приоритета: без сортировки, какой бы длинной ни
+#   была история, и без перешагивания через задачи, чьё время ещё не пришло.
 # - Порядок: `priority DESC, run_at, id`; до своего `run_at` задача невидима.
 #
 # ## Упражнения
