@@ -153,6 +153,30 @@ def check_events_agree(jobs: list[dict], events: list[dict]) -> list[str]:
     return bad
 
 
+def check_links(jobs: list[dict], events: list[dict]) -> list[str]:
+    """Each job's linked history (last_event_id, then prev, prev, ...) is exactly its events, newest first.
+
+    The queue reads one job's history, and finds the claim behind a zombie's token, by walking
+    these links; a link lost or crossed between jobs would hide events from both.
+    """
+    bad = []
+    by_id = {e["id"]: e for e in events}
+    grouped = _by_job(events)
+    for j in jobs:
+        walked, at = [], j["last_event_id"]
+        while at is not None and len(walked) <= len(events):
+            event = by_id.get(at)
+            if event is None:
+                bad.append(f"job {j['id']}: its history links to event {at}, which does not exist")
+                break
+            walked.append(event["id"])
+            at = event["prev"]
+        expected = [e["id"] for e in reversed(grouped.get(j["id"], []))]
+        if walked != expected and not (bad and bad[-1].startswith(f"job {j['id']}:")):
+            bad.append(f"job {j['id']}: its linked history is {walked}, its events are {expected}")
+    return bad
+
+
 def check_effects(jobs: list[dict], events: list[dict], effects: list[dict]) -> list[str]:
     """The handlers' own record agrees: done jobs ran, and re-runs follow only a reap or a wanted failure.
 
@@ -218,7 +242,7 @@ def check_effects(jobs: list[dict], events: list[dict], effects: list[dict]) -> 
 def check_all(jobs: list[dict], events: list[dict], effects: list[dict]) -> list[str]:
     """Every rule above, in order; an empty list is a history with every promise kept."""
     return (check_final_states(jobs) + check_fencing(events) + check_attempts(jobs, events)
-            + check_events_agree(jobs, events) + check_effects(jobs, events, effects))
+            + check_events_agree(jobs, events) + check_links(jobs, events) + check_effects(jobs, events, effects))
 
 
 def summary(jobs: list[dict], events: list[dict], effects: list[dict]) -> dict[str, int]:

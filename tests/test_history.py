@@ -127,3 +127,16 @@ def test_a_table_that_disagrees_with_its_events_is_reported(clean):
     jobs[0]["status"] = "dead"
     found = history.check_events_agree(jobs, events)
     assert broken("token=", found) and broken("status=", found)
+
+
+def test_a_history_whose_links_skip_or_cross_jobs_is_reported(clean):
+    jobs, events, effects = copy.deepcopy(clean)
+    assert history.check_links(jobs, events) == []
+    newest_of_first = next(e for e in events if e["id"] == jobs[0]["last_event_id"])
+    newest_of_first["prev"] = None  # the job's older events fall off its list
+    jobs[1]["last_event_id"] = jobs[2]["last_event_id"]  # one job's head points into another's list
+    found = history.check_links(jobs, events)
+    assert broken(f"job {jobs[0]['id']}: its linked history", found)
+    assert broken(f"job {jobs[1]['id']}: its linked history", found)
+    jobs[2]["last_event_id"] = 10_000
+    assert broken("which does not exist", history.check_links(jobs, events))
