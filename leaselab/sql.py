@@ -62,11 +62,13 @@ RETURNING id
 # A job's history is a linked list: jobs.last_event_id is its newest event and each event's
 # prev is the one before, so reading one job's history is one rowid lookup per event, with no
 # index on events to keep up on every write. This walks it newest to oldest, down to :after.
+# Each step must go to a smaller id, so even a file whose links were damaged into a loop
+# ends the walk instead of running forever.
 _JOB_CHAIN = """
 WITH RECURSIVE chain(id) AS (
     SELECT last_event_id FROM jobs WHERE id = :id
     UNION ALL
-    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > :after
+    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > :after AND e.prev < e.id
 )"""
 
 # A refused (fenced-off) write leaves the job alone but is written into the history, naming

@@ -487,3 +487,22 @@ def test_complete_and_claim_keeps_the_completion_when_the_next_job_is_damaged(tm
         assert q.complete_and_claim(job.id, job.token, "ok", worker="w1") is None
         rows = dict(q._run("SELECT id, status FROM jobs"))
         assert rows == {good: "done", bad: "dead"}
+
+
+def test_a_history_whose_links_were_damaged_into_a_loop_is_still_read_to_an_end(tmp_path):
+    path = tmp_path / "loop.db"
+    with Queue(path) as q:
+        job_id = q.enqueue("x")
+        job = q.claim("w")
+        q.heartbeat(job.id, job.token)
+    conn = sqlite3.connect(path)
+    ids = [r[0] for r in conn.execute("SELECT id FROM events WHERE job_id = ? ORDER BY id", (job_id,))]
+    conn.execute("UPDATE events SET prev = ? WHERE id = ?", (ids[-1], ids[0]))  # the oldest points at the newest
+    conn.commit()
+    conn.close()
+    with Queue(path) as q:
+        budget = iter(range(10_000))  # ~10 million SQLite steps, then interrupt: a loop fails, it does not hang
+        q._conn.set_progress_handler(lambda: next(budget, None) is None, 1000)
+        assert [e.kind for e in q.events(job_id)] == ["enqueued", "claimed", "heartbeat"]
+        with pytest.raises(LeaseLost):  # the lookup behind a refusal walks the same links
+            q.complete(job_id, "not-the-token")
