@@ -127,7 +127,7 @@ def completing(queue: Queue, job: Job, result: Any = None) -> Iterator[sqlite3.C
             done = conn.execute(sql.COMPLETE, {
                 "id": job.id, "token": job.token, "now": now,
                 "result": json.dumps(result, allow_nan=False, ensure_ascii=False, separators=(",", ":")),
-            }).fetchall()
+            }).rowcount
         except BaseException:
             conn.execute("ROLLBACK")
             raise

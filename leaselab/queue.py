@@ -162,12 +162,20 @@ class Queue:
     # -- the statements ---------------------------------------------------
 
     def _run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
+        """Run one statement in its own transaction and return its rows."""
+        return self._execute(statement, params, durable, lambda cursor: cursor.fetchall())
+
+    def _changed(self, statement: str, params: Any = (), *, durable: bool = False) -> int:
+        """Run one statement in its own transaction and return how many rows it changed (not its triggers)."""
+        return self._execute(statement, params, durable, lambda cursor: cursor.rowcount)
+
+    def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[sqlite3.Cursor], Any]) -> Any:
         if self.tracer is not None:
             self.tracer(statement.strip(), params)
         with self._lock:
             try:
                 self._sync(durable)
-                return self._conn.execute(statement, params).fetchall()
+                return read(self._conn.execute(statement, params))
             except sqlite3.Error as exc:
                 raise _translate(exc, self.path) from exc
 
@@ -183,12 +191,12 @@ class Queue:
             self._synchronous_full = full
 
     @contextmanager
-    def _transaction(self, durable: bool) -> Iterator[Callable[..., list[tuple]]]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` under the lock; yields a run(statement, params) for inside it."""
-        def run(statement: str, params: Any = ()) -> list[tuple]:
+    def _transaction(self, durable: bool) -> Iterator[Callable[..., sqlite3.Cursor]]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` under the lock; yields run(statement, params) -> cursor for inside it."""
+        def run(statement: str, params: Any = ()) -> sqlite3.Cursor:
             if self.tracer is not None:
                 self.tracer(statement.strip(), params)
-            return conn.execute(statement, params).fetchall()
+            return conn.execute(statement, params)
 
         with self._lock:
             conn = self._conn
@@ -257,7 +265,7 @@ class Queue:
         now = self._now()
         rows = [self._enqueue_params(p, priority, delay, run_at, max_attempts, now) for p in payloads]
         with self._transaction(durable=True) as run:
-            ids = [run(sql.ENQUEUE, row)[0][0] for row in rows]
+            ids = [run(sql.ENQUEUE, row).fetchone()[0] for row in rows]
         return ids
 
     def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE) -> Job | None:
@@ -298,7 +306,7 @@ class Queue:
         """Mark the job done with a JSON ``result``; ``LeaseLost`` if ``token`` no longer holds it."""
         job_id, token = self._fence_args(job_id, token)
         params = {"id": job_id, "token": token, "result": self._json("result", result), "now": self._now()}
-        if not self._run(sql.COMPLETE, params, durable=True):
+        if not self._changed(sql.COMPLETE, params, durable=True):
             self._lease_lost(job_id, token, params["now"], "complete")
 
     def complete_and_claim(
@@ -319,10 +327,10 @@ class Queue:
         done = {"id": job_id, "token": token, "result": self._json("result", result), "now": now}
         next_token = secrets.token_hex(16)
         with self._transaction(durable=True) as run:
-            if run(sql.COMPLETE, done):
+            if run(sql.COMPLETE, done).rowcount:
                 refused = None
                 rows = run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
-                                       "token": next_token})
+                                       "token": next_token}).fetchall()
             else:
                 refused = _record_lease_lost(run, job_id, token, now, "complete")
         if refused is not None:
@@ -405,10 +413,11 @@ class Queue:
         return self._run(sql.NEXT_RUN_AT)[0][0]
 
 
-def _record_lease_lost(run: Callable[..., list[tuple]], job_id: int, token: str, now: float, action: str) -> str:
+def _record_lease_lost(run: Callable[..., sqlite3.Cursor], job_id: int, token: str, now: float, action: str) -> str:
     """Write a refused write into the job's history (inside a transaction); return the job's status."""
     detail = f"{action} refused: token no longer holds the job"
-    rows = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail, "after": 0})
+    rows = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail,
+                                       "after": 0}).fetchall()
     if not rows:
         raise JobNotFound(job_id)
     event_id, status = rows[0]

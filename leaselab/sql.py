@@ -30,11 +30,11 @@ UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'hea
 RETURNING lease_until
 """
 
+# No RETURNING: how many rows it changed (1, or 0 when fenced off) is the whole answer.
 COMPLETE = """
 UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_at = :now,
        updated_at = :now, last_event = 'completed'
  WHERE id = :id AND status = 'running' AND token = :token
-RETURNING id
 """
 
 # leaselab_backoff(attempts) is the queue's Backoff.delay, registered on the connection.

@@ -45,7 +45,6 @@ UNFENCED_COMPLETE = """
 UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_at = :now,
        updated_at = :now, last_event = 'completed'
  WHERE id = :id
-RETURNING id
 """
 
 # How many claims went to a job that had already been claimed: each one is a duplicate.
@@ -112,11 +111,11 @@ def unfenced_complete(path: str | os.PathLike, job_id: int, result: object = Non
 
     now = (clock or system_clock)()
     with sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None) as conn:
-        rows = conn.execute(UNFENCED_COMPLETE, {
+        changed = conn.execute(UNFENCED_COMPLETE, {
             "id": job_id, "result": json.dumps(result), "now": now,
-        }).fetchall()
+        }).rowcount
     conn.close()
-    return bool(rows)
+    return changed > 0
 
 
 @dataclass(frozen=True)
