@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Callable
 
@@ -136,3 +138,12 @@ def kill_at_teardown():
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@pytest.fixture
+def open_dir():
+    """A world-traversable temp folder (pytest's tmp_path is 0700, which would hide everything from nobody)."""
+    folder = Path(tempfile.mkdtemp(prefix="leaselab-perm-", dir="/tmp"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

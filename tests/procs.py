@@ -116,3 +116,35 @@ class Pool:
                 p.kill()
             except (ProcessLookupError, subprocess.TimeoutExpired):
                 pass
+
+
+NOBODY = 65534  # uid and gid of "nobody": a user the permission bits apply to (root ignores them)
+
+
+def as_nobody(fn: Callable[[], str]) -> str:
+    """Return ``fn()``, run as uid/gid 65534 in a forked child when this process is root.
+
+    Forking (not a fresh interpreter) because this interpreter may live where that user cannot
+    read. An exception in the child comes back as "unexpected <type>: <message>".
+    """
+    if os.geteuid() != 0:
+        return fn()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: drop to nobody, try, report, and leave without running pytest's clean-up
+        code = 0
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            out = fn()
+        except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+            out, code = f"unexpected {type(exc).__name__}: {exc}", 1
+        os.write(write, out.encode())
+        os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as fh:
+        out = fh.read().decode()
+    os.waitpid(pid, 0)
+    return out

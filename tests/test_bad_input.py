@@ -14,11 +14,9 @@ import ast
 import json
 import math
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -38,8 +36,7 @@ from leaselab import (
     Worker,
     load_handler,
 )
-
-NOBODY = 65534
+from procs import as_nobody
 
 
 @dataclass
@@ -309,40 +306,6 @@ def test_a_hostile_file_gets_a_named_error_at_open_or_first_read_and_is_not_modi
 # -- files this process may not write --------------------------------------------------------------
 
 
-def as_nobody(fn: Callable[[], str]) -> str:
-    """Run ``fn`` in a child process with uid/gid 65534 (root ignores permission bits) and return its string."""
-    if os.geteuid() != 0:
-        return fn()
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: drop to nobody, try, report, and leave without running pytest's clean-up
-        code = 0
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            out = fn()
-        except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
-            out, code = f"unexpected {type(exc).__name__}: {exc}", 1
-        os.write(write, out.encode())
-        os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as fh:
-        out = fh.read().decode()
-    os.waitpid(pid, 0)
-    return out
-
-
-@pytest.fixture
-def shared_dir():
-    """A world-traversable folder (pytest's tmp_path is 0700, closed to uid 65534)."""
-    folder = Path(tempfile.mkdtemp(prefix="leaselab-ro-", dir="/tmp"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
-
-
 def try_to_use(path: Path) -> str:
     try:
         with Queue(path) as q:
@@ -356,16 +319,16 @@ def try_to_use(path: Path) -> str:
 
 @pytest.mark.parametrize("file_mode, folder_mode", [(0o444, 0o777), (0o666, 0o755)],
                          ids=["a read-only file", "a writable file in a read-only folder"])
-def test_a_file_that_cannot_be_written_gets_database_unwritable_and_keeps_its_jobs(shared_dir, file_mode, folder_mode):
-    path = shared_dir / "q.db"
+def test_a_file_that_cannot_be_written_gets_database_unwritable_and_keeps_its_jobs(open_dir, file_mode, folder_mode):
+    path = open_dir / "q.db"
     leaselab_file(path, jobs=5)
     before = path.read_bytes()
     path.chmod(file_mode)
-    shared_dir.chmod(folder_mode)
+    open_dir.chmod(folder_mode)
     try:
         outcome = as_nobody(lambda: try_to_use(path))
     finally:
-        shared_dir.chmod(0o755)
+        open_dir.chmod(0o755)
     assert outcome.startswith("DatabaseUnwritable"), outcome
     assert str(path) in outcome
     assert path.read_bytes() == before and integrity(str(path)) == "ok"

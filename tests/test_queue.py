@@ -5,10 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-import shutil
 import sqlite3
 import stat
-import tempfile
 import threading
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from leaselab import (
     sql,
 )
 from leaselab.queue import APPLICATION_ID, require_sqlite
+from procs import as_nobody
 
 LEASE = 30.0
 
@@ -835,47 +834,13 @@ def test_an_old_sqlite_is_refused_and_3_35_is_enough():
 
 # -- permissions: real only for a user the bits apply to ---------------------------------
 
-NOBODY = 65534
-
-
-def open_as_nobody(path: Path) -> str:
-    """Open a Queue on ``path`` in a forked child that has become uid/gid 65534; return what happened.
-
-    Forking (not a fresh interpreter) because this interpreter may live where that user cannot read.
-    """
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child: never return into pytest
-        code = 1
-        try:
-            os.close(read_fd)
-            os.setgroups([])
-            os.setgid(NOBODY)
-            os.setuid(NOBODY)
-            try:
-                Queue(path).close()
-                outcome = "opened"
-            except Exception as exc:  # report any outcome to the parent
-                outcome = f"{type(exc).__name__}: {exc}"
-            os.write(write_fd, outcome.encode())
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as fh:
-        outcome = fh.read().decode()
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0, outcome
-    return outcome
-
-
-@pytest.fixture
-def open_dir():
-    """A world-traversable temp folder (pytest's tmp_path is 0700, which would hide everything from nobody)."""
-    folder = Path(tempfile.mkdtemp(prefix="leaselab-perm-"))
-    folder.chmod(0o755)
-    yield folder
-    shutil.rmtree(folder, ignore_errors=True)
+def _open_outcome(path: Path) -> str:
+    """What opening a Queue on ``path`` did: "opened", or the error's type and message."""
+    try:
+        Queue(path).close()
+        return "opened"
+    except Exception as exc:  # noqa: BLE001 - any outcome is reported, the test judges it
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _needs_bits_or_root(folder: Path) -> None:
@@ -887,16 +852,10 @@ def test_a_folder_that_is_not_writable_is_database_unwritable(open_dir):
     locked = open_dir / "locked"
     locked.mkdir(mode=0o755)
     target = locked / "jobs.db"
-    if os.geteuid() == 0:
-        outcome = open_as_nobody(target)
-    else:
+    if os.geteuid() != 0:
         locked.chmod(0o555)
         _needs_bits_or_root(locked)
-        try:
-            Queue(target)
-            outcome = "opened"
-        except DatabaseUnwritable as exc:
-            outcome = f"DatabaseUnwritable: {exc}"
+    outcome = as_nobody(lambda: _open_outcome(target))
     assert outcome.startswith("DatabaseUnwritable"), outcome
     assert "not writable" in outcome
     assert not target.exists()
@@ -913,17 +872,11 @@ def test_a_read_only_queue_file_is_database_unwritable_and_unchanged(open_dir):
         assert not (shared / sidecar).exists()
     target.chmod(0o644)
     before = file_bytes_and_siblings(target)
-    if os.geteuid() == 0:
-        outcome = open_as_nobody(target)
-    else:
+    if os.geteuid() != 0:
         target.chmod(0o444)
         if os.access(target, os.W_OK):
             pytest.skip("not root, and permission bits do not stop this user from writing the file")
-        try:
-            Queue(target)
-            outcome = "opened"
-        except DatabaseUnwritable as exc:
-            outcome = f"DatabaseUnwritable: {exc}"
+    outcome = as_nobody(lambda: _open_outcome(target))
     assert outcome.startswith("DatabaseUnwritable"), outcome
     assert file_bytes_and_siblings(target) == before
     assert stat.S_IMODE(target.stat().st_mode) in (0o644, 0o444)
