@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import os
 import secrets
 import sqlite3
@@ -40,6 +41,8 @@ DEFAULT_MAX_PAYLOAD = 1_000_000
 DURABILITIES = ("full", "normal")
 
 Tracer = Callable[[str, Any], None]
+
+_ROWCOUNT = operator.attrgetter("rowcount")  # how many rows a statement changed, its triggers' not counted
 
 # Strict JSON: NaN and Infinity are not JSON, and other languages' parsers reject them.
 _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
@@ -163,11 +166,11 @@ class Queue:
 
     def _run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
         """Run one statement in its own transaction and return its rows."""
-        return self._execute(statement, params, durable, lambda cursor: cursor.fetchall())
+        return self._execute(statement, params, durable, sqlite3.Cursor.fetchall)
 
     def _changed(self, statement: str, params: Any = (), *, durable: bool = False) -> int:
         """Run one statement in its own transaction and return how many rows it changed (not its triggers)."""
-        return self._execute(statement, params, durable, lambda cursor: cursor.rowcount)
+        return self._execute(statement, params, durable, _ROWCOUNT)
 
     def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[sqlite3.Cursor], Any]) -> Any:
         if self.tracer is not None:
