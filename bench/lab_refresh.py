@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from leaselab import ManualClock, Queue
-from leaselab.lab import Lab, read_view
+from leaselab.lab.dashboard import Lab, read_view
 
 
 def fill(path: Path, n: int) -> None:

@@ -51,7 +51,7 @@ def claim_times(q: Queue, count: int = CLAIMS) -> list[float]:
         t = time.perf_counter()
         job = q.claim("bench", lease=600)
         times.append(time.perf_counter() - t)
-        q._conn.execute(PUT_BACK, (job.id,))
+        q.backend.connection.execute(PUT_BACK, (job.id,))
     return times
 
 
@@ -67,10 +67,10 @@ def claim_case(data: Path, pending: int, delayed_top: int = 0, statistics_: bool
         fill(q, pending, priority=0)
         if delayed_top:
             fill(q, delayed_top, priority=10, delay=86_400)
-        q._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        q.backend.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         if not statistics_:
-            q._conn.execute("DELETE FROM sqlite_stat1")
-            q._conn.execute("ANALYZE sqlite_schema")  # the connection forgets them too
+            q.backend.connection.execute("DELETE FROM sqlite_stat1")
+            q.backend.connection.execute("ANALYZE sqlite_schema")  # the connection forgets them too
         claim_times(q, 200)  # warm the page cache the same way for every size
         median = statistics.median(claim_times(q))
     for suffix in ("", "-wal", "-shm"):
@@ -79,11 +79,11 @@ def claim_case(data: Path, pending: int, delayed_top: int = 0, statistics_: bool
 
 
 def claim_plan(data: Path) -> str:
-    from leaselab import sql
+    from leaselab.backends.sqlite import statements as sql
 
     path = data / "plan.db"
     with Queue(path) as q:
-        rows = q._conn.execute("EXPLAIN QUERY PLAN " + sql.CLAIM,
+        rows = q.backend.connection.execute("EXPLAIN QUERY PLAN " + sql.CLAIM,
                                {"now": 0, "lease_until": 1, "worker": "w", "token": "t"}).fetchall()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
@@ -130,7 +130,7 @@ def worker_case(data: Path, runs: int = 7) -> tuple[float, float, dict[str, int]
             job_id = q.enqueue({"seconds": 0})
         t0 = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "leaselab", "worker", "--db", str(path),
-                                 "--handler", "leaselab.demo:task", "--name", "starter", "--lease", "30"],
+                                 "--handler", "leaselab.lessons.demo:task", "--name", "starter", "--lease", "30"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             with Queue(path) as q:

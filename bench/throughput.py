@@ -67,7 +67,7 @@ def leaselab_system(durability: str):
         return job.id
 
     def sync(q) -> int:
-        return 2 if durability == "full" else q._conn.execute("PRAGMA synchronous").fetchone()[0]
+        return 2 if durability == "full" else q.backend.connection.execute("PRAGMA synchronous").fetchone()[0]
 
     return open_, enqueue, drain_one, sync
 
@@ -94,7 +94,7 @@ def leaselab_worker_system(durability: str):
         return job.id
 
     def sync(h) -> int:
-        return 2 if durability == "full" else h.q._conn.execute("PRAGMA synchronous").fetchone()[0]
+        return 2 if durability == "full" else h.q.backend.connection.execute("PRAGMA synchronous").fetchone()[0]
 
     return Handle, enqueue, drain_one, sync
 

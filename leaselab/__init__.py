@@ -1,14 +1,20 @@
-"""leaselab: a job queue on one SQLite file with leases, a single-statement claim and fencing tokens.
+"""leaselab: a job queue with leases, a single-statement claim and fencing tokens, on one SQLite file.
 
-Only the standard library is imported here, so a worker process starts fast and small.
-The lab (``leaselab.lab``) and plots (``leaselab.timeline``) pull in ipywidgets and
-matplotlib only when you import them.
+The core is here, at the top of the package: ``Queue``, ``Job``, the errors, the clock,
+the backoff, the worker and the CLI. Only the standard library is imported, so a worker
+process starts fast and small. Beside it:
+
+- ``leaselab.backends``: where the jobs live (``sqlite``), each with its own SQL;
+- ``leaselab.lab``: real worker processes to pause and kill, the dashboard, the timeline
+  (ipywidgets and matplotlib are imported only when you import those);
+- ``leaselab.lessons``: the props the notebooks use (the wrong claimer, the ledger, ...).
 """
 
 from .backoff import Backoff
 from .clock import ManualClock
 from .errors import (
     DatabaseBusy,
+    DatabaseMissing,
     DatabaseUnwritable,
     HandlerError,
     InvalidPayload,
@@ -31,7 +37,7 @@ from .worker import Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "DatabaseBusy", "DatabaseUnwritable", "Event", "HandlerError", "InvalidPayload",
+    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnwritable", "Event", "HandlerError", "InvalidPayload",
     "Job", "JobNotFound", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
     "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "UnknownWorker",
     "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",

@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--durability", choices=("full", "normal"), default="full")
 
     p = command("worker", "run one worker process", cmd_worker)
-    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.demo:task")
+    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
     p.add_argument("--name", default=None)
     p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE)
     p.add_argument("--poll", type=_positive_float, default=0.05)

@@ -34,6 +34,16 @@ class NotALeaselabDatabase(LeaselabError):
     """Raised when the file is not SQLite, is damaged, or is a SQLite file of some other application."""
 
 
+class DatabaseMissing(LeaselabError, FileNotFoundError):
+    """Raised when a queue is opened with ``create=False`` and no file exists at its path."""
+
+    def __init__(self, path: str, nearest: str | None = None):
+        self.path = path
+        self.nearest = nearest
+        hint = f" (did you mean {nearest}?)" if nearest else ""
+        super().__init__(f"no queue file at {path}{hint}")
+
+
 class SchemaTooNew(LeaselabError):
     """Raised when the file was written by a newer leaselab whose schema this version does not know."""
 

@@ -11,7 +11,8 @@ from typing import Any, Callable
 
 from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost
 from .job import Job
-from .queue import DEFAULT_LEASE, Queue, _positive
+from .checks import positive
+from .queue import DEFAULT_LEASE, Queue
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
@@ -105,10 +106,10 @@ class Worker:
             raise HandlerError(f"handler must be callable or 'module:function', got {handler!r}")
         self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
         self.name = name or f"worker-{os.getpid()}"
-        self.lease = _positive("lease", lease)
-        self.poll = _positive("poll", poll)
-        self.max_poll = max(self.poll, _positive("max_poll", max_poll))
-        self.reap_every = min(self.lease, 1.0) if reap_every is None else _positive("reap_every", reap_every)
+        self.lease = positive("lease", lease)
+        self.poll = positive("poll", poll)
+        self.max_poll = max(self.poll, positive("max_poll", max_poll))
+        self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
         self.current: Job | None = None

@@ -100,7 +100,7 @@ def spawn_worker(tmp_path: Path):
     logs = tmp_path / "worker-logs"
     logs.mkdir(exist_ok=True)
 
-    def spawn(db, name: str, lease: float = 30.0, handler: str = "leaselab.demo:task",
+    def spawn(db, name: str, lease: float = 30.0, handler: str = "leaselab.lessons.demo:task",
               exit_when_idle: bool = False, extra: list[str] | None = None,
               env: dict[str, str] | None = None) -> WorkerProcess:
         cmd = [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", handler,

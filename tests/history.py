@@ -3,7 +3,7 @@
 Run after the faults, over three records that the queue cannot fake for itself:
 the ``jobs`` table, the ``events`` table (written by triggers in the same
 transaction as each change), and the handlers' own effects file (one line per
-handler run, appended by ``leaselab.demo.task``). Each ``check_*`` function takes
+handler run, appended by ``leaselab.lessons.demo.task``). Each ``check_*`` function takes
 plain dicts and returns a list of violations as sentences; an empty list is a
 clean history. The file is read with raw ``sqlite3``, not through leaselab, so a
 bug in the library cannot hide itself from its own checker.
@@ -16,7 +16,7 @@ import sqlite3
 from collections import defaultdict
 from typing import Any, Iterable
 
-from leaselab.demo import read_effects
+from leaselab.lessons.demo import read_effects
 
 RELEASES = ("reaped", "failed")  # the only ways a running job goes back to pending (or on to dead)
 
@@ -45,7 +45,7 @@ def _by_job(events: Iterable[dict]) -> dict[int, list[dict]]:
 
 
 def _fails_on_purpose(payload: Any, attempt: int) -> bool:
-    """Mirror of ``leaselab.demo`` rules: does the payload ask this attempt to fail?"""
+    """Mirror of ``leaselab.lessons.demo`` rules: does the payload ask this attempt to fail?"""
     rule = payload.get("fail", False) if isinstance(payload, dict) else False
     if isinstance(rule, bool):
         return rule

@@ -26,7 +26,7 @@ class WorkerProc:
     """One ``python -m leaselab worker`` process with its log file."""
 
     def __init__(self, db: str, name: str, log_dir: Path, lease: float,
-                 handler: str = "leaselab.demo:task", extra: tuple[str, ...] = ()):
+                 handler: str = "leaselab.lessons.demo:task", extra: tuple[str, ...] = ()):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self.stopped = False

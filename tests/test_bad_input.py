@@ -128,9 +128,9 @@ BAD_CALLS: list[tuple[str, Call, type, str, tuple[str, ...]]] = [
     ("an unknown durability", lambda q, s: Queue(s.path, durability="fast"), ValueError, "durability", ()),
     ("a handler module that does not import", lambda q, s: load_handler("no_such_module_xyz:run"), HandlerError,
      "no_such_module_xyz", ()),
-    ("a handler function that does not exist", lambda q, s: Worker(q, "leaselab.demo:no_such"), HandlerError,
+    ("a handler function that does not exist", lambda q, s: Worker(q, "leaselab.lessons.demo:no_such"), HandlerError,
      "no_such", ()),
-    ("a handler path without a colon", lambda q, s: Worker(q, "leaselab.demo.task"), HandlerError,
+    ("a handler path without a colon", lambda q, s: Worker(q, "leaselab.lessons.demo.task"), HandlerError,
      "module:function", ()),
 ]
 
@@ -363,7 +363,7 @@ def test_sql_looking_payloads_worker_names_and_errors_are_stored_literally(tmp_p
 
 
 def test_importing_leaselab_does_not_import_pickle_or_any_deserializer_that_runs_code():
-    code = ("import sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli, leaselab.demo; "
+    code = ("import sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli, leaselab.lessons.demo; "
             "print(sorted(m for m in ('pickle', '_pickle', 'shelve', 'marshal', 'dill', 'cloudpickle') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -371,7 +371,8 @@ def test_importing_leaselab_does_not_import_pickle_or_any_deserializer_that_runs
     assert out.returncode == 0 and json.loads(out.stdout.replace("'", '"')) in ([], ["marshal"]), out
 
 
-CORE = ("queue.py", "sql.py", "job.py", "worker.py", "cli.py", "demo.py", "errors.py", "backoff.py", "clock.py")
+CORE = ("queue.py", "backends/__init__.py", "backends/sqlite/backend.py", "backends/sqlite/statements.py", "job.py",
+        "worker.py", "cli.py", "lessons/demo.py", "errors.py", "backoff.py", "clock.py", "checks.py")
 
 
 @pytest.mark.parametrize("module", CORE)
@@ -421,7 +422,7 @@ def test_claiming_a_job_whose_stored_payload_is_damaged_fails_that_attempt_inste
     with Queue(path) as q:
         with pytest.raises(InvalidPayload, match=f"job {job_id}"):
             q.claim("w1")
-        job = q._run("SELECT status, last_error FROM jobs WHERE id = ?", (job_id,))[0]
+        job = q.backend.run("SELECT status, last_error FROM jobs WHERE id = ?", (job_id,))[0]
         assert job[0] == "dead" and "not JSON" in job[1]
 
 
@@ -434,9 +435,9 @@ def test_a_worker_skips_a_damaged_job_and_goes_on_with_the_rest(tmp_path, damage
         ids = q.enqueue_many([1, 2, 3], max_attempts=1)
     _plant(path, ids[damaged], "{not json")
     with Queue(path) as q:
-        stats = Worker(q, "leaselab.demo:echo", name="w1", exit_when_idle=True).run()
+        stats = Worker(q, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True).run()
         assert stats.completed == 2
-        statuses = [q._run("SELECT status FROM jobs WHERE id = ?", (i,))[0][0] for i in ids]
+        statuses = [q.backend.run("SELECT status FROM jobs WHERE id = ?", (i,))[0][0] for i in ids]
         assert statuses == ["dead" if i == damaged else "done" for i in range(3)]
 
 
@@ -448,7 +449,7 @@ def test_complete_and_claim_keeps_the_completion_when_the_next_job_is_damaged(tm
     with Queue(path) as q:
         job = q.claim("w1")
         assert q.complete_and_claim(job.id, job.token, "ok", worker="w1") is None
-        rows = dict(q._run("SELECT id, status FROM jobs"))
+        rows = dict(q.backend.run("SELECT id, status FROM jobs"))
         assert rows == {good: "done", bad: "dead"}
 
 
@@ -465,7 +466,7 @@ def test_a_history_whose_links_were_damaged_into_a_loop_is_still_read_to_an_end(
     conn.close()
     with Queue(path) as q:
         budget = iter(range(10_000))  # ~10 million SQLite steps, then interrupt: a loop fails, it does not hang
-        q._conn.set_progress_handler(lambda: next(budget, None) is None, 1000)
+        q.backend.connection.set_progress_handler(lambda: next(budget, None) is None, 1000)
         assert [e.kind for e in q.events(job_id)] == ["enqueued", "claimed", "heartbeat"]
         with pytest.raises(LeaseLost):  # the lookup behind a refusal walks the same links
             q.complete(job_id, "not-the-token")

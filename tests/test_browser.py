@@ -26,7 +26,7 @@ from browser_support import (
     CHROMIUM_ARGS, CHROMIUM_CANDIDATES, LabServer, NotebookPage, chromium_path, copy_notebooks, kill_all,
     leaselab_workers, process_state, wait_for,
 )
-from leaselab.i18n import t
+from leaselab.lab.i18n import t
 
 pytestmark = pytest.mark.browser
 

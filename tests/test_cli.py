@@ -125,9 +125,9 @@ def test_a_file_that_is_not_sqlite_is_one_line_exit_2_and_unchanged(capsys, tmp_
 
 
 @pytest.mark.parametrize("argv, word", [
-    (["worker", "--handler", "leaselab.demo:task", "--lease", "0"], "lease"),
-    (["worker", "--handler", "leaselab.demo:task", "--lease", "nan"], "lease"),
-    (["worker", "--handler", "leaselab.demo:task", "--lease", "soon"], "lease"),
+    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "0"], "lease"),
+    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "nan"], "lease"),
+    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "soon"], "lease"),
     (["enqueue", "1", "--max-attempts", "0"], "max_attempts"),
     (["enqueue", "1", "--delay", "-5"], "delay"),
     (["enqueue", "1", "--priority", "high"], "priority"),
@@ -168,7 +168,7 @@ def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_
 
     enq = cli("enqueue", '{"seconds": 0}', "--db", db, "--count", "3")
     assert enq.returncode == 0, enq.stderr
-    work = cli("worker", "--db", db, "--handler", "leaselab.demo:task", "--name", "w-cli", "--lease", "5",
+    work = cli("worker", "--db", db, "--handler", "leaselab.lessons.demo:task", "--name", "w-cli", "--lease", "5",
                "--exit-when-idle")
     assert work.returncode == 0, work.stderr
     assert "completed 3" in work.stdout and work.stderr == ""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from leaselab import LeaseLost, ManualClock, Queue, effects
+from leaselab import LeaseLost, ManualClock, Queue
+from leaselab.lessons import effects
 
 
 def test_plain_deposits_all_count_and_keyed_ones_count_once(tmp_path):
@@ -63,7 +64,7 @@ def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_p
     plain = q.enqueue({"ledger": ledger_file, "account": "a", "amount": 10, "crash": 1})
     keyed = q.enqueue({"ledger": ledger_file, "account": "b", "amount": 10, "keyed": True, "crash": 1})
     for name in ("w1", "w2", "w3"):
-        spawn_worker(q.path, name, lease=1.0, handler="leaselab.effects:deposit")
+        spawn_worker(q.path, name, lease=1.0, handler="leaselab.lessons.effects:deposit")
     wait_until(lambda: q.get(plain).status == q.get(keyed).status == "done", message="both jobs done")
     with effects.Ledger(ledger_file) as ledger:
         assert (ledger.balance("a"), ledger.balance("b")) == (20, 10)

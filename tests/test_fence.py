@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leaselab.fence import FencedStore
+from leaselab.lessons.fence import FencedStore
 
 
 def test_a_write_with_an_older_fence_is_refused(tmp_path):

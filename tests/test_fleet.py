@@ -13,7 +13,7 @@ import pytest
 from conftest import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
-from leaselab.fleet import Fleet, faults_path, read_actions
+from leaselab.lab.fleet import Fleet, faults_path, read_actions
 
 
 @pytest.fixture
@@ -127,7 +127,7 @@ def test_shutdown_leaves_no_child_process_even_a_paused_one(tmp_path):
 def test_a_killed_parent_leaves_no_orphan_worker(tmp_path, kill_at_teardown):
     script = textwrap.dedent(f"""
         import sys, time
-        from leaselab.fleet import Fleet
+        from leaselab.lab.fleet import Fleet
         fleet = Fleet({str(tmp_path / "lab.db")!r})
         name = fleet.spawn(lease=2.0)
         print(fleet.pid(name), flush=True)
@@ -173,7 +173,7 @@ def test_a_handler_that_does_not_import_fails_at_spawn_and_starts_nothing(fleet)
     with pytest.raises(HandlerError, match="no_such_module"):
         fleet.spawn(handler="no_such_module:run")
     with pytest.raises(HandlerError, match="no handler named"):
-        fleet.spawn(handler="leaselab.demo:no_such_function")
+        fleet.spawn(handler="leaselab.lessons.demo:no_such_function")
     assert fleet.names == []
 
 

@@ -8,7 +8,7 @@ import pytest
 
 import history
 from leaselab import ManualClock, Queue
-from leaselab.demo import task
+from leaselab.lessons.demo import task
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import signal
 import pytest
 
 from conftest import pid_gone, process_state, wait_until
-from leaselab.i18n import STRINGS, t
-from leaselab.lab import Lab
+from leaselab.lab.i18n import STRINGS, t
+from leaselab.lab.dashboard import Lab
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 

@@ -38,7 +38,7 @@ def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_onc
     n_jobs, n_workers = 2000, 8
     with Queue(db) as q:
         ids = q.enqueue_many([{"n": n} for n in range(n_jobs)])
-    workers = [spawn_worker(db, f"w{i}", lease=60, handler="leaselab.demo:echo", exit_when_idle=True)
+    workers = [spawn_worker(db, f"w{i}", lease=60, handler="leaselab.lessons.demo:echo", exit_when_idle=True)
                for i in range(n_workers)]
     for w in workers:
         assert w.wait(timeout=180) == 0, f"{w.name} exited badly:\n{w.stderr()}"
@@ -164,7 +164,7 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
         import subprocess, sys, time
         with open({str(log)!r}, "wb") as out:
             p = subprocess.Popen([sys.executable, "-m", "leaselab", "worker", "--db", {str(db)!r},
-                                  "--handler", "leaselab.demo:task", "--name", "orphan", "--lease", "5"],
+                                  "--handler", "leaselab.lessons.demo:task", "--name", "orphan", "--lease", "5"],
                                  stdout=out, stderr=subprocess.STDOUT)
         print(p.pid, flush=True)
         time.sleep(600)

@@ -26,9 +26,9 @@ from leaselab import (
     Status,
     UnsupportedSQLite,
     lessons,
-    sql,
 )
-from leaselab.queue import APPLICATION_ID, require_sqlite
+from leaselab.backends.sqlite import APPLICATION_ID, require_sqlite
+from leaselab.backends.sqlite import statements as sql
 from procs import as_nobody
 
 LEASE = 30.0
@@ -426,7 +426,7 @@ def test_the_history_agrees_with_the_jobs_table(queue, clock):
 
 
 def plan(q: Queue, statement: str, params: dict) -> list[str]:
-    return [row[3] for row in q._conn.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
+    return [row[3] for row in q.backend.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
 
 
 def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btree(queue, clock):
@@ -456,11 +456,11 @@ def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepp
 def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_path, clock):
     with Queue(db_path, clock=clock) as q:
         q.enqueue_many(list(range(50)))
-        q._conn.execute("ANALYZE")
-        real = q._conn.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0]
+        q.backend.connection.execute("ANALYZE")
+        real = q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0]
     assert real.startswith("50 ")
     with Queue(db_path, clock=clock) as q:  # opening again does not overwrite what ANALYZE found
-        assert q._conn.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
+        assert q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
 
 
 def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
@@ -570,13 +570,13 @@ def test_an_unknown_durability_is_a_value_error(db_path):
 
 def _sync_levels_of_writes(q: Queue, action) -> set[int]:
     """Run ``action`` and return the PRAGMA synchronous level (1 NORMAL, 2 FULL) its writes committed at."""
-    level = q._conn.execute("PRAGMA synchronous").fetchone()[0]
+    level = q.backend.connection.execute("PRAGMA synchronous").fetchone()[0]
     statements: list[str] = []
-    q._conn.set_trace_callback(statements.append)
+    q.backend.connection.set_trace_callback(statements.append)
     try:
         action()
     finally:
-        q._conn.set_trace_callback(None)
+        q.backend.connection.set_trace_callback(None)
     levels = set()
     for statement in statements:
         text = " ".join(statement.split()).upper()
@@ -621,7 +621,7 @@ def test_a_full_queue_switches_the_sync_level_only_when_it_changes(db_path, cloc
     """A worker's loop of complete_and_claim, or a run of enqueues, issues no PRAGMA per job."""
     q = Queue(db_path, clock=clock, durability="full")
     statements: list[str] = []
-    q._conn.set_trace_callback(statements.append)
+    q.backend.connection.set_trace_callback(statements.append)
     for n in range(10):
         q.enqueue(n)
     job = q.claim("w", LEASE)
@@ -631,21 +631,21 @@ def test_a_full_queue_switches_the_sync_level_only_when_it_changes(db_path, cloc
     # FULL for the enqueues, NORMAL for the first claim, FULL for the whole drain: three switches.
     assert pragmas == ["PRAGMA synchronous = FULL", "PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"]
     assert q.stats()["done"] == 10
-    q._conn.set_trace_callback(None)
+    q.backend.connection.set_trace_callback(None)
     q.close()
 
 
 def test_a_normal_queue_never_asks_for_a_full_sync(db_path, clock):
     q = Queue(db_path, clock=clock, durability="normal")
     statements: list[str] = []
-    q._conn.set_trace_callback(statements.append)
+    q.backend.connection.set_trace_callback(statements.append)
     q.enqueue("x")
     q.enqueue_many(["y"])
     job = q.claim("w", LEASE)
     q.complete(job.id, job.token, "ok")
     assert not any("synchronous = FULL" in s for s in statements)
-    assert q._conn.execute("PRAGMA synchronous").fetchone()[0] == 1
-    assert q._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert q.backend.connection.execute("PRAGMA synchronous").fetchone()[0] == 1
+    assert q.backend.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     q.close()
 
 

@@ -10,10 +10,10 @@ import pytest
 from conftest import pid_gone, wait_until
 from leaselab import Status
 from leaselab.errors import ScenarioTimeout
-from leaselab.fleet import Fleet
-from leaselab.scenario import (Scenario, enqueue, parse_line, pause, resume, spawn, wait_idle, wait_leases,
+from leaselab.lab.fleet import Fleet
+from leaselab.lab.scenario import (Scenario, enqueue, parse_line, pause, resume, spawn, wait_idle, wait_leases,
                                wait_running)
-from leaselab.timeline import timeline_data
+from leaselab.lab.timeline import timeline_data
 
 ZOMBIE = """
     # w1 freezes holding a job, w2 reaps it and does it again, w1 wakes and is fenced off
@@ -86,7 +86,7 @@ def test_the_zombie_scenario_replays_a_refused_write_against_a_fleet(fleet):
 
 
 def test_a_scenario_drives_a_lab_and_its_tables_follow(tmp_path):
-    from leaselab.lab import Lab
+    from leaselab.lab.dashboard import Lab
 
     lab = Lab(str(tmp_path / "lab.db"), lease=1.0, refresh=None)
     try:

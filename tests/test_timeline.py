@@ -9,8 +9,8 @@ import matplotlib
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue
-from leaselab.fleet import Action, faults_path
-from leaselab.timeline import Bar, Fault, Mark, draw, load, timeline_data
+from leaselab.lab.fleet import Action, faults_path
+from leaselab.lab.timeline import Bar, Fault, Mark, draw, load, timeline_data
 
 matplotlib.use("Agg")
 

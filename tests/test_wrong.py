@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from leaselab import LeaseLost, ManualClock, Queue, wrong
+from leaselab import LeaseLost, ManualClock, Queue
+from leaselab.lessons import wrong
 
 
 def test_two_naive_claimers_interleaved_both_get_the_same_job(tmp_path):

@@ -73,10 +73,11 @@
 # Выполняйте ячейки сверху вниз (Shift+Enter).
 
 # %%
-from leaselab import Queue, lessons, timeline
-from leaselab.fleet import Fleet
-from leaselab.lab import Lab
-from leaselab.scenario import Scenario
+from leaselab import Queue, lessons
+from leaselab.lab import timeline
+from leaselab.lab.fleet import Fleet
+from leaselab.lab.dashboard import Lab
+from leaselab.lab.scenario import Scenario
 
 lang = lessons.language()
 work = lessons.scratch("00-introduction")
@@ -197,7 +198,7 @@ timeline.draw(timeline.timeline_data(freeze.queue.events(), freeze.actions), lan
 # испортит. Уроки 1–3 разбирают каждую часть.
 
 # %% tags=["nbval-check-output"]
-from leaselab import sql
+from leaselab.backends.sqlite import statements as sql
 
 print(sql.CLAIM.strip())
 print()

@@ -43,8 +43,10 @@
 # Потом убьём настоящий процесс-воркер посреди задачи и посмотрим, как задача вернётся.
 
 # %%
-from leaselab import Backoff, ManualClock, Queue, lessons, sql, timeline
-from leaselab.fleet import Fleet
+from leaselab import Backoff, ManualClock, Queue, lessons
+from leaselab.backends.sqlite import statements as sql
+from leaselab.lab import timeline
+from leaselab.lab.fleet import Fleet
 
 lang = lessons.language()          # "en" or "ru": the folder this notebook lives in
 work = lessons.scratch("01-lease")  # a temporary folder; the last cell removes it
@@ -231,10 +233,10 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
 real_id = real.enqueue({"seconds": 2})
-fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w1")
+fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what="w1 to claim the job")
 fleet.kill("w1")
-fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w2")
+fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w2")
 lessons.wait_until(lambda: real.get(real_id).status == "done", what="the job to be done");
 
 # %% tags=["nbval-check-output"]

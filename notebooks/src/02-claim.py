@@ -36,8 +36,11 @@
 # выполняет захват и в каком порядке задачи выходят из очереди.
 
 # %%
-from leaselab import LeaseLost, ManualClock, Queue, lessons, sql, timeline, wrong
-from leaselab.queue import schema_statements
+from leaselab import LeaseLost, ManualClock, Queue, lessons
+from leaselab.backends.sqlite import statements as sql
+from leaselab.lab import timeline
+from leaselab.lessons import wrong
+from leaselab.backends.sqlite import schema_statements
 
 lang = lessons.language()
 work = lessons.scratch("02-claim")
@@ -49,14 +52,14 @@ q.enqueue_many(["send invoice 1", "send invoice 2", "send invoice 3"]);
 # %% [markdown] tags=["en"]
 # ## The wrong way: SELECT, then UPDATE
 #
-# The naive claim is two statements. The module `leaselab.wrong` keeps such wrong ways
+# The naive claim is two statements. The module `leaselab.lessons.wrong` keeps such wrong ways
 # for lessons only; nothing in the library uses it.
 
 # %% [markdown] tags=["ru"]
 # ## Неправильно: сначала SELECT, потом UPDATE
 #
 # Наивный захват — это два оператора. Такие неправильные способы собраны в модуле
-# `leaselab.wrong`: он нужен только для уроков, сама библиотека им не пользуется.
+# `leaselab.lessons.wrong`: он нужен только для уроков, сама библиотека им не пользуется.
 
 # %% tags=["nbval-check-output"]
 print(wrong.NAIVE_SELECT.strip())

@@ -39,9 +39,12 @@
 # устаревшим токеном ничего не меняет, а зомби получает `LeaseLost`.
 
 # %%
-from leaselab import LeaseLost, ManualClock, Queue, lessons, sql, timeline, wrong
-from leaselab.fence import FencedStore
-from leaselab.fleet import Fleet
+from leaselab import LeaseLost, ManualClock, Queue, lessons
+from leaselab.backends.sqlite import statements as sql
+from leaselab.lab import timeline
+from leaselab.lessons import wrong
+from leaselab.lessons.fence import FencedStore
+from leaselab.lab.fleet import Fleet
 
 lang = lessons.language()
 work = lessons.scratch("03-fencing")
@@ -160,10 +163,10 @@ print("after the zombie wakes: ", q.get(bad_id).result)
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
 real_id = real.enqueue({"seconds": 2})
-fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w1")
+fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what="w1 to claim the job")
 fleet.pause("w1")
-fleet.spawn(handler="leaselab.demo:task", lease=2.0, name="w2")
+fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w2")
 lessons.wait_until(lambda: real.get(real_id).status == "done", what="w2 to finish the job")
 fleet.resume("w1")
 lessons.wait_until(lambda: [e for e in real.events(real_id) if e.kind == "lease_lost"], what="w1's refusal");
@@ -243,7 +246,7 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # всему, что старше, одним условным оператором:
 
 # %% tags=["nbval-check-output"]
-from leaselab import fence
+from leaselab.lessons import fence
 print(fence.FENCED_WRITE.strip())
 
 # %% tags=["nbval-check-output"]

@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from .clock import Clock, system_clock
-from .job import JOB_COLUMNS, Job
-from .queue import Queue, _positive, _text
+from ..clock import Clock, system_clock
+from ..job import JOB_COLUMNS, Job
+from ..checks import positive, text
+from ..queue import Queue
 
 # Step one of the naive claim: look for the next job...
 NAIVE_SELECT = """
@@ -63,8 +64,8 @@ class NaiveClaimer:
     def __init__(self, path: str | os.PathLike, name: str, lease: float = 30.0,
                  clock: Clock | None = None, pause: float = 0.0):
         Queue(path).close()  # creates the schema if the file is new, and checks it is ours
-        self.name = _text("name", name)
-        self.lease = _positive("lease", lease)
+        self.name = text("name", name)
+        self.lease = positive("lease", lease)
         self.clock = clock or system_clock
         if isinstance(pause, bool) or not isinstance(pause, (int, float)) or pause < 0:
             raise ValueError(f"pause must be a number of seconds >= 0, got {pause!r}")
@@ -162,7 +163,7 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
     try:
         for i in range(workers):
             procs.append(subprocess.Popen(
-                [sys.executable, "-m", "leaselab.wrong", "--db", str(path), "--claim", claim,
+                [sys.executable, "-m", "leaselab.lessons.wrong", "--db", str(path), "--claim", claim,
                  "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             ))
@@ -189,7 +190,7 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
 
 
 def _racer(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m leaselab.wrong", description="one racer of wrong.race")
+    parser = argparse.ArgumentParser(prog="python -m leaselab.lessons.wrong", description="one racer of wrong.race")
     parser.add_argument("--db", required=True)
     parser.add_argument("--claim", choices=CLAIMS, required=True)
     parser.add_argument("--name", required=True)

@@ -14,7 +14,7 @@ import signal
 import time
 from typing import Any
 
-from .job import Job
+from ..job import Job
 
 
 def _opts(job: Job) -> dict[str, Any]:

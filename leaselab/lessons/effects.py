@@ -9,7 +9,6 @@ transaction as the fenced completion, it happens exactly when the job is done.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sqlite3
@@ -17,9 +16,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from . import sql
-from .job import Job
-from .queue import Queue
+from ..job import Job
+from ..queue import Queue
 
 LEDGER_TABLE = """
 CREATE TABLE IF NOT EXISTS ledger (
@@ -113,27 +111,12 @@ def deposit(job: Job) -> Any:
 def completing(queue: Queue, job: Job, result: Any = None) -> Iterator[sqlite3.Connection]:
     """One transaction in the queue's file: your effect statements, then the fenced completion.
 
-    Run effects on the yielded connection inside the ``with`` block (``tx.execute(...)``
-    or ``record_deposit(tx, ...)``). If the token no
-    longer holds the job, everything is rolled back and ``LeaseLost`` is raised; if
-    the block raises (or the process dies), nothing is written and the job stays running.
+    The same as ``queue.completing(job, result)``: run effects on the yielded connection
+    (``tx.execute(...)`` or ``record_deposit(tx, ...)``). If the token no longer holds
+    the job, everything is rolled back and ``LeaseLost`` is raised; if the block raises
+    (or the process dies), nothing is written and the job stays running. The block
+    holds SQLite's one write lock for the whole file while it runs, so keep it short.
     """
-    conn = _connect(queue.path)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-            now = queue.clock()
-            done = conn.execute(sql.COMPLETE, {
-                "id": job.id, "token": job.token, "now": now,
-                "result": json.dumps(result, allow_nan=False, ensure_ascii=False, separators=(",", ":")),
-            }).rowcount
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        if not done:
-            conn.execute("ROLLBACK")
-            queue._lease_lost(job.id, job.token, now, "complete")  # records the refusal, raises LeaseLost
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+    with queue.completing(job, result) as tx:
+        tx.execute(LEDGER_TABLE)
+        yield tx

@@ -22,7 +22,7 @@ from typing import Iterable, Sequence
 
 from .fleet import Action, read_actions
 from .i18n import check_lang, t
-from .job import Event
+from ..job import Event
 
 OUTCOME_COLOURS = {
     "completed": "#2e7d32",   # green
@@ -170,7 +170,7 @@ def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = No
 
 def load(path: str | os.PathLike) -> Timeline:
     """The timeline of a leaselab file after the fact: its events plus the fleet record beside it, if any."""
-    from .queue import Queue
+    from ..queue import Queue
 
     with Queue(path) as q:
         events = q.events()

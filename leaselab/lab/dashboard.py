@@ -42,11 +42,11 @@ from typing import Any, Callable
 
 import ipywidgets as W
 
-from .errors import DatabaseBusy
+from ..errors import DatabaseBusy
 from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
 from .i18n import check_lang, t
-from .job import Job
-from .queue import Queue
+from ..job import Job
+from ..queue import Queue
 from .scenario import KINDS, demo_payload
 
 BADGE_COLOURS = {

@@ -3,7 +3,7 @@
 ``Fleet`` owns the processes; the lab's widgets and lesson scenarios only call it::
 
     fleet = Fleet("lab.db")
-    name = fleet.spawn(handler="leaselab.demo:sleepy", lease=3.0)   # "w1"
+    name = fleet.spawn(handler="leaselab.lessons.demo:sleepy", lease=3.0)   # "w1"
     fleet.pause(name)     # SIGSTOP: frozen; its lease runs out and it becomes a zombie
     fleet.resume(name)    # SIGCONT
     fleet.kill(name)      # SIGKILL: a crash, no clean-up
@@ -34,13 +34,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from .errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
-from .queue import Queue, _positive
-from .worker import load_handler
+from ..errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from ..checks import positive
+from ..queue import Queue
+from ..worker import load_handler
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
 ALIVE = (RUNNING, PAUSED, STOPPING)
-DEFAULT_HANDLER = "leaselab.demo:task"
+DEFAULT_HANDLER = "leaselab.lessons.demo:task"
 DEFAULT_GRACE = 5.0
 # Names end up in file names and CSS classes (leaselab-pause-w1), so keep them plain.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -171,8 +172,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         self.path = os.path.abspath(os.fspath(path))
         self.queue = queue if queue is not None else Queue(self.path)
         self.log_dir = Path(log_dir) if log_dir is not None else Path(self.path + ".logs")
-        self.grace = _positive("grace", grace)
-        self.start_timeout = _positive("start_timeout", start_timeout)
+        self.grace = positive("grace", grace)
+        self.start_timeout = positive("start_timeout", start_timeout)
         self.clock = clock
         self.actions: list[Action] = []
         self._procs: dict[str, _Proc] = {}
@@ -217,7 +218,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         to a live worker raises ``WorkerExists``; a dead one's name may be reused.
         """
         load_handler(handler)
-        lease = _positive("lease", lease)
+        lease = positive("lease", lease)
         with self._lock:
             if self._closed:
                 raise WorkerNotRunning("this fleet was shut down; make a new Fleet to spawn workers")
@@ -427,7 +428,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
 
         Idempotent; runs by itself at interpreter exit.
         """
-        grace = self.grace if grace is None else _positive("grace", grace)
+        grace = self.grace if grace is None else positive("grace", grace)
         with self._lock:
             self._closed = True
             live = [p for p in self._procs.values() if p.state() in ALIVE]

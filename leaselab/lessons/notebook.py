@@ -18,9 +18,9 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, TypeVar
 
-from . import sql
-from .job import Event, Job
-from .queue import Queue
+from ..backends.sqlite import statements as sql
+from ..job import Event, Job
+from ..queue import Queue
 
 T = TypeVar("T")
 
@@ -124,7 +124,7 @@ def claim_steps(queue: Queue, worker: str = "lesson", lease: float = 30.0) -> tu
         steps += 1
         return 0  # carry on
 
-    conn = queue._conn  # the claim must run on the queue's own connection to be the real one
+    conn = queue.backend.connection  # the claim must run on the queue's own connection to be the real one
     conn.set_progress_handler(count, 1)
     try:
         job = queue.claim(worker, lease)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .job import EVENT_COLUMNS, JOB_COLUMNS
+from ...job import EVENT_COLUMNS, JOB_COLUMNS
 
 ENQUEUE = """
 INSERT INTO jobs (payload, priority, run_at, max_attempts, created_at, updated_at)

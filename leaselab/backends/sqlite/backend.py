@@ -1,0 +1,279 @@
+"""The SQLite backend: one file, WAL, one writer at a time. Its SQL, schema, connection and errors.
+
+The queue's logic lives once in ``leaselab.queue``; this module knows how to open a
+file safely, run a statement or a transaction on it, and translate SQLite's errors
+into leaselab's.
+"""
+
+from __future__ import annotations
+
+import difflib
+import operator
+import os
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from ...backoff import Backoff
+from ...errors import (
+    DatabaseBusy,
+    DatabaseMissing,
+    DatabaseUnwritable,
+    LeaselabError,
+    NotALeaselabDatabase,
+    SchemaTooNew,
+    UnsupportedSQLite,
+)
+from . import statements as sql
+
+SCHEMA_VERSION = 2
+PAGE_SIZE = 1024  # for new files; see schema.sql
+APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
+SQLITE_HEADER = b"SQLite format 3\x00"
+MIN_SQLITE = (3, 35, 0)  # RETURNING arrived in 3.35
+
+Tracer = Callable[[str, Any], None]
+Run = Callable[..., sqlite3.Cursor]
+
+_ROWCOUNT = operator.attrgetter("rowcount")  # how many rows a statement changed, its triggers' not counted
+
+
+def require_sqlite(version_info: tuple = sqlite3.sqlite_version_info) -> None:
+    """Raise ``UnsupportedSQLite`` unless the SQLite library has RETURNING (3.35+)."""
+    if tuple(version_info) < MIN_SQLITE:
+        have = ".".join(map(str, version_info))
+        raise UnsupportedSQLite(
+            f"leaselab needs SQLite 3.35 or newer for RETURNING; this Python links SQLite {have}"
+        )
+
+
+def schema_statements() -> list[str]:
+    """The statements of ``schema.sql``, split where SQLite says a statement is complete."""
+    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    statements, current = [], []
+    for line in text.splitlines():
+        current.append(line)
+        chunk = "\n".join(current).strip()
+        if chunk and sqlite3.complete_statement(chunk):
+            if not all(l.strip().startswith("--") or not l.strip() for l in current):
+                statements.append(chunk)
+            current = []
+    return statements
+
+
+def nearest_queue_file(path: str) -> str | None:
+    """The existing ``.db`` file in ``path``'s folder whose name is closest to it, if any is close."""
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    try:
+        names = [c.name for c in folder.iterdir() if c.suffix == ".db" and c.is_file()]
+    except OSError:
+        return None
+    match = difflib.get_close_matches(p.name, names, n=1, cutoff=0.5)
+    return str(folder / match[0]) if match else None
+
+
+class SqliteBackend:
+    """A queue file: one connection, guarded by a lock so threads may share it.
+
+    ``create=False`` refuses a path where no file exists yet, instead of making a new queue.
+    """
+
+    statements = sql
+    kind = "sqlite"
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        busy_timeout: float,
+        backoff: Backoff,
+        tracer: Tracer | None = None,
+        create: bool = True,
+    ):
+        require_sqlite()
+        self.path = path
+        self.name = path
+        self.tracer = tracer
+        self._lock = threading.RLock()
+        if not create and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
+            raise DatabaseMissing(path, nearest_queue_file(path))
+        self.connection = _connect(path, busy_timeout)
+        self._synchronous_full = False  # _connect leaves the connection at synchronous = NORMAL
+        self.connection.create_function(
+            "leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            self.connection.close()
+
+    def now(self) -> float | None:
+        """The database's own clock, or None: a file has no clock of its own, the caller's is used."""
+        return None
+
+    def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
+        """Run one statement in its own transaction and return its rows."""
+        return self._execute(statement, params, durable, sqlite3.Cursor.fetchall)
+
+    def changed(self, statement: str, params: Any = (), *, durable: bool = False) -> int:
+        """Run one statement in its own transaction and return how many rows it changed (not its triggers)."""
+        return self._execute(statement, params, durable, _ROWCOUNT)
+
+    def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[sqlite3.Cursor], Any]) -> Any:
+        if self.tracer is not None:
+            self.tracer(statement.strip(), params)
+        with self._lock:
+            try:
+                self._sync(durable)
+                return read(self.connection.execute(statement, params))
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from exc
+
+    def _sync(self, durable: bool) -> None:
+        """Make the next commit sync to disk if it is ``durable``; caller holds the lock.
+
+        The setting is switched only when it changes, so a run of completions (a worker's
+        loop) or of enqueues pays for no switching at all.
+        """
+        if durable != self._synchronous_full:
+            self.connection.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
+            self._synchronous_full = durable
+
+    @contextmanager
+    def transaction(self, durable: bool) -> Iterator[Run]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT`` under the lock; yields run(statement, params) -> cursor for inside it."""
+        def run(statement: str, params: Any = ()) -> sqlite3.Cursor:
+            if self.tracer is not None:
+                self.tracer(statement.strip(), params)
+            return conn.execute(statement, params)
+
+        with self._lock:
+            conn = self.connection
+            try:
+                self._sync(durable)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield run
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:  # SQLite may have rolled back already (a full disk does)
+                        conn.execute("ROLLBACK")
+                    raise
+            except sqlite3.Error as exc:
+                raise translate(exc, self.path) from exc
+
+
+def translate(exc: sqlite3.Error, path: str) -> LeaselabError:
+    message = str(exc)
+    lowered = message.lower()
+    if "locked" in lowered or "busy" in lowered:
+        return DatabaseBusy(f"{path}: another process held the write lock past the busy timeout ({message})")
+    if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
+        return DatabaseUnwritable(f"{path}: cannot write the queue file ({message})")
+    if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+        return NotALeaselabDatabase(f"{path} is not a valid leaselab database: {message}")
+    return LeaselabError(f"{path}: SQLite error: {message}")
+
+
+def _check_path(path: str) -> None:
+    p = Path(path)
+    if p.is_dir():
+        raise NotALeaselabDatabase(f"{path} is a folder, not a queue file")
+    if p.exists():
+        with open(p, "rb") as fh:
+            head = fh.read(len(SQLITE_HEADER))
+        if head and head != SQLITE_HEADER:
+            raise NotALeaselabDatabase(f"{path} is not a SQLite database (its first bytes are not the SQLite header)")
+        if not os.access(p, os.R_OK | os.W_OK):
+            raise DatabaseUnwritable(f"{path} is not writable; leaselab needs to write to its queue file")
+    folder = p.resolve().parent
+    if not folder.is_dir():
+        raise DatabaseUnwritable(f"cannot create {path}: folder {folder} does not exist")
+    # WAL keeps -wal and -shm files beside the database, so the folder must be writable too.
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise DatabaseUnwritable(f"cannot use {path}: folder {folder} is not writable")
+
+
+def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
+    if path != ":memory:" and not path.startswith("file:"):
+        _check_path(path)
+    try:
+        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    except sqlite3.Error as exc:
+        raise translate(exc, path) from exc
+    try:
+        # One read transaction, so the ids and the table list come from one snapshot: read apart,
+        # another process creating the schema in between made a fresh file look foreign.
+        conn.execute("BEGIN")
+        try:
+            version = _check_schema(conn, path)
+        finally:
+            if conn.in_transaction:  # an error may already have ended it; keep that error, not ours
+                conn.execute("COMMIT")
+        if version == 0:
+            conn.execute(f"PRAGMA page_size = {PAGE_SIZE:d}")  # only an empty file takes it: no effect later
+        mode = _journal_mode_wal(conn, busy_timeout)
+        if path != ":memory:" and mode.lower() != "wal":
+            raise DatabaseUnwritable(f"{path}: could not switch to WAL mode (got {mode!r})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            version = _check_schema(conn, path)  # again, under the write lock: another process may have won
+            if version < SCHEMA_VERSION:
+                for statement in sql.MIGRATIONS.get(version, ()):  # older files keep their page size
+                    conn.execute(statement)
+                for statement in schema_statements() + list(sql.CLAIM_STATISTICS):
+                    conn.execute(statement)
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")  # int constants: pragmas take no ?
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    except LeaselabError:
+        conn.close()
+        raise
+    except sqlite3.Error as exc:
+        conn.close()
+        raise translate(exc, path) from exc
+    return conn
+
+
+def _journal_mode_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
+    """Switch to WAL, waiting up to the busy timeout; returns the journal mode SQLite reports."""
+    # A new file's switch to WAL needs the exclusive lock, and SQLite calls no busy handler for
+    # it: when many processes open a new file at once, some get "database is locked" at once.
+    deadline = time.monotonic() + busy_timeout
+    while True:
+        try:
+            return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.005)
+
+
+def _check_schema(conn: sqlite3.Connection, path: str) -> int:
+    """Refuse files that are not ours or are too new; return the schema version, 0 for an empty file."""
+    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if app_id == 0 and version == 0:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if tables:
+            raise NotALeaselabDatabase(
+                f"{path} is a SQLite database of another application (tables: {', '.join(tables[:5])})"
+            )
+        return 0
+    if app_id != APPLICATION_ID:
+        raise NotALeaselabDatabase(f"{path} is a SQLite database of another application (application_id {app_id})")
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{path} has leaselab schema version {version}; this leaselab knows up to {SCHEMA_VERSION}. "
+            "Upgrade leaselab to open it."
+        )
+    return version

@@ -1,0 +1,25 @@
+"""What the lessons need and the library must not: the deliberately wrong claimer (``wrong``),
+side effects that survive a retry (``effects``), a store that checks fencing tokens
+(``fence``), handlers for the demonstrations (``demo``), and the notebooks' small
+conveniences (``notebook``, whose functions are also here: ``lessons.scratch(...)``).
+
+Everything here imports only the standard library and leaselab's core, so a worker
+process that runs a demonstration handler stays small.
+"""
+
+from .notebook import (
+    LANGUAGES,
+    claim_plan,
+    claim_steps,
+    cleanup,
+    cleanup_at_exit,
+    history,
+    language,
+    scratch,
+    wait_until,
+)
+
+__all__ = [
+    "LANGUAGES", "claim_plan", "claim_steps", "cleanup", "cleanup_at_exit", "history", "language",
+    "scratch", "wait_until",
+]
