@@ -13,7 +13,8 @@ from datetime import datetime
 from typing import Sequence
 
 from .errors import LeaselabError
-from .queue import DEFAULT_LEASE, Queue
+from .job import Status
+from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 
 EXIT_BAD_INPUT = 2
 
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delay", type=float, default=0.0)
     p.add_argument("--max-attempts", type=int, default=5)
     p.add_argument("--count", type=int, default=1, help="how many identical jobs")
-    p.add_argument("--durability", choices=("full", "normal"), default="full")
+    p.add_argument("--durability", choices=DURABILITIES, default="full")
 
     p = command("worker", "run one worker process", cmd_worker)
     p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("stats", "count jobs by status", cmd_stats)
     p.add_argument("--json", action="store_true")
     p = command("jobs", "list jobs as a table", cmd_jobs)
-    p.add_argument("--status", choices=("pending", "running", "done", "dead"))
+    p.add_argument("--status", choices=[s.value for s in Status])
     p.add_argument("--limit", type=int, default=100)
     p = command("events", "show the history of transitions", cmd_events)
     p.add_argument("--job", type=int, default=None)

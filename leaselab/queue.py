@@ -300,7 +300,7 @@ class Queue:
             try:
                 status = Status(status)
             except ValueError:
-                raise ValueError(f"status must be one of pending, running, done, dead; got {status!r}") from None
+                raise ValueError(f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}") from None
             statement = self._sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else self._sql.LIST_JOBS_BY_STATUS
             rows = self._run(statement, {"status": status.value, "limit": limit})
         return [Job.from_row(r) for r in rows]

@@ -45,7 +45,7 @@ import ipywidgets as W
 from ..errors import DatabaseBusy
 from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
 from .i18n import check_lang, t
-from ..job import Job
+from ..job import Job, Status
 from ..queue import Queue
 from .scenario import KINDS, demo_payload
 
@@ -133,7 +133,7 @@ def jobs_html(jobs: list[Job], total: int, now: float, lang: str) -> str:
 
 def counts_html(counts: dict[str, int], lang: str) -> str:
     parts = [f"<span style='color:{STATUS_COLOURS[s]};font-weight:600'>{esc(t(s, lang))}: {esc(counts[s])}</span>"
-             for s in ("pending", "running", "done", "dead")]
+             for s in (status.value for status in Status)]
     return " &nbsp;·&nbsp; ".join(parts)
 
 
