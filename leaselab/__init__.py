@@ -31,6 +31,7 @@ from .errors import (
     WorkerNotRunning,
 )
 from .job import Event, Job, Status
+from .lease import Lease
 from .queue import Queue
 from .worker import Worker, load_handler
 
@@ -38,7 +39,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnwritable", "Event", "HandlerError", "InvalidPayload",
-    "Job", "JobNotFound", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
+    "Job", "JobNotFound", "Lease", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
     "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "UnknownWorker",
     "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost
 from .job import Job
+from .lease import Lease, wants_lease
 from .checks import positive
 from .queue import DEFAULT_LEASE, Queue
 
@@ -50,8 +51,8 @@ class WorkerStats:
 class _Heartbeat:
     """Renews one job's lease every third of the lease until stopped or fenced off."""
 
-    def __init__(self, worker: "Worker", job: Job):
-        self.worker, self.job = worker, job
+    def __init__(self, worker: "Worker", job: Job, lease: Lease):
+        self.worker, self.job, self.lease = worker, job, lease
         self.lost = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.id}", daemon=True)
@@ -71,6 +72,7 @@ class _Heartbeat:
                 w.queue.heartbeat(job.id, job.token, w.lease)
             except LeaseLost:
                 self.lost = True
+                self.lease.lost.set()  # a handler that takes the lease can stop before its side effect
                 w._log(f"lease lost on job {job.id} (attempt {job.attempts}): heartbeat refused")
                 return
             except LeaselabError as exc:  # a busy file is worth another try at the next beat
@@ -84,7 +86,8 @@ class Worker:
     its return value is the JSON result, an exception fails the attempt. Expired
     leases are reaped at least every ``reap_every`` seconds, so a crashed worker's
     job comes back without any extra process. Idle polling starts at ``poll`` and
-    doubles up to ``max_poll``.
+    doubles up to ``max_poll``. A handler taking a second argument gets the attempt's
+    ``Lease``, whose ``lost`` is set when a heartbeat is refused.
     """
 
     def __init__(
@@ -193,14 +196,16 @@ class Worker:
         self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
         error: str | None = None
         result: Any = None
+        lease = Lease(job)
         try:
-            with _Heartbeat(self, job) as beat:
+            with _Heartbeat(self, job, lease) as beat:
                 try:
-                    result = self.handler(job)
+                    result = self.handler(job, lease) if wants_lease(self.handler) else self.handler(job)
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
             if beat.lost:
                 self.stats.lost += 1
+                self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {error or 'result not written'}")
                 return "lost"
             try:
                 if error is None:
