@@ -127,3 +127,13 @@ def test_an_empty_file_draws_an_empty_picture_that_says_so(tmp_path):
     Queue(tmp_path / "empty.db").close()
     fig = draw(path=tmp_path / "empty.db")
     assert "No attempts recorded yet." in [t.get_text() for t in fig.axes[0].texts]
+
+
+def test_the_numbers_in_the_bars_are_job_and_attempt_as_the_legend_title_says(history):
+    _, q, _, actions = history
+    data = timeline_data(q.events(), actions)
+    for lang, title in (("en", "in a bar: job·attempt"), ("ru", "в полосе: задача·попытка")):
+        ax = draw(data, lang=lang).axes[0]
+        assert ax.get_legend().get_title().get_text() == title
+        inside = sorted(t.get_text() for t in ax.texts)
+        assert inside == sorted(f"{b.job_id}·{b.attempt}" for b in data.bars)
