@@ -77,14 +77,14 @@ def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(
         b = spawn_worker(db, "B", lease=30, handler="leaselab.lessons.demo:publish", exit_when_idle=True)
         assert b.wait(timeout=60) == 0, b.stderr()
         with FencedStore(store) as pages:
-            assert pages.read("home.html")[0] == "B, attempt 2"
+            assert pages.read("home.html")[0] == {"worker": "B", "attempt": 2}
         a.signal(signal.SIGCONT)
         wait_until(lambda: "heartbeat refused" in a.stdout(), message="A to log the lost lease")
         wait_until(lambda: "ended without its lease" in a.stdout(), message="A's handler to end")
         with FencedStore(store) as pages:
             page = pages.read("home.html")[0]
         # Unfenced and unchecked, the zombie overwrites B's page; checking its lease, it never writes.
-        assert page == ("B, attempt 2" if check_lease else "A, attempt 1")
+        assert page == ({"worker": "B", "attempt": 2} if check_lease else {"worker": "A", "attempt": 1})
         if check_lease:
             assert "ended without its lease: LeaseLost" in a.stdout()
         a.signal(signal.SIGTERM)

@@ -18,8 +18,9 @@ from .notebook import (
     scratch,
     wait_until,
 )
+from .texts import speaker, text
 
 __all__ = [
     "LANGUAGES", "claim_plan", "claim_steps", "cleanup", "cleanup_at_exit", "history", "language",
-    "scratch", "wait_until",
+    "scratch", "speaker", "text", "wait_until",
 ]

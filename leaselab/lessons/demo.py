@@ -115,7 +115,7 @@ def publish(job: Job, lease: Lease) -> Any:
             lease.check()
     if opts.get("check_lease"):
         lease.check()
-    value = f"{job.worker}, attempt {job.attempts}"
+    value = {"worker": job.worker, "attempt": job.attempts}
     with FencedStore(opts["store"]) as store:
         written = store.write(opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")))
     return {"written": written, "value": value}
