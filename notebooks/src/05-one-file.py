@@ -178,10 +178,12 @@ with Queue(work / "host.db") as q:
 #
 # A lease is a point in time, `lease_until`, written by one process and compared with
 # "now" by another: the holder's heartbeat writes it, any worker's reaper reads it. So
-# leaselab uses wall-clock time (`time.time()`), the one clock that different processes
-# agree on. A monotonic clock would not do: each process's monotonic clock counts from its
-# own start. The price is that the wall clock can jump: an NTP correction, a virtual
-# machine resumed after a night, someone setting the date by hand.
+# leaselab uses wall-clock time (`time.time()`), the one clock whose readings mean the
+# same to every process and outlive a reboot. A monotonic clock would not do: Python
+# promises only that the difference between two of its readings means something; on
+# Linux it counts from the machine's boot, so a deadline written into the file before a
+# reboot means nothing after it. The price is that the wall clock can jump: an NTP
+# correction, a virtual machine resumed after a night, someone setting the date by hand.
 #
 # **A jump forward.** Three workers hold three jobs with 30-second leases, heartbeating
 # properly. The clock jumps an hour ahead. To every reaper, every lease has expired:
@@ -192,8 +194,10 @@ with Queue(work / "host.db") as q:
 # Аренда — это момент времени, `lease_until`: один процесс его записывает, другой
 # сравнивает с «сейчас». Heartbeat держателя пишет срок, reaper любого воркера его
 # читает. Поэтому leaselab берёт время по настенным часам (`time.time()`) — единственным,
-# о которых разные процессы договорились. Монотонные часы не подойдут: у каждого процесса
-# они отсчитываются от его собственного запуска. Плата за это — настенные часы умеют
+# чьи показания одинаково понимают все процессы и которые переживают перезагрузку.
+# Монотонные часы не подойдут: Python обещает лишь, что осмысленна разность двух их
+# показаний; в Linux они отсчитываются от загрузки машины, так что срок, записанный в
+# файл до перезагрузки, после неё ничего не значит. Плата за это — настенные часы умеют
 # прыгать: поправка NTP, виртуальная машина, возобновлённая после ночи простоя, дата,
 # выставленная вручную.
 #
