@@ -85,6 +85,8 @@ def check_safe_claim(race: Any, lang: str = "en") -> str:
     return text("check_right" if ok else "check_wrong", lang, detail=detail)
 
 
+READ_PAGE = "SELECT value FROM fenced WHERE key = 'page'"
+
 # (what happens, the writes in order as (value, fence), the value that must stand)
 FENCE_CASES = (
     ("(7, 2), (7, 1)", (("v2", (7, 2)), ("v1", (7, 1))), "v2"),
@@ -105,7 +107,7 @@ def check_fenced_write(fenced_write: Callable[[sqlite3.Connection, str, Any, tup
             conn.execute(STORE_TABLE)
             for value, fence in writes:
                 fenced_write(conn, "page", value, fence)
-            row = conn.execute("SELECT value FROM fenced WHERE key = 'page'").fetchone()
+            row = conn.execute(READ_PAGE).fetchone()
         except Exception as exc:  # the reader's code: say what it raised instead of a traceback
             return text("check_wrong", lang, detail=text("l3_ex_error", lang, error=f"{type(exc).__name__}: {exc}"))
         finally:

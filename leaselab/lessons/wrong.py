@@ -52,6 +52,7 @@ UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_
 # claimers can still pick the same job, but the second to write finds its snapshot stale and gets
 # "database is locked" (an error to roll back and retry). IMMEDIATE takes the write lock first.
 BEGIN = {"deferred": "BEGIN DEFERRED", "immediate": "BEGIN IMMEDIATE"}
+COMMIT, ROLLBACK = "COMMIT", "ROLLBACK"
 TRANSACTIONS = (None, *BEGIN)
 
 # How many claims went to a job that had already been claimed: each one is a duplicate.
@@ -107,10 +108,10 @@ class NaiveClaimer:
             self._conn.execute(BEGIN[self.transaction])
             try:
                 job = self._steps()
-                self._conn.execute("COMMIT")
+                self._conn.execute(COMMIT)
                 return job
             except sqlite3.OperationalError as exc:
-                self._conn.execute("ROLLBACK")
+                self._conn.execute(ROLLBACK)
                 if "locked" not in str(exc):
                     raise
                 self.locked += 1
