@@ -83,3 +83,32 @@ def test_an_unknown_text_or_language_is_named_in_the_error():
         texts.text("nope", "ru")
     with pytest.raises(ValueError, match="lang must be one of en, ru"):
         texts.speaker("de")
+
+
+# Words the glossary (notebooks/GLOSSARY.md) retired because they meant two ideas or read wrong.
+RETIRED = {
+    r"задани[еяюй]": "a job is «задача»",
+    r"сбор\w* аренд": "the reaper returns jobs to the queue; it collects no rent",
+    r"ручн\w+ час": "a clock we move ourselves, not a wristwatch",
+    r"на паузе|приостановлен": "SIGSTOP freezes: «заморожен»",
+}
+
+
+def _russian_words() -> list[str]:
+    from leaselab.lab.i18n import STRINGS
+
+    prose = [c.source for p in sorted(RU.glob("*.ipynb")) for c in nbformat.read(p, as_version=4).cells
+             if c.cell_type == "markdown"]
+    return list(STRINGS["ru"].values()) + list(texts.MESSAGES["ru"].values()) + prose
+
+
+@pytest.mark.parametrize("pattern", sorted(RETIRED))
+def test_the_russian_text_follows_the_glossary(pattern):
+    found = [m.group(0) for text in _russian_words() for m in re.finditer(pattern, text, re.IGNORECASE)]
+    assert found == [], RETIRED[pattern]
+
+
+def test_the_glossary_names_each_russian_term_once():
+    rows = [line.split("|")[2].strip() for line in (RU.parent / "GLOSSARY.md").read_text(encoding="utf-8").splitlines()
+            if line.startswith("| ") and not line.startswith("| English")]
+    assert len(rows) == len(set(rows)) and len(rows) > 30
