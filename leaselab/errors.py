@@ -76,6 +76,10 @@ class WorkerNotRunning(LeaselabError):
     """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
 
 
+class ProxyError(LeaselabError):
+    """Raised when the lab's network proxy cannot listen, or is used after it was closed."""
+
+
 class SignalsUnsupported(LeaselabError):
     """Raised by pause and resume on a platform without SIGSTOP and SIGCONT (such as Windows)."""
 
