@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from leaselab.errors import ProxyError
-from leaselab.lab.proxy import Proxy
+from leaselab.lab.proxy import Proxy, server_address, through
 
 
 class Echo(socketserver.BaseRequestHandler):
@@ -93,3 +93,17 @@ def test_when_the_server_is_down_the_client_sees_its_connection_closed():
     with Proxy(dead) as proxy, socket.create_connection(("127.0.0.1", proxy.port)) as sock:
         sock.settimeout(5)
         assert sock.recv(10) == b""
+
+
+def test_a_server_url_is_pointed_through_the_proxy_keeping_user_password_and_database():
+    url = "postgresql://alice:s3cret@db.example:6543/jobs?sslmode=disable&connect_timeout=5"
+    assert server_address(url) == ("db.example", 6543)
+    assert through(url, 40001) == "postgresql://alice:s3cret@127.0.0.1:40001/jobs?sslmode=disable&connect_timeout=5"
+    assert server_address("postgres://bob@host/db") == ("host", 5432)
+    assert through("postgres://host/db", 7) == "postgres://127.0.0.1:7/db"
+
+
+def test_a_unix_socket_url_cannot_go_through_a_tcp_proxy_and_the_error_hides_the_password():
+    with pytest.raises(ProxyError, match="Unix socket") as info:
+        server_address("postgresql://alice:s3cret@/jobs?host=/tmp/pgsock")
+    assert "s3cret" not in str(info.value)

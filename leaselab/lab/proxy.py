@@ -13,10 +13,42 @@ from __future__ import annotations
 import selectors
 import socket
 import threading
+from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 from ..errors import ProxyError
 
 CHUNK = 65536
+DEFAULT_PG_PORT = 5432
+
+
+def server_address(url: str) -> tuple[str, int]:
+    """The (host, port) a ``postgresql://`` URL connects to over TCP; ``ProxyError`` for a Unix socket."""
+    parts = urlsplit(url)
+    query_host = parse_qs(parts.query).get("host", [None])[0]
+    host = parts.hostname or query_host or ""
+    if not host or host.startswith("/"):
+        raise ProxyError(f"the server in {redact(url)} is reached through a Unix socket, "
+                         "which a TCP proxy cannot stand in for; give a host and port")
+    return host, parts.port or DEFAULT_PG_PORT
+
+
+def through(url: str, port: int, host: str = "127.0.0.1") -> str:
+    """The same URL, pointed at ``host:port`` (a proxy) instead of the server; user, password, db kept."""
+    parts = urlsplit(url)
+    server_address(url)  # refuses a Unix-socket URL
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{host}:{port}" if userinfo else f"{host}:{port}"
+    query = "&".join(p for p in parts.query.split("&") if p and not p.startswith(("host=", "port=")))
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 class Proxy:
