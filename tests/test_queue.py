@@ -14,6 +14,7 @@ import pytest
 
 from leaselab import (
     Backoff,
+    DatabaseMissing,
     DatabaseUnwritable,
     InvalidPayload,
     Job,
@@ -926,3 +927,29 @@ def test_complete_and_claim_for_an_unknown_job_is_job_not_found_and_claims_nothi
     with pytest.raises(JobNotFound):
         queue.complete_and_claim(999, "token", None, worker="w1")
     assert queue.stats()["pending"] == 1
+
+
+def test_create_false_refuses_a_missing_file_naming_it_and_the_nearest_queue_and_makes_nothing(tmp_path):
+    Queue(tmp_path / "lab.db").close()
+    typo = tmp_path / "lab.bd"
+    with pytest.raises(DatabaseMissing) as caught:
+        Queue(typo, create=False)
+    assert isinstance(caught.value, FileNotFoundError) and isinstance(caught.value, LeaselabError)
+    assert str(typo) in str(caught.value) and f"did you mean {tmp_path / 'lab.db'}?" in str(caught.value)
+    assert caught.value.nearest == str(tmp_path / "lab.db")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab.db"]
+
+
+def test_create_false_suggests_nothing_when_no_queue_file_is_close(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(DatabaseMissing) as caught:
+        Queue(tmp_path / "jobs.db", create=False)
+    assert caught.value.nearest is None and "did you mean" not in str(caught.value)
+
+
+def test_create_false_opens_an_existing_queue_and_the_default_still_creates_one(tmp_path):
+    path = tmp_path / "jobs.db"
+    with Queue(path) as q:  # the default: the lessons rely on a first Queue() making the file
+        job_id = q.enqueue("x")
+    with Queue(path, create=False) as q:
+        assert q.get(job_id).payload == "x"

@@ -12,8 +12,8 @@
     fleet.shutdown()      # every worker ends; also run at interpreter exit
 
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
-session of its own, so a notebook's Interrupt (SIGINT to the kernel's group) does not
-reach it, and it exits by itself if the kernel dies. Its output goes to
+session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
+the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
 ``<db>.logs/<name>.log``. What the fleet did to its workers (spawn, pause, resume,
 kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
 ``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
@@ -232,7 +232,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
             argv = [sys.executable, "-m", "leaselab", "worker", "--db", self.path, "--handler", handler,
-                    "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll)]
+                    "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
+                    "--ignore-sigint"]
             if exit_when_idle:
                 argv.append("--exit-when-idle")
             env = dict(os.environ, PYTHONUNBUFFERED="1")
