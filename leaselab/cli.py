@@ -89,6 +89,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     queue: Queue | None = None
     interrupts = 0
     held: list[int] | None = None  # the jobs being finished after a first Ctrl-C, once known
+    announcer: threading.Thread | None = None
 
     def stop(*_: object) -> None:
         stop_asked.set()
@@ -101,8 +102,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         nonlocal held
         try:
             ids = sorted(j.id for j in queue.jobs(status="running", limit=100_000) if j.worker == worker.name)
-        except Exception:  # a busy file, or a worker that already finished and closed it
-            log("finishing the running job, Ctrl-C again to abandon it")
+        except Exception:  # a busy file, or a worker that finished and closed it meanwhile
+            log("stopping, Ctrl-C again to quit at once")
             return
         held = ids
         if ids:
@@ -112,7 +113,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             log("no job running: stopping")
 
     def interrupted(*_: object) -> None:
-        nonlocal interrupts
+        nonlocal interrupts, announcer
         interrupts += 1
         if interrupts > 1:
             if held:
@@ -124,8 +125,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         stop()
         if worker is None or queue is None:
             _say(f"{_stamp(time.time())} stopping before the first job, Ctrl-C again to quit at once")
-        else:  # not a daemon: the message must not be lost if the worker exits first
-            threading.Thread(target=announce, name="ctrl-c").start()
+        else:
+            announcer = threading.Thread(target=announce, name="ctrl-c")
+            announcer.start()
 
     # A notebook's Interrupt sends SIGINT to the kernel's group: the lab's workers (--ignore-sigint,
     # or started with SIGINT already ignored, as a shell does for `worker &`) must not stop on it.
@@ -152,8 +154,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
         slots = f", {args.concurrency} at once" if args.concurrency > 1 else ""
         how = f"ignoring Ctrl-C; stop it with: kill {os.getpid()}" if ignore_sigint else "Ctrl-C to stop"
         log(f"started (pid {os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {how}")
-        with queue:
+        try:
             stats = worker.run()
+        finally:
+            if announcer is not None:  # it reads the queue: say which jobs are finishing before closing it
+                announcer.join()
+            queue.close()
         log(f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
             f"lost {stats.lost}, reaped {stats.reaped}")
         return 0

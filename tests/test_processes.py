@@ -159,13 +159,14 @@ def test_with_ignore_sigint_sigint_does_not_stop_a_worker_and_sigterm_lets_it_fi
         assert "exiting" in w.stdout() and "Traceback" not in w.stderr()
 
 
-def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG_DFL) -> subprocess.Popen:
+def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG_DFL,
+                        extra: tuple[str, ...] = ()) -> subprocess.Popen:
     """``leaselab worker`` as a shell starts it: SIGINT at its default (or ignored, as for ``worker &``)."""
     log = open(tmp_path / f"{name}.out", "wb")
     try:
         return subprocess.Popen(
             [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:task",
-             "--name", name, "--lease", str(lease), "--poll", "0.02", "--max-poll", "0.2"],
+             "--name", name, "--lease", str(lease), "--poll", "0.02", "--max-poll", "0.2", *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             # Whatever this test runner inherited (a CI script may run it with SIGINT ignored):
             preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
@@ -175,8 +176,8 @@ def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG
 
 @pytest.fixture
 def terminal(tmp_path, kill_at_teardown):
-    def start(db, name: str, lease: float, sigint=signal.SIG_DFL):
-        proc = start_in_a_terminal(tmp_path, db, name, lease, sigint)
+    def start(db, name: str, lease: float, sigint=signal.SIG_DFL, extra: tuple[str, ...] = ()):
+        proc = start_in_a_terminal(tmp_path, db, name, lease, sigint, extra)
         kill_at_teardown(proc.pid)
         out = tmp_path / f"{name}.out"
         wait_until(lambda: " started (pid " in out.read_text() or proc.poll() is not None,
@@ -201,13 +202,25 @@ def test_a_worker_started_in_a_terminal_says_ctrl_c_stops_it_and_a_first_ctrl_c_
         assert q.get(first).status is Status.DONE and q.get(second).status is Status.PENDING
 
 
+def test_ctrl_c_on_a_worker_with_two_slots_names_both_jobs_and_finishes_both(tmp_path, terminal):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        a, b, c = q.enqueue({"seconds": 1.5}), q.enqueue({"seconds": 1.5}), q.enqueue({"seconds": 0})
+        proc, out = terminal(db, "w-two", lease=10, extra=("--concurrency", "2"))
+        wait_until(lambda: claimed_by(q, a, "w-two") and claimed_by(q, b, "w-two"), message="both slots to fill")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, out.read_text()
+        assert f"finishing jobs {a}, {b}, Ctrl-C again to abandon them" in out.read_text()
+        assert [q.get(i).status for i in (a, b, c)] == [Status.DONE, Status.DONE, Status.PENDING]
+
+
 def test_an_idle_worker_in_a_terminal_exits_on_the_first_ctrl_c(tmp_path, terminal):
     db = tmp_path / "jobs.db"
     Queue(db).close()
     proc, out = terminal(db, "w-idle", lease=10)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(30) == 0, out.read_text()
-    assert "exiting: claimed 0" in out.read_text()
+    assert "no job running: stopping" in out.read_text() and "exiting: claimed 0" in out.read_text()
 
 
 def test_a_second_ctrl_c_exits_at_once_and_the_abandoned_job_comes_back_after_its_lease(tmp_path, terminal):
