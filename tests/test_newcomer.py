@@ -334,7 +334,10 @@ def test_every_other_readme_command_works_as_written_from_a_fresh_clone(tmp_path
     done = sh(command)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Lab.refresh" in done.stdout and "] filling a file with" in done.stderr
-    listed = re.findall(r"^\| `(\./dev bench (\w+))[^`]*` \|", BENCH_README.read_text(encoding="utf-8"), flags=re.M)
+    bench_readme = BENCH_README.read_text(encoding="utf-8")
+    rows = re.findall(r"^\| `([^`]*bench[^`]*)` \|", bench_readme, flags=re.M)
+    assert rows and all(row.startswith("./dev bench ") for row in rows), f"not runnable from a fresh clone: {rows}"
+    listed = re.findall(r"^\| `(\./dev bench (\w+))[^`]*` \|", bench_readme, flags=re.M)
     assert sorted(name for _, name in listed) == sorted(SMALL_BENCH_ARGS), listed
     for command, name in listed:
         done = sh(f"{command} {SMALL_BENCH_ARGS[name]}")
