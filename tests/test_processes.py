@@ -175,16 +175,24 @@ def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG
 
 
 @pytest.fixture
-def terminal(tmp_path, kill_at_teardown):
+def terminal(tmp_path):
+    """Start workers as a terminal would; any still running at teardown is killed (through Popen: no pid reuse)."""
+    started: list[subprocess.Popen] = []
+
     def start(db, name: str, lease: float, sigint=signal.SIG_DFL, extra: tuple[str, ...] = ()):
         proc = start_in_a_terminal(tmp_path, db, name, lease, sigint, extra)
-        kill_at_teardown(proc.pid)
+        started.append(proc)
         out = tmp_path / f"{name}.out"
         wait_until(lambda: " started (pid " in out.read_text() or proc.poll() is not None,
                    message=f"worker {name} to start")
         assert proc.poll() is None, out.read_text()
         return proc, out
-    return start
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
 
 
 def test_a_worker_started_in_a_terminal_says_ctrl_c_stops_it_and_a_first_ctrl_c_finishes_the_job(tmp_path, terminal):
