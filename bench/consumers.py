@@ -1,6 +1,6 @@
 """End to end, as a user runs it: one worker process drains N no-op jobs; leaselab with k slots beside huey's consumer.
 
-    python bench/consumers.py [--jobs 20000] [--repeat 3] [--threads 8] [--data DIR] [--no-strace]
+    ./dev bench consumers [--jobs 20000] [--repeat 3] [--threads 8] [--data DIR] [--no-strace]
 
 Every contender starts as its own process on a queue already holding N jobs, and the
 clock runs from its start until the last job is finished (leaselab: the worker exits
@@ -37,6 +37,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 import throughput  # noqa: E402  (the raw baseline and the machine line live there)
+from progress import step  # noqa: E402
 
 HUEY_APP = '''
 import os
@@ -168,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
     for r in range(args.repeat):
         for name, run in rows.items():
             folder = Path(tempfile.mkdtemp(dir=args.data))
+            step(f"round {r + 1}/{args.repeat}: {name}")
             try:
                 rate = run(folder)
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
             results[name].append(rate)
-            say(f"  round {r + 1}: {name:<34} {rate:>9,.0f} jobs/s")
     med = {name: statistics.median(v) for name, v in results.items()}
     say("")
     say(f"{'':<34} {'jobs/s':>9}")
@@ -195,6 +196,7 @@ def main(argv: list[str] | None = None) -> int:
                           (f"leaselab FULL, {k} slots", lambda d, s: run_leaselab(d, args.jobs, k, "full", s)),
                           (f"huey consumer, {k} threads", lambda d, s: run_huey(d, args.jobs, k, s))):
             folder = Path(tempfile.mkdtemp(dir=args.data))
+            step(f"counting fsyncs: {name}")
             try:
                 trace = str(folder / "strace.txt")
                 run(folder, trace)

@@ -267,6 +267,7 @@ SMALL_BENCH_ARGS = {
     "scale": "--small 100 --big 1000 --reap 100",
     "breakdown": "--jobs 100 --repeat 1",
     "lab_refresh": "--jobs 200 --repeat 2 --workers 1",
+    "consumers": "--jobs 200 --repeat 1 --threads 2 --no-strace",
 }
 
 
