@@ -30,7 +30,7 @@ def _short(value: object, width: int) -> str:
 
 
 def _open(args: argparse.Namespace) -> Queue:
-    return Queue(args.db, durability=getattr(args, "durability", "full"))
+    return Queue(args.db, durability=getattr(args, "durability", "full"), busy_timeout=args.busy_timeout)
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -54,7 +54,7 @@ def _watch_parent(parent: int, interval: float = 0.5) -> None:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from .worker import Worker
+    from .worker import Worker, load_handler
 
     # A notebook's Interrupt sends SIGINT to the kernel's group; workers must not die of it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -69,7 +69,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"{_stamp(time.time())} {message}", flush=True)
 
-    worker = Worker(args.db, args.handler, name=args.name, lease=args.lease, poll=args.poll,
+    handler = load_handler(args.handler)  # first: a bad handler path must not leave a new, empty queue file
+    worker = Worker(_open(args), handler, name=args.name, lease=args.lease, poll=args.poll,
                     max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     if stop_asked.is_set():
@@ -106,6 +107,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>10}  {'payload':<24} result/error"
     print(header)
     for j in jobs:
+        if j.damage:  # listed, never hidden: the rest of the table stays readable
+            print(f"{j.id:>6}  {'DAMAGED':<8} {j.damage}")
+            continue
         left = "-" if j.lease_until is None else f"{j.lease_until - now:.1f}s"
         outcome = j.last_error if j.status in ("pending", "dead") and j.last_error else j.result
         print(f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
@@ -145,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--db", default=os.environ.get("LEASELAB_DB", "leaselab.db"),
                        help="queue file (default: $LEASELAB_DB or leaselab.db)")
+        p.add_argument("--busy-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
+                       help="how long to wait for another process's write lock before giving up on "
+                            "one try (a worker then retries; default 30)")
         p.set_defaults(func=func)
         return p
 

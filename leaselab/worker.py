@@ -7,15 +7,25 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost
+from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost, TransientError
 from .job import Job
 from .checks import positive
 from .queue import DEFAULT_LEASE, Queue
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
+T = TypeVar("T")
+
+# A transient fault (a lock held too long, a full disk) is retried after FAULT_FIRST_WAIT
+# seconds, then twice as long each time, up to FAULT_MAX_WAIT. The log lines start with
+# these words, so a reader of the log (the lab's Fleet) can tell a waiting worker.
+FAULT_FIRST_WAIT = 0.05
+FAULT_MAX_WAIT = 2.0
+FAULT_WAITING = "waiting on a transient fault"
+FAULT_CLEARED = "fault cleared"
+_STOPPED = object()  # what a retry returns when a stop came while it waited
 
 
 def load_handler(path: str) -> Handler:
@@ -119,6 +129,7 @@ class Worker:
         self._next: Job | None = None
         self._max_jobs: int | None = None
         self._in_run = False
+        self.fault: str | None = None  # the transient fault the worker is waiting out, if any
 
     def _log(self, message: str) -> None:
         if self._log_fn is not None:
@@ -140,6 +151,27 @@ class Worker:
         finally:
             self._in_run = False
 
+    def _outlast(self, what: str, call: Callable[[], T]) -> T | object:
+        """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
+
+        Returns ``_STOPPED`` if a stop is asked for while waiting; any other error goes to the caller.
+        """
+        wait = FAULT_FIRST_WAIT
+        while True:
+            try:
+                result = call()
+            except TransientError as exc:
+                self.fault = f"{what}: {exc}"
+                self._log(f"{FAULT_WAITING} ({what}), retrying in {wait:g}s: {exc}")
+                if self._stop.wait(wait):
+                    return _STOPPED
+                wait = min(wait * 2, FAULT_MAX_WAIT)
+                continue
+            if self.fault is not None:
+                self._log(f"{FAULT_CLEARED}: {what} went through")
+                self.fault = None
+            return result
+
     def _loop(self, max_jobs: int | None) -> WorkerStats:
         wait = self.poll
         # A job claimed together with the last completion is finished even if a stop came meanwhile.
@@ -150,12 +182,15 @@ class Worker:
                 if max_jobs is not None and self.stats.claimed >= max_jobs:
                     break
                 try:
-                    job = self.queue.claim(self.name, self.lease)
+                    job = self._outlast("claim", lambda: self.queue.claim(self.name, self.lease))
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
                     continue
+                if job is _STOPPED:
+                    break
             if job is None:
-                if self.exit_when_idle and self._queue_idle():
+                idle = self._outlast("idle check", self._queue_idle) if self.exit_when_idle else False
+                if idle is _STOPPED or idle:
                     break
                 self._stop.wait(wait)
                 wait = min(wait * 2, self.max_poll)
@@ -176,7 +211,9 @@ class Worker:
         if now - self._last_reap < self.reap_every:
             return []
         self._last_reap = now
-        moved = self.queue.reap()
+        moved = self._outlast("reap", self.queue.reap)
+        if moved is _STOPPED:
+            return []
         if moved:
             self.stats.reaped += len(moved)
             self._log(f"reaped expired leases of jobs {moved}")
@@ -203,20 +240,29 @@ class Worker:
                 self.stats.lost += 1
                 return "lost"
             try:
+                # The fenced completion (or failure) is retried through transient faults: it
+                # is safe, since a retry after the lease was lost is refused, never doubled.
                 if error is None:
                     try:
                         if self._wants_next():  # finish and take the next job in one transaction
-                            self._next = self.queue.complete_and_claim(job.id, job.token, result,
-                                                                       self.name, self.lease)
+                            written = self._outlast(f"complete job {job.id}", lambda: self.queue.complete_and_claim(
+                                job.id, job.token, result, self.name, self.lease))
+                            self._next = None if written is _STOPPED else written
                         else:
-                            self.queue.complete(job.id, job.token, result)
+                            written = self._outlast(f"complete job {job.id}",
+                                                    lambda: self.queue.complete(job.id, job.token, result))
                     except InvalidPayload as exc:
                         error = f"handler returned a result that is not JSON: {exc}"
-                if error is None:
+                if error is None and written is not _STOPPED:
                     self.stats.completed += 1
                     self._log(f"completed job {job.id}")
                     return "completed"
-                status = self.queue.fail(job.id, job.token, error)
+                if error is not None:
+                    status = self._outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
+                if error is None or status is _STOPPED:
+                    self.stats.lost += 1
+                    self._log(f"stopped with job {job.id}'s outcome unwritten: its lease runs out and it runs again")
+                    return "lost"
                 self.stats.failed += 1
                 self._log(f"failed job {job.id}: {error} -> {status}")
                 return "failed"

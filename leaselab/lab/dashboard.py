@@ -115,6 +115,12 @@ def jobs_html(jobs: list[Job], total: int, now: float, lang: str) -> str:
         "col_payload", "col_result"))
     rows = []
     for j in jobs:
+        if j.damage:  # one damaged row is marked, not allowed to hide the others
+            cells = (esc(j.id), f"<span style='color:{STATUS_COLOURS['dead']};font-weight:600'>"
+                     f"{esc(t('damaged', lang))}</span>", "", "", "", "", "", esc(_short(j.damage, 160)))
+            rows.append("<tr class='leaselab-damaged'>" + "".join(f"<td style='padding:1px 8px'>{c}</td>"
+                                                                  for c in cells) + "</tr>")
+            continue
         status = j.status.value
         left = None if j.lease_until is None else j.lease_until - now
         outcome = j.last_error if status in ("pending", "dead") and j.last_error else j.result

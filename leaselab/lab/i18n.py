@@ -61,6 +61,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "col_attempts": "attempts",
         "col_payload": "payload",
         "col_result": "result / error",
+        "damaged": "damaged",
         # worker badges
         "running": "running",
         "paused": "paused",
@@ -147,6 +148,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "col_attempts": "попытки",
         "col_payload": "данные",
         "col_result": "результат / ошибка",
+        "damaged": "повреждено",
         "running": "работает",
         "paused": "на паузе",
         "stopping": "завершается",
