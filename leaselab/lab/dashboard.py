@@ -27,7 +27,7 @@ Stable CSS classes for browser tests (``widget.add_class``):
 - per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
   ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-stop-NAME``; inside the
   row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
-  BADGE is running, paused, stopping, zombie, lease_expired, killed or exited.
+  BADGE is running, paused, stopping, zombie, lease_expired, waiting, killed or exited.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ BADGE_COLOURS = {
     "stopping": "#1565c0",       # blue: finishing its job
     "zombie": "#c62828",         # red: frozen past its lease
     "lease_expired": "#ef6c00",  # orange: alive, lease gone
+    "waiting": "#6a1b9a",        # purple: alive, waiting out a locked or full database
     "killed": "#212121",         # black: crashed
     "exited": "#757575",         # grey: left cleanly
 }

@@ -140,6 +140,9 @@ CLAIM_STATISTICS: tuple[str, ...] = (
 _FINITE = "typeof({0}) IN ('integer', 'real') AND abs({0}) < 9e999"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _AS_TEXT = "iif(typeof({0}) IN ('text', 'null'), {0}, hex({0}))"
+# A damaged worker or token is taken back from the job's history: the last claim wrote both.
+_LAST_CLAIM = ("SELECT e.{0} FROM events_v2 e WHERE e.job_id = jobs_v2.id AND e.kind = 'claimed'"
+               " ORDER BY e.id DESC LIMIT 1")
 
 
 def _bad(column: str, condition: str) -> str:
@@ -198,8 +201,8 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
             attempts = iif(typeof(attempts) = 'integer' AND attempts >= 0, attempts,
                            (SELECT count(*) FROM events_v2 e WHERE e.job_id = jobs_v2.id AND e.kind = 'claimed')),
             lease_until = iif(d.active OR NOT ({_FINITE.format("lease_until")}), NULL, lease_until),
-            worker = {_AS_TEXT.format("worker")},
-            token = {_AS_TEXT.format("token")},
+            worker = iif(typeof(worker) IN ('text', 'null'), worker, ({_LAST_CLAIM.format("worker")})),
+            token = iif(typeof(token) IN ('text', 'null'), token, ({_LAST_CLAIM.format("token")})),
             result = iif(typeof(result) IN ('text', 'null'), result, json_quote(hex(result))),
             last_error = d.reason,
             created_at = iif({_FINITE.format("created_at")}, created_at, {_NOW}),
