@@ -223,6 +223,12 @@ class Worker:
         counts = self.queue.stats()
         return counts["pending"] == 0 and counts["running"] == 0
 
+    def _complete(self, job: Job, result: Any) -> None:
+        if self._wants_next():  # finish and take the next job in one transaction
+            self._next = self.queue.complete_and_claim(job.id, job.token, result, self.name, self.lease)
+        else:
+            self.queue.complete(job.id, job.token, result)
+
     def process(self, job: Job) -> str:
         """Run the handler on a claimed job; returns 'completed', 'failed' or 'lost'."""
         self.stats.claimed += 1
@@ -240,32 +246,27 @@ class Worker:
                 self.stats.lost += 1
                 return "lost"
             try:
-                # The fenced completion (or failure) is retried through transient faults: it
-                # is safe, since a retry after the lease was lost is refused, never doubled.
+                # The fenced completion (or failure) is retried through transient faults: that is
+                # safe, since a retry after the lease was lost is refused, never applied twice.
                 if error is None:
                     try:
-                        if self._wants_next():  # finish and take the next job in one transaction
-                            written = self._outlast(f"complete job {job.id}", lambda: self.queue.complete_and_claim(
-                                job.id, job.token, result, self.name, self.lease))
-                            self._next = None if written is _STOPPED else written
-                        else:
-                            written = self._outlast(f"complete job {job.id}",
-                                                    lambda: self.queue.complete(job.id, job.token, result))
+                        written = self._outlast(f"complete job {job.id}", lambda: self._complete(job, result))
                     except InvalidPayload as exc:
                         error = f"handler returned a result that is not JSON: {exc}"
-                if error is None and written is not _STOPPED:
-                    self.stats.completed += 1
-                    self._log(f"completed job {job.id}")
-                    return "completed"
+                    else:
+                        if written is not _STOPPED:
+                            self.stats.completed += 1
+                            self._log(f"completed job {job.id}")
+                            return "completed"
                 if error is not None:
                     status = self._outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
-                if error is None or status is _STOPPED:
-                    self.stats.lost += 1
-                    self._log(f"stopped with job {job.id}'s outcome unwritten: its lease runs out and it runs again")
-                    return "lost"
-                self.stats.failed += 1
-                self._log(f"failed job {job.id}: {error} -> {status}")
-                return "failed"
+                    if status is not _STOPPED:
+                        self.stats.failed += 1
+                        self._log(f"failed job {job.id}: {error} -> {status}")
+                        return "failed"
+                self.stats.lost += 1
+                self._log(f"stopped with job {job.id}'s outcome unwritten: its lease runs out and it runs again")
+                return "lost"
             except LeaseLost:
                 self.stats.lost += 1
                 self._log(f"lease lost on job {job.id} (attempt {job.attempts}): result not written")

@@ -196,3 +196,35 @@ def test_a_worker_waits_out_a_full_disk_and_no_acknowledged_enqueue_or_completio
     assert all(statuses[i] == "done" for i in completed)  # every logged completion stands
     assert set(statuses) == set(acknowledged)
     assert_history_holds(db)
+
+
+def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_job_stays_its_to_reap(tmp_path):
+    from leaselab import Worker
+
+    db = tmp_path / "q.db"
+    with Queue(db) as q:
+        job_id = q.enqueue(1)
+    holder = sqlite3.connect(db, isolation_level=None)
+    lines: list[str] = []
+
+    def handler(job):
+        holder.execute("BEGIN IMMEDIATE")  # from now on every write of the worker times out
+        return "done"
+
+    def log(line: str) -> None:
+        lines.append(line)
+        if FAULT_WAITING in line and len([x for x in lines if FAULT_WAITING in x]) == 3:
+            worker.stop()  # SIGTERM, in the CLI
+
+    with Queue(db, busy_timeout=0.05) as q:
+        worker = Worker(q, handler, name="w", lease=30, log=log)
+        stats = worker.run()
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert (stats.claimed, stats.completed, stats.lost) == (1, 0, 1)
+    assert "stopped with job 1's outcome unwritten" in lines[-1]
+    waits = [float(w) for w in re.findall(r"retrying in ([0-9.e+-]+)s", "\n".join(lines))]
+    assert waits == [0.05, 0.1, 0.2]  # doubling from the first wait
+    with Queue(db) as q:
+        job = q.get(job_id)
+        assert job.status.value == "running" and job.worker == "w"  # its lease runs out; a reaper brings it back
