@@ -20,7 +20,12 @@ EXIT_BAD_INPUT = 2
 
 
 def _stamp(t: float | None) -> str:
-    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+    if t is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+    except (ValueError, OverflowError, OSError):  # a time no calendar holds (year 10000, say): the number
+        return f"{t:.3f}"
 
 
 def _short(value: object, width: int) -> str:

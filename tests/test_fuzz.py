@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -198,3 +199,21 @@ def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
 def test_hostile_values_in_any_column_crash_nothing_hang_nothing_and_hide_nothing(version, hostile_writes):
     with tempfile.TemporaryDirectory() as folder:
         exercise(Path(folder), version, hostile_writes)
+
+
+# -- failing examples Hypothesis found, kept as plain tests ------------------------------------
+
+FOUND = {
+    # `leaselab events` died on "year 10000 is out of range" formatting an event's time.
+    "an event dated past the year 9999": (3, [("events", 0, "at", 253402300800.0)]),
+    # A pending job at attempt 2**63 - 1: the claim's attempts + 1 overflowed into a REAL the
+    # STRICT table refused, and every worker that tried to claim it exited.
+    "a pending job with attempts at the 64-bit limit": (3, [("jobs", 2, "attempts", 2**63 - 1)]),
+    # The same value in a version 2 file, where the upgrade must end the job instead.
+    "a version 2 pending job with attempts at the 64-bit limit": (2, [("jobs", 2, "attempts", 2**63 - 1)]),
+}
+
+
+@pytest.mark.parametrize("version, hostile_writes", FOUND.values(), ids=FOUND.keys())
+def test_a_hostile_value_hypothesis_once_found_is_handled(tmp_path, version, hostile_writes):
+    exercise(tmp_path, version, hostile_writes)

@@ -128,6 +128,7 @@ REFUSED = {
     "a running job with no lease": "UPDATE jobs SET lease_until = NULL WHERE id = 1",
     "priority as text": "UPDATE jobs SET priority = 'high' WHERE id = 2",
     "attempts below zero": "UPDATE jobs SET attempts = -1 WHERE id = 2",
+    "a pending job with no attempt left": "UPDATE jobs SET attempts = max_attempts WHERE id = 2",
     "an event at 'noon'": "UPDATE events SET at = 'noon' WHERE id = 1",
 }
 

@@ -29,7 +29,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_event_id INTEGER,                           -- newest events row of this job: the head of its history
     -- A running job always has a lease that can run out and a token to fence with: without
     -- them the reaper could never bring it back.
-    CHECK (status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL))
+    CHECK (status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL)),
+    -- A pending job always has an attempt left (failures and the reaper make it dead otherwise),
+    -- so a claim's attempts + 1 never passes max_attempts nor overflows.
+    CHECK (status <> 'pending' OR attempts < max_attempts)
 ) STRICT;
 
 -- Serves the claim: WHERE status='pending' AND run_at<=? ORDER BY priority DESC, run_at, id.

@@ -169,6 +169,7 @@ _DAMAGE_REASONS = " || ".join([
     _bad("last_event_id", "typeof(last_event_id) IN ('integer', 'null')"),
     "iif(status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL), '',"
     " '; running with no lease or no token')",
+    "iif(status <> 'pending' OR attempts < max_attempts, '', '; pending with no attempt left')",
 ])
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
