@@ -228,3 +228,23 @@ def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_
     with Queue(db) as q:
         job = q.get(job_id)
         assert job.status.value == "running" and job.worker == "w"  # its lease runs out; a reaper brings it back
+
+
+def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp_path):
+    db, log = tmp_path / "q.db", tmp_path / "w1.log"
+    with Queue(db) as q:
+        q.enqueue(1, delay=3600)  # pending for an hour: the worker polls, and --exit-when-idle keeps it
+    proc = start_worker(db, log)
+    try:
+        wait_until(lambda: "started" in log.read_text(), message="the worker started")
+        conn = sqlite3.connect(db)
+        conn.execute("ALTER TABLE jobs RENAME TO not_jobs")  # the file is no longer a queue it can use
+        conn.commit()
+        conn.close()
+    finally:
+        code = finish(proc)
+    text = log.read_text()
+    assert code == 2
+    errors = [line for line in text.splitlines() if "error:" in line]
+    assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and "no such table" in errors[0]
+    assert "Traceback" not in text and FAULT_WAITING not in text
