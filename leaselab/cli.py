@@ -74,13 +74,15 @@ def cmd_worker(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"{_stamp(time.time())} {message}", flush=True)
 
-    handler = load_handler(args.handler)  # first: a bad handler path must not leave a new, empty queue file
-    worker = Worker(_open(args), handler, name=args.name, lease=args.lease, poll=args.poll,
-                    max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log)
+    handler = load_handler(args.handler)  # first: a bad --handler must leave no empty queue file behind
+    worker = Worker(_open(args), handler, name=args.name, lease=args.lease,
+                    poll=args.poll, max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log,
+                    concurrency=args.concurrency)
     signal.signal(signal.SIGTERM, lambda *_: worker.stop())
     if stop_asked.is_set():
         worker.stop()
-    log(f"started (pid {os.getpid()}, handler {args.handler}, lease {args.lease:g}s)")
+    slots = f", {args.concurrency} at once" if args.concurrency > 1 else ""
+    log(f"started (pid {os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots})")
     stats = worker.run()
     log(f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
         f"lost {stats.lost}, reaped {stats.reaped}")
@@ -139,6 +141,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr, like every other leaselab error."""
 
@@ -175,6 +187,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--poll", type=_positive_float, default=0.05)
     p.add_argument("--max-poll", type=_positive_float, default=1.0)
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
+    p.add_argument("--durability", choices=DURABILITIES, default="full",
+                   help="full: a completion is on disk before it counts; normal: faster, may lose the last on power loss")
+    p.add_argument("--concurrency", type=_positive_int, default=1,
+                   help="how many jobs to run at once, on threads (default 1)")
 
     command("reap", "move expired leases back to pending (or dead)", cmd_reap)
     p = command("stats", "count jobs by status", cmd_stats)

@@ -61,7 +61,7 @@ class DatabaseBusy(TransientError):
 
 
 class DiskFull(TransientError):
-    """Raised when the disk (or file-size limit) holding the queue file is full; ``path`` names the file."""
+    """Raised when the disk holding the queue file is full (SQLite's SQLITE_FULL); ``path`` names the file."""
 
     def __init__(self, path: str, detail: str = "database or disk is full"):
         self.path = path
@@ -87,6 +87,10 @@ class WorkerExists(LeaselabError, ValueError):
 
 class WorkerNotRunning(LeaselabError):
     """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
+
+
+class ProxyError(LeaselabError):
+    """Raised when the lab's network proxy cannot listen, or is used after it was closed."""
 
 
 class SignalsUnsupported(LeaselabError):

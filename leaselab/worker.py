@@ -11,8 +11,9 @@ from typing import Any, Callable, TypeVar
 
 from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost, TransientError
 from .job import Job
-from .checks import positive
+from .checks import integer, positive
 from .queue import DEFAULT_LEASE, Queue
+from .slots import Slots
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
@@ -94,7 +95,9 @@ class Worker:
     its return value is the JSON result, an exception fails the attempt. Expired
     leases are reaped at least every ``reap_every`` seconds, so a crashed worker's
     job comes back without any extra process. Idle polling starts at ``poll`` and
-    doubles up to ``max_poll``.
+    doubles up to ``max_poll``. With ``concurrency=k`` up to k handlers run at once on
+    threads (see ``leaselab.slots``): jobs are leased and renewed in batches and the
+    completions of the handlers that finished together commit in one transaction.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class Worker:
         reap_every: float | None = None,
         exit_when_idle: bool = False,
         log: Log | None = None,
+        concurrency: int = 1,
     ):
         # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
@@ -121,6 +125,7 @@ class Worker:
         self.max_poll = max(self.poll, positive("max_poll", max_poll))
         self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
         self.exit_when_idle = exit_when_idle
+        self.concurrency = integer("concurrency", concurrency, 1)
         self.stats = WorkerStats()
         self.current: Job | None = None
         self._log_fn = log
@@ -135,6 +140,22 @@ class Worker:
         if self._log_fn is not None:
             self._log_fn(f"{self.name}: {message}")
 
+    def log(self, message: str) -> None:
+        """Write one line to the worker's log, prefixed with its name."""
+        self._log(message)
+
+    def call_handler(self, job: Job) -> Any:
+        """Run the handler on one job and return its result; an exception is the attempt's failure."""
+        return self.handler(job)
+
+    def queue_idle(self) -> bool:
+        """True when no job is pending or running: what ``exit_when_idle`` waits for."""
+        return self._queue_idle()
+
+    def idle_wait(self, seconds: float) -> None:
+        """Wait while there is nothing to claim, at most ``seconds``; a stop ends the wait at once."""
+        self._stop.wait(seconds)
+
     def stop(self) -> None:
         """Ask the loop to finish the current job and return."""
         self._stop.set()
@@ -147,6 +168,8 @@ class Worker:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
         self._max_jobs, self._in_run = max_jobs, True
         try:
+            if self.concurrency > 1:
+                return Slots(self).run(max_jobs)
             return self._loop(max_jobs)
         finally:
             self._in_run = False

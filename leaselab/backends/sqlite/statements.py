@@ -23,11 +23,33 @@ UPDATE jobs SET status = 'running', attempts = attempts + 1,
 RETURNING {JOB_COLUMNS}
 """
 
+# A batch of the same claim: up to :n runnable jobs in claim order, leased in one statement.
+# Each job's token is the call's random :token with the job id after it, so every claim
+# still writes a token no other claim ever wrote. RETURNING gives no order; the queue sorts.
+CLAIM_MANY = f"""
+UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = :lease_until, worker = :worker, token = :token || '-' || id, started_at = :now,
+       updated_at = :now, last_event = 'claimed'
+ WHERE id IN (SELECT id FROM jobs
+               WHERE status = 'pending' AND run_at <= :now
+               ORDER BY priority DESC, run_at ASC, id ASC
+               LIMIT :n)
+RETURNING {JOB_COLUMNS}
+"""
+
 # Fenced writes: only the holder of the current token may change a running job.
 HEARTBEAT = """
 UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'heartbeat'
  WHERE id = :id AND status = 'running' AND token = :token
 RETURNING lease_until
+"""
+
+# Every lease one worker holds, renewed in one statement: :tokens is a JSON array of tokens
+# (each names one claim of one job). A job missing from the result was fenced off.
+HEARTBEAT_MANY = """
+UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'heartbeat'
+ WHERE status = 'running' AND token IN (SELECT value FROM json_each(:tokens))
+RETURNING id, lease_until
 """
 
 # No RETURNING: how many rows it changed (1, or 0 when fenced off) is the whole answer.
