@@ -9,24 +9,19 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, TypeVar
 
+from . import faults
 from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost, TransientError
 from .job import Job
 from .checks import integer, positive
 from .queue import DEFAULT_LEASE, Queue
 from .slots import Slots
 
+STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
+
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
 T = TypeVar("T")
 
-# A transient fault (a lock held too long, a full disk) is retried after FAULT_FIRST_WAIT
-# seconds, then twice as long each time, up to FAULT_MAX_WAIT. The log lines start with
-# these words, so a reader of the log (the lab's Fleet) can tell a waiting worker.
-FAULT_FIRST_WAIT = 0.05
-FAULT_MAX_WAIT = 2.0
-FAULT_WAITING = "waiting on a transient fault"
-FAULT_CLEARED = "fault cleared"
-_STOPPED = object()  # what a retry returns when a stop came while it waited
 
 
 def load_handler(path: str) -> Handler:
@@ -149,8 +144,11 @@ class Worker:
         return self.handler(job)
 
     def queue_idle(self) -> bool:
-        """True when no job is pending or running: what ``exit_when_idle`` waits for."""
-        return self._queue_idle()
+        """True when no job is pending or running: what ``exit_when_idle`` waits for.
+
+        Retried through transient faults; also True when a stop came while it waited.
+        """
+        return self.outlast("idle check", self._queue_idle) in (True, STOPPED)
 
     def idle_wait(self, seconds: float) -> None:
         """Wait while there is nothing to claim, at most ``seconds``; a stop ends the wait at once."""
@@ -174,24 +172,25 @@ class Worker:
         finally:
             self._in_run = False
 
-    def _outlast(self, what: str, call: Callable[[], T]) -> T | object:
+    def outlast(self, what: str, call: Callable[[], T]) -> T | object:
         """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
 
-        Returns ``_STOPPED`` if a stop is asked for while waiting; any other error goes to the caller.
+        Each wait is logged (``faults.WAITING``), and the end of the fault (``faults.CLEARED``).
+        Returns ``STOPPED`` if a stop is asked for while waiting; any other error goes to the caller.
         """
-        wait = FAULT_FIRST_WAIT
+        wait = faults.FIRST_WAIT
         while True:
             try:
                 result = call()
             except TransientError as exc:
                 self.fault = f"{what}: {exc}"
-                self._log(f"{FAULT_WAITING} ({what}), retrying in {wait:g}s: {exc}")
+                self._log(f"{faults.WAITING} ({what}), retrying in {wait:g}s: {exc}")
                 if self._stop.wait(wait):
-                    return _STOPPED
-                wait = min(wait * 2, FAULT_MAX_WAIT)
+                    return STOPPED
+                wait = min(wait * 2, faults.MAX_WAIT)
                 continue
             if self.fault is not None:
-                self._log(f"{FAULT_CLEARED}: {what} went through")
+                self._log(f"{faults.CLEARED}: {what} went through")
                 self.fault = None
             return result
 
@@ -205,15 +204,14 @@ class Worker:
                 if max_jobs is not None and self.stats.claimed >= max_jobs:
                     break
                 try:
-                    job = self._outlast("claim", lambda: self.queue.claim(self.name, self.lease))
+                    job = self.outlast("claim", lambda: self.queue.claim(self.name, self.lease))
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
                     continue
-                if job is _STOPPED:
+                if job is STOPPED:
                     break
             if job is None:
-                idle = self._outlast("idle check", self._queue_idle) if self.exit_when_idle else False
-                if idle is _STOPPED or idle:
+                if self.exit_when_idle and self.queue_idle():
                     break
                 self._stop.wait(wait)
                 wait = min(wait * 2, self.max_poll)
@@ -234,8 +232,8 @@ class Worker:
         if now - self._last_reap < self.reap_every:
             return []
         self._last_reap = now
-        moved = self._outlast("reap", self.queue.reap)
-        if moved is _STOPPED:
+        moved = self.outlast("reap", self.queue.reap)
+        if moved is STOPPED:
             return []
         if moved:
             self.stats.reaped += len(moved)
@@ -273,17 +271,17 @@ class Worker:
                 # safe, since a retry after the lease was lost is refused, never applied twice.
                 if error is None:
                     try:
-                        written = self._outlast(f"complete job {job.id}", lambda: self._complete(job, result))
+                        written = self.outlast(f"complete job {job.id}", lambda: self._complete(job, result))
                     except InvalidPayload as exc:
                         error = f"handler returned a result that is not JSON: {exc}"
                     else:
-                        if written is not _STOPPED:
+                        if written is not STOPPED:
                             self.stats.completed += 1
                             self._log(f"completed job {job.id}")
                             return "completed"
                 if error is not None:
-                    status = self._outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
-                    if status is not _STOPPED:
+                    status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
+                    if status is not STOPPED:
                         self.stats.failed += 1
                         self._log(f"failed job {job.id}: {error} -> {status}")
                         return "failed"

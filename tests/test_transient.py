@@ -24,7 +24,7 @@ import pytest
 import history
 from conftest import wait_until
 from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
-from leaselab.worker import FAULT_CLEARED, FAULT_WAITING
+from leaselab.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
 
 
 def start_worker(db: Path, log: Path, *extra: str) -> subprocess.Popen:
@@ -71,11 +71,12 @@ def hold_write_lock(db: Path, seconds: float) -> None:
         conn.close()
 
 
-def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_every_job(tmp_path):
+@pytest.mark.parametrize("concurrency", ["1", "3"], ids=["one job at a time", "three at once"])
+def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_every_job(tmp_path, concurrency):
     db, log = tmp_path / "q.db", tmp_path / "w1.log"
     with Queue(db) as q:
         ids = q.enqueue_many([{"seconds": 0.05}] * 30)
-    proc = start_worker(db, log, "--busy-timeout", "0.2")
+    proc = start_worker(db, log, "--busy-timeout", "0.2", "--concurrency", concurrency)
     try:
         with Queue(db) as q:
             wait_until(lambda: q.stats()["done"] >= 2, message="the worker's first jobs")

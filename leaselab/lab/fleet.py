@@ -37,7 +37,8 @@ from typing import Callable
 from ..errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..checks import positive
 from ..queue import Queue
-from ..worker import FAULT_CLEARED, FAULT_WAITING, load_handler
+from .. import faults
+from ..worker import load_handler
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
 ALIVE = (RUNNING, PAUSED, STOPPING)
@@ -144,10 +145,10 @@ def _fault(log_path: str, max_bytes: int = 8_000) -> str | None:
     except FileNotFoundError:
         return None
     for line in reversed(lines):
-        if FAULT_CLEARED in line:
+        if faults.CLEARED in line:
             return None
-        if FAULT_WAITING in line:
-            return line.split(FAULT_WAITING, 1)[1].strip(" :")
+        if faults.WAITING in line:
+            return line.split(faults.WAITING, 1)[1].strip(" :")
     return None
 
 
