@@ -23,7 +23,6 @@ Log = Callable[[str], None]
 T = TypeVar("T")
 
 
-
 def load_handler(path: str) -> Handler:
     """Import a handler named ``module:function``; ``HandlerError`` says what went wrong."""
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
