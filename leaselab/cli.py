@@ -22,7 +22,12 @@ EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (12
 
 
 def _stamp(t: float | None) -> str:
-    return "-" if t is None else datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+    if t is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+    except (ValueError, OverflowError, OSError):  # a time no calendar holds (year 10000, say): the number
+        return f"{t:.3f}"
 
 
 def _short(value: object, width: int) -> str:
@@ -35,7 +40,8 @@ def _open(args: argparse.Namespace, create: bool = False) -> Queue:
     # Only enqueue makes a queue: any other command given a mistyped --db must say so, not
     # answer from a fresh empty file it just left behind.
     create = create or is_server_url(args.db)  # a server URL names no file to look for
-    return Queue(args.db, durability=getattr(args, "durability", "full"), create=create)
+    return Queue(args.db, durability=getattr(args, "durability", "full"), create=create,
+                 busy_timeout=args.busy_timeout)
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -193,6 +199,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>10}  {'payload':<24} result/error"
     print(header)
     for j in jobs:
+        if j.damage:  # listed, never hidden: the rest of the table stays readable
+            print(f"{j.id:>6}  {'DAMAGED':<8} {j.damage}")
+            continue
         left = "-" if j.lease_until is None else f"{j.lease_until - now:.1f}s"
         outcome = j.last_error if j.status in ("pending", "dead") and j.last_error else j.result
         print(f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
@@ -245,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--db", default=os.environ.get("LEASELAB_DB", "leaselab.db"),
                        help="queue file (default: $LEASELAB_DB or leaselab.db)")
+        p.add_argument("--busy-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
+                       help="how long to wait for another process's write lock before giving up on "
+                            "one try (a worker then retries; default 30)")
         p.set_defaults(func=func)
         return p
 

@@ -17,7 +17,7 @@ from .backoff import Backoff
 from .checks import integer, number, positive, text
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
-from .job import Event, Job, Status
+from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth
 
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1_000_000
@@ -108,6 +108,9 @@ class Queue:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"{what} must be JSON (no NaN, no sets, no objects): {exc}") from None
+        except RecursionError:  # nested past the interpreter's limit, so far past ours too
+            raise InvalidPayload(f"{what} nests arrays or objects more than {MAX_JSON_DEPTH} deep") from None
+        check_json_depth(what, text)
         size = len(text.encode("utf-8"))
         if size > self.max_payload_bytes:
             raise InvalidPayload(f"{what} is {size} bytes of JSON; the limit is {self.max_payload_bytes}")
@@ -367,7 +370,11 @@ class Queue:
         return Job.from_row(rows[0])
 
     def jobs(self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False) -> list[Job]:
-        """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``."""
+        """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``.
+
+        A row damaged outside leaselab (a payload that is not JSON, say) does not fail the listing:
+        it is listed as a ``Job`` whose ``damage`` says what is wrong, its unreadable fields None.
+        """
         limit = integer("limit", limit, 0)
         if status is None:
             rows = self._run(self._sql.LIST_JOBS_NEWEST if newest_first else self._sql.LIST_JOBS, {"limit": limit})
@@ -378,7 +385,7 @@ class Queue:
                 raise ValueError(f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}") from None
             statement = self._sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else self._sql.LIST_JOBS_BY_STATUS
             rows = self._run(statement, {"status": status.value, "limit": limit})
-        return [Job.from_row(r) for r in rows]
+        return [Job.from_row_or_damaged(r) for r in rows]
 
     def stats(self) -> dict[str, int]:
         """How many jobs are in each status, all four present, zeros included."""

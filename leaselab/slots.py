@@ -15,10 +15,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidPayload, LeaselabError, LeaseLost
+from .faults import STOPPED
 from .job import Job
 
 if TYPE_CHECKING:
     from .worker import Worker, WorkerStats
+
+_UNWRITTEN = "stopped with job {}'s outcome unwritten: its lease runs out and it runs again"
 
 
 class Slots:
@@ -70,9 +73,11 @@ class Slots:
     def _claim(self, pool: ThreadPoolExecutor, free: int) -> int:
         w = self.worker
         try:
-            jobs = w.queue.claim_many(free, w.name, w.lease)
+            jobs = w.outlast("claim", lambda: w.queue.claim_many(free, w.name, w.lease))
         except InvalidPayload as exc:
             w.log(f"skipped a damaged job: {exc}")
+            return 0
+        if jobs is STOPPED:
             return 0
         for job in jobs:
             w.stats.claimed += 1
@@ -101,7 +106,15 @@ class Slots:
         if not completions:
             return
         try:
-            refused = set(w.queue.complete_many([(j.id, j.token, r) for j, r in completions]))
+            # Retried through transient faults: fenced job by job, so a retry is never applied twice.
+            refused = w.outlast("complete", lambda: w.queue.complete_many(
+                [(j.id, j.token, r) for j, r in completions]))
+            if refused is STOPPED:
+                for job, _ in completions:
+                    w.stats.lost += 1
+                    w.log(_UNWRITTEN.format(job.id))
+                return
+            refused = set(refused)
         except InvalidPayload:
             # One result is not JSON: nothing was written. Complete them one by one so only that job fails.
             refused = set()
@@ -122,10 +135,14 @@ class Slots:
     def _fail(self, job: Job, error: str) -> None:
         w = self.worker
         try:
-            status = w.queue.fail(job.id, job.token, error)
+            status = w.outlast(f"fail job {job.id}", lambda: w.queue.fail(job.id, job.token, error))
         except LeaseLost:
             w.stats.lost += 1
             w.log(f"lease lost on job {job.id} (attempt {job.attempts}): failure not written")
+            return
+        if status is STOPPED:
+            w.stats.lost += 1
+            w.log(_UNWRITTEN.format(job.id))
             return
         w.stats.failed += 1
         w.log(f"failed job {job.id}: {error} -> {status}")

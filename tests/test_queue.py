@@ -28,7 +28,7 @@ from leaselab import (
     UnsupportedSQLite,
     lessons,
 )
-from leaselab.backends.sqlite import APPLICATION_ID, require_sqlite
+from leaselab.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, require_sqlite
 from leaselab.backends.sqlite import statements as sql
 from procs import as_nobody
 
@@ -492,7 +492,8 @@ def test_a_new_file_uses_small_pages_and_the_current_schema(db_path, clock):
     Queue(db_path, clock=clock).close()
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["jobs"] == 1  # STRICT
     conn.close()
 
 
@@ -529,7 +530,8 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_history(tmp_path, c
         assert q.claim("new").id == 3
         assert q.stats() == {"pending": 0, "running": 1, "done": 2, "dead": 0}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["jobs"] == 1  # STRICT
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_job'").fetchone()[0] == 0
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096  # an old file keeps its pages
     assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == 1
@@ -826,10 +828,10 @@ def test_a_clock_that_is_not_callable_or_not_a_number_is_refused(db_path):
         assert nothing_written(q)
 
 
-def test_an_old_sqlite_is_refused_and_3_35_is_enough():
-    with pytest.raises(UnsupportedSQLite, match="3.35"):
-        require_sqlite((3, 34, 1))
-    require_sqlite((3, 35, 0))
+def test_an_old_sqlite_is_refused_and_3_37_is_enough():
+    with pytest.raises(UnsupportedSQLite, match="3.37 or newer for STRICT tables; this Python links SQLite 3.36.0"):
+        require_sqlite((3, 36, 0))
+    require_sqlite((3, 37, 0))
     require_sqlite(sqlite3.sqlite_version_info)
 
 
