@@ -1,6 +1,6 @@
 """Where a leaselab claim + complete spends its time: the schema's parts added one at a time.
 
-    python bench/breakdown.py [--jobs 5000] [--repeat 5]
+    ./dev bench breakdown [--jobs 5000] [--repeat 5]
 
 Runs the drain (claim + fenced complete, one job at a time, one process) at
 ``synchronous=NORMAL`` and ``FULL`` for:
@@ -33,6 +33,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import throughput  # noqa: E402  (the raw baseline's schema and statements)
+from progress import step  # noqa: E402
 from leaselab import Queue
 from leaselab.backends.sqlite import statements as sql# noqa: E402
 from leaselab.backends.sqlite import PAGE_SIZE, schema_statements  # noqa: E402
@@ -157,8 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# leaselab drain breakdown, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
           f"{args.jobs} jobs, median of {args.repeat}; µs per job (claim + complete), one process")
     results: dict[tuple[str, str], list[float]] = {}
-    for _ in range(args.repeat):
+    for round_ in range(args.repeat):
         for sync in ("NORMAL", "FULL"):
+            step(f"round {round_ + 1} of {args.repeat}, synchronous={sync}: {len(steps)} steps")
             for label, run, _ in steps:
                 results.setdefault((label, sync), []).append(run(sync))
     print(f"| {'step':<52} | NORMAL µs | + vs prev | FULL µs | + vs prev |")

@@ -1,6 +1,6 @@
 """How long one dashboard refresh takes with 10,000 jobs in the file, against reading the whole table.
 
-    python bench/lab_refresh.py [--jobs 10000] [--repeat 30]
+    ./dev bench lab_refresh [--jobs 10000] [--repeat 30]
 
 Prints milliseconds per refresh (median of ``--repeat``) for:
 
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from leaselab import ManualClock, Queue
 from leaselab.lab.dashboard import Lab, read_view
+from progress import step
 
 
 def fill(path: Path, n: int) -> None:
@@ -67,12 +68,15 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.db"
+        step(f"filling a file with {args.jobs:,} jobs")
         fill(path, args.jobs)
         conn = sqlite3.connect(path)
         lab = Lab(str(path), refresh=None, lease=30.0)
         try:
+            step(f"starting {args.workers} workers")
             for _ in range(args.workers):
                 lab.spawn()
+            step(f"timing each read {args.repeat} times")
             baseline = timed(lambda: conn.execute("SELECT * FROM jobs").fetchall(), args.repeat)
             view = timed(lambda: read_view(lab.queue, lab.fleet), args.repeat)
             refresh = timed(lab.refresh, args.repeat)

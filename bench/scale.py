@@ -1,6 +1,6 @@
 """Does leaselab stay flat as the file grows? Claim time at 1,000 vs 1,000,000 pending, reaping, worker start-up.
 
-    python bench/scale.py [--big 1000000] [--small 1000] [--reap 100000] [--data DIR]
+    ./dev bench scale [--big 1000000] [--small 1000] [--reap 100000] [--data DIR]
 
 Prints one table:
 
@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from leaselab import ManualClock, Queue
+from progress import step
 
 HERE = Path(__file__).resolve().parent
 CLAIMS = 2000
@@ -165,12 +166,19 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# leaselab scale, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; databases in {data.resolve()}")
     print(f"# claim plan: {claim_plan(data)}\n")
+    step(f"claim time with {args.small:,} pending")
     small = claim_case(data, args.small)
+    step(f"claim time with {args.big:,} pending (filling the file first)")
     big = claim_case(data, args.big)
+    step(f"claim time with {args.big:,} pending and {args.big // 10:,} delayed at top priority")
     skewed = claim_case(data, args.big, delayed_top=args.big // 10)
+    step("the same without leaselab's planner statistics")
     skewed_bare = claim_case(data, args.big, delayed_top=args.big // 10, statistics_=False)
+    step(f"reaping {args.reap:,} expired leases")
     busy, idle, moved = reap_case(data, args.reap)
+    step("worker processes: spawn to first claimed job, and memory")
     start, bare, memory = worker_case(data)
+    step("done")
 
     def verdict(ok: bool) -> str:
         return "met" if ok else "MISSED"

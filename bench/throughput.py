@@ -1,6 +1,6 @@
 """Jobs per second for leaselab beside a raw-SQLite baseline and three peers, at matched durability.
 
-    python bench/throughput.py [--jobs 5000] [--repeat 5] [--only leaselab-full,huey] [--data DIR]
+    ./dev bench throughput [--jobs 5000] [--repeat 5] [--only leaselab-full,huey] [--data DIR]
 
 Same workload for everyone, one machine, contenders interleaved round by round: enqueue N small JSON jobs one
 call at a time, then drain them one job at a time (claim + complete), first in
@@ -44,6 +44,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Callable
+
+from progress import step
 
 HERE = Path(__file__).resolve().parent
 
@@ -367,6 +369,7 @@ def main(argv: list[str] | None = None) -> int:
     for round_ in range(args.repeat):
         for key in keys:
             for procs in procs_list:
+                step(f"round {round_ + 1} of {args.repeat}: {key}, {procs} process(es)")
                 r = measure(key, data, args.jobs, procs)
                 runs.setdefault((key, procs), []).append(r)
                 print(f"  round {round_ + 1}: {key:<16} {procs}p  enqueue {r['enqueue']:>8.0f}/s  "

@@ -16,6 +16,7 @@ from .errors import (
     DatabaseBusy,
     DatabaseMissing,
     DatabaseUnwritable,
+    DiskFull,
     HandlerError,
     InvalidPayload,
     JobNotFound,
@@ -25,6 +26,7 @@ from .errors import (
     ScenarioTimeout,
     SchemaTooNew,
     SignalsUnsupported,
+    TransientError,
     UnknownWorker,
     UnsupportedSQLite,
     WorkerExists,
@@ -38,8 +40,8 @@ from .worker import Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnwritable", "Event", "HandlerError", "InvalidPayload",
+    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnwritable", "DiskFull", "Event", "HandlerError", "InvalidPayload",
     "Job", "JobNotFound", "Lease", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
-    "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "UnknownWorker",
+    "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "TransientError", "UnknownWorker",
     "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]

@@ -7,6 +7,10 @@ class LeaselabError(Exception):
     """Root of every error leaselab raises on purpose."""
 
 
+class TransientError(LeaselabError):
+    """Raised for a fault that may pass (a lock held too long, a full disk, a lost server): retrying later can succeed."""
+
+
 class LeaseLost(LeaselabError):
     """Raised when a heartbeat, complete or fail carries a token that no longer holds the job."""
 
@@ -52,12 +56,21 @@ class DatabaseUnwritable(LeaselabError):
     """Raised when the file or its folder cannot be written (read-only file, missing or locked-down folder)."""
 
 
-class DatabaseBusy(LeaselabError):
+class DatabaseBusy(TransientError):
     """Raised only when another process held the write lock for longer than the busy timeout."""
 
 
+class DiskFull(TransientError):
+    """Raised when the disk holding the queue file is full (SQLite's SQLITE_FULL); ``path`` names the file."""
+
+    def __init__(self, path: str, detail: str = "database or disk is full"):
+        self.path = path
+        super().__init__(f"{path}: the disk holding the queue file is full ({detail}); "
+                         "nothing of the refused write was kept")
+
+
 class UnsupportedSQLite(LeaselabError):
-    """Raised when the linked SQLite library is older than 3.35 and so has no RETURNING."""
+    """Raised when the linked SQLite library is older than 3.37 and so has no STRICT tables."""
 
 
 class HandlerError(LeaselabError):
@@ -74,6 +87,10 @@ class WorkerExists(LeaselabError, ValueError):
 
 class WorkerNotRunning(LeaselabError):
     """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
+
+
+class ProxyError(LeaselabError):
+    """Raised when the lab's network proxy cannot listen, or is used after it was closed."""
 
 
 class SignalsUnsupported(LeaselabError):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -22,11 +23,37 @@ class Status(str, Enum):
         return self.value
 
 
+# How deeply a payload or result may nest arrays and objects, both ways. Python's own JSON
+# decoder and encoder recurse once per level and hit the interpreter's recursion limit
+# (about 1,000, less on a worker's thread) with a RecursionError; a fixed, lower limit turns
+# that into ``InvalidPayload`` on the way in and a failed attempt on the way out.
+MAX_JSON_DEPTH = 100
+
+# A JSON string, written so a long or unterminated one cannot make the regex backtrack.
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET = re.compile(r"[\[\]{}]")
+
+
+def check_json_depth(what: str, text: str) -> None:
+    """Raise ``InvalidPayload`` if the JSON ``text`` nests arrays or objects deeper than ``MAX_JSON_DEPTH``."""
+    if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:  # the common case: too few brackets to matter
+        return
+    depth = 0
+    for bracket in _BRACKET.findall(_JSON_STRING.sub("", text)):  # brackets inside strings do not nest
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise InvalidPayload(f"{what} nests arrays or objects more than {MAX_JSON_DEPTH} deep")
+
+
 def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
     # Only JSON is ever read back: something else in the file (a planted pickle, say) is damage, not code.
     try:
+        if isinstance(text, str):
+            check_json_depth(f"job {job_id}: the stored {what}", text)
         return json.loads(text)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, RecursionError) as exc:
+        if isinstance(exc, InvalidPayload):
+            raise
         raise InvalidPayload(f"job {job_id}: the stored {what} is not JSON ({exc})") from None
 
 
@@ -61,6 +88,10 @@ class Job:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    # Why this row could not be read in full, or None for a healthy job. Only listings
+    # (``Queue.jobs``) return a damaged job, so one bad row hides nothing else; its unreadable
+    # fields are None. A claim never hands one to a handler: it fails that attempt instead.
+    damage: str | None = field(default=None, compare=False)
 
     @property
     def fence(self) -> tuple[int, int]:
@@ -92,11 +123,61 @@ class Job:
             created_at=float(created_at),
             started_at=_seconds(started_at),
             finished_at=_seconds(finished_at),
+            damage=None,
         )
+        return job
+
+    @classmethod
+    def from_row_or_damaged(cls, row: tuple) -> "Job":
+        """Like ``from_row``, but a row that cannot be read in full gives a Job with ``damage`` set.
+
+        Every field that can be read is kept; each one that cannot is None and named in ``damage``.
+        """
+        try:
+            return cls.from_row(row)
+        except (ValueError, TypeError, LookupError) as exc:
+            first = str(exc)
+        fields, problems = {}, []
+        readers = {"payload": lambda v: _load_json(row[0], "payload", v),
+                   "result": lambda v: None if v is None else _load_json(row[0], "result", v),
+                   "status": lambda v: _STATUSES[v]}
+        for name, value in zip(_FIELD_NAMES, row):
+            kind = _FIELD_KINDS.get(name)
+            try:
+                if name in readers:
+                    fields[name] = readers[name](value)
+                elif kind is float:
+                    fields[name] = None if value is None else _finite(value)
+                elif kind is int:
+                    fields[name] = _whole(value)
+                elif value is not None and not isinstance(value, str):
+                    raise TypeError(value)
+                else:
+                    fields[name] = value
+            except (ValueError, TypeError, LookupError) as exc:
+                fields[name] = None
+                problems.append(str(exc) if isinstance(exc, InvalidPayload) else f"{name} is {value!r:.40}")
+        job = object.__new__(cls)
+        job.__dict__.update(fields, damage=f"job {row[0]} is damaged: " + ("; ".join(problems) or first))
         return job
 
 
 _STATUSES = {s.value: s for s in Status}
+_FIELD_NAMES = tuple(JOB_COLUMNS.replace(" ", "").split(","))
+_FIELD_KINDS = {"priority": int, "attempts": int, "max_attempts": int, "run_at": float, "lease_until": float,
+                "created_at": float, "started_at": float, "finished_at": float, "id": int}
+
+
+def _finite(value: Any) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+        return float(value)
+    raise ValueError(value)
+
+
+def _whole(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(value)
 
 EVENT_KINDS = ("enqueued", "claimed", "heartbeat", "completed", "failed", "reaped", "dead", "lease_lost")
 

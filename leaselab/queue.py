@@ -17,7 +17,7 @@ from .backoff import Backoff
 from .checks import integer, number, positive, text
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
-from .job import Event, Job, Status
+from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth
 
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1_000_000
@@ -108,6 +108,9 @@ class Queue:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
             raise InvalidPayload(f"{what} must be JSON (no NaN, no sets, no objects): {exc}") from None
+        except RecursionError:  # nested past the interpreter's limit, so far past ours too
+            raise InvalidPayload(f"{what} nests arrays or objects more than {MAX_JSON_DEPTH} deep") from None
+        check_json_depth(what, text)
         size = len(text.encode("utf-8"))
         if size > self.max_payload_bytes:
             raise InvalidPayload(f"{what} is {size} bytes of JSON; the limit is {self.max_payload_bytes}")
@@ -271,6 +274,81 @@ class Queue:
         """
         return [row[0] for row in self._run(self._sql.REAP, {"now": self._now()})]
 
+    # -- batches: one statement or one transaction for many jobs ----------
+
+    def claim_many(self, n: int, worker: str = "worker", lease: float = DEFAULT_LEASE) -> list[Job]:
+        """Lease up to ``n`` runnable jobs to ``worker`` in one statement, in claim order; [] if none.
+
+        Each job gets its own token, exactly as if claimed one by one. A job whose stored
+        payload was damaged is failed with the reason and left out of the list.
+        """
+        n = integer("n", n, 1)
+        worker = text("worker", worker)
+        lease = positive("lease", lease)
+        now = self._now()
+        token = secrets.token_hex(16)
+        rows = self._run(self._sql.CLAIM_MANY, {"now": now, "lease_until": now + lease, "worker": worker,
+                                                "token": token, "n": n})
+        jobs = []
+        for row in rows:
+            try:
+                jobs.append(Job.from_row(row))
+            except InvalidPayload as exc:
+                self.fail(row[0], row[9], str(exc))  # row[9] is the token (JOB_COLUMNS order)
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return jobs
+
+    def heartbeat_many(self, held: Iterable[tuple[int, str]], lease: float = DEFAULT_LEASE) -> dict[int, float]:
+        """Renew every ``(job_id, token)`` lease in one statement; returns {job_id: new lease_until}.
+
+        A job missing from the result is no longer held by that token (``LeaseLost`` for it alone);
+        each such refusal is written into that job's history, as ``heartbeat`` does.
+        """
+        held = [self._fence_args(job_id, token) for job_id, token in held]
+        lease = positive("lease", lease)
+        if not held:
+            return {}
+        now = self._now()
+        rows = self._run(self._sql.HEARTBEAT_MANY, {"tokens": json.dumps([t for _, t in held]),
+                                                    "now": now, "lease_until": now + lease})
+        renewed = {job_id: until for job_id, until in rows}
+        lost = [(job_id, token) for job_id, token in held if job_id not in renewed]
+        if lost:
+            with self.backend.transaction(durable=False) as run:
+                for job_id, token in lost:
+                    try:
+                        _record_lease_lost(self._sql, run, job_id, token, now, "heartbeat")
+                    except JobNotFound:
+                        pass  # nothing to write a refusal into; the caller still learns it lost the job
+        return renewed
+
+    def complete_many(self, done: Iterable[tuple[int, str, Any]]) -> list[int]:
+        """Complete every ``(job_id, token, result)`` in one transaction (one sync at "full").
+
+        Fenced job by job: a job whose token no longer holds it is refused, and the refusal
+        recorded in its history, while the others complete. Returns the ids refused, in the
+        order given; [] when every job completed. Every argument is checked, and every result
+        encoded, before anything is written.
+        """
+        items = []
+        for job_id, token, result in done:
+            job_id, token = self._fence_args(job_id, token)
+            items.append({"id": job_id, "token": token, "result": self._json("result", result)})
+        if not items:
+            return []
+        now = self._now()
+        refused = []
+        with self.backend.transaction(durable=self._acknowledged) as run:
+            for params in items:
+                params["now"] = now
+                if not run(self._sql.COMPLETE, params).rowcount:
+                    try:
+                        _record_lease_lost(self._sql, run, params["id"], params["token"], now, "complete")
+                    except JobNotFound:
+                        pass
+                    refused.append(params["id"])
+        return refused
+
     def _fence_args(self, job_id: Any, token: Any) -> tuple[int, str]:
         job_id = integer("job_id", job_id)
         if not isinstance(token, str):
@@ -292,7 +370,11 @@ class Queue:
         return Job.from_row(rows[0])
 
     def jobs(self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False) -> list[Job]:
-        """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``."""
+        """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``.
+
+        A row damaged outside leaselab (a payload that is not JSON, say) does not fail the listing:
+        it is listed as a ``Job`` whose ``damage`` says what is wrong, its unreadable fields None.
+        """
         limit = integer("limit", limit, 0)
         if status is None:
             rows = self._run(self._sql.LIST_JOBS_NEWEST if newest_first else self._sql.LIST_JOBS, {"limit": limit})
@@ -303,7 +385,7 @@ class Queue:
                 raise ValueError(f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}") from None
             statement = self._sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else self._sql.LIST_JOBS_BY_STATUS
             rows = self._run(statement, {"status": status.value, "limit": limit})
-        return [Job.from_row(r) for r in rows]
+        return [Job.from_row_or_damaged(r) for r in rows]
 
     def stats(self) -> dict[str, int]:
         """How many jobs are in each status, all four present, zeros included."""

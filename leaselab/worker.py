@@ -7,16 +7,21 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
-from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost
+from . import faults
+from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost, TransientError
 from .job import Job
 from .lease import Lease, wants_lease
-from .checks import positive
+from .checks import integer, positive
 from .queue import DEFAULT_LEASE, Queue
+from .slots import Slots
+
+STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
+T = TypeVar("T")
 
 
 def load_handler(path: str) -> Handler:
@@ -86,8 +91,11 @@ class Worker:
     its return value is the JSON result, an exception fails the attempt. Expired
     leases are reaped at least every ``reap_every`` seconds, so a crashed worker's
     job comes back without any extra process. Idle polling starts at ``poll`` and
-    doubles up to ``max_poll``. A handler taking a second argument gets the attempt's
-    ``Lease``, whose ``lost`` is set when a heartbeat is refused.
+    doubles up to ``max_poll``. With ``concurrency=k`` up to k handlers run at once on
+    threads (see ``leaselab.slots``): jobs are leased and renewed in batches and the
+    completions of the handlers that finished together commit in one transaction.
+    A handler taking a second argument gets the attempt's ``Lease``, whose ``lost`` is
+    set when a heartbeat is refused.
     """
 
     def __init__(
@@ -102,6 +110,7 @@ class Worker:
         reap_every: float | None = None,
         exit_when_idle: bool = False,
         log: Log | None = None,
+        concurrency: int = 1,
     ):
         # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
@@ -114,6 +123,7 @@ class Worker:
         self.max_poll = max(self.poll, positive("max_poll", max_poll))
         self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
         self.exit_when_idle = exit_when_idle
+        self.concurrency = integer("concurrency", concurrency, 1)
         self.stats = WorkerStats()
         self.current: Job | None = None
         self._log_fn = log
@@ -122,10 +132,35 @@ class Worker:
         self._next: Job | None = None
         self._max_jobs: int | None = None
         self._in_run = False
+        self.fault: str | None = None  # the transient fault the worker is waiting out, if any
 
     def _log(self, message: str) -> None:
         if self._log_fn is not None:
             self._log_fn(f"{self.name}: {message}")
+
+    def log(self, message: str) -> None:
+        """Write one line to the worker's log, prefixed with its name."""
+        self._log(message)
+
+    def call_handler(self, job: Job, lease: Lease | None = None) -> Any:
+        """Run the handler on one job and return its result; an exception is the attempt's failure.
+
+        A handler that takes a second argument gets ``lease`` (a fresh one if none is given).
+        """
+        if wants_lease(self.handler):
+            return self.handler(job, lease if lease is not None else Lease(job))
+        return self.handler(job)
+
+    def queue_idle(self) -> bool:
+        """True when no job is pending or running: what ``exit_when_idle`` waits for.
+
+        Retried through transient faults; also True when a stop came while it waited.
+        """
+        return self.outlast("idle check", self._queue_idle) in (True, STOPPED)
+
+    def idle_wait(self, seconds: float) -> None:
+        """Wait while there is nothing to claim, at most ``seconds``; a stop ends the wait at once."""
+        self._stop.wait(seconds)
 
     def stop(self) -> None:
         """Ask the loop to finish the current job and return."""
@@ -139,9 +174,33 @@ class Worker:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
         self._max_jobs, self._in_run = max_jobs, True
         try:
+            if self.concurrency > 1:
+                return Slots(self).run(max_jobs)
             return self._loop(max_jobs)
         finally:
             self._in_run = False
+
+    def outlast(self, what: str, call: Callable[[], T]) -> T | object:
+        """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
+
+        Each wait is logged (``faults.WAITING``), and the end of the fault (``faults.CLEARED``).
+        Returns ``STOPPED`` if a stop is asked for while waiting; any other error goes to the caller.
+        """
+        wait = faults.FIRST_WAIT
+        while True:
+            try:
+                result = call()
+            except TransientError as exc:
+                self.fault = f"{what}: {exc}"
+                self._log(f"{faults.WAITING} ({what}), retrying in {wait:g}s: {exc}")
+                if self._stop.wait(wait):
+                    return STOPPED
+                wait = min(wait * 2, faults.MAX_WAIT)
+                continue
+            if self.fault is not None:
+                self._log(f"{faults.CLEARED}: {what} went through")
+                self.fault = None
+            return result
 
     def _loop(self, max_jobs: int | None) -> WorkerStats:
         wait = self.poll
@@ -153,12 +212,14 @@ class Worker:
                 if max_jobs is not None and self.stats.claimed >= max_jobs:
                     break
                 try:
-                    job = self.queue.claim(self.name, self.lease)
+                    job = self.outlast("claim", lambda: self.queue.claim(self.name, self.lease))
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
                     continue
+                if job is STOPPED:
+                    break
             if job is None:
-                if self.exit_when_idle and self._queue_idle():
+                if self.exit_when_idle and self.queue_idle():
                     break
                 self._stop.wait(wait)
                 wait = min(wait * 2, self.max_poll)
@@ -179,7 +240,9 @@ class Worker:
         if now - self._last_reap < self.reap_every:
             return []
         self._last_reap = now
-        moved = self.queue.reap()
+        moved = self.outlast("reap", self.queue.reap)
+        if moved is STOPPED:
+            return []
         if moved:
             self.stats.reaped += len(moved)
             self._log(f"reaped expired leases of jobs {moved}")
@@ -188,6 +251,12 @@ class Worker:
     def _queue_idle(self) -> bool:
         counts = self.queue.stats()
         return counts["pending"] == 0 and counts["running"] == 0
+
+    def _complete(self, job: Job, result: Any) -> None:
+        if self._wants_next():  # finish and take the next job in one transaction
+            self._next = self.queue.complete_and_claim(job.id, job.token, result, self.name, self.lease)
+        else:
+            self.queue.complete(job.id, job.token, result)
 
     def process(self, job: Job) -> str:
         """Run the handler on a claimed job; returns 'completed', 'failed' or 'lost'."""
@@ -200,7 +269,7 @@ class Worker:
         try:
             with _Heartbeat(self, job, lease) as beat:
                 try:
-                    result = self.handler(job, lease) if wants_lease(self.handler) else self.handler(job)
+                    result = self.call_handler(job, lease)
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
             if beat.lost:
@@ -208,23 +277,27 @@ class Worker:
                 self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {error or 'result not written'}")
                 return "lost"
             try:
+                # The fenced completion (or failure) is retried through transient faults: that is
+                # safe, since a retry after the lease was lost is refused, never applied twice.
                 if error is None:
                     try:
-                        if self._wants_next():  # finish and take the next job in one transaction
-                            self._next = self.queue.complete_and_claim(job.id, job.token, result,
-                                                                       self.name, self.lease)
-                        else:
-                            self.queue.complete(job.id, job.token, result)
+                        written = self.outlast(f"complete job {job.id}", lambda: self._complete(job, result))
                     except InvalidPayload as exc:
                         error = f"handler returned a result that is not JSON: {exc}"
-                if error is None:
-                    self.stats.completed += 1
-                    self._log(f"completed job {job.id}")
-                    return "completed"
-                status = self.queue.fail(job.id, job.token, error)
-                self.stats.failed += 1
-                self._log(f"failed job {job.id}: {error} -> {status}")
-                return "failed"
+                    else:
+                        if written is not STOPPED:
+                            self.stats.completed += 1
+                            self._log(f"completed job {job.id}")
+                            return "completed"
+                if error is not None:
+                    status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
+                    if status is not STOPPED:
+                        self.stats.failed += 1
+                        self._log(f"failed job {job.id}: {error} -> {status}")
+                        return "failed"
+                self.stats.lost += 1
+                self._log(f"stopped with job {job.id}'s outcome unwritten: its lease runs out and it runs again")
+                return "lost"
             except LeaseLost:
                 self.stats.lost += 1
                 self._log(f"lease lost on job {job.id} (attempt {job.attempts}): result not written")

@@ -79,14 +79,18 @@ class WorkerProc:
 class Pool:
     """Every worker a test started; ``close()`` (from a fixture finalizer) kills whatever is left."""
 
-    def __init__(self, db: str, log_dir: Path, lease: float):
+    def __init__(self, db: str, log_dir: Path, lease: float, concurrencies: tuple[int, ...] = (1,)):
         self.db, self.log_dir, self.lease = db, log_dir, lease
+        self.concurrencies = concurrencies  # spawned workers take these in turn
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.all: list[WorkerProc] = []
         self._count = 0
 
     def spawn(self, **kwargs) -> WorkerProc:
         self._count += 1
+        slots = self.concurrencies[self._count % len(self.concurrencies)]
+        if slots != 1:
+            kwargs["extra"] = (*kwargs.get("extra", ()), "--concurrency", str(slots))
         proc = WorkerProc(self.db, f"w{self._count:03d}", self.log_dir, self.lease, **kwargs)
         self.all.append(proc)
         return proc

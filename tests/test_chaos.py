@@ -41,7 +41,9 @@ def seed() -> int:
 
 @pytest.fixture
 def pool(tmp_path):
-    workers = Pool(str(tmp_path / "chaos.db"), tmp_path / "logs", LEASE)
+    # Every other worker runs four jobs at once: batched claims, heartbeats and completions
+    # must keep every promise the one-job loop keeps, under the same nemesis.
+    workers = Pool(str(tmp_path / "chaos.db"), tmp_path / "logs", LEASE, concurrencies=(1, 4))
     yield workers
     workers.close()
 
@@ -177,6 +179,9 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     assert facts.get("events_reaped", 0) > 0, f"no lease ever expired: {facts} {where}"
     assert facts.get("events_lease_lost", 0) > 0, f"no zombie write was ever refused: {facts} {where}"
     assert facts.get("status_dead", 0) > 0 and facts.get("status_done", 0) > 0, f"{facts} {where}"
+
+    batched = [p.name for p in pool.all if "at once" in p.log()]
+    assert batched and len(batched) < len(pool.all), f"the mix of concurrency 1 and 4 did not run {where}"
 
     # Every worker we did not SIGKILL left cleanly, and no caller ever saw an error escape.
     unclean = {p.name: exit_codes[p.name] for p in pool.all if not p.killed and exit_codes[p.name] != 0}

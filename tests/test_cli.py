@@ -179,3 +179,48 @@ def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_
                 cli("worker", "--db", db, "--handler", "no_such_module_xyz:run", "--lease", "5")):
         assert bad.returncode == 2 and bad.stdout.count("\n") <= 1, bad
         assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize("command", [["stats"], ["jobs"], ["events"], ["reap"],
+                                     ["worker", "--handler", "leaselab.lessons.demo:task", "--exit-when-idle"]])
+def test_a_mistyped_db_is_one_line_exit_2_naming_the_path_and_the_nearest_queue_and_no_file_is_made(
+        capsys, tmp_path, command):
+    (tmp_path / "lab.db").write_bytes(b"")  # any existing .db file is a candidate for "did you mean"
+    typo = tmp_path / "lab.bd"
+    code, out, err = run(capsys, *command, "--db", str(typo))
+    assert_one_clean_error_line(code, out, err, str(typo), f"did you mean {tmp_path / 'lab.db'}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab.db"]
+
+
+def test_a_missing_db_with_no_queue_nearby_names_only_the_path(capsys, tmp_path):
+    code, out, err = run(capsys, "stats", "--db", str(tmp_path / "jobs.db"))
+    assert_one_clean_error_line(code, out, err, str(tmp_path / "jobs.db"))
+    assert "did you mean" not in err and list(tmp_path.iterdir()) == []
+
+
+def test_enqueue_creates_the_queue_file_and_then_every_command_reads_it(capsys, tmp_path):
+    db = tmp_path / "new.db"
+    code, out, err = run(capsys, "enqueue", "1", "--db", str(db))
+    assert code == 0 and err == "" and db.exists()
+    code, out, _ = run(capsys, "stats", "--db", str(db), "--json")
+    assert code == 0 and json.loads(out)["pending"] == 1
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "two"])
+def test_enqueue_with_a_count_below_one_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, count):
+    db = tmp_path / "jobs.db"
+    assert_one_clean_error_line(*run(capsys, "enqueue", "1", "--db", str(db), "--count", count), "--count", count)
+    assert not db.exists()
+
+
+def test_events_for_a_job_the_file_never_had_is_one_line_exit_2(capsys, db_path):
+    run(capsys, "enqueue", "1", "--db", str(db_path))
+    assert_one_clean_error_line(*run(capsys, "events", "--db", str(db_path), "--job", "999"), "999")
+    code, out, _ = run(capsys, "events", "--db", str(db_path), "--job", "1")
+    assert code == 0 and "enqueued" in out
+
+
+def test_help_is_plain_text_without_restructuredtext_markup(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "``" not in out
+    assert "The leaselab command" in out

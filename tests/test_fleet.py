@@ -232,6 +232,20 @@ def test_a_worker_paused_while_idle_is_paused_not_a_zombie(fleet):
     assert fleet.status()[0].badge == "paused"
 
 
+def test_a_spawned_worker_shrugs_off_a_real_sigint_and_says_how_to_stop_it(fleet):
+    name = fleet.spawn(lease=2.0)
+    pid = fleet.pid(name)
+    assert f"ignoring Ctrl-C; stop it with: kill {pid}" in fleet.log_tail(name)
+    fleet.queue.enqueue({"seconds": 0.5})
+    wait_until(claimed_by(fleet.queue, name), message="the worker to claim the job")
+    os.kill(pid, signal.SIGINT)  # what a notebook's Interrupt sends, delivered straight to the worker
+    os.kill(pid, signal.SIGINT)  # twice: a terminal worker would abandon its job now
+    wait_until(lambda: fleet.queue.stats()["done"] == 1, message="the job to finish despite the SIGINTs")
+    second = fleet.queue.enqueue({"seconds": 0})
+    wait_until(lambda: fleet.queue.get(second).status is Status.DONE, message="the worker to take the next job")
+    assert fleet.state(name) == "running" and "Ctrl-C again" not in fleet.log_tail(name)
+
+
 def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someone_asks(fleet):
     from leaselab.lab.timeline import timeline_data
 

@@ -89,3 +89,23 @@ def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(
             assert "ended without its lease: LeaseLost" in a.stdout()
         a.signal(signal.SIGTERM)
         assert a.wait() == 0, a.stderr()
+
+
+def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats_set_them(tmp_path):
+    import threading
+
+    clock = ManualClock()
+    with Queue(tmp_path / "q.db", clock=clock) as q:
+        q.enqueue_many(["a", "b"])
+        both = threading.Barrier(2)
+        told = {}
+
+        def handler(job, lease):
+            both.wait(10)
+            if job.payload == "a":
+                clock.advance(10)  # both leases (1 s) run out...
+                q.reap()           # ...and both jobs are taken back while their handlers run
+            told[job.payload] = (lease.job.id == job.id, lease.lost.wait(5))
+
+        stats = Worker(q, handler, name="w1", lease=1.0, concurrency=2).run(max_jobs=2)
+        assert told == {"a": (True, True), "b": (True, True)} and stats.lost == 2

@@ -14,6 +14,8 @@ import textwrap
 import time
 from collections import Counter
 
+import pytest
+
 from conftest import pid_gone, process_state, wait_until
 from leaselab import Queue, Status
 
@@ -137,10 +139,11 @@ def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, spawn_wo
     assert job.status is Status.DONE and job.result == []
 
 
-def test_sigint_does_not_kill_a_worker_and_sigterm_lets_it_finish_the_job_and_exit_0(tmp_path, spawn_worker):
+def test_with_ignore_sigint_sigint_does_not_stop_a_worker_and_sigterm_lets_it_finish_the_job_and_exit_0(
+        tmp_path, spawn_worker):
     db = tmp_path / "jobs.db"
     with Queue(db) as q:
-        w = spawn_worker(db, "w-sig", lease=10)
+        w = spawn_worker(db, "w-sig", lease=10, extra=["--ignore-sigint"])
         w.wait_started()
         w.signal(signal.SIGINT)  # what a notebook's Interrupt sends to the kernel's process group
         first = q.enqueue({"seconds": 0})
@@ -154,6 +157,112 @@ def test_sigint_does_not_kill_a_worker_and_sigterm_lets_it_finish_the_job_and_ex
         job = q.get(second)
         assert job.status is Status.DONE and job.result["worker"] == "w-sig"
         assert "exiting" in w.stdout() and "Traceback" not in w.stderr()
+
+
+def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG_DFL,
+                        extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    """``leaselab worker`` as a shell starts it: SIGINT at its default (or ignored, as for ``worker &``)."""
+    log = open(tmp_path / f"{name}.out", "wb")
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:task",
+             "--name", name, "--lease", str(lease), "--poll", "0.02", "--max-poll", "0.2", *extra],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            # Whatever this test runner inherited (a CI script may run it with SIGINT ignored):
+            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+    finally:
+        log.close()
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    """Start workers as a terminal would; any still running at teardown is killed (through Popen: no pid reuse)."""
+    started: list[subprocess.Popen] = []
+
+    def start(db, name: str, lease: float, sigint=signal.SIG_DFL, extra: tuple[str, ...] = ()):
+        proc = start_in_a_terminal(tmp_path, db, name, lease, sigint, extra)
+        started.append(proc)
+        out = tmp_path / f"{name}.out"
+        wait_until(lambda: " started (pid " in out.read_text() or proc.poll() is not None,
+                   message=f"worker {name} to start")
+        assert proc.poll() is None, out.read_text()
+        return proc, out
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+
+
+def test_a_worker_started_in_a_terminal_says_ctrl_c_stops_it_and_a_first_ctrl_c_finishes_the_job(tmp_path, terminal):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        proc, out = terminal(db, "w-term", lease=10)
+        assert "Ctrl-C to stop" in out.read_text()
+        first, second = q.enqueue({"seconds": 1.5}), q.enqueue({"seconds": 0})
+        wait_until(lambda: claimed_by(q, first, "w-term"), message="the worker to claim the first job")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, out.read_text()
+        text = out.read_text()
+        assert f"finishing job {first}, Ctrl-C again to abandon it" in text and "Traceback" not in text
+        assert "exiting: claimed 1, completed 1" in text
+        assert q.get(first).status is Status.DONE and q.get(second).status is Status.PENDING
+
+
+def test_ctrl_c_on_a_worker_with_two_slots_names_both_jobs_and_finishes_both(tmp_path, terminal):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        a, b, c = q.enqueue({"seconds": 1.5}), q.enqueue({"seconds": 1.5}), q.enqueue({"seconds": 0})
+        proc, out = terminal(db, "w-two", lease=10, extra=("--concurrency", "2"))
+        wait_until(lambda: claimed_by(q, a, "w-two") and claimed_by(q, b, "w-two"), message="both slots to fill")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, out.read_text()
+        assert f"finishing jobs {a}, {b}, Ctrl-C again to abandon them" in out.read_text()
+        assert [q.get(i).status for i in (a, b, c)] == [Status.DONE, Status.DONE, Status.PENDING]
+
+
+def test_an_idle_worker_in_a_terminal_exits_on_the_first_ctrl_c(tmp_path, terminal):
+    db = tmp_path / "jobs.db"
+    Queue(db).close()
+    proc, out = terminal(db, "w-idle", lease=10)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(30) == 0, out.read_text()
+    assert "no job running: stopping" in out.read_text() and "exiting: claimed 0" in out.read_text()
+
+
+def test_a_second_ctrl_c_exits_at_once_and_the_abandoned_job_comes_back_after_its_lease(tmp_path, terminal):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        job_id = q.enqueue({"seconds": 60})
+        proc, out = terminal(db, "w-twice", lease=1.5)
+        wait_until(lambda: claimed_by(q, job_id, "w-twice"), message="the worker to claim the long job")
+        proc.send_signal(signal.SIGINT)
+        wait_until(lambda: "Ctrl-C again to abandon it" in out.read_text(), message="the first Ctrl-C's message")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 130, out.read_text()  # long before the 60 s job could finish
+        assert f"abandoning job {job_id}" in out.read_text()
+        job = q.get(job_id)
+        assert job.status is Status.RUNNING and job.result is None
+        wait_until(lambda: q.reap() or q.get(job_id).status is not Status.RUNNING, timeout=20,
+                   message="the abandoned job's lease to run out")
+        job = q.get(job_id)
+        assert job.status is Status.PENDING and job.attempts == 1
+        assert [e.kind for e in q.events(job_id) if e.kind != "heartbeat"] == ["enqueued", "claimed", "reaped"]
+
+
+def test_a_worker_started_with_sigint_ignored_keeps_ignoring_it(tmp_path, terminal):
+    db = tmp_path / "jobs.db"
+    with Queue(db) as q:
+        proc, out = terminal(db, "w-bg", lease=10, sigint=signal.SIG_IGN)
+        assert f"ignoring Ctrl-C; stop it with: kill {proc.pid}" in out.read_text()
+        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
+        job_id = q.enqueue({"seconds": 0})
+        wait_until(lambda: q.get(job_id).status is Status.DONE, message="the worker to run a job after SIGINT")
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
 
 
 def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown):

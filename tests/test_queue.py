@@ -14,6 +14,7 @@ import pytest
 
 from leaselab import (
     Backoff,
+    DatabaseMissing,
     DatabaseUnwritable,
     InvalidPayload,
     Job,
@@ -27,7 +28,7 @@ from leaselab import (
     UnsupportedSQLite,
     lessons,
 )
-from leaselab.backends.sqlite import APPLICATION_ID, require_sqlite
+from leaselab.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, require_sqlite
 from leaselab.backends.sqlite import statements as sql
 from procs import as_nobody
 
@@ -491,7 +492,8 @@ def test_a_new_file_uses_small_pages_and_the_current_schema(db_path, clock):
     Queue(db_path, clock=clock).close()
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["jobs"] == 1  # STRICT
     conn.close()
 
 
@@ -528,7 +530,8 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_history(tmp_path, c
         assert q.claim("new").id == 3
         assert q.stats() == {"pending": 0, "running": 1, "done": 2, "dead": 0}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["jobs"] == 1  # STRICT
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_job'").fetchone()[0] == 0
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096  # an old file keeps its pages
     assert conn.execute("SELECT count(*) FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == 1
@@ -825,10 +828,10 @@ def test_a_clock_that_is_not_callable_or_not_a_number_is_refused(db_path):
         assert nothing_written(q)
 
 
-def test_an_old_sqlite_is_refused_and_3_35_is_enough():
-    with pytest.raises(UnsupportedSQLite, match="3.35"):
-        require_sqlite((3, 34, 1))
-    require_sqlite((3, 35, 0))
+def test_an_old_sqlite_is_refused_and_3_37_is_enough():
+    with pytest.raises(UnsupportedSQLite, match="3.37 or newer for STRICT tables; this Python links SQLite 3.36.0"):
+        require_sqlite((3, 36, 0))
+    require_sqlite((3, 37, 0))
     require_sqlite(sqlite3.sqlite_version_info)
 
 
@@ -926,3 +929,29 @@ def test_complete_and_claim_for_an_unknown_job_is_job_not_found_and_claims_nothi
     with pytest.raises(JobNotFound):
         queue.complete_and_claim(999, "token", None, worker="w1")
     assert queue.stats()["pending"] == 1
+
+
+def test_create_false_refuses_a_missing_file_naming_it_and_the_nearest_queue_and_makes_nothing(tmp_path):
+    Queue(tmp_path / "lab.db").close()
+    typo = tmp_path / "lab.bd"
+    with pytest.raises(DatabaseMissing) as caught:
+        Queue(typo, create=False)
+    assert isinstance(caught.value, FileNotFoundError) and isinstance(caught.value, LeaselabError)
+    assert str(typo) in str(caught.value) and f"did you mean {tmp_path / 'lab.db'}?" in str(caught.value)
+    assert caught.value.nearest == str(tmp_path / "lab.db")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lab.db"]
+
+
+def test_create_false_suggests_nothing_when_no_queue_file_is_close(tmp_path):
+    (tmp_path / "notes.txt").write_text("x")
+    with pytest.raises(DatabaseMissing) as caught:
+        Queue(tmp_path / "jobs.db", create=False)
+    assert caught.value.nearest is None and "did you mean" not in str(caught.value)
+
+
+def test_create_false_opens_an_existing_queue_and_the_default_still_creates_one(tmp_path):
+    path = tmp_path / "jobs.db"
+    with Queue(path) as q:  # the default: the lessons rely on a first Queue() making the file
+        job_id = q.enqueue("x")
+    with Queue(path, create=False) as q:
+        assert q.get(job_id).payload == "x"

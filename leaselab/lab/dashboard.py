@@ -27,7 +27,7 @@ Stable CSS classes for browser tests (``widget.add_class``):
 - per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
   ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-stop-NAME``; inside the
   row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
-  BADGE is running, paused, stopping, zombie, lease_expired, killed or exited.
+  BADGE is running, paused, stopping, zombie, lease_expired, waiting, killed or exited.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ BADGE_COLOURS = {
     "stopping": "#1565c0",       # blue: finishing its job
     "zombie": "#c62828",         # red: frozen past its lease
     "lease_expired": "#ef6c00",  # orange: alive, lease gone
+    "waiting": "#6a1b9a",        # purple: alive, waiting out a locked or full database
     "killed": "#212121",         # black: crashed
     "exited": "#757575",         # grey: left cleanly
 }
@@ -115,6 +116,12 @@ def jobs_html(jobs: list[Job], total: int, now: float, lang: str) -> str:
         "col_payload", "col_result"))
     rows = []
     for j in jobs:
+        if j.damage:  # one damaged row is marked, not allowed to hide the others
+            cells = (esc(j.id), f"<span style='color:{STATUS_COLOURS['dead']};font-weight:600'>"
+                     f"{esc(t('damaged', lang))}</span>", "", "", "", "", "", esc(_short(j.damage, 160)))
+            rows.append("<tr class='leaselab-damaged'>" + "".join(f"<td style='padding:1px 8px'>{c}</td>"
+                                                                  for c in cells) + "</tr>")
+            continue
         status = j.status.value
         left = None if j.lease_until is None else j.lease_until - now
         outcome = j.last_error if status in ("pending", "dead") and j.last_error else j.result

@@ -12,8 +12,8 @@
     fleet.shutdown()      # every worker ends; also run at interpreter exit
 
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
-session of its own, so a notebook's Interrupt (SIGINT to the kernel's group) does not
-reach it, and it exits by itself if the kernel dies. Its output goes to
+session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
+the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
 ``<db>.logs/<name>.log``. What the fleet did to its workers (spawn, pause, resume,
 kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
 ``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
@@ -37,6 +37,7 @@ from typing import Callable
 from ..errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..checks import positive
 from ..queue import Queue
+from .. import faults
 from ..worker import load_handler
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
@@ -95,6 +96,7 @@ class WorkerStatus:
     returncode: int | None     # negative: killed by that signal
     handler: str
     log_path: str
+    fault: str | None = None   # the transient fault it is waiting out (its log's last word on faults)
 
     @property
     def zombie(self) -> bool:
@@ -106,9 +108,11 @@ class WorkerStatus:
 
     @property
     def badge(self) -> str:
-        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired``."""
+        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``waiting``."""
         if self.zombie:
             return "zombie"
+        if self.state == RUNNING and self.fault is not None:
+            return "waiting"
         if self.state == RUNNING and self.lease_left is not None and self.lease_left < 0:
             return "lease_expired"
         return self.state
@@ -130,6 +134,23 @@ class _Proc:
         if self.paused_at is not None:
             return PAUSED
         return STOPPING if self.stopping else RUNNING
+
+
+def _fault(log_path: str, max_bytes: int = 8_000) -> str | None:
+    """The fault a worker's log says it is waiting out now, or None (the worker logs each wait and the end)."""
+    try:
+        with open(log_path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            fh.seek(max(0, fh.tell() - max_bytes))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except FileNotFoundError:
+        return None
+    for line in reversed(lines):
+        if faults.CLEARED in line:
+            return None
+        if faults.WAITING in line:
+            return line.split(faults.WAITING, 1)[1].strip(" :")
+    return None
 
 
 def _signal(name: str) -> int:
@@ -211,16 +232,20 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         poll: float = 0.05,
         max_poll: float = 0.5,
         exit_when_idle: bool = False,
+        busy_timeout: float = 30.0,
     ) -> str:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
         The handler is imported here first, so a path that does not import raises
         ``HandlerError`` now instead of in a log nobody reads; a worker that exits
         while starting raises ``WorkerNotRunning`` with the end of its log. A name that belongs
-        to a live worker raises ``WorkerExists``; a dead one's name may be reused.
+        to a live worker raises ``WorkerExists``; a dead one's name may be reused. A worker
+        that waits longer than ``busy_timeout`` for the write lock logs it and tries again
+        (its badge says ``waiting``).
         """
         load_handler(handler)
         lease = positive("lease", lease)
+        busy_timeout = positive("busy_timeout", busy_timeout)
         with self._lock:
             if self._closed:
                 raise WorkerNotRunning("this fleet was shut down; make a new Fleet to spawn workers")
@@ -234,7 +259,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
             argv = [sys.executable, "-m", "leaselab", "worker", "--db", self.path, "--handler", handler,
-                    "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll)]
+                    "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
+                    "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
             if exit_when_idle:
                 argv.append("--exit-when-idle")
             env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -416,6 +442,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 returncode=p.popen.returncode,
                 handler=p.handler,
                 log_path=p.log_path,
+                fault=_fault(p.log_path) if states[p.name] in ALIVE else None,
             ))
         return out
 

@@ -23,6 +23,7 @@ from ...errors import (
     DatabaseBusy,
     DatabaseMissing,
     DatabaseUnwritable,
+    DiskFull,
     LeaselabError,
     NotALeaselabDatabase,
     SchemaTooNew,
@@ -30,11 +31,12 @@ from ...errors import (
 )
 from . import statements as sql
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 PAGE_SIZE = 1024  # for new files; see schema.sql
 APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
 SQLITE_HEADER = b"SQLite format 3\x00"
-MIN_SQLITE = (3, 35, 0)  # RETURNING arrived in 3.35
+SQLITE_FULL = 13  # the primary result code of "database or disk is full"
+MIN_SQLITE = (3, 37, 0)  # STRICT tables arrived in 3.37 (RETURNING in 3.35)
 
 Tracer = Callable[[str, Any], None]
 Run = Callable[..., sqlite3.Cursor]
@@ -43,11 +45,14 @@ _ROWCOUNT = operator.attrgetter("rowcount")  # how many rows a statement changed
 
 
 def require_sqlite(version_info: tuple = sqlite3.sqlite_version_info) -> None:
-    """Raise ``UnsupportedSQLite`` unless the SQLite library has RETURNING (3.35+)."""
+    """Raise ``UnsupportedSQLite`` unless the SQLite library has STRICT tables (3.37+) and RETURNING."""
+    # No fallback to untyped tables: with them, any program could write text where the claim and
+    # the reaper compare numbers and stick a job for ever. Python 3.11+ from python.org, conda,
+    # Ubuntu 22.04 and Debian 12 all link 3.37 or newer.
     if tuple(version_info) < MIN_SQLITE:
         have = ".".join(map(str, version_info))
         raise UnsupportedSQLite(
-            f"leaselab needs SQLite 3.35 or newer for RETURNING; this Python links SQLite {have}"
+            f"leaselab needs SQLite 3.37 or newer for STRICT tables; this Python links SQLite {have}"
         )
 
 
@@ -63,6 +68,11 @@ def schema_statements() -> list[str]:
                 statements.append(chunk)
             current = []
     return statements
+
+
+def _code(statement: str) -> str:
+    """A statement without the comment lines ``schema.sql`` puts before it."""
+    return "\n".join(l for l in statement.splitlines() if not l.lstrip().startswith("--")).lstrip()
 
 
 def nearest_queue_file(path: str) -> str | None:
@@ -161,16 +171,27 @@ class SqliteBackend:
                     yield run
                     conn.execute("COMMIT")
                 except BaseException:
-                    if conn.in_transaction:  # SQLite may have rolled back already (a full disk does)
-                        conn.execute("ROLLBACK")
+                    _rollback(conn)
                     raise
             except sqlite3.Error as exc:
                 raise translate(exc, self.path) from exc
 
 
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back after an error, if anything is left to roll back; never replace that error."""
+    if not conn.in_transaction:  # SQLite may have rolled back already (a full disk does)
+        return
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:  # the caller's error is the one to report; SQLite ends the transaction anyway
+        pass
+
+
 def translate(exc: sqlite3.Error, path: str) -> LeaselabError:
     message = str(exc)
     lowered = message.lower()
+    if getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in lowered:
+        return DiskFull(path, message)
     if "locked" in lowered or "busy" in lowered:
         return DatabaseBusy(f"{path}: another process held the write lock past the busy timeout ({message})")
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
@@ -225,15 +246,20 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         try:
             version = _check_schema(conn, path)  # again, under the write lock: another process may have won
             if version < SCHEMA_VERSION:
-                for statement in sql.MIGRATIONS.get(version, ()):  # older files keep their page size
+                upgrades = range(version, SCHEMA_VERSION) if version else ()  # older files keep their page size
+                schema = schema_statements()
+                tables = [s for s in schema if _code(s).startswith("CREATE TABLE")]
+                for statement in [s for v in upgrades for s in sql.MIGRATIONS.get(v, ())] + tables:
                     conn.execute(statement)
-                for statement in schema_statements() + list(sql.CLAIM_STATISTICS):
+                for statement in [s for v in upgrades for s in sql.REFILLS.get(v, ())]:
+                    conn.execute(statement)
+                for statement in [s for s in schema if s not in tables] + list(sql.CLAIM_STATISTICS):
                     conn.execute(statement)
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID:d}")  # int constants: pragmas take no ?
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION:d}")
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            _rollback(conn)
             raise
     except LeaselabError:
         conn.close()
@@ -276,4 +302,8 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
             f"{path} has leaselab schema version {version}; this leaselab knows up to {SCHEMA_VERSION}. "
             "Upgrade leaselab to open it."
         )
+    if version == SCHEMA_VERSION:
+        strict = {row[1]: row[5] for row in conn.execute("PRAGMA main.table_list")}
+        if not (strict.get("jobs") and strict.get("events")):
+            return SCHEMA_VERSION - 1  # made untyped again by hand: rebuild (and repair) like a version 2 file
     return version

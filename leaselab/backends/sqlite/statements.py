@@ -23,11 +23,33 @@ UPDATE jobs SET status = 'running', attempts = attempts + 1,
 RETURNING {JOB_COLUMNS}
 """
 
+# A batch of the same claim: up to :n runnable jobs in claim order, leased in one statement.
+# Each job's token is the call's random :token with the job id after it, so every claim
+# still writes a token no other claim ever wrote. RETURNING gives no order; the queue sorts.
+CLAIM_MANY = f"""
+UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = :lease_until, worker = :worker, token = :token || '-' || id, started_at = :now,
+       updated_at = :now, last_event = 'claimed'
+ WHERE id IN (SELECT id FROM jobs
+               WHERE status = 'pending' AND run_at <= :now
+               ORDER BY priority DESC, run_at ASC, id ASC
+               LIMIT :n)
+RETURNING {JOB_COLUMNS}
+"""
+
 # Fenced writes: only the holder of the current token may change a running job.
 HEARTBEAT = """
 UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'heartbeat'
  WHERE id = :id AND status = 'running' AND token = :token
 RETURNING lease_until
+"""
+
+# Every lease one worker holds, renewed in one statement: :tokens is a JSON array of tokens
+# (each names one claim of one job). A job missing from the result was fenced off.
+HEARTBEAT_MANY = """
+UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'heartbeat'
+ WHERE status = 'running' AND token IN (SELECT value FROM json_each(:tokens))
+RETURNING id, lease_until
 """
 
 # No RETURNING: how many rows it changed (1, or 0 when fenced off) is the whole answer.
@@ -124,10 +146,54 @@ CLAIM_STATISTICS: tuple[str, ...] = (
     "ANALYZE sqlite_schema",
 )
 
-# Upgrades, by the version a file has; each list runs in one transaction, then schema.sql
-# (all IF NOT EXISTS) adds what is new. 1 -> 2: the history becomes a per-job linked list
+# Upgrades, by the version a file has, in order: the file runs MIGRATIONS[v] for each version v
+# from its own up to the newest, then schema.sql's tables (all IF NOT EXISTS), then REFILLS[v]
+# for each v, then the rest of schema.sql (indexes, triggers); all in one transaction.
+# 1 -> 2: the history becomes a per-job linked list
 # (events.prev, jobs.last_event_id) instead of an index on events(job_id); the old index
 # still serves the two UPDATEs that build the links, and is dropped after them.
+# 2 -> 3: the tables become STRICT, which SQLite can only do by building them anew: the old
+# ones are renamed away, repaired, copied into the new ones and dropped. A row that another
+# program wrote with a value of the wrong type (text in a number column, a blob, a running job
+# without a lease) cannot go into a STRICT table as it is: each bad value is replaced by a
+# harmless one (a blob by its hex text), the job keeps its id and history, and a job that
+# was pending or running becomes dead, its last_error and a 'dead' event naming every bad value.
+# A finished job keeps its status; its last_error names what was repaired.
+_FINITE = "typeof({0}) IN ('integer', 'real') AND abs({0}) < 9e999"
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_AS_TEXT = "iif(typeof({0}) IN ('text', 'null'), {0}, hex({0}))"
+# A damaged worker or token is taken back from the job's history: the last claim wrote both.
+_LAST_CLAIM = ("SELECT e.{0} FROM events_v2 e WHERE e.job_id = jobs_v2.id AND e.kind = 'claimed'"
+               " ORDER BY e.id DESC LIMIT 1")
+
+
+def _bad(column: str, condition: str) -> str:
+    """The reason text for one column: empty when ``condition`` (the column is fine) holds."""
+    return f"iif({condition}, '', '; ' || '{column} was ' || typeof({column}) || ' ' || substr(quote({column}), 1, 40))"
+
+
+_DAMAGE_REASONS = " || ".join([
+    _bad("payload", "typeof(payload) = 'text'"),
+    _bad("priority", "typeof(priority) = 'integer'"),
+    _bad("run_at", _FINITE.format("run_at")),
+    _bad("attempts", "typeof(attempts) = 'integer' AND attempts >= 0"),
+    _bad("max_attempts", "typeof(max_attempts) = 'integer' AND max_attempts >= 1"),
+    _bad("lease_until", "lease_until IS NULL OR " + _FINITE.format("lease_until")),
+    _bad("worker", "typeof(worker) IN ('text', 'null')"),
+    _bad("token", "typeof(token) IN ('text', 'null')"),
+    _bad("result", "typeof(result) IN ('text', 'null')"),
+    _bad("last_error", "typeof(last_error) IN ('text', 'null')"),
+    _bad("created_at", _FINITE.format("created_at")),
+    _bad("started_at", "started_at IS NULL OR " + _FINITE.format("started_at")),
+    _bad("finished_at", "finished_at IS NULL OR " + _FINITE.format("finished_at")),
+    _bad("updated_at", _FINITE.format("updated_at")),
+    _bad("last_event", "typeof(last_event) = 'text'"),
+    _bad("last_event_id", "typeof(last_event_id) IN ('integer', 'null')"),
+    "iif(status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL), '',"
+    " '; running with no lease or no token')",
+    "iif(status <> 'pending' OR attempts < max_attempts, '', '; pending with no attempt left')",
+])
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "DROP TRIGGER IF EXISTS jobs_enqueued",
@@ -138,5 +204,62 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " WHERE e.job_id = events.job_id AND e.id < events.id)",
         "UPDATE jobs SET last_event_id = (SELECT max(e.id) FROM events e WHERE e.job_id = jobs.id)",
         "DROP INDEX IF EXISTS events_job",
+    ),
+    2: (
+        "DROP TRIGGER IF EXISTS jobs_enqueued",
+        "DROP TRIGGER IF EXISTS jobs_changed",
+        "DROP INDEX IF EXISTS jobs_claim",
+        "DROP INDEX IF EXISTS jobs_lease",
+        "ALTER TABLE jobs RENAME TO jobs_v2",
+        "ALTER TABLE events RENAME TO events_v2",
+        "CREATE TEMP TABLE upgrade_damage AS"
+        " SELECT id, 'damaged in the file, found by the upgrade to schema 3: ' || substr(reasons, 3) AS reason,"
+        " status IN ('pending', 'running') AS active"
+        f" FROM (SELECT id, status, {_DAMAGE_REASONS} AS reasons FROM jobs_v2) WHERE reasons <> ''",
+        f"""UPDATE jobs_v2 SET
+            payload = iif(typeof(payload) = 'text', payload, json_quote(hex(payload))),
+            status = iif(d.active, 'dead', status),
+            priority = iif(typeof(priority) = 'integer', priority, 0),
+            run_at = iif({_FINITE.format("run_at")}, run_at, {_NOW}),
+            attempts = iif(typeof(attempts) = 'integer' AND attempts >= 0, attempts,
+                           (SELECT count(*) FROM events_v2 e WHERE e.job_id = jobs_v2.id AND e.kind = 'claimed')),
+            lease_until = iif(d.active OR NOT ({_FINITE.format("lease_until")}), NULL, lease_until),
+            worker = iif(typeof(worker) IN ('text', 'null'), worker, ({_LAST_CLAIM.format("worker")})),
+            token = iif(typeof(token) IN ('text', 'null'), token, ({_LAST_CLAIM.format("token")})),
+            result = iif(typeof(result) IN ('text', 'null'), result, json_quote(hex(result))),
+            last_error = d.reason,
+            created_at = iif({_FINITE.format("created_at")}, created_at, {_NOW}),
+            started_at = iif({_FINITE.format("started_at")}, started_at, NULL),
+            finished_at = iif(d.active, {_NOW}, iif({_FINITE.format("finished_at")}, finished_at, NULL)),
+            updated_at = {_NOW},
+            last_event = iif(typeof(last_event) = 'text', last_event, 'failed'),
+            last_event_id = (SELECT max(e.id) FROM events_v2 e WHERE e.job_id = jobs_v2.id)
+          FROM upgrade_damage d WHERE d.id = jobs_v2.id""",
+        "UPDATE jobs_v2 SET max_attempts = max(1, attempts)"
+        " WHERE typeof(max_attempts) <> 'integer' OR max_attempts < 1",
+        "INSERT INTO events_v2 (job_id, kind, at, worker, token, attempt, detail, prev)"
+        " SELECT j.id, 'dead', j.updated_at, j.worker, j.token, j.attempts, j.last_error, j.last_event_id"
+        " FROM jobs_v2 j JOIN upgrade_damage d ON d.id = j.id WHERE d.active",
+        "UPDATE jobs_v2 SET last_event_id = (SELECT max(e.id) FROM events_v2 e WHERE e.job_id = jobs_v2.id)"
+        " WHERE id IN (SELECT id FROM upgrade_damage WHERE active)",
+    ),
+}
+
+_JOBS_ALL = ("id, payload, status, priority, run_at, attempts, max_attempts, lease_until, worker, token, result,"
+             " last_error, created_at, started_at, finished_at, updated_at, last_event, last_event_id")
+
+REFILLS: dict[int, tuple[str, ...]] = {
+    2: (
+        f"INSERT INTO jobs ({_JOBS_ALL}) SELECT {_JOBS_ALL} FROM jobs_v2",
+        # The history is copied as it is; a value of the wrong type in it is made readable.
+        f"""INSERT INTO events (id, job_id, kind, at, worker, token, attempt, detail, prev)
+            SELECT id, CAST(job_id AS INTEGER), kind, iif({_FINITE.format("at")}, at, 0.0),
+                   {_AS_TEXT.format("worker")}, {_AS_TEXT.format("token")},
+                   iif(typeof(attempt) = 'integer', attempt, CAST(attempt AS INTEGER)),
+                   {_AS_TEXT.format("detail")}, iif(typeof(prev) = 'integer', prev, NULL)
+              FROM events_v2""",
+        "DROP TABLE jobs_v2",
+        "DROP TABLE events_v2",
+        "DROP TABLE temp.upgrade_damage",
     ),
 }

@@ -1,0 +1,210 @@
+"""End to end, as a user runs it: one worker process drains N no-op jobs; leaselab with k slots beside huey's consumer.
+
+    ./dev bench consumers [--jobs 20000] [--repeat 3] [--threads 8] [--data DIR] [--no-strace]
+
+Every contender starts as its own process on a queue already holding N jobs, and the
+clock runs from its start until the last job is finished (leaselab: the worker exits
+with ``--exit-when-idle``; huey: the consumer has stored N results). Rows:
+
+- leaselab, one job at a time (``--concurrency 1``, today's worker path) and with k
+  slots (``--concurrency k``), at ``durability="full"`` and ``"normal"``;
+- huey's own consumer (``huey_consumer -k thread -w k``) on ``SqliteHuey``, at its
+  default durability (SQLite's default ``synchronous=FULL``). huey deletes a task when
+  it dequeues it (at-most-once), so it never writes a completion;
+- at NORMAL, the raw baseline: the bare claim and fenced completion of
+  ``throughput.py`` in one loop, in this process, no history and no handler.
+
+With ``strace`` on the machine, each leaselab FULL row and huey are run once more under
+``strace -f -c`` to count fsync/fdatasync calls per job (the counting run is not timed).
+Databases live in ``bench/.data`` (a real disk, not tmpfs) unless ``--data`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import throughput  # noqa: E402  (the raw baseline and the machine line live there)
+from progress import step  # noqa: E402
+
+HUEY_APP = '''
+import os
+from huey import SqliteHuey
+huey = SqliteHuey("bench", filename=os.environ["BENCH_HUEY_DB"])
+
+@huey.task()
+def noop(n):
+    return n
+'''
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def fill_leaselab(db: Path, jobs: int, durability: str) -> None:
+    from leaselab import Queue
+
+    with Queue(db, durability=durability) as q:
+        for start in range(0, jobs, 1000):
+            q.enqueue_many([{"n": n} for n in range(start, min(jobs, start + 1000))])
+
+
+def leaselab_cmd(db: Path, slots: int, durability: str) -> list[str]:
+    return [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:echo",
+            "--name", "bench", "--exit-when-idle", "--concurrency", str(slots), "--durability", durability,
+            "--poll", "0.01", "--max-poll", "0.05"]
+
+
+def run_leaselab(folder: Path, jobs: int, slots: int, durability: str, strace: str | None = None) -> float:
+    db = folder / f"ll-{slots}-{durability}.db"
+    fill_leaselab(db, jobs, durability)
+    cmd = leaselab_cmd(db, slots, durability)
+    if strace:
+        cmd = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", strace] + cmd
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - start
+    conn = sqlite3.connect(db)
+    done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
+    conn.close()
+    assert done == jobs, f"leaselab finished {done} of {jobs}"
+    return jobs / seconds
+
+
+def run_huey(folder: Path, jobs: int, threads: int, strace: str | None = None) -> float:
+    app_dir = folder / "hueyapp"
+    app_dir.mkdir(exist_ok=True)
+    (app_dir / "bench_huey_app.py").write_text(HUEY_APP)
+    db = folder / "huey.db"
+    env = dict(os.environ, BENCH_HUEY_DB=str(db), PYTHONPATH=str(app_dir))
+    filler = ("import bench_huey_app as a\n"
+              f"for n in range({jobs}): a.noop(n)\n")
+    subprocess.run([sys.executable, "-c", filler], check=True, env=env)
+    cmd = [sys.executable, "-m", "huey.bin.huey_consumer", "bench_huey_app.huey", "-k", "thread", "-w", str(threads),
+           "-d", "0.01", "-m", "0.05", "-q"]
+    if strace:
+        cmd = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", strace] + cmd
+    start = time.perf_counter()
+    consumer = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+    try:
+        conn = sqlite3.connect(db, timeout=30)
+        while True:
+            stored = conn.execute("SELECT count(*) FROM kv").fetchone()[0]
+            if stored >= jobs:
+                break
+            if consumer.poll() is not None:
+                raise RuntimeError("huey's consumer exited early")
+            time.sleep(0.005)
+        seconds = time.perf_counter() - start
+        conn.close()
+    finally:
+        os.killpg(consumer.pid, signal.SIGTERM)  # the consumer, and strace around it when counting
+        consumer.wait(60)
+    return jobs / seconds
+
+
+def run_raw(folder: Path, jobs: int) -> float:
+    open_, enqueue, drain_one, _ = throughput.raw_system("NORMAL")
+    sub = folder / "raw"
+    sub.mkdir(exist_ok=True)
+    conn = open_(sub)
+    conn.execute("BEGIN")
+    for n in range(jobs):
+        enqueue(conn, n)
+    conn.execute("COMMIT")
+    start = time.perf_counter()
+    drained = 0
+    while drain_one(conn) is not None:
+        drained += 1
+    seconds = time.perf_counter() - start
+    conn.close()
+    assert drained == jobs
+    return jobs / seconds
+
+
+def fsyncs(path: str) -> int:
+    total = 0
+    for line in Path(path).read_text().splitlines():
+        parts = line.split()
+        if parts and parts[-1] in ("fsync", "fdatasync"):
+            total += int(parts[3]) if len(parts) >= 6 else int(parts[-2])
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--jobs", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=8, help="leaselab's slots and huey's worker threads")
+    ap.add_argument("--data", type=Path, default=HERE / ".data")
+    ap.add_argument("--no-strace", action="store_true")
+    args = ap.parse_args(argv)
+    args.data.mkdir(parents=True, exist_ok=True)
+    k = args.threads
+    rows = {
+        f"leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
+        f"leaselab FULL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "full"),
+        f"huey consumer, {k} threads": lambda d: run_huey(d, args.jobs, k),
+        f"leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
+        f"leaselab NORMAL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "normal"),
+        "raw baseline NORMAL (in process)": lambda d: run_raw(d, args.jobs),
+    }
+    say(f"machine: {throughput.machine()}")
+    say(f"{args.jobs} no-op jobs, one worker process, {args.repeat} interleaved rounds")
+    results: dict[str, list[float]] = {name: [] for name in rows}
+    for r in range(args.repeat):
+        for name, run in rows.items():
+            folder = Path(tempfile.mkdtemp(dir=args.data))
+            step(f"round {r + 1}/{args.repeat}: {name}")
+            try:
+                rate = run(folder)
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+            results[name].append(rate)
+    med = {name: statistics.median(v) for name, v in results.items()}
+    say("")
+    say(f"{'':<34} {'jobs/s':>9}")
+    for name, rate in med.items():
+        say(f"{name:<34} {rate:>9,.0f}")
+    say("")
+    huey = med[f"huey consumer, {k} threads"]
+    say(f"FULL:   leaselab {k} slots / huey {k} threads      = {med[f'leaselab FULL, {k} slots'] / huey:.2f}")
+    say(f"FULL:   leaselab {k} slots / leaselab 1 at a time = "
+        f"{med[f'leaselab FULL, {k} slots'] / med['leaselab FULL, 1 at a time']:.2f}")
+    say(f"NORMAL: leaselab {k} slots / leaselab 1 at a time = "
+        f"{med[f'leaselab NORMAL, {k} slots'] / med['leaselab NORMAL, 1 at a time']:.2f}")
+    say(f"NORMAL: leaselab {k} slots / raw baseline         = "
+        f"{med[f'leaselab NORMAL, {k} slots'] / med['raw baseline NORMAL (in process)']:.2f}")
+    if not args.no_strace and shutil.which("strace"):
+        say("")
+        say("fsync + fdatasync calls per job at FULL (one extra, untimed run each, under strace -f -c):")
+        for name, run in ((f"leaselab FULL, 1 at a time", lambda d, s: run_leaselab(d, args.jobs, 1, "full", s)),
+                          (f"leaselab FULL, {k} slots", lambda d, s: run_leaselab(d, args.jobs, k, "full", s)),
+                          (f"huey consumer, {k} threads", lambda d, s: run_huey(d, args.jobs, k, s))):
+            folder = Path(tempfile.mkdtemp(dir=args.data))
+            step(f"counting fsyncs: {name}")
+            try:
+                trace = str(folder / "strace.txt")
+                run(folder, trace)
+                say(f"  {name:<34} {fsyncs(trace) / args.jobs:.3f}")
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
