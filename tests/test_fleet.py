@@ -246,6 +246,25 @@ def test_a_spawned_worker_shrugs_off_a_real_sigint_and_says_how_to_stop_it(fleet
     assert fleet.state(name) == "running" and "Ctrl-C again" not in fleet.log_tail(name)
 
 
+def test_a_worker_spawned_with_three_slots_holds_three_jobs_and_status_shows_them_all(fleet):
+    ids = fleet.queue.enqueue_many([{"seconds": 3}] * 4)
+    name = fleet.spawn(lease=5.0, concurrency=3)
+    wait_until(lambda: len(fleet.status()[0].jobs) == 3, message="w1 to hold three jobs")
+    status = fleet.status()[0]
+    assert status.concurrency == 3 and status.jobs == tuple(ids[:3]) and status.job_id in ids[:3]
+    assert 0 < status.lease_left <= 5.0
+    fleet.pause(name)
+    assert "holding jobs " + ", ".join(map(str, ids[:3])) in [a.detail for a in fleet.actions if a.action == "pause"]
+    fleet.resume(name)
+
+
+@pytest.mark.parametrize("value", [0, -2, 1.5, "2"])
+def test_a_concurrency_below_one_or_not_an_int_is_refused_before_anything_starts(fleet, value):
+    with pytest.raises((TypeError, ValueError), match="concurrency"):
+        fleet.spawn(concurrency=value)
+    assert fleet.names == []
+
+
 def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someone_asks(fleet):
     from leaselab.lab.timeline import timeline_data
 

@@ -223,3 +223,17 @@ def test_a_write_lock_held_elsewhere_ends_a_click_in_a_hint_to_resume_the_paused
     assert lab.queue.stats()["pending"] == 0
     lab.enqueue_button.click()  # once the lock is gone the same click works
     assert lab.queue.stats()["pending"] > 0
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_jobs_at_once_box_spawns_a_worker_with_slots_and_its_row_lists_every_job_it_holds(make_lab, lang):
+    lab = make_lab(lang=lang, lease=5.0)
+    assert lab.slots_input.description == t("slots", lang)
+    ids = lab.queue.enqueue_many([{"seconds": 3}] * 2)
+    lab.slots_input.value = 2
+    lab.spawn_button.click()
+    name = lab.fleet.names[0]
+    assert lab.fleet.status()[0].concurrency == 2
+    wait_until(lambda: len(lab.fleet.status()[0].jobs) == 2, message="two jobs held")
+    lab.refresh()
+    assert f"{ids[0]}, {ids[1]}" in lab.row(name).cells.value

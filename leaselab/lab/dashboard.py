@@ -19,7 +19,7 @@ Stable CSS classes for browser tests (``widget.add_class``):
 
 - controls: ``leaselab-lab`` (the whole widget), ``leaselab-n``, ``leaselab-priority``,
   ``leaselab-delay``, ``leaselab-kind``, ``leaselab-seconds``, ``leaselab-enqueue``,
-  ``leaselab-lease``, ``leaselab-spawn``, ``leaselab-pause-all``, ``leaselab-resume-all``,
+  ``leaselab-lease``, ``leaselab-slots``, ``leaselab-spawn``, ``leaselab-pause-all``, ``leaselab-resume-all``,
   ``leaselab-reap``, ``leaselab-refresh``, ``leaselab-timeline``
 - views: ``leaselab-counts``, ``leaselab-workers`` (the box of worker rows),
   ``leaselab-jobs``, ``leaselab-message``, ``leaselab-legend``, ``leaselab-log``,
@@ -93,7 +93,7 @@ def badge_html(badge: str, lang: str) -> str:
 def worker_row_html(w: WorkerStatus, lang: str) -> str:
     """One worker's cells: name, badge, pid, job and lease left, as escaped HTML."""
     cells = [f"<b>{esc(w.name)}</b>", badge_html(w.badge, lang), esc(w.pid),
-             esc(w.job_id), esc(_seconds(w.lease_left))]
+             esc(", ".join(map(str, w.jobs)) if w.jobs else w.job_id), esc(_seconds(w.lease_left))]
     widths = WORKER_COLUMNS
     tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths))
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{tds}</tr></table>'
@@ -257,6 +257,8 @@ class Lab:
                                                       layout=short("seconds"), style=label), "leaselab-seconds")
         self.lease_input = named(W.BoundedFloatText(lease, min=0.2, max=3600, description=t("lease", L),
                                                     layout=short("lease"), style=label), "leaselab-lease")
+        self.slots_input = named(W.BoundedIntText(1, min=1, max=32, description=t("slots", L), layout=short("slots"),
+                                                  style=label), "leaselab-slots")
 
         def button(key, css, action):
             b = named(W.Button(description=t(key, L), layout=W.Layout(width="max-content", flex="0 0 auto")), css)
@@ -299,7 +301,7 @@ class Lab:
         ], layout=W.Layout(margin="0 24px 0 0"))
         worker_controls = W.VBox([
             W.HTML(f"<b>{esc(t('workers_box', L))}</b>"),
-            row([self.lease_input, self.spawn_button]),
+            row([self.lease_input, self.slots_input, self.spawn_button]),
             row([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
         ])
         self.widget = named(W.VBox([
@@ -350,10 +352,12 @@ class Lab:
         self._say(t("enqueued", self.lang, n=len(ids)))
         return ids
 
-    def spawn(self, name: str | None = None, lease: float | None = None, handler: str | None = None) -> str:
-        """Start a worker process (lease from the lease box unless given) and return its name."""
+    def spawn(self, name: str | None = None, lease: float | None = None, handler: str | None = None,
+              concurrency: int | None = None) -> str:
+        """Start a worker process (lease and jobs at once from their boxes unless given) and return its name."""
         lease = self.lease_input.value if lease is None else lease
-        name = self.fleet.spawn(handler=handler or self.handler, lease=lease, name=name)
+        concurrency = self.slots_input.value if concurrency is None else concurrency
+        name = self.fleet.spawn(handler=handler or self.handler, lease=lease, name=name, concurrency=concurrency)
         self._say(t("spawned", self.lang, name=name))
         return name
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
-from ..checks import positive
+from ..checks import integer, positive
 from ..queue import Queue
 from .. import faults
 from ..worker import load_handler
@@ -97,6 +97,8 @@ class WorkerStatus:
     handler: str
     log_path: str
     fault: str | None = None   # the transient fault it is waiting out (its log's last word on faults)
+    jobs: tuple[int, ...] = ()  # every job it holds, in id order (more than one with concurrency > 1)
+    concurrency: int = 1       # how many jobs it runs at once
 
     @property
     def zombie(self) -> bool:
@@ -119,8 +121,9 @@ class WorkerStatus:
 
 
 class _Proc:
-    def __init__(self, name, popen, handler, lease, log_path, log_file):
+    def __init__(self, name, popen, handler, lease, log_path, log_file, concurrency=1):
         self.name, self.popen, self.handler, self.lease = name, popen, handler, lease
+        self.concurrency = concurrency
         self.log_path, self.log_file = log_path, log_file
         self.paused_at: float | None = None
         self.paused_job: int | None = None
@@ -233,6 +236,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         max_poll: float = 0.5,
         exit_when_idle: bool = False,
         busy_timeout: float = 30.0,
+        concurrency: int = 1,
     ) -> str:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
@@ -241,11 +245,13 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         while starting raises ``WorkerNotRunning`` with the end of its log. A name that belongs
         to a live worker raises ``WorkerExists``; a dead one's name may be reused. A worker
         that waits longer than ``busy_timeout`` for the write lock logs it and tries again
-        (its badge says ``waiting``).
+        (its badge says ``waiting``). ``concurrency`` > 1 runs that many jobs at once on
+        threads (``leaselab worker --concurrency``).
         """
         load_handler(handler)
         lease = positive("lease", lease)
         busy_timeout = positive("busy_timeout", busy_timeout)
+        concurrency = integer("concurrency", concurrency, 1)
         with self._lock:
             if self._closed:
                 raise WorkerNotRunning("this fleet was shut down; make a new Fleet to spawn workers")
@@ -263,6 +269,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                     "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
             if exit_when_idle:
                 argv.append("--exit-when-idle")
+            if concurrency > 1:
+                argv += ["--concurrency", str(concurrency)]
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
@@ -272,9 +280,10 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             except BaseException:
                 log_file.close()
                 raise
-            proc = _Proc(name, popen, handler, lease, str(log_path), log_file)
+            proc = _Proc(name, popen, handler, lease, str(log_path), log_file, concurrency)
             self._procs[name] = proc
-            self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s")
+            slots = f" concurrency={concurrency}" if concurrency > 1 else ""
+            self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s{slots}")
             self._watch()
             self._wait_started(proc, log_path.stat().st_size if log_path.exists() else 0)
             return name
@@ -326,8 +335,9 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 # Read after the stop: a frozen process can no longer claim or let go.
                 held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
                 proc.paused_job = held[0] if held else None
-                self._record(name, "pause", proc.popen.pid, None if proc.paused_job is None
-                             else f"holding job {proc.paused_job}")
+                holding = None if not held else (f"holding job {held[0]}" if len(held) == 1 else
+                                                 "holding jobs " + ", ".join(map(str, sorted(held))))
+                self._record(name, "pause", proc.popen.pid, holding)
 
     def resume(self, name: str) -> None:
         """SIGCONT a paused worker: it carries on as if no time had passed, and learns otherwise."""
@@ -422,14 +432,16 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             for p in procs:
                 if states[p.name] not in ALIVE:
                     self._notice_exit(p)
-        held = {}
+        held: dict[str, list] = {}
         if procs:
             for job in self.queue.jobs(status="running", limit=10_000):
-                held[job.worker] = job
+                held.setdefault(job.worker, []).append(job)
         now = self.clock()
         out = []
         for p in procs:
-            job = held.get(p.name)
+            mine = held.get(p.name, [])
+            # The job shown with its lease left is the one whose lease runs out first.
+            job = min(mine, key=lambda j: (j.lease_until is None, j.lease_until or 0.0, j.id), default=None)
             out.append(WorkerStatus(
                 name=p.name,
                 pid=p.popen.pid,
@@ -443,6 +455,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 handler=p.handler,
                 log_path=p.log_path,
                 fault=_fault(p.log_path) if states[p.name] in ALIVE else None,
+                jobs=tuple(sorted(j.id for j in mine)),
+                concurrency=p.concurrency,
             ))
         return out
 
