@@ -119,21 +119,21 @@ class Slots:
                     w.stats.lost += 1
                     w.log(_UNWRITTEN.format(job.id))
                 return
-            refused = set(refused)
+            refused, failed = set(refused), set()
         except InvalidPayload:
             # One result is not JSON: nothing was written. Complete them one by one so only that job fails.
-            refused = set()
+            refused, failed = set(), set()
             for job, result in completions:
                 try:
-                    w.queue.complete_many([(job.id, job.token, result)])
+                    refused.update(w.queue.complete_many([(job.id, job.token, result)]))
                 except InvalidPayload as exc:
                     self._fail(job, f"handler returned a result that is not JSON: {exc}")
-                    refused.add(-job.id)  # handled as a failure, not a loss
+                    failed.add(job.id)
         for job, _ in completions:
             if job.id in refused:
                 w.stats.lost += 1
                 w.log(f"lease lost on job {job.id} (attempt {job.attempts}): result not written")
-            elif -job.id not in refused:
+            elif job.id not in failed:
                 w.stats.completed += 1
                 w.log(f"completed job {job.id}")
 
