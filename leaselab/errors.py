@@ -7,6 +7,10 @@ class LeaselabError(Exception):
     """Root of every error leaselab raises on purpose."""
 
 
+class TransientError(LeaselabError):
+    """Raised for a fault that may pass (a lock held too long, a full disk, a lost server): retrying later can succeed."""
+
+
 class LeaseLost(LeaselabError):
     """Raised when a heartbeat, complete or fail carries a token that no longer holds the job."""
 
@@ -54,6 +58,14 @@ class DatabaseUnwritable(LeaselabError):
 
 class DatabaseBusy(LeaselabError):
     """Raised only when another process held the write lock for longer than the busy timeout."""
+
+
+class DatabaseUnreachable(TransientError):
+    """Raised when the database server cannot be reached or the connection to it dropped; the next call reconnects."""
+
+
+class ServerRefused(LeaselabError):
+    """Raised when the database server refuses the connection for good: no such database, or a wrong user or password."""
 
 
 class UnsupportedSQLite(LeaselabError):
