@@ -44,6 +44,8 @@ Run = Callable[..., "psycopg.Cursor"]
 _BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, statement timeout, serialization, deadlock
 _UNWRITABLE = {"25006", "42501", "53100", "53200", "53400"}  # read-only, no privilege, disk full, out of memory
 _REFUSED = {"3D000", "28000", "28P01"}  # no such database, authorization refused, wrong password
+_REFUSED_AT_CONNECT = re.compile(r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
+                                 r'role ".*" does not exist|no pg_hba.conf entry)')
 _UNREACHABLE_CLASSES = ("08", "57P", "53300")  # connection failures, server shutting down, too many clients
 
 
@@ -275,7 +277,8 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
         return DatabaseBusy(f"{name}: a lock was held past the busy timeout ({message})")
     if code in _UNWRITABLE:
         return DatabaseUnwritable(f"{name}: cannot write the queue ({message})")
-    if code in _REFUSED:
+    # A refused connection arrives before any SQLSTATE: the server's FATAL line says why.
+    if code in _REFUSED or (not code and _REFUSED_AT_CONNECT.search(message)):
         return ServerRefused(f"{name}: the server refused the connection ({message})")
     if code.startswith(_UNREACHABLE_CLASSES) or (not code and isinstance(exc, psycopg.OperationalError)):
         return DatabaseUnreachable(f"{name}: cannot reach the server ({message})")
