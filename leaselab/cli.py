@@ -144,7 +144,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--db", default=os.environ.get("LEASELAB_DB", "leaselab.db"),
-                       help="queue file (default: $LEASELAB_DB or leaselab.db)")
+                       help="queue file, or a postgresql://user@host:port/dbname URL "
+                            "(default: $LEASELAB_DB or leaselab.db)")
         p.set_defaults(func=func)
         return p
 

@@ -13,7 +13,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
-from .backends import open_backend
+from .backends import is_server_url, open_backend  # is_server_url: public here for the lab
 from .backoff import Backoff
 from .checks import integer, number, positive, text
 from .clock import Clock, system_clock
