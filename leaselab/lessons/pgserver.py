@@ -23,6 +23,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,20 @@ from pathlib import Path
 USER = "leaselab"  # the cluster's superuser, as in the URLs it hands out
 RUN_AS_CANDIDATES = ("postgres", "nobody")
 _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+# Stops the server and removes its folder when the process that started it is gone without
+# calling stop() (a test run killed with SIGKILL, a notebook kernel that died): the server
+# daemonizes, so nothing else would ever end it.
+_WATCHDOG = r"""
+import os, shutil, subprocess, sys, time
+parent, pg_ctl, data, folder, uid, gid = int(sys.argv[1]), *sys.argv[2:5], int(sys.argv[5]), int(sys.argv[6])
+while os.getppid() == parent:
+    time.sleep(0.5)
+user = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
+subprocess.run([pg_ctl, "stop", "-D", data, "-m", "immediate", "-w"], capture_output=True, cwd=folder, **user)
+shutil.rmtree(folder, ignore_errors=True)
+"""
 
 
 class PgUnavailable(RuntimeError):
@@ -80,6 +95,7 @@ class PgServer:
         self.port: int | None = None
         self.folder: Path | None = None
         self._user = _run_as()
+        self._watchdog: subprocess.Popen | None = None
 
     @property
     def data_dir(self) -> Path:
@@ -125,11 +141,21 @@ class PgServer:
                 self.port = free_port()
                 started = self._pg_ctl_start(check=False)
                 if started.returncode == 0:
+                    self._start_watchdog()
                     return self
             raise PgStartFailed(f"pg_ctl start failed:\n{started.stdout}{started.stderr}{self._log()}")
         except BaseException:
             self.stop()
             raise
+
+    def _start_watchdog(self) -> None:
+        # It runs as this process's user (the server's user may not even reach this Python) and
+        # runs pg_ctl as the server's user, as every other command here does.
+        uid, gid = (self._user.pw_uid, self._user.pw_gid) if self._user is not None else (-1, -1)
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self.bin_dir / "pg_ctl"), str(self.data_dir),
+             str(self.folder), str(uid), str(gid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
 
     def create_database(self, dbname: str) -> str:
         """Create an empty database and return its URL."""
@@ -154,6 +180,10 @@ class PgServer:
         """Stop the server (immediately) and remove its folder. Safe to call twice."""
         if self.folder is None:
             return
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
         if (self.data_dir / "postmaster.pid").exists():
             self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w", check=False)
         shutil.rmtree(self.folder, ignore_errors=True)
