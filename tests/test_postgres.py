@@ -352,3 +352,32 @@ def test_a_reap_on_the_server_uses_the_queues_backoff_and_ends_dead_on_the_last_
         clock.advance(2)
         assert q.reap() == [job_id] and q.get(job_id).status is Status.DEAD
         assert [e.kind for e in q.events(job_id)][-2:] == ["reaped", "dead"]
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "leaselab", *argv], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_every_command_takes_a_postgresql_url_and_a_worker_drains_the_queue(pg_url):
+    assert _cli("enqueue", '{"seconds": 0}', "--count", "3", "--db", pg_url).stdout.split() == ["1", "2", "3"]
+    worker = _cli("worker", "--db", pg_url, "--handler", "leaselab.lessons.demo:echo", "--name", "cli-w",
+                  "--exit-when-idle")
+    assert worker.returncode == 0, worker.stderr
+    assert "completed 3" in worker.stdout
+    stats = _cli("stats", "--json", env={"LEASELAB_DB": pg_url})  # the URL from the environment
+    assert stats.returncode == 0 and '"done": 3' in stats.stdout
+    assert "cli-w" in _cli("jobs", "--db", pg_url).stdout
+    assert _cli("events", "--db", pg_url, "--job", "2").stdout.count("\n") == 4  # header + 3 events
+    assert _cli("reap", "--db", pg_url).stdout.strip() == "reaped 0"
+
+
+def test_a_command_against_an_unreachable_server_exits_2_with_one_line_naming_it_without_the_password():
+    port = free_port()
+    done = _cli("stats", "--db", f"postgresql://bob:hunter2@127.0.0.1:{port}/jobs")
+    assert done.returncode == 2
+    assert f"127.0.0.1:{port}/jobs" in done.stderr and "hunter2" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1

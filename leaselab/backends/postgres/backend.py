@@ -271,7 +271,7 @@ class PostgresBackend:
 
 def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
     """The leaselab error for a psycopg error: it names the server and never shows the password."""
-    message = _scrub(str(exc).strip(), url)
+    message = " ".join(_scrub(str(exc), url).split())  # libpq's hints span lines; an error is one line
     code = getattr(exc, "sqlstate", None) or ""
     if code in _BUSY:
         return DatabaseBusy(f"{name}: a lock was held past the busy timeout ({message})")
