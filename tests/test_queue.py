@@ -934,3 +934,54 @@ def test_complete_and_claim_for_an_unknown_job_is_job_not_found_and_claims_nothi
     with pytest.raises(JobNotFound):
         queue.complete_and_claim(999, "token", None, worker="w1")
     assert queue.stats()["pending"] == 1
+
+
+# -- completing: the caller's statements and the completion in one transaction ------------------
+# The statements take no parameters, so the same SQL runs on every backend's connection.
+
+
+def _ledger(q: Queue) -> list:
+    return q.backend.connection.execute("SELECT n FROM ledger ORDER BY n").fetchall()
+
+
+def test_completing_commits_the_callers_statements_with_the_completion(queue):
+    with queue.backend.transaction(durable=False) as run:
+        run("CREATE TABLE ledger (n integer)")
+    queue.enqueue("pay")
+    job = queue.claim("w1")
+    with queue.completing(job, result="paid") as tx:
+        tx.execute("INSERT INTO ledger VALUES (1)")
+    assert _ledger(queue) == [(1,)]
+    assert queue.get(job.id).result == "paid" and queue.get(job.id).status is Status.DONE
+
+
+def test_an_error_inside_completing_writes_neither_and_the_job_stays_running(queue):
+    with queue.backend.transaction(durable=False) as run:
+        run("CREATE TABLE ledger (n integer)")
+    queue.enqueue("pay")
+    job = queue.claim("w1")
+    with pytest.raises(RuntimeError, match="crash"):
+        with queue.completing(job) as tx:
+            tx.execute("INSERT INTO ledger VALUES (1)")
+            raise RuntimeError("crash")
+    assert _ledger(queue) == []
+    assert queue.get(job.id).status is Status.RUNNING
+
+
+def test_a_zombie_completing_gets_lease_lost_and_its_statements_are_rolled_back(queue, clock):
+    with queue.backend.transaction(durable=False) as run:
+        run("CREATE TABLE ledger (n integer)")
+    queue.enqueue("pay")
+    zombie = queue.claim("w1", lease=5)
+    clock.advance(6)
+    queue.reap()
+    clock.advance(60)
+    fresh = queue.claim("w2")
+    with pytest.raises(LeaseLost):
+        with queue.completing(zombie) as tx:
+            tx.execute("INSERT INTO ledger VALUES (1)")
+    with queue.completing(fresh, result="w2") as tx:
+        tx.execute("INSERT INTO ledger VALUES (2)")
+    assert _ledger(queue) == [(2,)]
+    assert queue.get(fresh.id).result == "w2"
+    assert "lease_lost" in kinds(queue, fresh.id)
