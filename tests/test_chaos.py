@@ -40,8 +40,8 @@ def seed() -> int:
 
 
 @pytest.fixture
-def pool(tmp_path):
-    workers = Pool(str(tmp_path / "chaos.db"), tmp_path / "logs", LEASE)
+def pool(tmp_path, target):
+    workers = Pool(target, tmp_path / "logs", LEASE)
     yield workers
     workers.close()
 
@@ -67,6 +67,11 @@ def workload(rng: random.Random, effects: str) -> list[dict]:
 
 
 def counts(db: str) -> dict[str, int]:
+    if db.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())

@@ -67,16 +67,17 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
 RETURNING status
 """
 
-# The reaper: one conditional statement, never read-then-write. SKIP LOCKED is not needed:
-# a row another transaction is changing is re-checked after it commits (a heartbeat that
-# lands first keeps its job).
+# The reaper: one conditional statement, never read-then-write. It steps over rows another
+# transaction holds (SKIP LOCKED): a holder frozen mid-write (SIGSTOP) must not stall every
+# worker's reaper behind its row lock; the next reap takes that row if it is still expired.
 REAP = f"""
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
                      ELSE %(now)s + {_BACKOFF} END,
        finished_at = CASE WHEN attempts >= max_attempts THEN %(now)s END,
        last_error = 'lease expired', lease_until = NULL, updated_at = %(now)s, last_event = 'reaped'
- WHERE status = 'running' AND lease_until < %(now)s
+ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < %(now)s
+              FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
 
@@ -95,14 +96,16 @@ WITH RECURSIVE chain(id) AS (
 
 # A refused (fenced-off) write is written into the history, naming the worker and attempt
 # that claimed with this token. Zero rows: no such job id. LINK_EVENT then makes the new
-# event the head of the job's history, in the same transaction.
+# event the head of the job's history, in the same transaction. The job's row is locked
+# first (FOR UPDATE): otherwise a change committed between this read of last_event_id and
+# LINK_EVENT (the new holder's completion, say) would be cut out of the linked list.
 RECORD_LEASE_LOST = _JOB_CHAIN + """,
 claim AS (SELECT e.worker, e.attempt FROM events e
            WHERE e.id IN (SELECT id FROM chain) AND e.token = %(token)s AND e.kind = 'claimed')
 INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
 SELECT j.id, 'lease_lost', %(now)s, (SELECT worker FROM claim LIMIT 1), %(token)s,
        COALESCE((SELECT attempt FROM claim LIMIT 1), j.attempts), %(detail)s, j.last_event_id
-  FROM jobs j WHERE j.id = %(id)s
+  FROM jobs j WHERE j.id = %(id)s FOR UPDATE OF j
 RETURNING id, (SELECT status FROM jobs WHERE id = %(id)s)
 """
 
