@@ -381,3 +381,16 @@ def test_a_command_against_an_unreachable_server_exits_2_with_one_line_naming_it
     assert done.returncode == 2
     assert f"127.0.0.1:{port}/jobs" in done.stderr and "hunter2" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_lab_on_a_server_shows_the_server_and_database_but_never_the_password(pg_url, tmp_path, monkeypatch):
+    from leaselab.lab import Lab
+
+    monkeypatch.chdir(tmp_path)
+    with_password = pg_url.replace("leaselab@", "leaselab:pa55word@")  # local connections are trusted anyway
+    lab = Lab(with_password, refresh=None)
+    try:
+        shown = repr(lab.fleet) + lab.widget.children[0].value  # the title and its tooltip
+    finally:
+        lab.close()
+    assert "pa55word" not in shown and pg_url.rsplit("/", 1)[1] in shown
