@@ -394,3 +394,32 @@ def test_the_lab_on_a_server_shows_the_server_and_database_but_never_the_passwor
     finally:
         lab.close()
     assert "pa55word" not in shown and pg_url.rsplit("/", 1)[1] in shown
+
+
+def test_a_nul_in_a_failure_message_is_kept_visibly_and_a_nul_in_a_worker_name_is_refused_by_name(pg_url):
+    with Queue(pg_url, clock=ManualClock()) as q:
+        job_id = q.enqueue("a\x00b")  # JSON escapes it: payloads are fine
+        assert q.get(job_id).payload == "a\x00b"
+        with pytest.raises(ValueError, match="worker contains a NUL"):
+            q.claim("w\x00")
+        job = q.claim("w")
+        assert q.fail(job.id, job.token, "boom\x00tail") is Status.PENDING
+        assert q.get(job_id).last_error == "boom\\0tail"
+
+
+def test_a_server_restart_is_one_transient_error_then_the_queue_carries_on_with_nothing_lost(pg_server):
+    from leaselab.lessons.pgserver import PgServer
+
+    with PgServer(pg_server.bin_dir) as own:  # its own server: a restart drops every connection to it
+        url = own.create_database("restarted")
+        with Queue(url, clock=ManualClock()) as q:
+            ids = q.enqueue_many(["a", "b"])
+            job = q.claim("w")
+            q.complete(job.id, job.token, "before")  # acknowledged: it waits for the WAL flush
+            own.restart()  # an immediate stop: what was not flushed is gone, as after a crash
+            with pytest.raises(DatabaseUnreachable, match=f"127.0.0.1:{own.port}/restarted"):
+                q.stats()
+            assert q.stats() == {"pending": 1, "running": 0, "done": 1, "dead": 0}
+            job = q.claim("w")
+            q.complete(job.id, job.token, "after")
+            assert [q.get(i).result for i in ids] == ["before", "after"]

@@ -197,6 +197,10 @@ class PostgresBackend:
         return self._execute(statement, params, durable, _rowcount)
 
     def _params(self, statement: str, params: Any) -> Any:
+        if isinstance(params, dict):
+            for key, value in params.items():
+                if isinstance(value, str) and "\x00" in value:
+                    params = _without_nul(params, key, value)
         return {**params, **self._backoff} if statement in sql.WITH_BACKOFF else params
 
     def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[Any], Any]) -> Any:
@@ -283,6 +287,14 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
     if code.startswith(_UNREACHABLE_CLASSES) or (not code and isinstance(exc, psycopg.OperationalError)):
         return DatabaseUnreachable(f"{name}: cannot reach the server ({message})")
     return LeaselabError(f"{name}: PostgreSQL error: {message}")
+
+
+def _without_nul(params: dict, key: str, value: str) -> dict:
+    """PostgreSQL text cannot hold NUL: a failure's message keeps it as the two characters ``\\0``
+    (a handler's exception text must not crash the worker that records it); any other text is refused."""
+    if key == "error":
+        return {**params, key: value.replace("\x00", "\\0")}
+    raise ValueError(f"{key} contains a NUL character (\\x00), which PostgreSQL text cannot hold: {value!r}")
 
 
 def _rows(cursor: psycopg.Cursor) -> list[tuple]:
