@@ -40,7 +40,9 @@ class Queue:
     acknowledged enqueue and completion reach the disk before the call returns;
     claims, heartbeats, failures and reaps ride on the next sync, because losing
     one to a power cut only causes a retry. ``"normal"`` survives any process
-    crash but may lose the last transactions on power loss.
+    crash but may lose the last transactions on power loss. On PostgreSQL the same
+    split is ``synchronous_commit`` on or off, and ``busy_timeout`` bounds the wait
+    for another transaction's row lock (``lock_timeout``) and for the connection.
     """
 
     def __init__(
