@@ -423,3 +423,19 @@ def test_a_server_restart_is_one_transient_error_then_the_queue_carries_on_with_
             job = q.claim("w")
             q.complete(job.id, job.token, "after")
             assert [q.get(i).result for i in ids] == ["before", "after"]
+
+
+def test_the_server_clock_is_read_once_per_resync_not_once_per_call(pg_url, monkeypatch):
+    from leaselab.backends.postgres import backend
+
+    with Queue(pg_url) as q:
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        for _ in range(5):
+            q.enqueue("x")
+        assert seen.count(sql.SERVER_NOW.strip()) <= 1 and seen.count(sql.ENQUEUE.strip()) == 5
+        before = q.clock()
+        monkeypatch.setattr(backend, "CLOCK_RESYNC", 0.0)  # every call reads the server again
+        seen.clear()
+        after = q.clock()
+        assert seen == [sql.SERVER_NOW.strip()] and before <= after < before + 5

@@ -35,7 +35,8 @@ SCHEMA_VERSION = 1
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300
-CHANNEL_POLL = 0.1  # how often a worker waiting for a notification looks at its stop flag
+CHANNEL_POLL = 0.1
+CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how often a worker waiting for a notification looks at its stop flag
 
 Tracer = Callable[[str, Any], None]
 Run = Callable[..., "psycopg.Cursor"]
@@ -105,6 +106,7 @@ class PostgresBackend:
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._synchronous: bool | None = None
+        self._clock_base: tuple[float, float] | None = None  # (server time, monotonic time) of the last reading
         with self._lock:
             conn = self._connection()
             try:
@@ -185,8 +187,20 @@ class PostgresBackend:
     # -- statements --------------------------------------------------------
 
     def now(self) -> float:
-        """The server's clock, in unix seconds."""
-        return self.run(sql.SERVER_NOW)[0][0]
+        """The server's clock, in unix seconds: read from the server at most every ``CLOCK_RESYNC``
+        seconds and carried forward between reads by this host's monotonic clock.
+
+        Asking the server on every call would add a round trip to every claim and completion.
+        The monotonic clock never jumps when this host's wall clock is set or skewed, and over
+        a resync interval it drifts by microseconds; the reading is taken at the midpoint of
+        its round trip, so the error is at most half of that round trip.
+        """
+        base = self._clock_base
+        if base is None or time.monotonic() - base[1] > CLOCK_RESYNC:
+            sent = time.monotonic()
+            server = self.run(sql.SERVER_NOW)[0][0]
+            base = self._clock_base = (server, (sent + time.monotonic()) / 2)
+        return base[0] + (time.monotonic() - base[1])
 
     def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
         """Run one statement in its own transaction and return its rows."""
