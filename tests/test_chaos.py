@@ -40,10 +40,10 @@ def seed() -> int:
 
 
 @pytest.fixture
-def pool(tmp_path):
+def pool(tmp_path, target):
     # Every other worker runs four jobs at once: batched claims, heartbeats and completions
     # must keep every promise the one-job loop keeps, under the same nemesis.
-    workers = Pool(str(tmp_path / "chaos.db"), tmp_path / "logs", LEASE, concurrencies=(1, 4))
+    workers = Pool(target, tmp_path / "logs", LEASE, concurrencies=(1, 4))
     yield workers
     workers.close()
 
@@ -69,6 +69,11 @@ def workload(rng: random.Random, effects: str) -> list[dict]:
 
 
 def counts(db: str) -> dict[str, int]:
+    if db.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())

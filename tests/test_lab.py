@@ -15,14 +15,15 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 
 @pytest.fixture
-def make_lab(tmp_path):
-    """Labs on one fresh file; each is closed (refresher stopped, workers ended) after the test."""
+def make_lab(target, tmp_path, monkeypatch):
+    """Labs on one fresh queue, on each backend; each is closed (refresher stopped, workers ended) after the test."""
+    monkeypatch.chdir(tmp_path)  # a server queue's logs and faults go to the current folder
     labs = []
 
     def make(**kwargs) -> Lab:
         kwargs.setdefault("lease", 1.5)
         kwargs.setdefault("refresh", None)
-        lab = Lab(str(tmp_path / "lab.db"), **kwargs)
+        lab = Lab(target, **kwargs)
         labs.append(lab)
         return lab
 
@@ -208,11 +209,13 @@ def test_the_timeline_button_shows_the_picture_in_the_dashboard(make_lab):
     assert lab.timeline_image.layout.display is None
 
 
+# SQLite's one write lock for the whole file; a server locks rows, and an enqueue takes none.
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_a_write_lock_held_elsewhere_ends_a_click_in_a_hint_to_resume_the_paused_worker(make_lab, tmp_path):
     import sqlite3
 
     lab = make_lab(busy_timeout=0.2)
-    holder = sqlite3.connect(tmp_path / "lab.db", isolation_level=None)
+    holder = sqlite3.connect(lab.fleet.path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # as a worker frozen mid-write would hold it
     try:
         lab.enqueue_button.click()

@@ -287,8 +287,9 @@ class Lab:
 
         # The file's name, not its folder: a lesson's scratch path is long enough to wrap the title;
         # the full path is in the tooltip.
-        title = W.HTML(f"<h3 style='margin:4px 0' title='{esc(self.path)}'>"
-                       f"{esc(t('title', L, path=os.path.basename(self.path)))}</h3>")
+        shown = self.queue.backend.name  # a server URL without its password
+        title = W.HTML(f"<h3 style='margin:4px 0' title='{esc(shown)}'>"
+                       f"{esc(t('title', L, path=os.path.basename(shown)))}</h3>")
 
         def row(children):
             # Wraps instead of squeezing: a narrow window or longer Russian labels move controls down a line.

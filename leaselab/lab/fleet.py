@@ -14,7 +14,7 @@
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
 session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
 the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
-``<db>.logs/<name>.log``. What the fleet did to its workers (spawn, pause, resume,
+``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers (spawn, pause, resume,
 kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
 ``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
 """
@@ -33,10 +33,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 from ..errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..checks import integer, positive
-from ..queue import Queue
+from ..queue import Queue, is_server_url
 from .. import faults
 from ..worker import load_handler
 
@@ -48,9 +49,20 @@ DEFAULT_GRACE = 5.0
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
+def files_prefix(db: str | os.PathLike) -> str:
+    """Where a fleet keeps its files for queue ``db``: beside a queue file, or, for a PostgreSQL
+    URL, in the current folder under the server's and database's name (``pg-HOST-PORT-DB``)."""
+    db = os.fspath(db)
+    if not is_server_url(db):
+        return db
+    url = urlsplit(db)
+    name = f"pg-{url.hostname or 'localhost'}-{url.port or 5432}-{url.path.lstrip('/') or 'postgres'}"
+    return os.path.abspath(re.sub(r"[^A-Za-z0-9_.-]+", "_", name))  # never the user or password
+
+
 def faults_path(db: str | os.PathLike) -> Path:
-    """Where a fleet records what it did to its workers: ``<db>.faults.jsonl``."""
-    return Path(os.fspath(db) + ".faults.jsonl")
+    """Where a fleet records what it did to its workers: ``<db>.faults.jsonl`` (see ``files_prefix``)."""
+    return Path(files_prefix(db) + ".faults.jsonl")
 
 
 def read_actions(db: str | os.PathLike) -> list["Action"]:
@@ -193,9 +205,10 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         clock: Callable[[], float] = time.time,
     ):
         # Absolute, so a notebook that changes folder later still finds its workers' files.
-        self.path = os.path.abspath(os.fspath(path))
+        path = os.fspath(path)
+        self.path = path if is_server_url(path) else os.path.abspath(path)
         self.queue = queue if queue is not None else Queue(self.path)
-        self.log_dir = Path(log_dir) if log_dir is not None else Path(self.path + ".logs")
+        self.log_dir = Path(log_dir) if log_dir is not None else Path(files_prefix(self.path) + ".logs")
         self.grace = positive("grace", grace)
         self.start_timeout = positive("start_timeout", start_timeout)
         self.clock = clock
@@ -207,7 +220,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         _LIVE_FLEETS.add(self)
 
     def __repr__(self) -> str:
-        return f"Fleet({self.path!r}, workers={list(self._procs)})"
+        return f"Fleet({self.queue.backend.name!r}, workers={list(self._procs)})"  # a URL without its password
 
     def __enter__(self) -> "Fleet":
         return self
@@ -262,14 +275,15 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
-            argv = [sys.executable, "-m", "leaselab", "worker", "--db", self.path, "--handler", handler,
+            # The queue goes by environment, not argv: a server URL may hold a password, and ps shows argv.
+            argv = [sys.executable, "-m", "leaselab", "worker", "--handler", handler,
                     "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
                     "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
             if exit_when_idle:
                 argv.append("--exit-when-idle")
             if concurrency > 1:
                 argv += ["--concurrency", str(concurrency)]
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            env = dict(os.environ, PYTHONUNBUFFERED="1", LEASELAB_DB=self.path)
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
             try:
