@@ -97,6 +97,10 @@ class WorkerNotRunning(LeaselabError):
     """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
 
 
+class PartitionUnsupported(LeaselabError):
+    """Raised when a fleet is asked to cut a worker off the network and there is none to cut (a SQLite file)."""
+
+
 class ProxyError(LeaselabError):
     """Raised when the lab's network proxy cannot listen, or is used after it was closed."""
 
