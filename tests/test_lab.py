@@ -172,8 +172,8 @@ def test_browser_hooks_are_on_the_widgets(make_lab):
     assert "leaselab-spawn" in lab.spawn_button._dom_classes
     assert "leaselab-workers" in lab.workers_box._dom_classes
     row = lab.row("w1")
-    assert {a: f"leaselab-{a}-w1" in row.buttons[a]._dom_classes for a in row.buttons} == \
-        {"pause": True, "resume": True, "kill": True, "stop": True}
+    actions = ("pause", "resume", "kill", "stop") + (("partition", "heal") if lab.networked else ())
+    assert {a: f"leaselab-{a}-w1" in row.buttons[a]._dom_classes for a in row.buttons} == {a: True for a in actions}
 
 
 def test_the_refresher_updates_the_tables_on_its_own_and_stops_when_closed(make_lab):
@@ -240,3 +240,35 @@ def test_the_jobs_at_once_box_spawns_a_worker_with_slots_and_its_row_lists_every
     wait_until(lambda: len(lab.fleet.status()[0].jobs) == 2, message="two jobs held")
     lab.refresh()
     assert f"{ids[0]}, {ids[1]}" in lab.row(name).cells.value
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_on_a_server_queue_each_worker_row_cuts_and_restores_its_network(make_lab, lang):
+    lab = make_lab(lang=lang, lease=1.5)
+    job_id = lab.queue.enqueue({"seconds": 3})
+    lab.spawn(name="w1")
+    lab.refresh()
+    row = lab.row("w1")
+    assert row.buttons["partition"].description == t("partition", lang)
+    assert row.buttons["heal"].description == t("heal", lang)
+    wait_until(lambda: lab.queue.get(job_id).worker == "w1", message="w1 to claim")
+    lab.refresh()
+    assert not row.buttons["partition"].disabled and row.buttons["heal"].disabled
+    row.buttons["partition"].click()
+    assert lab.fleet.status()[0].partitioned
+    assert badge(lab, "w1") in ("cut_off", "zombie")
+    assert row.buttons["partition"].disabled and not row.buttons["heal"].disabled
+    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be cut off past its lease")
+    assert t("zombie", lang) in lab.row("w1").cells.value
+    row.buttons["heal"].click()
+    assert not lab.fleet.status()[0].partitioned
+    assert t("healed_msg", lang, name="w1") in lab.message.value
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_file_queue_has_no_network_buttons(make_lab):
+    lab = make_lab()
+    lab.spawn(name="w1")
+    lab.refresh()
+    assert set(lab.row("w1").buttons) == {"pause", "resume", "kill", "stop"}
