@@ -177,9 +177,11 @@ def main(argv: list[str] | None = None) -> int:
             results[name].append(rate)
     med = {name: statistics.median(v) for name, v in results.items()}
     say("")
-    say(f"{'':<34} {'jobs/s':>9}")
+    say(f"| {'contender (one process)':<34} | {'jobs/s, median':>14} | {'min-max':>15} |")
+    say(f"|{'-' * 36}|{'-' * 16}|{'-' * 17}|")
     for name, rate in med.items():
-        say(f"{name:<34} {rate:>9,.0f}")
+        span = f"{min(results[name]):,.0f}-{max(results[name]):,.0f}"
+        say(f"| {name:<34} | {rate:>14,.0f} | {span:>15} |")
     say("")
     huey = med[f"huey consumer, {k} threads"]
     say(f"FULL:   leaselab {k} slots / huey {k} threads      = {med[f'leaselab FULL, {k} slots'] / huey:.2f}")

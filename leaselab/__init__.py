@@ -34,6 +34,7 @@ from .errors import (
     WorkerNotRunning,
 )
 from .job import Event, Job, Status
+from .lease import Lease
 from .queue import Queue
 from .worker import Worker, load_handler
 
@@ -41,7 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnwritable", "DiskFull", "Event", "HandlerError", "InvalidPayload",
-    "Job", "JobNotFound", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
+    "Job", "JobNotFound", "Lease", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
     "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "TransientError", "UnknownWorker",
     "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]

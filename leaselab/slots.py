@@ -15,6 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import TYPE_CHECKING, Any
 
 from .errors import InvalidPayload, LeaselabError, LeaseLost
+from .lease import Lease
 from .faults import STOPPED
 from .job import Job
 
@@ -31,6 +32,7 @@ class Slots:
         self.worker = worker
         self.held: dict[Future, Job] = {}
         self.lost: set[int] = set()  # ids whose lease a heartbeat found taken
+        self.leases: dict[int, Lease] = {}  # what each running handler may ask about its lease
         self._lock = threading.Lock()
         self._beating = threading.Event()
 
@@ -83,7 +85,8 @@ class Slots:
             w.stats.claimed += 1
             w.log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
             with self._lock:
-                self.held[pool.submit(w.call_handler, job)] = job
+                self.leases[job.id] = Lease(job)
+                self.held[pool.submit(w.call_handler, job, self.leases[job.id])] = job
         return len(jobs)
 
     def _finish(self, finished: list[Future]) -> None:
@@ -91,6 +94,8 @@ class Slots:
         w = self.worker
         with self._lock:
             jobs = [(f, self.held.pop(f)) for f in finished]
+            for _, job in jobs:
+                self.leases.pop(job.id, None)
         completions: list[tuple[Job, Any]] = []
         for future, job in jobs:
             if job.id in self.lost:
@@ -163,4 +168,8 @@ class Slots:
             for job_id, _ in held:
                 if job_id not in renewed:
                     self.lost.add(job_id)
+                    with self._lock:
+                        lease = self.leases.get(job_id)
+                    if lease is not None:
+                        lease.lost.set()
                     w.log(f"lease lost on job {job_id}: heartbeat refused")

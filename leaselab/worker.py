@@ -12,6 +12,7 @@ from typing import Any, Callable, TypeVar
 from . import faults
 from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost, TransientError
 from .job import Job
+from .lease import Lease, wants_lease
 from .checks import integer, positive
 from .queue import DEFAULT_LEASE, Queue
 from .slots import Slots
@@ -55,8 +56,8 @@ class WorkerStats:
 class _Heartbeat:
     """Renews one job's lease every third of the lease until stopped or fenced off."""
 
-    def __init__(self, worker: "Worker", job: Job):
-        self.worker, self.job = worker, job
+    def __init__(self, worker: "Worker", job: Job, lease: Lease):
+        self.worker, self.job, self.lease = worker, job, lease
         self.lost = False
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.id}", daemon=True)
@@ -76,6 +77,7 @@ class _Heartbeat:
                 w.queue.heartbeat(job.id, job.token, w.lease)
             except LeaseLost:
                 self.lost = True
+                self.lease.lost.set()  # a handler that takes the lease can stop before its side effect
                 w._log(f"lease lost on job {job.id} (attempt {job.attempts}): heartbeat refused")
                 return
             except LeaselabError as exc:  # a busy file is worth another try at the next beat
@@ -92,6 +94,8 @@ class Worker:
     doubles up to ``max_poll``. With ``concurrency=k`` up to k handlers run at once on
     threads (see ``leaselab.slots``): jobs are leased and renewed in batches and the
     completions of the handlers that finished together commit in one transaction.
+    A handler taking a second argument gets the attempt's ``Lease``, whose ``lost`` is
+    set when a heartbeat is refused.
     """
 
     def __init__(
@@ -138,8 +142,13 @@ class Worker:
         """Write one line to the worker's log, prefixed with its name."""
         self._log(message)
 
-    def call_handler(self, job: Job) -> Any:
-        """Run the handler on one job and return its result; an exception is the attempt's failure."""
+    def call_handler(self, job: Job, lease: Lease | None = None) -> Any:
+        """Run the handler on one job and return its result; an exception is the attempt's failure.
+
+        A handler that takes a second argument gets ``lease`` (a fresh one if none is given).
+        """
+        if wants_lease(self.handler):
+            return self.handler(job, lease if lease is not None else Lease(job))
         return self.handler(job)
 
     def queue_idle(self) -> bool:
@@ -256,14 +265,16 @@ class Worker:
         self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
         error: str | None = None
         result: Any = None
+        lease = Lease(job)
         try:
-            with _Heartbeat(self, job) as beat:
+            with _Heartbeat(self, job, lease) as beat:
                 try:
-                    result = self.handler(job)
+                    result = self.call_handler(job, lease)
                 except Exception as exc:
                     error = f"{type(exc).__name__}: {exc}"
             if beat.lost:
                 self.stats.lost += 1
+                self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {error or 'result not written'}")
                 return "lost"
             try:
                 # The fenced completion (or failure) is retried through transient faults: that is

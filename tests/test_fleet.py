@@ -271,3 +271,19 @@ def test_a_concurrency_below_one_or_not_an_int_is_refused_before_anything_starts
     with pytest.raises((TypeError, ValueError), match="concurrency"):
         fleet.spawn(concurrency=value)
     assert fleet.names == []
+
+
+def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someone_asks(fleet):
+    from leaselab.lab.timeline import timeline_data
+
+    job_id = fleet.queue.enqueue({"seconds": 0.2, "crash": 1})
+    fleet.spawn(lease=5.0, name="w1")
+    # Nobody calls status() or state(): only the fleet's own watcher can notice the death.
+    exit_ = wait_until(lambda: [a for a in fleet.actions if a.action == "exit"], timeout=5)[0]
+    claimed = next(e for e in fleet.queue.events(job_id) if e.kind == "claimed")
+    assert exit_.detail == "signal 9" and 0.2 <= exit_.at - claimed.at < 2.0
+    # The timeline ends the dead attempt and starts the shading at the crash, long before a reap could.
+    data = timeline_data(fleet.queue.events(), fleet.actions, now=claimed.at + 5)
+    bar = next(b for b in data.bars if b.worker == "w1")
+    down = next(f for f in data.faults if f.kind == "kill")
+    assert bar.end == down.start == exit_.at

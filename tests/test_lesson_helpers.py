@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from leaselab import ManualClock, Queue, lessons
+from leaselab import LeaseLost, ManualClock, Queue, lessons
 
 
 def test_scratch_makes_a_fresh_folder_and_cleanup_removes_it():
@@ -110,3 +110,21 @@ def test_claim_steps_counts_the_work_of_one_real_claim(tmp_path):
     assert job.payload == "x" and job.worker == "w9" and q.get(job.id).status == "running"
     empty_steps, nothing = lessons.claim_steps(q)
     assert nothing is None and 0 < empty_steps < steps  # finding nothing is less work than a claim
+
+
+def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp_path):
+    clock = ManualClock()
+    q = Queue(tmp_path / "h.db", clock=clock)
+    job_id = q.enqueue("x")
+    old = q.claim("w1", lease=5)
+    clock.advance(6)
+    q.reap()
+    with pytest.raises(LeaseLost):
+        q.complete(old.id, old.token)
+    lines = lessons.history(q.events(job_id), lang="ru").splitlines()
+    assert lines[2].split()[1:] == ["задача", "1", "reaped", "попытка", "1", "w1", "аренда", "истекла"]
+    assert lines[3].endswith("complete отклонён: токен больше не держит задачу")
+    assert lessons.history([], lang="ru") == "(событий нет)"
+    with pytest.raises(ValueError, match="lang must be one of en, ru"):
+        lessons.history([], lang="fr")
+    q.close()

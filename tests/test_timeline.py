@@ -138,3 +138,13 @@ def test_a_cut_network_is_shaded_like_a_pause_from_partition_to_heal():
     data = timeline_data(q.events(), actions, now=112.0)
     assert Fault("w1", "partition", 101.0, 109.0) in data.faults
     assert Fault("w2", "partition", 110.0, 112.0) in data.faults  # still cut off: shaded up to now
+
+
+def test_the_numbers_in_the_bars_are_job_and_attempt_as_the_legend_title_says(history):
+    _, q, _, actions = history
+    data = timeline_data(q.events(), actions)
+    for lang, title in (("en", "in a bar: job·attempt"), ("ru", "в полосе: задача·попытка")):
+        ax = draw(data, lang=lang).axes[0]
+        assert ax.get_legend().get_title().get_text() == title
+        inside = sorted(t.get_text() for t in ax.texts)
+        assert inside == sorted(f"{b.job_id}·{b.attempt}" for b in data.bars)

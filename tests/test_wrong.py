@@ -75,3 +75,21 @@ def test_race_refuses_an_unknown_claim_and_an_existing_file(tmp_path):
 def test_race_leaves_no_gate_folder_behind(tmp_path):
     wrong.race(tmp_path / "r.db", claim="single", workers=2, jobs=10)
     assert not (tmp_path / "r.db.race").exists()
+
+
+def test_a_deferred_transaction_stops_the_double_claim_by_making_the_loser_fail_with_locked(tmp_path):
+    result = wrong.race(tmp_path / "deferred.db", claim="naive", workers=4, jobs=100, transaction="deferred")
+    assert result.duplicates == 0 and result.claims == 100
+    assert result.locked > 0  # every loser was rolled back and tried again
+
+
+def test_begin_immediate_takes_the_write_lock_first_so_nobody_fails_and_nobody_duplicates(tmp_path):
+    result = wrong.race(tmp_path / "immediate.db", claim="naive", workers=4, jobs=100, transaction="immediate")
+    assert (result.duplicates, result.locked, result.claims) == (0, 0, 100)
+
+
+def test_an_unknown_transaction_is_refused_by_name(tmp_path):
+    with pytest.raises(ValueError, match="transaction must be"):
+        wrong.race(tmp_path / "x.db", transaction="exclusive")
+    with pytest.raises(ValueError, match="transaction must be"):
+        wrong.NaiveClaimer(tmp_path / "y.db", "A", transaction="serializable")

@@ -46,6 +46,7 @@ RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "ki
 ALIVE = (RUNNING, PAUSED, STOPPING)
 DEFAULT_HANDLER = "leaselab.lessons.demo:task"
 DEFAULT_GRACE = 5.0
+WATCH_EVERY = 0.02  # seconds between looks for workers that died by themselves
 # Names end up in file names and CSS classes (leaselab-pause-w1), so keep them plain.
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
@@ -235,6 +236,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         self._lock = threading.RLock()
         self._counter = 0
         self._closed = False
+        self._watcher: threading.Thread | None = None
         _LIVE_FLEETS.add(self)
 
     def __repr__(self) -> str:
@@ -323,6 +325,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             self._procs[name] = proc
             slots = f" concurrency={concurrency}" if concurrency > 1 else ""
             self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s{slots}")
+            self._watch()
             self._wait_started(proc, log_path.stat().st_size if log_path.exists() else 0)
             return name
 
@@ -578,6 +581,23 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
     close = shutdown
 
     # -- the record -------------------------------------------------------------
+
+    def _watch(self) -> None:
+        # A crash is recorded when it happens, not when someone next asks for the status:
+        # a timeline must not show a dead worker's attempt running on until the reap.
+        if self._watcher is None or not self._watcher.is_alive():
+            self._watcher = threading.Thread(target=self._watch_exits, name="fleet-watcher", daemon=True)
+            self._watcher.start()
+
+    def _watch_exits(self) -> None:
+        while True:
+            with self._lock:
+                if self._closed:
+                    return
+                for p in self._procs.values():
+                    if p.state() not in ALIVE:
+                        self._notice_exit(p)
+            time.sleep(WATCH_EVERY)
 
     def _notice_exit(self, proc: _Proc) -> None:
         if proc.exit_noticed or proc.popen.returncode is None:

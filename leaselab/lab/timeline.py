@@ -175,6 +175,11 @@ def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = No
     return Timeline(lanes=sorted(names, key=_natural), bars=bars, marks=marks, faults=faults, t0=t0, t1=t1)
 
 
+def bar_text(bar: Bar) -> str:
+    """What is written inside a bar: its job and attempt, as the legend's title says (``3·2``)."""
+    return f"{bar.job_id}·{bar.attempt}"
+
+
 def load(path: str | os.PathLike) -> Timeline:
     """The timeline of a leaselab file after the fact: its events plus the fleet record beside it, if any."""
     from ..queue import Queue
@@ -228,7 +233,7 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
         ax.barh(y, max(b.end - b.start, 0.02), left=b.start - t0, height=0.5, color=OUTCOME_COLOURS[b.outcome],
                 edgecolor="white", linewidth=0.8, zorder=2)
         if b.end - b.start > 0.03 * max(data.t1 - t0, 1e-9):
-            ax.text((b.start + b.end) / 2 - t0, y, f"{b.job_id}", ha="center", va="center", fontsize=8,
+            ax.text((b.start + b.end) / 2 - t0, y, bar_text(b), ha="center", va="center", fontsize=8,
                     color="white", zorder=3, clip_on=True)
     styles = {"reaped": dict(marker="v", color="black", markersize=9),
               "lease_lost": dict(marker="X", color="#b71c1c", markersize=10, markeredgecolor="white")}
@@ -246,5 +251,6 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
     for kind, key in (("reaped", "tl_mark_reaped"), ("lease_lost", "tl_mark_lease_lost")):
         if any(m.kind == kind for m in data.marks):
             handles.append(Line2D([], [], linestyle="none", label=t(key, lang), **styles[kind]))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
+              title=t("tl_bar_text", lang), title_fontsize=8)
     return fig

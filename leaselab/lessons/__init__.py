@@ -1,9 +1,12 @@
 """What the lessons need and the library must not: the deliberately wrong claimer (``wrong``),
 side effects that survive a retry (``effects``), a store that checks fencing tokens
-(``fence``), handlers for the demonstrations (``demo``), and the notebooks' small
-conveniences (``notebook``, whose functions are also here: ``lessons.scratch(...)``).
+(``fence``), handlers for the demonstrations (``demo``), what the lessons print in each
+language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
+(``exercises``), a disk that forgets unsynced writes (``powercut``, lesson 5, needs
+APSW), and the notebooks' small conveniences (``notebook``, whose functions are also
+here: ``lessons.scratch(...)``).
 
-Everything here imports only the standard library and leaselab's core, so a worker
+Everything here but ``powercut`` imports only the standard library and leaselab's core, so a worker
 process that runs a demonstration handler stays small.
 """
 
@@ -18,8 +21,9 @@ from .notebook import (
     scratch,
     wait_until,
 )
+from .texts import speaker, text
 
 __all__ = [
     "LANGUAGES", "claim_plan", "claim_steps", "cleanup", "cleanup_at_exit", "history", "language",
-    "scratch", "wait_until",
+    "scratch", "speaker", "text", "wait_until",
 ]

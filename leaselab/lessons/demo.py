@@ -4,6 +4,7 @@ Payloads are numbers (seconds to sleep) or objects with any of these keys:
 ``seconds`` (sleep), ``fail`` (raise on every attempt, or on the first N when a number),
 ``crash`` (SIGKILL this process on the first N attempts, default every attempt),
 ``effects`` (a file to append one line per run to: the side effect lessons count).
+``publish`` writes a page into a ``FencedStore`` and may first ask its lease whether it still holds the job.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import time
 from typing import Any
 
 from ..job import Job
+from ..lease import Lease
+from .fence import FencedStore
 
 
 def _opts(job: Job) -> dict[str, Any]:
@@ -94,3 +97,25 @@ def crash(job: Job) -> Any:
 def echo(job: Job) -> Any:
     """Return the payload as the result."""
     return job.payload
+
+
+def publish(job: Job, lease: Lease) -> Any:
+    """Work for ``seconds`` in short steps, then write the page ``key`` into the ``store`` file.
+
+    Payload: ``{"store": path, "key": "home.html", "seconds": 2, "fenced": false, "check_lease": false}``.
+    ``fenced`` makes the store refuse a write from an older attempt; ``check_lease`` makes the
+    handler call ``lease.check()`` between steps and before the write, so a worker whose
+    heartbeat was refused raises ``LeaseLost`` and writes nothing.
+    """
+    opts = _opts(job)
+    steps = max(1, round(float(opts.get("seconds", 0)) / 0.1))
+    for _ in range(steps):
+        time.sleep(0.1)
+        if opts.get("check_lease"):
+            lease.check()
+    if opts.get("check_lease"):
+        lease.check()
+    value = {"worker": job.worker, "attempt": job.attempts}
+    with FencedStore(opts["store"]) as store:
+        written = store.write(opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")))
+    return {"written": written, "value": value}

@@ -5,6 +5,13 @@ The queue's token fences writes *to the queue*. A zombie's write to anything els
 that system must check a fence itself. ``job.fence`` is ``(job id, attempts)`` and
 only rises: every claim adds one to ``attempts``. ``FencedStore`` keeps, per key,
 the highest fence it has accepted and refuses anything lower, in one statement.
+
+A fence orders the attempts of *one* job. The store compares ``(job id, attempts)``
+as a pair, so across jobs the higher job id wins whatever the attempts or the time:
+a write of job 8 replaces any write of job 7, and job 7 can never write that key
+again. That is right when a later job should supersede an earlier one on the same
+key (jobs enqueued in order); when two unrelated jobs share a key, give each job its
+own key, or order them by something both agree on, such as a version.
 """
 
 from __future__ import annotations

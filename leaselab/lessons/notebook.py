@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -91,17 +92,38 @@ def wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: floa
         time.sleep(interval)
 
 
-def history(events: Iterable[Event], start: float | None = None, times: bool = True) -> str:
-    """The events as a table: seconds since ``start`` (the first event by default), job, kind, attempt, worker."""
+HISTORY_WORDS = {"en": ("job", "attempt", "(no events)"), "ru": ("задача", "попытка", "(событий нет)")}
+# The details the queue stores in English, as a Russian table says them.
+HISTORY_DETAILS_RU = (
+    (re.compile(r"^(\w+) refused: token no longer holds the job$"), r"\1 отклонён: токен больше не держит задачу"),
+    (re.compile(r"^lease expired$"), "аренда истекла"),
+)
+
+
+def _detail(detail: str, lang: str) -> str:
+    if lang == "ru":
+        for pattern, russian in HISTORY_DETAILS_RU:
+            detail = pattern.sub(russian, detail)
+    return detail
+
+
+def history(events: Iterable[Event], start: float | None = None, times: bool = True, lang: str = "en") -> str:
+    """The events as a table: seconds since ``start`` (the first event by default), job, kind, attempt, worker.
+
+    Event kinds and worker names are the database's own words; the rest is in ``lang``.
+    """
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    job_word, attempt_word, empty = HISTORY_WORDS[lang]
     events = list(events)
     if not events:
-        return "(no events)"
+        return empty
     t0 = events[0].at if start is None else start
     lines = []
     for e in events:
         when = f"{e.at - t0:7.2f}s  " if times else ""
-        detail = f"  {e.detail}" if e.detail else ""
-        lines.append(f"{when}job {e.job_id:<3} {e.kind:<10} attempt {e.attempt}  {e.worker or '-'}{detail}")
+        detail = f"  {_detail(e.detail, lang)}" if e.detail else ""
+        lines.append(f"{when}{job_word} {e.job_id:<3} {e.kind:<10} {attempt_word} {e.attempt}  {e.worker or '-'}{detail}")
     return "\n".join(lines)
 
 

@@ -48,6 +48,13 @@ UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_
  WHERE id = :id
 """
 
+# The two statements inside one transaction. A deferred BEGIN reads without the write lock, so two
+# claimers can still pick the same job, but the second to write finds its snapshot stale and gets
+# "database is locked" (an error to roll back and retry). IMMEDIATE takes the write lock first.
+BEGIN = {"deferred": "BEGIN DEFERRED", "immediate": "BEGIN IMMEDIATE"}
+COMMIT, ROLLBACK = "COMMIT", "ROLLBACK"
+TRANSACTIONS = (None, *BEGIN)
+
 # How many claims went to a job that had already been claimed: each one is a duplicate.
 COUNT_CLAIMS = """
 SELECT count(*), count(DISTINCT job_id) FROM events WHERE kind = 'claimed'
@@ -59,10 +66,13 @@ class NaiveClaimer:
 
     Call ``select()`` and ``update(job_id)`` separately to force an interleaving
     between two claimers, or ``claim()`` to do both with ``pause`` seconds between.
+    ``transaction`` wraps ``claim()``'s two statements in ``BEGIN DEFERRED`` or
+    ``BEGIN IMMEDIATE``; ``locked`` counts the claims that failed with "database is
+    locked" and were rolled back and tried again.
     """
 
     def __init__(self, path: str | os.PathLike, name: str, lease: float = 30.0,
-                 clock: Clock | None = None, pause: float = 0.0):
+                 clock: Clock | None = None, pause: float = 0.0, transaction: str | None = None):
         Queue(path).close()  # creates the schema if the file is new, and checks it is ours
         self.name = text("name", name)
         self.lease = positive("lease", lease)
@@ -70,6 +80,10 @@ class NaiveClaimer:
         if isinstance(pause, bool) or not isinstance(pause, (int, float)) or pause < 0:
             raise ValueError(f"pause must be a number of seconds >= 0, got {pause!r}")
         self.pause = float(pause)
+        if transaction not in TRANSACTIONS:
+            raise ValueError(f"transaction must be None, 'deferred' or 'immediate', got {transaction!r}")
+        self.transaction = transaction
+        self.locked = 0
         self._conn = sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None)
 
     def select(self) -> int | None:
@@ -88,6 +102,21 @@ class NaiveClaimer:
 
     def claim(self) -> Job | None:
         """Both steps, with ``pause`` seconds between them (a network round trip, a busy CPU)."""
+        if self.transaction is None:
+            return self._steps()
+        while True:
+            self._conn.execute(BEGIN[self.transaction])
+            try:
+                job = self._steps()
+                self._conn.execute(COMMIT)
+                return job
+            except sqlite3.OperationalError as exc:
+                self._conn.execute(ROLLBACK)
+                if "locked" not in str(exc):
+                    raise
+                self.locked += 1
+
+    def _steps(self) -> Job | None:
         job_id = self.select()
         if job_id is None:
             return None
@@ -128,6 +157,8 @@ class RaceResult:
     jobs: int
     claims: int
     duplicates: int
+    locked: int = 0  # claims that failed with "database is locked" and were retried
+    transaction: str | None = None
 
 
 CLAIMS = ("naive", "single")
@@ -142,16 +173,18 @@ def count_claims(path: str | os.PathLike) -> tuple[int, int]:
 
 
 def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: int = 100,
-         pause: float = 0.002, timeout: float = 60.0) -> RaceResult:
+         pause: float = 0.002, timeout: float = 60.0, transaction: str | None = None) -> RaceResult:
     """Fill a new queue file with ``jobs`` jobs and let ``workers`` processes claim them all at once.
 
     Every process waits at a starting line until all are ready, then claims until
     the queue is empty. ``claim="naive"`` uses ``NaiveClaimer`` (with ``pause``
-    between its two statements); ``"single"`` uses ``Queue.claim``. No process
-    outlives the call.
+    between its two statements, inside ``transaction`` if given); ``"single"`` uses
+    ``Queue.claim``. No process outlives the call.
     """
     if claim not in CLAIMS:
         raise ValueError(f"claim must be 'naive' or 'single', got {claim!r}")
+    if transaction not in TRANSACTIONS:
+        raise ValueError(f"transaction must be None, 'deferred' or 'immediate', got {transaction!r}")
     path = Path(path)
     if path.exists():
         raise FileExistsError(f"race needs a new queue file; {path} already exists")
@@ -164,7 +197,8 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
         for i in range(workers):
             procs.append(subprocess.Popen(
                 [sys.executable, "-m", "leaselab.lessons.wrong", "--db", str(path), "--claim", claim,
-                 "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause)],
+                 "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause),
+                 *(["--transaction", transaction] if transaction else [])],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
             ))
         deadline = time.monotonic() + timeout
@@ -177,6 +211,7 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
             _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
             if p.returncode != 0:
                 raise RuntimeError(f"a racer failed: {err.decode(errors='replace')}")
+        locked = sum(int(f.read_text()) for f in gate.glob("locked-*"))
     finally:
         for p in procs:
             if p.poll() is None:
@@ -186,7 +221,8 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
             f.unlink()
         gate.rmdir()
     total, distinct = count_claims(path)
-    return RaceResult(claim=claim, workers=workers, jobs=jobs, claims=total, duplicates=total - distinct)
+    return RaceResult(claim=claim, workers=workers, jobs=jobs, claims=total, duplicates=total - distinct,
+                      locked=locked, transaction=transaction)
 
 
 def _racer(argv: Sequence[str] | None = None) -> int:
@@ -196,10 +232,12 @@ def _racer(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--name", required=True)
     parser.add_argument("--gate", required=True)
     parser.add_argument("--pause", type=float, default=0.0)
+    parser.add_argument("--transaction", choices=[t for t in TRANSACTIONS if t])
     args = parser.parse_args(argv)
     gate = Path(args.gate)
+    claimer = None
     if args.claim == "naive":
-        claimer = NaiveClaimer(args.db, args.name, pause=args.pause)
+        claimer = NaiveClaimer(args.db, args.name, pause=args.pause, transaction=args.transaction)
         take = claimer.claim
     else:
         q = Queue(args.db)
@@ -212,6 +250,7 @@ def _racer(argv: Sequence[str] | None = None) -> int:
         time.sleep(0.001)
     while take() is not None:
         pass
+    (gate / f"locked-{args.name}").write_text(str(claimer.locked if claimer else 0))
     return 0
 
 

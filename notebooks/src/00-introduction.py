@@ -36,6 +36,7 @@
 # | 2 | claim in a single statement | two workers doing the same job at once |
 # | 3 | fencing tokens | a woken "zombie" overwriting a newer result |
 # | 4 | at-least-once, idempotent handlers | the damage when a job does run twice |
+# | 5 | what one file cannot promise | power cuts, network file systems, clocks that jump |
 #
 # Each lesson shows the failure first and the mechanism second. Run the cells from top
 # to bottom (Shift+Enter).
@@ -64,10 +65,11 @@
 #
 # | урок | идея | от чего спасает |
 # |---|---|---|
-# | 1 | аренда, heartbeat, reaper, backoff, `dead` | задачи, навсегда застрявшие за мёртвым воркером |
+# | 1 | аренда, heartbeat, reaper, отсрочка повтора, `dead` | задачи, навсегда застрявшие за мёртвым воркером |
 # | 2 | захват одним оператором | два воркера, делающие одну задачу одновременно |
 # | 3 | fencing-токены | проснувшийся «зомби», затирающий более новый результат |
 # | 4 | at-least-once, идемпотентные обработчики | вред, когда задача всё-таки выполняется дважды |
+# | 5 | чего не обещает один файл | отключение питания, сетевые файловые системы, скачки часов |
 #
 # Каждый урок сначала показывает поломку, а потом механизм, который от неё спасает.
 # Выполняйте ячейки сверху вниз (Shift+Enter).
@@ -78,8 +80,10 @@ from leaselab.lab import timeline
 from leaselab.lab.fleet import Fleet
 from leaselab.lab.dashboard import Lab
 from leaselab.lab.scenario import Scenario
+from leaselab.lab.i18n import t
 
 lang = lessons.language()
+say = lessons.speaker(lang)
 work = lessons.scratch("00-introduction")
 
 # %% [markdown] tags=["en"]
@@ -87,26 +91,26 @@ work = lessons.scratch("00-introduction")
 #
 # A scenario is a short script of what happens to the workers. Here one worker, `w1`,
 # takes a job whose handler kills its own process halfway (`kind=crash`). Leases are
-# 2 seconds.
+# 3 seconds.
 
 # %% [markdown] tags=["ru"]
 # ## Беда первая: воркер умирает посреди задачи
 #
 # Сценарий — это короткая запись того, что происходит с воркерами. Здесь один воркер,
 # `w1`, берёт задачу, обработчик которой на полпути убивает собственный процесс
-# (`kind=crash`). Аренда — 2 секунды.
+# (`kind=crash`). Аренда — 3 секунды.
 
 # %% tags=["nbval-ignore-output"]
 crash = Fleet(work / "crash.db")
 Scenario.parse("""
     spawn w1
     enqueue 1 kind=crash seconds=0.3
-""", lease=2).run(crash)
-lessons.wait_until(lambda: crash.state("w1") == "killed", what="w1 to crash");
+""", lease=3).run(crash)
+lessons.wait_until(lambda: crash.state("w1") == "killed", what=lessons.text("wait_w1_crash", lang));
 
 # %% tags=["nbval-check-output"]
 job = crash.queue.jobs()[0]
-print("w1 is", crash.state("w1"), "| its job is", job.status, "| held by", job.worker)
+say("l0_crashed", state=t(crash.state("w1"), lang), status=job.status, worker=job.worker)
 
 # %% [markdown] tags=["en"]
 # That is trouble 1: the job says `running` and names a worker that no longer exists.
@@ -124,25 +128,26 @@ print("w1 is", crash.state("w1"), "| its job is", job.status, "| held by", job.w
 Scenario.parse("""
     spawn w2
     wait idle
-""", lease=2).run(crash);
+""", lease=3).run(crash);
 
 # %% tags=["nbval-check-output"]
 job = crash.queue.get(job.id)
-print("status:", job.status, "| attempts:", job.attempts, "| done by:", job.worker)
+say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 
 # %% [markdown] tags=["en"]
 # ## Trouble 2: a worker freezes and comes back
 #
-# Now `w1` takes a 2-second job and we freeze it (`pause` sends `SIGSTOP`, as a long
-# garbage-collection pause or a suspended laptop would). `w2` takes the job over once the
-# lease has run out and finishes it. Then we thaw `w1`.
+# Now `w1` takes a 2-second job and we freeze it (`pause` sends `SIGSTOP`; a long
+# garbage-collection pause or a suspended laptop stops a process the same way). Once the
+# lease has run out, `w2` takes the job and runs it from the start. Then we thaw `w1`.
 
 # %% [markdown] tags=["ru"]
 # ## Беда вторая: воркер замирает и возвращается
 #
 # Теперь `w1` берёт двухсекундную задачу, и мы его замораживаем (`pause` посылает
-# `SIGSTOP`, как сделала бы долгая сборка мусора или уснувший ноутбук). Когда аренда
-# истекает, задачу подхватывает `w2` и доделывает. Потом размораживаем `w1`.
+# `SIGSTOP`; долгая сборка мусора или уснувший ноутбук останавливают процесс так же).
+# Когда аренда истекает, задачу берёт `w2` и выполняет её с самого начала. Потом
+# размораживаем `w1`.
 
 # %% tags=["nbval-ignore-output"]
 freeze = Fleet(work / "freeze.db")
@@ -154,27 +159,29 @@ Scenario.parse("""
     spawn w2
     wait idle
     resume w1
-""", lease=2).run(freeze)
-lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"], what="w1's refused write");
+""", lease=3).run(freeze)
+lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"],
+                   what=lessons.text("wait_refused", lang));
 
 # %% tags=["nbval-check-output"]
 job = freeze.queue.jobs()[0]
-print("result written by:", job.result["worker"], "| attempts:", job.attempts)
-print("what w1 tried after waking:", [(e.kind, e.worker) for e in freeze.queue.events() if e.kind == "lease_lost"])
+say("l0_result_by", worker=job.result["worker"], attempts=job.attempts)
+say("l0_zombie_tried", events=[(e.kind, e.worker) for e in freeze.queue.events() if e.kind == "lease_lost"])
 
 # %% [markdown] tags=["en"]
 # The woken `w1` still believed the job was its own. Its write was refused
 # (`lease_lost`) because every claim carries a fresh **fencing token** and `w1`'s token
 # no longer matched: `w2`'s result stands. Lesson 3 shows what happens without that
-# check. The timeline: one lane per worker, the shaded interval is the freeze, the
-# triangle the reap, the cross the refused write.
+# check. The timeline: one lane per worker, a bar per attempt (inside it, job·attempt),
+# the shaded interval is the freeze, the triangle the reap, the cross the refused write.
 
 # %% [markdown] tags=["ru"]
 # Проснувшийся `w1` всё ещё считал задачу своей. Его запись отклонили (`lease_lost`),
 # потому что каждый захват получает свежий **fencing-токен**, а токен `w1` уже не
 # совпадал: результат `w2` остался на месте. Что бывает без этой проверки, покажет урок 3.
-# Временная шкала: своя дорожка у каждого воркера, закрашенный интервал — заморозка,
-# треугольник — reaper, крестик — отклонённая запись.
+# Временная шкала: своя дорожка у каждого воркера, полоса на каждую попытку (в ней —
+# задача·попытка), закрашенный интервал — заморозка, треугольник — возврат задачи в
+# очередь, крестик — отклонённая запись.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(freeze.queue.events(), freeze.actions), lang=lang)
@@ -220,19 +227,19 @@ print(sql.COMPLETE.strip())
 # %% [markdown] tags=["ru"]
 # ## Песочница
 #
-# Панель ниже запускает тот же механизм кнопками. Ставьте задачи в очередь (которые спят,
-# падают или роняют своего воркера), запускайте воркеров, ставьте каждого на паузу,
-# продолжайте, убивайте или останавливайте. Значки показывают, что с воркером:
-# *работает*, *на паузе*, *зомби* (на паузе дольше аренды: он всё ещё считает задачу
-# своей, а очередь может отдать её другому), *убит*. «Нарисовать временную шкалу» — всё, что
-# было до сих пор. Попробуйте потерять задачу или добиться, чтобы её выполнили дважды. Что вы
-# увидите, объясняют уроки.
+# Панель ниже управляет тем же механизмом с помощью кнопок. Ставьте задачи в очередь
+# (такие, что спят, падают с ошибкой или роняют своего воркера), запускайте воркеров,
+# замораживайте и размораживайте, убивайте и останавливайте каждого. Значки показывают,
+# что с воркером: *работает*, *заморожен*, *зомби* (заморожен дольше аренды: он всё ещё
+# считает задачу своей, а очередь может отдать её другому), *убит*. «Нарисовать временную
+# шкалу» рисует всё, что было до сих пор. Попробуйте потерять задачу или добиться, чтобы
+# её выполнили дважды. Что вы увидите, объясняют уроки.
 #
 # Панель обновляется сама каждую секунду. Она жива, только пока работает ядро; на GitHub
 # вы увидите застывшую картинку или ничего.
 
 # %% tags=["nbval-ignore-output"]
-lab = Lab(str(work / "playground.db"), lang=lang, lease=2.0)
+lab = Lab(str(work / "playground.db"), lang=lang, lease=3.0)
 lab
 
 # %% [markdown] tags=["en"]
@@ -245,12 +252,12 @@ lab
 #
 # ## Exercises
 #
-# 1. Freeze the only worker while it holds a job, for one and a half leases, then thaw it.
-#    Nobody else was there to reap. Predict: does `w1` finish its job, and with which
-#    attempt? The cell below plays it on the dashboard; watch `w1`'s badge turn to
-#    *zombie* meanwhile.
-# 2. In the playground: with one worker and a job that crashes it, how long does the job
-#    stay `running`? What changes when you press "Reap now"?
+# These use workers of their own, so whatever you clicked in the playground cannot
+# change their answers.
+#
+# **1. Predict.** Freeze the only worker while it holds a job, for one and a half
+# leases, then thaw it. Nobody else was there to reap. Does `w1` finish its job, and
+# with which attempt? Run the cell; watch the badge it prints while `w1` is frozen.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -264,54 +271,130 @@ lab
 #
 # ## Упражнения
 #
-# 1. Заморозьте единственного воркера, пока он держит задачу, на полторы длины аренды и
-#    разморозьте. Забрать задачу было некому. Предскажите: закончит ли `w1` свою задачу и
-#    какой попыткой? Ячейка ниже разыгрывает это на панели; посмотрите, как значок `w1`
-#    тем временем становится *зомби*.
-# 2. В песочнице: один воркер и задача, которая его роняет. Сколько задача пробудет в
-#    `running`? Что изменится, если нажать «Собрать просроченные»?
+# У упражнений свои воркеры, так что ничего из сделанного в песочнице на их ответы не
+# повлияет.
+#
+# **1. Предскажите.** Заморозьте единственного воркера, пока он держит задачу, на
+# полторы длины аренды и разморозьте. Вернуть задачу в очередь было некому. Закончит ли
+# `w1` свою задачу и какой попыткой? Запустите ячейку и посмотрите, какой значок она
+# напечатает, пока `w1` заморожен.
 
 # %% tags=["nbval-check-output"]
+alone = Fleet(work / "exercise-alone.db")
 Scenario.parse("""
     spawn w1
     enqueue 1 seconds=1
     wait running=1
     pause w1
     wait leases=1.5
-""", lease=2).run(lab)
-print("w1's badge while frozen:", lab.fleet.status()[0].badge)
+""", lease=3).run(alone)
+say("l0_badge", badge=t(alone.status()[0].badge, lang))
 Scenario.parse("""
     resume w1
     wait idle
-""").run(lab)
-job = lab.queue.jobs()[0]
-print("status:", job.status, "| attempts:", job.attempts, "| done by:", job.worker)
+""").run(alone)
+job = alone.queue.jobs()[0]
+say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 
 # %% [markdown] tags=["en"]
-# (1: yes, as attempt 1. An expired lease alone takes nothing away: until someone runs
-# the reaper, the holder's token is still in the job, and its heartbeat and completion
-# are accepted. Lesson 1 shows the reaper; lesson 3, what happens when it did run.)
+# <details><summary>Answer</summary>
 #
-# The last cell ends the workers of the two demonstrations above. The playground stays
-# alive, so keep clicking: its workers end and the temporary folder is removed when the
-# kernel stops (*Kernel → Shut Down Kernel*, or closing the notebook), or at once with
-# `lab.close()`.
+# Yes, as attempt 1. An expired lease alone takes nothing away: until someone runs the
+# reaper, the holder's token is still in the job, and its heartbeat and completion are
+# accepted. Lesson 1 shows the reaper; lesson 3, what happens when it did run.
+# </details>
+#
+# **2. Write code.** Write a scenario in the same small language in which the frozen
+# `w1` comes back after another worker has finished its job, so that `w1`'s write is
+# refused. Verbs: `spawn NAME`, `enqueue N seconds=S`, `wait running=N`, `pause NAME`,
+# `resume NAME`, `wait leases=N`, `wait idle`. The check runs it on fresh workers and
+# reads the job's history.
 
 # %% [markdown] tags=["ru"]
-# (1: да, первой попыткой. Истёкшая аренда сама по себе ничего не отнимает: пока кто-то
-# не запустит reaper, токен держателя остаётся в задаче, и его heartbeat и завершение
-# принимаются. Reaper разбирается в уроке 1, а что бывает, когда он успел сработать, — в
-# уроке 3.)
+# <details><summary>Ответ</summary>
 #
-# Последняя ячейка завершает воркеров двух демонстраций выше. Песочница остаётся живой —
-# играйте дальше: её воркеры завершатся, а временная папка удалится, когда остановится ядро
-# (*Kernel → Shut Down Kernel* или закрытие блокнота), либо сразу — по `lab.close()`.
+# Да, первой попыткой. Истёкшая аренда сама по себе ничего не отнимает: пока кто-нибудь
+# не запустит reaper, токен держателя остаётся в задаче, и его heartbeat и завершение
+# принимаются. Reaper разобран в уроке 1, а что бывает, когда он успел сработать, — в
+# уроке 3.
+# </details>
+#
+# **2. Напишите код.** Напишите сценарий на том же маленьком языке, в котором
+# замороженный `w1` возвращается, когда другой воркер уже закончил его задачу, и запись
+# `w1` отклоняют. Команды: `spawn ИМЯ`, `enqueue N seconds=S`, `wait running=N`,
+# `pause ИМЯ`, `resume ИМЯ`, `wait leases=N`, `wait idle`. Проверка запустит сценарий на
+# новых воркерах и прочитает историю задачи.
+
+# %%
+my_scenario = """
+    spawn w1
+    enqueue 1 seconds=2
+    wait running=1
+    pause w1
+    wait leases=1.5
+    resume w1
+    wait idle
+"""  # your scenario here / ваш сценарий здесь
+
+# %% [markdown] tags=["en"]
+# <details><summary>Show the answer</summary>
+#
+# The scenario above only freezes and thaws `w1`: nobody takes its job, so nothing is
+# refused. Someone else must reap the job and finish it while `w1` is frozen:
+#
+# ```
+# spawn w1
+# enqueue 1 seconds=2
+# wait running=1
+# pause w1
+# spawn w2
+# wait idle
+# resume w1
+# ```
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
+#
+# Сценарий выше только замораживает и размораживает `w1`: задачу никто не забирает,
+# поэтому и отклонять нечего. Нужно, чтобы, пока `w1` заморожен, кто-то другой вернул
+# задачу в очередь и выполнил её:
+#
+# ```
+# spawn w1
+# enqueue 1 seconds=2
+# wait running=1
+# pause w1
+# spawn w2
+# wait idle
+# resume w1
+# ```
+# </details>
 
 # %% tags=["nbval-check-output"]
-for fleet in (crash, freeze):
+from leaselab.lessons import exercises
+tried = Fleet(work / "exercise-zombie.db")
+Scenario.parse(my_scenario, lease=3).run(tried)
+lessons.wait_until(lambda: tried.queue.stats()["running"] == 0, what=lessons.text("wait_done", lang))
+print(exercises.check_refused_zombie(tried.queue.events, "w1", lang))
+
+# %% [markdown] tags=["en"]
+# The last cell ends the workers of the demonstrations and the exercises. The playground
+# stays alive, so keep clicking: its workers end and the temporary folder is removed when
+# the kernel stops (*Kernel → Shut Down Kernel*, or closing the notebook), or at once
+# with `lab.close()`.
+
+# %% [markdown] tags=["ru"]
+# Последняя ячейка завершает воркеров демонстраций и упражнений. Песочница остаётся
+# живой — играйте дальше: её воркеры завершатся, а временная папка удалится, когда
+# остановится ядро (*Kernel → Shut Down Kernel* или закрытие блокнота), либо сразу — по
+# `lab.close()`.
+
+# %% tags=["nbval-check-output"]
+demos = (crash, freeze, alone, tried)
+for fleet in demos:
     fleet.shutdown()
-print("demonstration workers alive:", [s.name for f in (crash, freeze) for s in f.status()
-                                       if s.state in ("running", "paused", "stopping")])
-for fleet in (crash, freeze):
+say("l0_alive", names=[s.name for f in demos for s in f.status() if s.state in ("running", "paused", "stopping")])
+for fleet in demos:
     fleet.queue.close()
 lessons.cleanup_at_exit(work, lab)

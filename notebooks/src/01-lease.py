@@ -20,7 +20,8 @@
 # deadline, `lease_until`. While the worker is alive it keeps pushing that deadline
 # forward (the **heartbeat**). When the deadline passes with no heartbeat, the
 # **reaper** takes the job back and, after a **backoff**, lets someone else try. When
-# the attempts run out, the job is marked **`dead`** instead of looping forever.
+# the attempts run out, the job is marked **`dead`** instead of looping forever. A
+# lease is 30 seconds unless the worker asks for another length.
 #
 # First we look at each piece with a clock we move by hand: exact and instant. Then we
 # kill a real worker process in the middle of a job and watch the job come back.
@@ -35,20 +36,24 @@
 #
 # Поэтому leaselab не отдаёт задачу насовсем, а **сдаёт в аренду**: при захвате
 # записывается срок `lease_until`. Пока воркер жив, он регулярно отодвигает этот срок
-# (**heartbeat**). Если срок прошёл, а продлений не было, **reaper** («жнец») забирает
-# задачу обратно и после паузы (**backoff**) даёт попробовать кому-то другому. Когда
-# попытки кончаются, задача получает статус **`dead`**, а не крутится по кругу вечно.
+# (**heartbeat**, продление аренды). Если срок прошёл, а продлений не было, **reaper**
+# возвращает задачу в очередь, и после **отсрочки повтора** (backoff) её может взять
+# кто-то другой. Когда попытки кончаются, задача получает статус **`dead`**, а не
+# крутится по кругу вечно. Если воркер не попросил другого срока, аренда длится 30 секунд.
 #
-# Сначала разберём каждую деталь на часах, которые двигаем вручную: точно и мгновенно.
+# Сначала разберём каждую деталь на часах, которые мы сами переводим вперёд: точно и
+# мгновенно.
 # Потом убьём настоящий процесс-воркер посреди задачи и посмотрим, как задача вернётся.
 
 # %%
 from leaselab import Backoff, ManualClock, Queue, lessons
 from leaselab.backends.sqlite import statements as sql
 from leaselab.lab import timeline
+from leaselab.lab.i18n import t
 from leaselab.lab.fleet import Fleet
 
 lang = lessons.language()          # "en" or "ru": the folder this notebook lives in
+say = lessons.speaker(lang)         # print() in the notebook's language
 work = lessons.scratch("01-lease")  # a temporary folder; the last cell removes it
 
 clock = ManualClock()
@@ -70,8 +75,8 @@ q = Queue(work / "lease.db", clock=clock, backoff=Backoff(base=1, cap=60))
 # %% tags=["nbval-check-output"]
 job_id = q.enqueue({"report": "monthly"}, max_attempts=3)
 job = q.claim("w1", lease=30)
-print("status:", job.status, "| attempt:", job.attempts, "| holder:", job.worker)
-print("lease left:", job.lease_until - clock(), "seconds")
+say("l1_claim", status=job.status, attempt=job.attempts, holder=job.worker)
+say("l1_lease_left", seconds=job.lease_until - clock())
 
 # %% [markdown] tags=["en"]
 # While the lease lasts, nobody else can take the job, even though `w1` has done
@@ -83,21 +88,27 @@ print("lease left:", job.lease_until - clock(), "seconds")
 # воркера от мёртвого.
 
 # %% tags=["nbval-check-output"]
-print("w2 gets:", q.claim("w2", lease=30))
+say("l1_w2_gets", job=q.claim("w2", lease=30))
 
 # %% [markdown] tags=["en"]
 # ## The heartbeat pushes the deadline
 #
 # A live worker renews its lease every third of it: with a 30-second lease, every
-# 10 seconds. One missed beat is not fatal; two more are still left before the lease
-# runs out. The renewal is a single fenced statement (fencing is lesson 3):
+# 10 seconds. One missed beat is not fatal: the next one, at 20 s, still lands inside
+# the lease. Two missed beats are: the third one lands at 30 s, exactly when the lease
+# ends, and from then on any worker's reaper may take the job first. So a beat every
+# third of the lease tolerates **one** missed beat, not two. The renewal is a single
+# fenced statement (fencing is lesson 3):
 
 # %% [markdown] tags=["ru"]
 # ## Heartbeat отодвигает срок
 #
 # Живой воркер продлевает аренду каждую треть её срока: при аренде на 30 секунд это
-# раз в 10 секунд. Один пропущенный удар ещё не беда: до конца аренды остаётся запас на
-# два. Продление делается одним оператором с проверкой токена (о ней урок 3):
+# раз в 10 секунд. Один пропущенный heartbeat не страшен: следующий, на 20-й секунде,
+# ещё успевает до конца аренды. Два пропуска уже опасны: третий heartbeat приходит на
+# 30-й секунде, ровно когда аренда кончается, и с этого мгновения reaper любого воркера
+# может вернуть задачу в очередь раньше. Так что продление каждую треть срока переживает
+# **один** пропуск, а не два. Продление — один оператор с проверкой токена (о ней урок 3):
 
 # %% tags=["nbval-check-output"]
 print(sql.HEARTBEAT.strip())
@@ -105,7 +116,7 @@ print(sql.HEARTBEAT.strip())
 # %% tags=["nbval-check-output"]
 clock.advance(10)
 new_deadline = q.heartbeat(job.id, job.token, lease=30)
-print("lease left after the heartbeat:", new_deadline - clock(), "seconds")
+say("l1_after_beat", seconds=new_deadline - clock())
 
 # %% [markdown] tags=["en"]
 # ## The worker dies; the reaper takes the job back
@@ -118,8 +129,9 @@ print("lease left after the heartbeat:", new_deadline - clock(), "seconds")
 # ## Воркер умер, reaper забирает задачу
 #
 # Теперь `w1` «умирает»: мы просто перестаём вызывать heartbeat. Reaper — это один
-# оператор. Он возвращает в `pending` каждую задачу в статусе running с истёкшей арендой
-# (или переводит в `dead`, если попытки кончились) и откладывает её через `run_at`:
+# оператор. Он возвращает в `pending` каждую задачу в статусе `running` с истёкшей
+# арендой (или переводит в `dead`, если попытки кончились) и записывает в `run_at`
+# отсрочку повтора:
 
 # %% tags=["nbval-check-output"]
 print(sql.REAP.strip())
@@ -134,33 +146,35 @@ print(sql.REAP.strip())
 
 # %% tags=["nbval-check-output"]
 clock.advance(29)
-print("reaped at +29 s:", q.reap())
+say("l1_reaped_at", at=29, ids=q.reap())
 clock.advance(2)
-print("reaped at +31 s:", q.reap())
+say("l1_reaped_at", at=31, ids=q.reap())
 job = q.get(job_id)
-print("status:", job.status, "| attempts used:", job.attempts, "| last error:", job.last_error)
-print("may run again in:", job.run_at - clock(), "seconds")
+say("l1_reaped_status", status=job.status, attempts=job.attempts, error=job.last_error)
+say("l1_run_again", seconds=job.run_at - clock())
 
 # %% [markdown] tags=["en"]
-# ## Backoff: not straight back into the fire
+# ## Backoff: wait before the next attempt
 #
 # The job is `pending` again but not claimable yet: `run_at` is one second away. If
 # something outside is broken (a database, an API), retrying at once only hammers it.
-# The delay doubles with each attempt, up to a cap:
+# The delay doubles with each attempt, up to a cap. (The error text stays in English in
+# both languages: it is what the database stores.)
 
 # %% [markdown] tags=["ru"]
-# ## Backoff: не бросаться сразу обратно в огонь
+# ## Отсрочка повтора: не повторять сразу
 #
 # Задача снова `pending`, но взять её пока нельзя: до `run_at` ещё секунда. Если сломано
-# что-то снаружи (база, внешний API), мгновенный повтор только добавит нагрузки.
-# Пауза удваивается с каждой попыткой, но не больше потолка:
+# что-то снаружи (база, внешний API), немедленный повтор только добавит ему нагрузки.
+# Отсрочка удваивается с каждой попыткой, пока не упрётся в потолок. (Текст ошибки
+# остаётся английским в обоих языках: так он хранится в базе.)
 
 # %% tags=["nbval-check-output"]
-print("delays after attempts 1..7:", [q.backoff.delay(n) for n in range(1, 8)])
-print("w2 right now gets:", q.claim("w2", lease=30))
+say("l1_delays", delays=[q.backoff.delay(n) for n in range(1, 8)])
+say("l1_w2_now", job=q.claim("w2", lease=30))
 clock.advance(1)
 job = q.claim("w2", lease=30)
-print("one second later w2 gets job", job.id, "as attempt", job.attempts)
+say("l1_w2_later", id=job.id, attempt=job.attempts)
 
 # %% [markdown] tags=["en"]
 # ## `dead`: when the attempts run out
@@ -180,13 +194,13 @@ print("one second later w2 gets job", job.id, "as attempt", job.attempts)
 
 # %% tags=["nbval-check-output"]
 clock.advance(31)
-print("reaped:", q.reap(), "->", q.get(job_id).status)
+say("l1_reaped_to", ids=q.reap(), status=q.get(job_id).status)
 clock.advance(q.backoff.delay(2))
 job = q.claim("w3", lease=30)
-print("w3 takes attempt", job.attempts, "of", job.max_attempts)
+say("l1_w3_takes", attempt=job.attempts, max=job.max_attempts)
 clock.advance(31)
-print("reaped:", q.reap(), "->", q.get(job_id).status)
-print("attempts:", q.get(job_id).attempts)
+say("l1_reaped_to", ids=q.reap(), status=q.get(job_id).status)
+say("l1_attempts", attempts=q.get(job_id).attempts)
 
 # %% [markdown] tags=["en"]
 # The whole story is in the job's history. The `events` table is written by triggers in
@@ -194,20 +208,22 @@ print("attempts:", q.get(job_id).attempts)
 # manual clock the times are exact:
 
 # %% [markdown] tags=["ru"]
-# Вся история задачи видна в её журнале. Таблицу `events` пишут триггеры в той же
-# транзакции, что и само изменение, поэтому журнал не может разойтись с задачей. На
-# ручных часах время точное:
+# Вся жизнь задачи видна в её истории. Таблицу `events` пишут триггеры в той же
+# транзакции, что и само изменение, поэтому история не может разойтись с задачей. Часы
+# мы двигаем сами, так что время в ней точное:
 
 # %% tags=["nbval-check-output"]
-print(lessons.history(q.events(job_id)))
+print(lessons.history(q.events(job_id), lang=lang))
 
 # %% [markdown] tags=["en"]
-# The same history as a timeline: one lane per worker, one bar per attempt, a triangle
-# where the reaper took the job back, hatching where a worker went silent.
+# The same history as a timeline: one lane per worker, one bar per attempt (inside it,
+# the job and the attempt number), a triangle where the reaper took the job back,
+# hatching where a worker went silent.
 
 # %% [markdown] tags=["ru"]
 # Та же история на временной шкале: своя дорожка у каждого воркера, полоса на каждую
-# попытку, треугольник там, где reaper забрал задачу, штриховка там, где воркер замолчал.
+# попытку (в полосе — номер задачи и номер попытки), треугольник там, где reaper вернул
+# задачу в очередь, штриховка там, где воркер замолчал.
 
 # %%
 timeline.draw(timeline.timeline_data(q.events()), lang=lang)
@@ -217,44 +233,62 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #
 # Time for a real worker on a real clock. The fleet starts `python -m leaselab worker`
 # processes; each heartbeats every third of its lease and runs the reaper in its loop.
-# The lease is 2 seconds, and so is the job. As soon as `w1` has claimed the job we
-# kill it with `SIGKILL`: no clean-up, no goodbye, like a power cut. Then we start `w2`.
+# The lease is 3 seconds, the job 2. As soon as `w1` has claimed the job we kill it
+# with `SIGKILL`: no clean-up, no goodbye. Then we start `w2`.
+#
+# `SIGKILL` is a crash of the *process*, not of the machine. Everything the process
+# committed is already in the operating system's hands and stays in the file; only work
+# in progress is lost. A power cut is harsher: a commit made at `synchronous=NORMAL` may
+# not have reached the disk yet and can roll back. leaselab's default,
+# `durability="full"`, syncs every enqueue and completion before it returns; at
+# `durability="normal"` (see the README) a power cut can take back the last of those
+# too. Lesson 5 cuts the power for real.
 
 # %% [markdown] tags=["ru"]
 # ## Теперь на настоящих процессах
 #
 # Пора взять настоящего воркера и настоящие часы. Fleet запускает процессы
 # `python -m leaselab worker`; каждый продлевает аренду раз в треть срока и сам вызывает
-# reaper в своём цикле. Аренда 2 секунды, задача длится столько же. Как только `w1`
-# захватил задачу, убиваем его сигналом `SIGKILL`: без уборки и без прощаний, как при
-# отключении питания. Затем запускаем `w2`.
+# reaper в своём цикле. Аренда — 3 секунды, задача — 2. Как только `w1` захватил задачу,
+# убиваем его сигналом `SIGKILL`: без уборки и без прощаний. Затем запускаем `w2`.
+#
+# `SIGKILL` роняет *процесс*, а не машину. Всё, что процесс успел зафиксировать, уже
+# передано операционной системе и останется в файле; пропадает только незаконченная
+# работа. Отключение питания суровее: транзакция, зафиксированная при
+# `synchronous=NORMAL`, могла ещё не дойти до диска и откатится. По умолчанию leaselab
+# работает с `durability="full"` и до возврата из вызова сбрасывает на диск каждую
+# постановку в очередь и каждое завершение; при `durability="normal"` (см. README)
+# отключение питания может отменить и последние из них. В уроке 5 мы отключим питание
+# по-настоящему.
 
 # %% tags=["nbval-ignore-output"]
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
 real_id = real.enqueue({"seconds": 2})
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w1")
-lessons.wait_until(lambda: real.get(real_id).status == "running", what="w1 to claim the job")
+fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name="w1")
+lessons.wait_until(lambda: real.get(real_id).status == "running", what=lessons.text("wait_claim", lang))
 fleet.kill("w1")
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w2")
-lessons.wait_until(lambda: real.get(real_id).status == "done", what="the job to be done");
+fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name="w2")
+lessons.wait_until(lambda: real.get(real_id).status == "done", what=lessons.text("wait_done", lang));
 
 # %% tags=["nbval-check-output"]
 done = real.get(real_id)
-print("status:", done.status, "| attempts:", done.attempts, "| finished by:", done.worker)
-print("w1 after the kill:", fleet.state("w1"))
-print([(e.kind, e.attempt, e.worker) for e in real.events(real_id) if e.kind != "heartbeat"])
+say("l1_real", status=done.status, attempts=done.attempts, worker=done.worker)
+say("l1_w1_after_kill", state=t(fleet.state("w1"), lang))
+say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in real.events(real_id) if e.kind != "heartbeat"])
 
 # %% [markdown] tags=["en"]
 # The job was not lost: `w1` claimed it and died, nobody renewed the lease, `w2`'s reaper
 # took the job back once the lease ran out, and after a one-second backoff `w2` did it
-# as attempt 2.
-# On the timeline the dark hatching is the time `w1` was dead.
+# as attempt 2. On the timeline `w1`'s bar ends at the kill, where the dark hatching
+# (the time `w1` was dead) begins; the triangle, a lease later, is the reap.
 
 # %% [markdown] tags=["ru"]
 # Задача не потерялась: `w1` её захватил и умер, аренду никто не продлил, reaper в `w2`
-# вернул задачу в очередь, как только аренда истекла, и после секундной паузы `w2`
-# выполнил её второй попыткой. Тёмная штриховка на шкале — время, когда `w1` был мёртв.
+# вернул задачу в очередь, как только аренда истекла, и после секундной отсрочки `w2`
+# выполнил её второй попыткой. На шкале полоса `w1` обрывается в момент SIGKILL, там же
+# начинается тёмная штриховка (время, когда `w1` был мёртв); треугольник, на срок аренды
+# позже, — возврат задачи в очередь.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
@@ -262,42 +296,101 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # %% [markdown] tags=["en"]
 # ## Summary
 #
-# - A claim is a **lease** with a deadline, `lease_until`, not ownership for good.
-# - A live worker **heartbeats** every third of the lease, so a missed beat or two is fine.
+# - A claim is a **lease** with a deadline, `lease_until` (30 s unless the worker asks
+#   otherwise), not ownership for good.
+# - A live worker **heartbeats** every third of the lease. That tolerates **one** missed
+#   beat: after two, the third lands exactly at `lease_until` and races the reaper.
 # - The **reaper** is one `UPDATE`: expired leases go back to `pending`, with **backoff**
 #   in `run_at`, or to **`dead`** when `attempts` reached `max_attempts`.
+# - `SIGKILL` loses only work in progress; a power cut can also roll back the last
+#   commits that were not synced (lesson 5).
 # - The price: a slow worker that misses its lease looks exactly like a dead one. What
 #   happens when it wakes up is lesson 3; why its job may run twice is lesson 4.
 #
 # ## Exercises
 #
-# Predict the answer first, then run the cell to check.
-#
-# 1. A job with `max_attempts=5` is claimed by a worker that never heartbeats, over and
-#    over. With `Backoff(base=1)`, how many seconds pass between the first expiry of the
-#    lease and the moment the job is `dead`? (Leases are 30 s here; expiries are found
-#    1 s late.)
-# 2. Why does the worker heartbeat every *third* of the lease and not exactly once per lease?
+# **1. Write code.** Write `misses_tolerated(lease, every)`: how many heartbeats in a row
+# a worker that beats every `every` seconds may miss, so that the next beat still
+# lands strictly inside a lease of `lease` seconds. A beat that lands exactly at
+# `lease_until` does not count: from that instant the reaper may win. The check cell asks
+# a real queue for several leases and tells you whether you are right.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
 #
-# - Захват — это **аренда** со сроком `lease_until`, а не владение навсегда.
-# - Живой воркер шлёт **heartbeat** каждую треть срока, так что пропустить удар-другой не страшно.
-# - **Reaper** — это один `UPDATE`: истёкшие аренды возвращаются в `pending` с паузой
-#   (**backoff**) в `run_at` или уходят в **`dead`**, когда `attempts` дошло до `max_attempts`.
+# - Захват — это **аренда** со сроком `lease_until` (30 с, если воркер не попросил
+#   другого), а не владение навсегда.
+# - Живой воркер шлёт **heartbeat** каждую треть срока. Это переживает **один**
+#   пропуск: после двух пропусков третий heartbeat приходит ровно в `lease_until` и
+#   соревнуется с reaper.
+# - **Reaper** — это один `UPDATE`: истёкшие аренды возвращаются в `pending` с
+#   **отсрочкой повтора** в `run_at` или уходят в **`dead`**, когда `attempts` дошло до
+#   `max_attempts`.
+# - `SIGKILL` теряет только незаконченную работу; отключение питания может откатить и
+#   последние транзакции, которые не успели сбросить на диск (урок 5).
 # - Цена: медленный воркер, пропустивший срок, неотличим от мёртвого. Что будет, когда он
 #   проснётся, — урок 3; почему его задача может выполниться дважды, — урок 4.
 #
 # ## Упражнения
 #
-# Сначала предскажите ответ, потом запустите ячейку и проверьте.
+# **1. Напишите код.** Напишите `misses_tolerated(lease, every)`: сколько heartbeat
+# подряд может пропустить воркер, который шлёт их каждые `every` секунд, чтобы
+# следующий ещё пришёл строго внутри аренды длиной `lease` секунд. Heartbeat, пришедший
+# ровно в `lease_until`, не считается: с этого мгновения reaper может успеть первым.
+# Проверочная ячейка спросит настоящую очередь для нескольких сроков аренды и скажет,
+# верен ли ответ.
+
+# %%
+def misses_tolerated(lease, every):
+    ...  # your code here / ваш код здесь
+
+# %% [markdown] tags=["en"]
+# <details><summary>Show the answer</summary>
 #
-# 1. Задачу с `max_attempts=5` раз за разом захватывает воркер, который ни разу не
-#    продлевает аренду. Сколько секунд пройдёт при `Backoff(base=1)` от первого истечения
-#    аренды до момента, когда задача станет `dead`? (Аренда здесь 30 с; истечение
-#    замечают с опозданием в 1 с.)
-# 2. Почему воркер продлевает аренду каждую *треть* срока, а не ровно раз за срок?
+# Beats arrive at `every`, `2·every`, …; the ones strictly before `lease` are the beats
+# that count, and all of them but the last may be missed:
+#
+# ```python
+# import math
+#
+# def misses_tolerated(lease, every):
+#     return math.ceil(lease / every) - 2
+# ```
+#
+# For a 30 s lease and a beat every 10 s that is 1.
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
+#
+# Heartbeat приходят в моменты `every`, `2·every`, …; в счёт идут те, что строго раньше
+# `lease`, и пропустить можно все, кроме последнего из них:
+#
+# ```python
+# import math
+#
+# def misses_tolerated(lease, every):
+#     return math.ceil(lease / every) - 2
+# ```
+#
+# Для аренды 30 с и heartbeat раз в 10 с это 1.
+# </details>
+
+# %% tags=["nbval-check-output"]
+from leaselab.lessons import exercises
+print(exercises.check_misses(misses_tolerated, lang))
+
+# %% [markdown] tags=["en"]
+# **2. Predict.** A job with `max_attempts=5` is claimed by a worker that never
+# heartbeats, over and over. With `Backoff(base=1)`, how many seconds pass between the
+# first expiry of the lease and the moment the job is `dead`? (Leases are 30 s here;
+# expiries are found 1 s late.) Write your number down, then run the cell.
+
+# %% [markdown] tags=["ru"]
+# **2. Предскажите.** Задачу с `max_attempts=5` раз за разом захватывает воркер, который
+# ни разу не продлевает аренду. Сколько секунд пройдёт при `Backoff(base=1)` от первого
+# истечения аренды до момента, когда задача станет `dead`? (Аренда здесь 30 с; истечение
+# замечают с опозданием в 1 с.) Запишите своё число и запустите ячейку.
 
 # %% tags=["nbval-check-output"]
 ex = Queue(work / "exercise.db", clock=ManualClock(), backoff=Backoff(base=1))
@@ -309,25 +402,51 @@ while ex.get(ex_id).status != "dead":
     ex.clock.advance(31)
     ex.reap()
     first_expiry = first_expiry or ex.clock()
-print("seconds from the first expiry to dead:", ex.clock() - first_expiry)
+say("l1_ex_dead_after", seconds=ex.clock() - first_expiry)
 ex.close()
 
 # %% [markdown] tags=["en"]
-# (2: with one beat per lease, a single late beat — a GC pause, a busy disk — would lose
-# the job. With three per lease, two can be missed.)
+# <details><summary>Why that number</summary>
+#
+# After each of the first four expiries the job waits its backoff (1, 2, 4, 8 s), then
+# is claimed and held for 31 s more: 4 × 31 + 15 = 139 s. The fifth expiry makes it `dead`.
+# </details>
+#
+# **3. Think.** Why does the worker heartbeat every *third* of the lease and not once
+# per lease?
+#
+# <details><summary>Answer</summary>
+#
+# With one beat per lease, each beat would land exactly at `lease_until`: every beat would
+# race the reaper, and a single late one (a GC pause, a busy disk) would lose the job.
+# With three per lease, one beat may be missed.
+# </details>
 #
 # Finally, clean up: stop every worker, close the files and remove the temporary folder.
 
 # %% [markdown] tags=["ru"]
-# (2: при одном ударе за срок хватило бы одного опоздания — паузы GC, занятого диска, —
-# чтобы потерять задачу. При трёх ударах за срок можно пропустить два.)
+# <details><summary>Откуда это число</summary>
+#
+# После каждого из первых четырёх истечений задача ждёт отсрочку повтора (1, 2, 4, 8 с),
+# потом её захватывают и держат ещё 31 с: 4 × 31 + 15 = 139 с. Пятое истечение делает её
+# `dead`.
+# </details>
+#
+# **3. Подумайте.** Почему воркер продлевает аренду каждую *треть* срока, а не раз за срок?
+#
+# <details><summary>Ответ</summary>
+#
+# При одном heartbeat за срок каждый приходил бы ровно в `lease_until` и соревновался бы с
+# reaper, а одно-единственное опоздание (пауза сборщика мусора, занятый диск) стоило бы
+# задачи. При трёх за срок один пропустить можно.
+# </details>
 #
 # Напоследок уберём за собой: остановим всех воркеров, закроем файлы и удалим временную папку.
 
 # %% tags=["nbval-check-output"]
 fleet.shutdown()
-print("workers alive:", [s.name for s in fleet.status() if s.state in ("running", "paused", "stopping")])
+say("workers_alive", names=[s.name for s in fleet.status() if s.state in ("running", "paused", "stopping")])
 fleet.queue.close()
 real.close()
 q.close()
-print("temporary folder removed:", lessons.cleanup(work))
+say("folder_removed", removed=lessons.cleanup(work))

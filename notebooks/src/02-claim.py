@@ -43,6 +43,7 @@ from leaselab.lessons import wrong
 from leaselab.backends.sqlite import schema_statements
 
 lang = lessons.language()
+say = lessons.speaker(lang)
 work = lessons.scratch("02-claim")
 
 clock = ManualClock()
@@ -84,18 +85,18 @@ print(wrong.NAIVE_UPDATE.strip())
 a = wrong.NaiveClaimer(q.path, "A", clock=clock)
 b = wrong.NaiveClaimer(q.path, "B", clock=clock)
 
-a_pick = a.select();   print("1. A looks and sees job", a_pick)
+a_pick = a.select();      say("l2_a_looks", id=a_pick)
 clock.advance(1)
-b_pick = b.select();   print("2. B looks and sees job", b_pick, "(A has not written yet)")
+b_pick = b.select();      say("l2_b_looks", id=b_pick)
 clock.advance(1)
-a_job = a.update(a_pick); print("3. A marks job", a_job.id, "as its own: attempt", a_job.attempts)
+a_job = a.update(a_pick); say("l2_marks", step=3, who="A", id=a_job.id, attempt=a_job.attempts)
 clock.advance(1)
-b_job = b.update(b_pick); print("4. B marks job", b_job.id, "as its own: attempt", b_job.attempts)
+b_job = b.update(b_pick); say("l2_marks", step=4, who="B", id=b_job.id, attempt=b_job.attempts)
 
 # %% tags=["nbval-check-output"]
 claims = [(e.worker, e.attempt) for e in q.events(a_pick) if e.kind == "claimed"]
-print("job", a_pick, "was claimed by:", claims)
-print("both workers now run the handler for the same job:", a_job.id == b_job.id)
+say("l2_claimed_by", id=a_pick, claims=claims)
+say("l2_both_run", same=a_job.id == b_job.id)
 
 # %% [markdown] tags=["en"]
 # Both workers believe they own job 1, and both will do it. The job row holds B's token,
@@ -112,10 +113,10 @@ clock.advance(3)
 try:
     q.complete(a_job.id, a_job.token, {"sent_by": "A"})
 except LeaseLost:
-    print("A's complete: LeaseLost (too late: A already sent the invoice)")
+    say("l2_a_lost")
 clock.advance(1)
 q.complete(b_job.id, b_job.token, {"sent_by": "B"})
-print("B's complete:", q.get(b_job.id).status)
+say("l2_b_done", status=q.get(b_job.id).status)
 a.close(); b.close()
 
 # %% [markdown] tags=["en"]
@@ -151,10 +152,8 @@ print(sql.CLAIM.strip())
 # Why does this help? SQLite lets one writer at a time into the file, and an `UPDATE`
 # takes that write lock *before* it reads anything. So the subquery and the update of one
 # claim see the same, latest state of the table, and no other claim can slip in between:
-# there is no "between". The second worker simply gets the next job. (Wrapping the two
-# naive statements in `BEGIN … COMMIT` does not help on its own: a plain transaction in
-# SQLite reads without the write lock, both workers still see job 1, and one of them
-# then fails with "database is locked".)
+# there is no "between". The second worker simply gets the next job. (Could the two naive
+# statements be saved by a transaction around them? Yes, in two ways, measured below.)
 #
 # There is no way to interleave two single-statement claims by hand, so we just claim
 # twice, as A and as B:
@@ -164,9 +163,8 @@ print(sql.CLAIM.strip())
 # берёт блокировку на запись *до* того, как что-либо прочитать. Поэтому подзапрос и
 # обновление одного захвата видят одно и то же, самое свежее состояние таблицы, и
 # другой захват не может вклиниться между ними: никакого «между» просто нет. Второй
-# воркер получает следующую задачу. (Обернуть два наивных оператора в `BEGIN … COMMIT`
-# самого по себе мало: обычная транзакция в SQLite читает без блокировки на запись, оба
-# воркера всё равно увидят задачу 1, и один из них потом упадёт с «database is locked».)
+# воркер получает следующую задачу. (А можно ли спасти два наивных оператора,
+# обернув их в транзакцию? Можно, двумя способами; ниже мы их измерим.)
 #
 # Вручную переплести два захвата одним оператором невозможно, поэтому просто захватим
 # дважды, от имени A и от имени B:
@@ -174,50 +172,143 @@ print(sql.CLAIM.strip())
 # %% tags=["nbval-check-output"]
 a_job = q.claim("A", lease=30)
 b_job = q.claim("B", lease=30)
-print("A gets job", a_job.id, "| B gets job", b_job.id, "| different jobs:", a_job.id != b_job.id)
+say("l2_single_pair", a=a_job.id, b=b_job.id, different=a_job.id != b_job.id)
 
 # %% [markdown] tags=["en"]
 # ## A real race between processes
 #
-# Step by step proves the bug exists; a race shows how often it bites. `wrong.race`
+# Step by step proves the bug exists; a race shows how often it happens. `wrong.race`
 # fills a fresh queue file with 100 jobs and starts 4 worker processes that wait at a
 # starting line, then claim as fast as they can until the queue is empty. Afterwards it
 # counts, from the history, how many claims went to a job someone had already claimed.
-# The naive claimers pause 2 ms between their two statements, about one network round
-# trip to a database server.
+#
+# First the naive claim as it is, with nothing between its two statements but a few
+# microseconds of Python. We run that race five times:
 
 # %% [markdown] tags=["ru"]
 # ## Настоящая гонка процессов
 #
-# Пошаговый разбор доказывает, что ошибка есть; гонка показывает, как часто она кусает.
-# `wrong.race` заполняет новый файл очереди 100 задачами и запускает 4 процесса-воркера:
-# они ждут на линии старта, а потом захватывают задачи так быстро, как могут, пока
-# очередь не опустеет. Затем по журналу считается, сколько захватов пришлось на задачу,
-# которую кто-то уже захватил. Наивные воркеры делают паузу в 2 мс между своими двумя
-# операторами — примерно один сетевой запрос к серверу базы данных.
+# Пошаговый разбор доказывает, что ошибка есть; гонка показывает, как часто она
+# случается. `wrong.race` заполняет новый файл очереди 100 задачами и запускает 4
+# процесса-воркера: они ждут на линии старта, а потом захватывают задачи так быстро, как
+# могут, пока очередь не опустеет. Затем по истории считается, сколько захватов пришлось
+# на задачу, которую кто-то уже захватил.
+#
+# Сначала наивный захват как есть: между двумя его операторами только несколько
+# микросекунд работы Python. Проведём такую гонку пять раз:
 
 # %% tags=["nbval-ignore-output"]
-naive = wrong.race(work / "race-naive.db", claim="naive", workers=4, jobs=100)
-single = wrong.race(work / "race-single.db", claim="single", workers=4, jobs=100)
-print(naive)
-print(single)
-
-# %% tags=["nbval-check-output"]
-print("duplicates with the naive claim > 0:", naive.duplicates > 0)
-print("duplicates with the single statement:", single.duplicates)
-print("single statement: every one of", single.jobs, "jobs claimed exactly once:", single.claims == single.jobs)
+honest = [wrong.race(work / f"race-honest-{i}.db", claim="naive", pause=0.0) for i in range(5)]
+say("l2_honest", counts=[r.duplicates for r in honest], jobs=100)
 
 # %% [markdown] tags=["en"]
-# The exact number of naive duplicates changes from run to run (run the cell again), but
-# it is never zero for long. The single statement gives zero, every time: not because it
-# was lucky, but because there is no moment at which a second claim could see the job as
-# still pending.
+# A few duplicates per hundred jobs, sometimes none: two claimers collide only when the
+# scheduler switches between them in exactly that gap. That is the dangerous kind of
+# bug: rare enough to pass every test, common enough to charge some customers twice.
+# In a real handler the gap is wider: the two statements go over a network to a
+# database server, an ORM does work between them, the garbage collector or a busy CPU
+# stops the process for a moment. To stand for that, the naive claimers now wait 2 ms
+# between their two statements, about one round trip to a database server:
 
 # %% [markdown] tags=["ru"]
-# Точное число дублей у наивного захвата меняется от запуска к запуску (запустите ячейку
-# ещё раз), но надолго нулём оно не остаётся. Один оператор даёт ноль каждый раз, и не
-# потому, что повезло: просто нет такого момента, когда второй захват мог бы увидеть
-# задачу ещё свободной.
+# Несколько дублей на сотню задач, а иногда и ни одного: два захвата сталкиваются,
+# только если планировщик переключится между ними ровно в этом зазоре. Такие ошибки
+# опаснее всего: они достаточно редки, чтобы пройти все тесты, и достаточно часты, чтобы
+# с кого-то из клиентов списать деньги дважды. В настоящем обработчике зазор шире: два
+# оператора идут по сети на сервер базы данных, между ними работает ORM, процесс на миг
+# останавливают сборщик мусора или загруженный процессор. Чтобы изобразить это, наивные
+# воркеры теперь ждут 2 мс между двумя операторами — примерно один сетевой запрос к
+# серверу базы данных:
+
+# %% tags=["nbval-ignore-output"]
+naive = wrong.race(work / "race-naive.db", claim="naive", workers=4, jobs=100, pause=0.002)
+single = wrong.race(work / "race-single.db", claim="single", workers=4, jobs=100)
+say("l2_race", what=lessons.text("l2_naive_2ms", lang), claims=naive.claims, dups=naive.duplicates, locked=naive.locked)
+say("l2_race", what=lessons.text("l2_single", lang), claims=single.claims, dups=single.duplicates, locked=single.locked)
+
+# %% tags=["nbval-check-output"]
+say("l2_naive_has_dups", yes=naive.duplicates > 0)
+say("l2_single_dups", dups=single.duplicates)
+say("l2_single_once", jobs=single.jobs, once=single.claims == single.jobs)
+
+# %% [markdown] tags=["en"]
+# The single statement gives zero, every time: not because it was lucky, but because
+# there is no moment at which a second claim could see the job as still pending.
+#
+# ## Does a transaction around the two statements help?
+#
+# It does, in SQLite, and it is worth seeing how. A plain `BEGIN` (SQLite calls it
+# `DEFERRED`) takes no lock until it needs one: both claimers read job 1 without the
+# write lock. The first to write takes the lock and commits. When the second tries to
+# write, SQLite sees that the file changed since its transaction read it and refuses with
+# **"database is locked"**: the loser must roll back and try again, and it never gets
+# the job twice. `BEGIN IMMEDIATE` takes the write lock *before* the `SELECT`, so the
+# second claimer waits at `BEGIN` and then reads the table as the first one left it.
+
+# %% [markdown] tags=["ru"]
+# Один оператор даёт ноль каждый раз, и не потому, что повезло: просто нет такого
+# момента, когда второй захват мог бы увидеть задачу ещё свободной.
+#
+# ## Поможет ли транзакция вокруг двух операторов?
+#
+# В SQLite поможет, и интересно посмотреть, как именно. Обычный `BEGIN` (в SQLite он
+# называется `DEFERRED`) не берёт блокировку, пока она не понадобится: оба воркера читают
+# задачу 1 без блокировки на запись. Первый, кто пишет, берёт блокировку и фиксирует
+# транзакцию. Когда пытается писать второй, SQLite видит, что файл изменился с тех пор,
+# как его транзакция читала, и отказывает с ошибкой **«database is locked»**: проигравший
+# должен откатиться и попробовать снова, но дважды задачу не получит. `BEGIN IMMEDIATE`
+# берёт блокировку на запись *до* `SELECT`, поэтому второй воркер ждёт на `BEGIN` и
+# потом читает таблицу уже такой, какой её оставил первый.
+
+# %% tags=["nbval-check-output"]
+print(wrong.BEGIN["deferred"], "|", wrong.BEGIN["immediate"])
+
+# %% tags=["nbval-ignore-output"]
+deferred = wrong.race(work / "race-deferred.db", claim="naive", pause=0.002, transaction="deferred")
+immediate = wrong.race(work / "race-immediate.db", claim="naive", pause=0.002, transaction="immediate")
+for what, r in (("l2_deferred", deferred), ("l2_immediate", immediate)):
+    say("l2_race", what=lessons.text(what, lang), claims=r.claims, dups=r.duplicates, locked=r.locked)
+
+# %% tags=["nbval-check-output"]
+say("l2_deferred_fact", dups=deferred.duplicates, locked=deferred.locked > 0)
+say("l2_immediate_fact", dups=immediate.duplicates, locked=immediate.locked)
+
+# %% [markdown] tags=["en"]
+# Both are correct. Why, then, is the claim one statement? Because each transaction pays
+# for its correctness:
+#
+# - `DEFERRED` turns duplicates into errors. Every collision is a failed transaction and
+#   a retry loop that your code must have; under contention the losers retry many times
+#   for each job (count them above).
+# - `IMMEDIATE` holds the file's one write lock from its `SELECT` to its `COMMIT`,
+#   including whatever happens in between: the 2 ms here, a network hop or a GC pause in
+#   real life. Every other writer waits that long: other claims, but also heartbeats and
+#   completions.
+# - The single statement holds the write lock only while SQLite runs it, needs no retry
+#   loop, and is one round trip.
+#
+# This reasoning is SQLite's, where one writer at a time is the rule. A server database
+# lets writers run side by side, and a claim there needs row locks as well
+# (`FOR UPDATE SKIP LOCKED` in PostgreSQL).
+
+# %% [markdown] tags=["ru"]
+# Оба способа правильные. Почему же тогда захват — один оператор? Потому что каждая
+# транзакция платит за свою правильность:
+#
+# - `DEFERRED` превращает дубли в ошибки. Каждое столкновение — это проваленная
+#   транзакция и цикл повторов, который обязан быть в вашем коде; при высокой
+#   конкуренции проигравшие повторяют попытку по многу раз на каждую задачу (посчитайте
+#   выше).
+# - `IMMEDIATE` держит единственную блокировку записи на файл от своего `SELECT` до
+#   `COMMIT`, вместе со всем, что происходит между ними: здесь это 2 мс, в жизни — сетевой
+#   запрос или пауза сборщика мусора. Все остальные пишущие ждут: и другие захваты, и
+#   продления аренды, и завершения задач.
+# - Один оператор держит блокировку записи, только пока SQLite его выполняет, не требует
+#   цикла повторов и обходится одним обращением к базе.
+#
+# Всё это рассуждение — про SQLite, где одновременно пишет только один. Серверная база
+# данных пускает пишущих параллельно, и захвату там нужны ещё и блокировки строк
+# (`FOR UPDATE SKIP LOCKED` в PostgreSQL).
 
 # %% [markdown] tags=["en"]
 # ## How SQLite finds the next job
@@ -237,15 +328,16 @@ print("single statement: every one of", single.jobs, "jobs claimed exactly once:
 # никогда не перебирает.
 
 # %% tags=["nbval-check-output"]
-print([s for s in schema_statements() if "jobs_claim" in s][0])
+index = [s for s in schema_statements() if "jobs_claim" in s][0]
+print("\n".join(line for line in index.splitlines() if not line.startswith("--")))  # without its comments
 
 # %% tags=["nbval-ignore-output"]
 plan = lessons.claim_plan(q)
 print("\n".join(plan))
 
 # %% tags=["nbval-check-output"]
-print("the claim uses the index jobs_claim:", any("jobs_claim" in step for step in plan))
-print("the claim sorts in a temporary B-tree:", any("TEMP B-TREE" in step for step in plan))
+say("l2_uses_index", yes=any("jobs_claim" in step for step in plan))
+say("l2_temp_btree", yes=any("TEMP B-TREE" in step for step in plan))
 
 # %% [markdown] tags=["en"]
 # Read the plan's last line: `ANY(priority) AND run_at<?`. SQLite does not walk the index
@@ -291,11 +383,11 @@ def steps_past(delayed: int) -> int:
 
 
 few, many = steps_past(10), steps_past(10_000)
-print("steps past 10 delayed urgent jobs:", few)
-print("steps past 10,000 delayed urgent jobs:", many)
+say("l2_steps", n=10, steps=few)
+say("l2_steps", n=10_000, steps=many)
 
 # %% tags=["nbval-check-output"]
-print("a thousand times more delayed jobs, about the same work:", many <= 1.5 * few)
+say("l2_same_work", yes=many <= 1.5 * few)
 
 # %% [markdown] tags=["en"]
 # ## Who goes first: priority, then `run_at`, then id
@@ -307,28 +399,32 @@ print("a thousand times more delayed jobs, about the same work:", many <= 1.5 * 
 # %% [markdown] tags=["ru"]
 # ## Кто первый: приоритет, потом `run_at`, потом id
 #
-# Сначала больший `priority`; при равном — та, что раньше стала доступна; при равных и
-# тут — с меньшим id. Задачу с `run_at` в будущем (из-за `delay` или паузы после ошибки)
-# до этого момента нельзя захватить вовсе.
+# Сначала больший `priority`; при равном — та, что раньше стала доступна; если и здесь
+# равенство — с меньшим id. Задачу с `run_at` в будущем (из-за `delay` или отсрочки
+# повтора после ошибки) до этого момента нельзя захватить вовсе.
 
 # %% tags=["nbval-check-output"]
 o = Queue(work / "order.db", clock=clock)
-o.enqueue("ordinary, early", priority=0)
+o.enqueue("normal-early", priority=0)
 clock.advance(1)
-o.enqueue("ordinary, later", priority=0)
+o.enqueue("normal-later", priority=0)
 o.enqueue("urgent", priority=10)
-o.enqueue("urgent, but tomorrow", priority=10, delay=24 * 3600)
-print("now:", [o.claim("w").payload for _ in range(3)], "then", o.claim("w"))
+o.enqueue("urgent-tomorrow", priority=10, delay=24 * 3600)
+say("l2_order_now", order=[o.claim("w").payload for _ in range(3)], then=o.claim("w"))
 clock.advance(24 * 3600)
-print("a day later:", o.claim("w").payload)
+say("l2_order_later", payload=o.claim("w").payload)
 
 # %% [markdown] tags=["en"]
 # ## Summary
 #
 # - "Find a job, then take it" in two statements gives the same job to two workers
-#   whenever their steps interleave. One worker never shows it; real load does.
+#   whenever their steps interleave: a few times per hundred with nothing in between,
+#   far more once a network hop or a pause separates them. One worker never shows it.
+# - A transaction fixes it in SQLite: `DEFERRED` by failing the loser with "database is
+#   locked" (retry it), `IMMEDIATE` by holding the write lock across both statements.
 # - leaselab's claim is **one** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
-#   SQLite's single writer makes it atomic: zero duplicates, by construction.
+#   SQLite's single writer makes it atomic: zero duplicates, no retries, the lock held
+#   only for the statement.
 # - A partial index in the claim's sort order lets SQLite go straight to the first
 #   runnable job, level by priority level: no sorting, however long the history grows,
 #   and no stepping over jobs that are not due yet.
@@ -336,20 +432,24 @@ print("a day later:", o.claim("w").payload)
 #
 # ## Exercises
 #
-# 1. Predict: how many duplicates does the *naive* claim give with a single worker
-#    process? Run the cell.
-# 2. Predict the order in which these jobs are claimed, then run the cell: `"x"`
-#    (priority 1, delay 5 s), `"y"` (priority 0), `"z"` (priority 1), with the clock
-#    moved by 10 s before claiming.
+# **1. Write code.** Make the naive claimer safe. Set `my_transaction` to the
+# transaction (`None`, `"deferred"` or `"immediate"`) that gives **no duplicate and no
+# "database is locked"**, and run the check: it races four real processes with the 2 ms
+# pause and tells you what it saw.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
 #
 # - «Найти задачу, потом взять» двумя операторами отдаёт одну задачу двум воркерам, как
-#   только их шаги переплетутся. С одним воркером этого не видно, под реальной нагрузкой —
-#   видно.
+#   только их шаги переплетутся: несколько раз на сотню, когда между операторами ничего
+#   нет, и гораздо чаще, когда их разделяет сетевой запрос или пауза. С одним воркером
+#   этого не видно.
+# - В SQLite это лечит транзакция: `DEFERRED` — тем, что проигравший получает «database
+#   is locked» (и должен повторить), `IMMEDIATE` — тем, что держит блокировку записи на
+#   протяжении обоих операторов.
 # - Захват в leaselab — **один** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
-#   Единственный пишущий в SQLite делает его атомарным: ноль дублей по построению.
+#   Единственный пишущий в SQLite делает его атомарным: ноль дублей, никаких повторов, а
+#   блокировка держится только на время оператора.
 # - Частичный индекс в порядке сортировки захвата позволяет SQLite сразу перейти к первой
 #   готовой задаче, уровень за уровнем приоритета: без сортировки, какой бы длинной ни
 #   была история, и без перешагивания через задачи, чьё время ещё не пришло.
@@ -357,15 +457,68 @@ print("a day later:", o.claim("w").payload)
 #
 # ## Упражнения
 #
-# 1. Предскажите: сколько дублей даст *наивный* захват с одним процессом-воркером?
-#    Запустите ячейку.
-# 2. Предскажите порядок, в котором будут захвачены эти задачи, и запустите ячейку:
-#    `"x"` (приоритет 1, задержка 5 с), `"y"` (приоритет 0), `"z"` (приоритет 1), а перед
-#    захватом часы сдвинуты на 10 с.
+# **1. Напишите код.** Сделайте наивный захват безопасным. Присвойте `my_transaction` ту
+# транзакцию (`None`, `"deferred"` или `"immediate"`), при которой **нет ни дублей, ни
+# «database is locked»**, и запустите проверку: она устроит гонку четырёх настоящих
+# процессов с паузой 2 мс и расскажет, что увидела.
+
+# %%
+my_transaction = None  # your choice / ваш выбор
+
+# %% [markdown] tags=["en"]
+# <details><summary>Show the answer</summary>
+#
+# `my_transaction = "immediate"`: the write lock is taken before the `SELECT`, so the
+# second claimer waits instead of reading a job that is about to be taken. `"deferred"`
+# also gives no duplicate, but its losers fail with "database is locked" and retry.
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
+#
+# `my_transaction = "immediate"`: блокировка записи берётся до `SELECT`, поэтому второй
+# воркер ждёт, а не читает задачу, которую вот-вот заберут. `"deferred"` тоже не даёт
+# дублей, но проигравшие получают «database is locked» и повторяют попытку.
+# </details>
+
+# %% tags=["nbval-check-output"]
+from leaselab.lessons import exercises
+print(exercises.check_safe_claim(wrong.race(work / "race-yours.db", claim="naive", pause=0.002,
+                                            transaction=my_transaction), lang))
+
+# %% [markdown] tags=["en"]
+# **2. Predict.** How many duplicates does the *naive* claim give with a single worker
+# process? Run the cell.
+
+# %% [markdown] tags=["ru"]
+# **2. Предскажите.** Сколько дублей даст *наивный* захват с одним процессом-воркером?
+# Запустите ячейку.
 
 # %% tags=["nbval-check-output"]
 alone = wrong.race(work / "race-alone.db", claim="naive", workers=1, jobs=50)
-print("naive claim, one worker, duplicates:", alone.duplicates)
+say("l2_alone", dups=alone.duplicates)
+
+# %% [markdown] tags=["en"]
+# <details><summary>Answer</summary>
+#
+# None: with one process nobody can claim between its `SELECT` and its `UPDATE`. That is
+# why the bug survives every single-worker test.
+# </details>
+#
+# **3. Predict** the order in which these jobs are claimed, then run the cell: `"x"`
+# (priority 1, delay 5 s), `"y"` (priority 0), `"z"` (priority 1), with the clock moved
+# by 10 s before claiming.
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Ответ</summary>
+#
+# Ни одного: когда процесс один, между его `SELECT` и `UPDATE` захватить задачу некому.
+# Поэтому ошибка и переживает любой тест с одним воркером.
+# </details>
+#
+# **3. Предскажите** порядок, в котором будут захвачены эти задачи, и запустите ячейку:
+# `"x"` (приоритет 1, задержка 5 с), `"y"` (приоритет 0), `"z"` (приоритет 1), а перед
+# захватом часы сдвинуты на 10 с.
 
 # %% tags=["nbval-check-output"]
 ex = Queue(work / "exercise.db", clock=ManualClock())
@@ -377,13 +530,19 @@ print([ex.claim("w").payload for _ in range(3)])
 ex.close()
 
 # %% [markdown] tags=["en"]
-# (2: `z` first — same priority as `x` but runnable 5 s earlier — then `x`, then `y`.)
+# <details><summary>Answer</summary>
+#
+# `z` first (same priority as `x` but runnable 5 s earlier), then `x`, then `y`.
+# </details>
 #
 # Clean up: close the files and remove the temporary folder. `race` has already waited
 # for all of its processes.
 
 # %% [markdown] tags=["ru"]
-# (2: первой `z` — приоритет как у `x`, но доступна на 5 с раньше, — потом `x`, потом `y`.)
+# <details><summary>Ответ</summary>
+#
+# Первой `z` (приоритет как у `x`, но доступна на 5 с раньше), потом `x`, потом `y`.
+# </details>
 #
 # Уберём за собой: закроем файлы и удалим временную папку. `race` уже дождался всех своих
 # процессов.
@@ -391,4 +550,4 @@ ex.close()
 # %% tags=["nbval-check-output"]
 o.close()
 q.close()
-print("temporary folder removed:", lessons.cleanup(work))
+say("folder_removed", removed=lessons.cleanup(work))

@@ -19,9 +19,11 @@
 # of the result the other worker already wrote. A worker that acts on a lease it no
 # longer holds is a **zombie**.
 #
-# The cure is a **fencing token**: every claim writes a fresh random token into the
-# job, and every write a worker makes carries the token it got. A write whose token no
-# longer matches changes nothing, and the zombie gets `LeaseLost`.
+# We first watch a real zombie do that damage. Then the cure: a **fencing token**. Every
+# claim writes a fresh random token into the job, and every write a worker makes carries
+# the token it got. A write whose token no longer matches changes nothing, and the zombie
+# gets `LeaseLost`. Last, the world outside the queue: a store that checks a fence, and a
+# handler that asks whether it still holds its lease.
 
 # %% [markdown] tags=["ru"]
 # # Урок 3. Fencing: «зомби», которому нельзя писать
@@ -34,92 +36,179 @@
 # результата, который другой воркер уже записал. Воркер, который действует по аренде,
 # которой у него больше нет, называется **зомби**.
 #
-# Лекарство — **fencing-токен**: каждый захват записывает в задачу свежий случайный
-# токен, и каждая запись воркера несёт токен, полученный им при захвате. Запись с
-# устаревшим токеном ничего не меняет, а зомби получает `LeaseLost`.
+# Сначала посмотрим, как настоящий зомби наносит этот вред. Потом лекарство —
+# **fencing-токен**: каждый захват записывает в задачу свежий случайный токен, и каждая
+# запись воркера несёт токен, полученный им при захвате. Запись с устаревшим токеном
+# ничего не меняет, а зомби получает `LeaseLost`. Напоследок — мир за пределами очереди:
+# хранилище, которое проверяет fence, и обработчик, который спрашивает, держит ли он ещё
+# свою аренду.
 
 # %%
 from leaselab import LeaseLost, ManualClock, Queue, lessons
 from leaselab.backends.sqlite import statements as sql
 from leaselab.lab import timeline
-from leaselab.lessons import wrong
+from leaselab.lessons import fence, wrong
 from leaselab.lessons.fence import FencedStore
 from leaselab.lab.fleet import Fleet
 
 lang = lessons.language()
+say = lessons.speaker(lang)
 work = lessons.scratch("03-fencing")
 
-clock = ManualClock()
-q = Queue(work / "fence.db", clock=clock)
-
 # %% [markdown] tags=["en"]
-# ## The zombie, with the clock in our hands
+# ## A real zombie overwrites a newer result
 #
-# `w1` claims a job that renders the home page, with a 10-second lease, and freezes.
-# The lease expires, the reaper puts the job back, `w2` claims it after the backoff,
-# renders the page and completes. All of this is legal and normal.
+# The handler `leaselab.lessons.demo:publish` works for 3 seconds, then writes a page,
+# `home.html`, into a store (a table in its own SQLite file, standing for a bucket or
+# another service). The page says which worker and which attempt wrote it. This store
+# checks nothing: the last writer wins.
+#
+# `w1` claims the job with a 3-second lease, and we freeze it with `SIGSTOP` (that is
+# what `fleet.pause` does); its heartbeat thread freezes with it. We start `w2`: its
+# reaper finds the expired lease, and `w2` runs the job from the start and writes the
+# page. Then we thaw `w1` with `SIGCONT`.
 
 # %% [markdown] tags=["ru"]
-# ## Зомби на ручных часах
+# ## Настоящий зомби затирает более новый результат
 #
-# `w1` захватывает задачу «отрисовать главную страницу» с арендой на 10 секунд и замирает.
-# Аренда истекает, reaper возвращает задачу, после паузы её захватывает `w2`, рисует
-# страницу и завершает задачу. Всё это законно и нормально.
+# Обработчик `leaselab.lessons.demo:publish` работает 3 секунды, а потом записывает
+# страницу `home.html` в хранилище (таблицу в отдельном файле SQLite, которая изображает
+# объектное хранилище или чужой сервис). На странице написано, какой воркер и какой
+# попыткой её записал. Это хранилище ничего не проверяет: побеждает последний, кто
+# записал.
+#
+# `w1` захватывает задачу с арендой на 3 секунды, и мы замораживаем его сигналом
+# `SIGSTOP` (это и делает `fleet.pause`); его поток heartbeat замирает вместе с ним.
+# Запускаем `w2`: его reaper находит истёкшую аренду, `w2` выполняет задачу с самого
+# начала и записывает страницу. Потом размораживаем `w1` сигналом `SIGCONT`.
+
+# %%
+def zombie_run(name, **options):
+    """w1 claims a publish job and is frozen; w2 does the job; w1 is thawed. Returns the queue and fleet."""
+    queue = Queue(work / f"{name}.db")
+    fleet = Fleet(queue.path)
+    job_id = queue.enqueue({"store": str(work / f"{name}-pages.db"), "key": "home.html", "seconds": 3, **options})
+    fleet.spawn(handler="leaselab.lessons.demo:publish", lease=3.0, name="w1")
+    lessons.wait_until(lambda: queue.get(job_id).status == "running", what=lessons.text("wait_claim", lang))
+    fleet.pause("w1")
+    fleet.spawn(handler="leaselab.lessons.demo:publish", lease=3.0, name="w2")
+    lessons.wait_until(lambda: queue.get(job_id).status == "done", what=lessons.text("wait_done", lang))
+    with FencedStore(work / f"{name}-pages.db") as pages:
+        say("l3_page_before", **pages.read("home.html")[0])
+    fleet.resume("w1")
+    lessons.wait_until(lambda: any(end in fleet.log_tail("w1") for end in ("without its lease", "not written")),
+                       what=lessons.text("l3_wait_zombie", lang))
+    return queue, fleet
 
 # %% tags=["nbval-check-output"]
+plain, plain_fleet = zombie_run("plain")
+with FencedStore(work / "plain-pages.db") as pages:
+    say("l3_page_after", **pages.read("home.html")[0])
+say("l3_queue_result", **plain.get(1).result["value"])
+say("l3_zombie_log", refused="heartbeat refused" in plain_fleet.log_tail("w1"))
+
+# %% [markdown] tags=["en"]
+# The page is `w1`'s again: a stale result replaced the newer one, and nothing anywhere
+# reported an error. The queue itself kept `w2`'s result: `w1`'s completion carried an
+# old token and was refused, as we see next. But the page was written before `w1` ever
+# talked to the queue. (`w1`'s own log, `plain_fleet.log_tail("w1")`, tells the same from
+# its side: its heartbeat was refused, and the handler went on anyway.)
+
+# %% [markdown] tags=["ru"]
+# На странице снова `w1`: устаревший результат заменил новый, и нигде никакой ошибки.
+# Сама очередь сохранила результат `w2`: завершение от `w1` пришло со старым токеном и
+# было отклонено, это мы разберём дальше. Но страницу `w1` записал ещё до того, как
+# вообще обратился к очереди. (Журнал самого `w1`, `plain_fleet.log_tail("w1")`,
+# рассказывает то же со своей стороны: его heartbeat отклонили, а обработчик всё равно
+# продолжил работу.)
+
+# %% [markdown] tags=["en"]
+# On the timeline: the shaded interval is `w1` frozen; the triangle is the reap; the cross
+# is the zombie's refused write to the queue, after `w2` had already finished.
+
+# %% [markdown] tags=["ru"]
+# На временной шкале: закрашенный интервал — `w1` заморожен; треугольник — возврат задачи
+# в очередь; крестик — отклонённая запись зомби в очередь, уже после того, как `w2` всё
+# закончил.
+
+# %% tags=["nbval-ignore-output"]
+timeline.draw(timeline.timeline_data(plain.events(), plain_fleet.actions), lang=lang)
+
+# %% [markdown] tags=["en"]
+# ## The fence inside the queue
+#
+# Why was the zombie's completion refused? We replay the story with a clock we move
+# ourselves. `w1` claims a job with a 10-second lease and freezes. The lease expires,
+# the reaper puts the job back, `w2` claims it after the backoff and completes.
+
+# %% [markdown] tags=["ru"]
+# ## Fencing внутри очереди
+#
+# Почему завершение от зомби отклонили? Разыграем историю ещё раз на часах, которые мы
+# сами переводим вперёд. `w1` захватывает задачу с арендой на 10 секунд и замирает.
+# Аренда истекает, reaper возвращает задачу в очередь, после отсрочки повтора её
+# захватывает `w2` и завершает.
+
+# %% tags=["nbval-check-output"]
+clock = ManualClock()
+q = Queue(work / "fence.db", clock=clock)
 job_id = q.enqueue({"render": "home"})
 zombie = q.claim("w1", lease=10)          # w1 freezes right after this
 clock.advance(11)
-print("reaped:", q.reap())
+say("l3_reaped", ids=q.reap())
 clock.advance(q.backoff.delay(1))
 fresh = q.claim("w2", lease=10)
 q.complete(fresh.id, fresh.token, {"rendered_by": "w2", "version": 2})
-print("job", job_id, "is", q.get(job_id).status, "with result", q.get(job_id).result)
-print("w1's token still in the job:", q.get(job_id).token == zombie.token)
+say("l3_job_is", id=job_id, status=q.get(job_id).status, result=q.get(job_id).result)
+say("l3_token_still", yes=q.get(job_id).token == zombie.token)
 
 # %% [markdown] tags=["en"]
-# Now `w1` wakes up and reports its old result. `complete` only changes a row
-# `WHERE status = 'running' AND token = :token`; here neither is true, so nothing changes
-# and the zombie hears about it:
+# Now `w1` wakes up. Each of its three writes (a heartbeat, a completion, a failure)
+# changes a row only `WHERE status = 'running' AND token = :token`. Here neither is true,
+# so nothing changes, and the zombie hears about it each time:
 
 # %% [markdown] tags=["ru"]
-# Теперь `w1` просыпается и сообщает свой старый результат. `complete` меняет строку только
-# `WHERE status = 'running' AND token = :token`; здесь не выполнено ни то, ни другое,
-# поэтому ничего не меняется, и зомби узнаёт об этом:
+# Теперь `w1` просыпается. Каждая из трёх его записей (heartbeat, завершение, ошибка)
+# меняет строку только `WHERE status = 'running' AND token = :token`. Здесь не выполнено
+# ни то, ни другое, поэтому ничего не меняется, и зомби каждый раз узнаёт об этом:
 
 # %% tags=["nbval-check-output"]
 print(sql.COMPLETE.strip())
 
 # %% tags=["nbval-check-output"]
-try:
-    q.complete(zombie.id, zombie.token, {"rendered_by": "w1", "version": 1})
-    print("the zombie's write was accepted")
-except LeaseLost as lost:
-    print("the zombie got LeaseLost; the job is", lost.status)
-print("result:", q.get(job_id).result)
+for write, call in (("heartbeat", lambda: q.heartbeat(zombie.id, zombie.token, lease=10)),
+                    ("complete", lambda: q.complete(zombie.id, zombie.token, {"rendered_by": "w1"})),
+                    ("fail", lambda: q.fail(zombie.id, zombie.token, "w1 gave up"))):
+    try:
+        call()
+        say("l3_accepted", write=write)
+    except LeaseLost as lost:
+        say("l3_refused", write=write, status=lost.status)
+say("l3_result", result=q.get(job_id).result)
 
 # %% [markdown] tags=["en"]
-# The refusal is not silent on the queue's side either: it is in the history as
+# The refusals are not silent on the queue's side either: each is in the history as
 # `lease_lost`, under the zombie's name and attempt.
 
 # %% [markdown] tags=["ru"]
-# Отказ не проходит бесследно и для очереди: он записан в журнал как `lease_lost`, с
-# именем зомби и номером его попытки.
+# Отказы не проходят бесследно и для очереди: каждый записан в историю как `lease_lost`,
+# с именем зомби и номером его попытки.
 
 # %% tags=["nbval-check-output"]
-print(lessons.history(q.events(job_id)))
+print(lessons.history(q.events(job_id), lang=lang))
 
 # %% [markdown] tags=["en"]
 # ## The wrong way: a write that checks only the id
 #
-# The same story once more, but this time the zombie's completion matches the job by its
-# id alone, as a lot of real code does (`UPDATE … WHERE id = ?`):
+# A lot of real code completes a job by its id alone (`UPDATE … WHERE id = ?`). Then the
+# queue's own record goes the way of the page above:
 
 # %% [markdown] tags=["ru"]
 # ## Неправильно: запись, которая проверяет только id
 #
-# Та же история ещё раз, но теперь завершение зомби находит задачу только по id, как
-# делает очень много настоящего кода (`UPDATE … WHERE id = ?`):
+# Очень много настоящего кода завершает задачу по одному лишь id
+# (`UPDATE … WHERE id = ?`). Тогда и запись в самой очереди постигает судьба страницы
+# выше:
 
 # %% tags=["nbval-check-output"]
 print(wrong.UNFENCED_COMPLETE.strip())
@@ -130,212 +219,277 @@ zombie2 = q.claim("w1", lease=10)
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(1))
 fresh2 = q.claim("w2", lease=10)
 q.complete(fresh2.id, fresh2.token, {"rendered_by": "w2", "version": 2})
-print("before the zombie wakes:", q.get(bad_id).result)
+say("l3_before_wakes", result=q.get(bad_id).result)
 wrong.unfenced_complete(q.path, zombie2.id, {"rendered_by": "w1", "version": 1}, clock=clock)
-print("after the zombie wakes: ", q.get(bad_id).result)
-
-# %% [markdown] tags=["en"]
-# The newer result is gone, replaced by the stale one, and nothing anywhere reports an
-# error. This is the bug fencing exists for.
-
-# %% [markdown] tags=["ru"]
-# Новый результат пропал, его заменил устаревший, и нигде никакой ошибки. Именно от этой
-# ошибки и защищает fencing.
-
-# %% [markdown] tags=["en"]
-# ## A real zombie: `SIGSTOP` and `SIGCONT`
-#
-# Now with processes. `w1` claims a 2-second job with a 2-second lease and we freeze it
-# with `SIGSTOP` (that is what `fleet.pause` does). Its heartbeat thread is frozen too.
-# We start `w2`; its reaper finds the expired lease, and `w2` does the job. Then we thaw
-# `w1` with `SIGCONT`. Its next heartbeat or its completion carries the old token.
-
-# %% [markdown] tags=["ru"]
-# ## Настоящий зомби: `SIGSTOP` и `SIGCONT`
-#
-# Теперь на процессах. `w1` захватывает двухсекундную задачу с арендой в 2 секунды, и мы
-# замораживаем его сигналом `SIGSTOP` (это и делает `fleet.pause`). Его поток heartbeat
-# тоже замирает. Запускаем `w2`: его reaper находит истёкшую аренду, и `w2` выполняет
-# задачу. Потом размораживаем `w1` сигналом `SIGCONT`. Его ближайший heartbeat или
-# завершение придут со старым токеном.
-
-# %% tags=["nbval-ignore-output"]
-real = Queue(work / "real.db")
-fleet = Fleet(real.path)
-real_id = real.enqueue({"seconds": 2})
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w1")
-lessons.wait_until(lambda: real.get(real_id).status == "running", what="w1 to claim the job")
-fleet.pause("w1")
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name="w2")
-lessons.wait_until(lambda: real.get(real_id).status == "done", what="w2 to finish the job")
-fleet.resume("w1")
-lessons.wait_until(lambda: [e for e in real.events(real_id) if e.kind == "lease_lost"], what="w1's refusal");
-
-# %% tags=["nbval-check-output"]
-print([(e.kind, e.attempt, e.worker) for e in real.events(real_id) if e.kind != "heartbeat"])
-lost = [e for e in real.events(real_id) if e.kind == "lease_lost"]
-print("the zombie got LeaseLost:", [e.worker for e in lost] == ["w1"])
-print("result written by:", real.get(real_id).result["worker"])
-
-# %% [markdown] tags=["en"]
-# `w1`'s own log says what happened from its side (the line depends on which of its two
-# threads woke first: the heartbeat or the handler):
-
-# %% [markdown] tags=["ru"]
-# Журнал самого `w1` рассказывает, как это выглядело с его стороны (строка зависит от
-# того, какой из двух его потоков проснулся первым: heartbeat или обработчик):
-
-# %% tags=["nbval-ignore-output"]
-print(fleet.log_tail("w1"))
-
-# %% [markdown] tags=["en"]
-# On the timeline: the shaded interval is `w1` frozen; the triangle is the reap; the cross
-# is the zombie's refused write, after `w2` had already finished.
-
-# %% [markdown] tags=["ru"]
-# На временной шкале: закрашенный интервал — `w1` заморожен; треугольник — reaper забрал
-# задачу; крестик — отклонённая запись зомби, уже после того, как `w2` всё закончил.
-
-# %% tags=["nbval-ignore-output"]
-timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
+say("l3_after_wakes", result=q.get(bad_id).result)
 
 # %% [markdown] tags=["en"]
 # > **A pause at the wrong moment.** SQLite's write lock is *not* a lease: it has no
-# > expiry. Here `w1` froze while sleeping in its handler, holding nothing. Had the
+# > expiry. Above, `w1` froze while working in its handler, holding nothing. Had the
 # > `SIGSTOP` landed in the few microseconds while `w1` was committing, it would have frozen
 # > with the file's write lock in its hands, and every other writer (`w2`, the reaper, the
-# > dashboard's buttons) would have waited until it was resumed or their busy timeout ran
+# > dashboard's buttons) would have waited until it was thawed or their busy timeout ran
 # > out. Leases protect *jobs* from frozen workers; nothing protects a lock from a frozen
 # > process except keeping transactions short, which is why each of leaselab's writes is
 # > one statement or one short transaction.
 
 # %% [markdown] tags=["ru"]
-# > **Пауза в неудачный момент.** Блокировка записи в SQLite — *не* аренда: срока у неё
-# > нет. Здесь `w1` замер, пока спал в обработчике, и ничего не держал. Попади `SIGSTOP` в
-# > те несколько микросекунд, когда `w1` фиксировал транзакцию, он застыл бы с блокировкой
-# > записи файла, и все остальные пишущие (`w2`, reaper, кнопки панели) ждали бы, пока его
-# > не разморозят или пока не истечёт их busy timeout. Аренда защищает *задачи* от
-# > замёрзших воркеров; блокировку от замёрзшего процесса не защищает ничто, кроме коротких
-# > транзакций, — поэтому каждая запись leaselab — это один оператор или одна короткая
-# > транзакция.
+# > **Заморозка в неудачный момент.** Блокировка записи в SQLite — *не* аренда: срока у
+# > неё нет. Выше `w1` замер, пока работал в обработчике, и ничего не держал. Попади
+# > `SIGSTOP` в те несколько микросекунд, когда `w1` фиксировал транзакцию, он застыл бы с
+# > блокировкой записи файла, и все остальные пишущие (`w2`, reaper, кнопки панели) ждали
+# > бы, пока его не разморозят или пока не истечёт их busy timeout. Аренда защищает
+# > *задачи* от замёрзших воркеров; блокировку от замёрзшего процесса не защищает ничто,
+# > кроме коротких транзакций, — поэтому каждая запись leaselab — это один оператор или
+# > одна короткая транзакция.
 
 # %% [markdown] tags=["en"]
 # ## Fencing the world outside the queue
 #
-# The token protects writes *to the queue*. But a handler usually writes somewhere else
-# first: a file, an object in a bucket, a row in another database. The zombie does that
-# write *before* it ever talks to the queue, so the queue cannot stop it. The outside
-# system has to check a fence itself.
+# The token protects writes *to the queue*. The page was written *before* the zombie
+# ever talked to the queue, so the queue could not stop it. The outside system has to
+# check a fence itself.
 #
 # A random token cannot be compared for "newer or older", but `job.fence` can: it is
-# `(job id, attempts)`, and `attempts` grows by one with every claim. An outside store
-# that remembers the highest fence it has accepted for each key can refuse anything
-# older, in one conditional statement:
+# `(job id, attempts)`, and `attempts` grows by one with every claim. A store that
+# remembers, for each key, the highest fence it has accepted can refuse anything older,
+# in one conditional statement:
 
 # %% [markdown] tags=["ru"]
 # ## Fencing для мира за пределами очереди
 #
-# Токен защищает записи *в очередь*. Но обработчик обычно сначала пишет куда-то ещё: в
-# файл, в объектное хранилище, в другую базу. Зомби делает эту запись *до* того, как
-# вообще обратится к очереди, и очередь помешать ему не может. Внешняя система должна
+# Токен защищает записи *в очередь*. Страницу зомби записал *до* того, как вообще
+# обратился к очереди, и очередь помешать ему не могла. Внешняя система должна
 # проверять fence сама.
 #
-# Случайный токен нельзя сравнить по «новее или старее», а `job.fence` можно: это
-# `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате. Внешнее
-# хранилище, которое помнит наибольший принятый fence для каждого ключа, может отказать
+# Случайный токен нельзя сравнить по принципу «новее или старее», а `job.fence` можно:
+# это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате.
+# Хранилище, которое помнит для каждого ключа наибольший принятый fence, может отказать
 # всему, что старше, одним условным оператором:
 
 # %% tags=["nbval-check-output"]
-from leaselab.lessons import fence
 print(fence.FENCED_WRITE.strip())
 
-# %% tags=["nbval-check-output"]
-page_id = q.enqueue({"render": "pricing"})
-old = q.claim("w1", lease=10)            # attempt 1, then w1 freezes
-clock.advance(11); q.reap(); clock.advance(q.backoff.delay(1))
-new = q.claim("w2", lease=10)            # attempt 2
-print("fences:", old.fence, "<", new.fence, "=", old.fence < new.fence)
-
-store = FencedStore(work / "pages.db")
-print("w2 writes pricing.html:", store.write("pricing.html", "prices v2", fence=new.fence))
-print("zombie w1 writes pricing.html:", store.write("pricing.html", "prices v1", fence=old.fence))
-print("the page now:", store.read("pricing.html"))
-
 # %% [markdown] tags=["en"]
-# And the same two writes into a store that does not check the fence:
+# The same real zombie once more, now writing into a store that checks the fence:
 
 # %% [markdown] tags=["ru"]
-# И те же две записи в хранилище, которое fence не проверяет:
+# Тот же настоящий зомби ещё раз, но теперь он пишет в хранилище, которое проверяет fence:
 
 # %% tags=["nbval-check-output"]
-store.write("faq.html", "faq v2", fence=new.fence, check=False)
-store.write("faq.html", "faq v1", fence=old.fence, check=False)
-print("the page now:", store.read("faq.html"))
+fenced, fenced_fleet = zombie_run("fenced", fenced=True)
+with FencedStore(work / "fenced-pages.db") as pages:
+    say("l3_page_after", **pages.read("home.html")[0])
+
+# %% [markdown] tags=["en"]
+# A fence is comparable within one job. The store compares `(job id, attempts)` as a pair,
+# so across jobs the higher job id wins, whatever the time: a write of job 8 replaces any
+# write of job 7 to that key, and job 7 can never write it again. That is right when a
+# later job should supersede an earlier one; when unrelated jobs share a key, give each
+# job its own key.
+#
+# ## The handler that asks first
+#
+# A store that checks fences is the real fix, but many outside systems cannot (an email
+# is sent, whatever its fence). The handler can at least stop early. A handler that takes
+# a second argument gets its `Lease`: `lease.lost` is a `threading.Event` the worker sets
+# the moment a heartbeat is refused, and `lease.check()` raises `LeaseLost` then.
+# `publish` with `check_lease` calls `lease.check()` between its steps and before the
+# write:
+
+# %% [markdown] tags=["ru"]
+# Fence сравним только в пределах одной задачи. Хранилище сравнивает `(id задачи,
+# attempts)` как пару, поэтому между разными задачами побеждает больший id, когда бы ни
+# пришла запись: запись задачи 8 заменяет любую запись задачи 7 по этому ключу, и задача
+# 7 туда больше не напишет. Это правильно, когда более поздняя задача должна вытеснять
+# более раннюю; если ключ делят задачи, не связанные между собой, дайте каждой свой ключ.
+#
+# ## Обработчик, который сначала спрашивает
+#
+# Хранилище с проверкой fence — настоящее решение, но многие внешние системы так не
+# умеют (письмо уходит, какой бы fence у него ни был). Обработчик может хотя бы вовремя
+# остановиться. Обработчик, принимающий второй аргумент, получает свою аренду, `Lease`:
+# `lease.lost` — это `threading.Event`, который воркер устанавливает, как только
+# heartbeat отклонён, а `lease.check()` тогда бросает `LeaseLost`. `publish` с
+# `check_lease` вызывает `lease.check()` между шагами работы и перед записью:
+
+# %% tags=["nbval-check-output"]
+careful, careful_fleet = zombie_run("careful", check_lease=True)
+with FencedStore(work / "careful-pages.db") as pages:
+    say("l3_page_after", **pages.read("home.html")[0])
+
+# %% tags=["nbval-check-output"]
+say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_fleet.log_tail("w1"))
+
+# %% [markdown] tags=["en"]
+# The zombie learned it lost the job and wrote nothing, into a store that checks nothing.
+# But the check is only as fresh as the last heartbeat: a worker that freezes *after*
+# `lease.check()` and *before* its write is a zombie again when it wakes. The check makes
+# the window small; only a fence at the receiving end closes it.
+
+# %% [markdown] tags=["ru"]
+# Зомби узнал, что задачу у него забрали, и ничего не записал — в хранилище, которое
+# ничего не проверяет. Но проверка свежа ровно настолько, насколько свеж последний
+# heartbeat: воркер, замёрзший *после* `lease.check()` и *до* записи, проснётся снова
+# зомби. Проверка сужает окно, а закрывает его только fence на принимающей стороне.
 
 # %% [markdown] tags=["en"]
 # ## Summary
 #
-# - A frozen worker loses its lease like a dead one, but it comes back: a **zombie**.
+# - A frozen worker loses its lease like a dead one, but it comes back: a **zombie**,
+#   which overwrites newer results wherever nobody checks.
 # - Every claim writes a fresh **token**; heartbeat, complete and fail change a row only
 #   `WHERE status = 'running' AND token = ?`. Zero rows changed means `LeaseLost`, and the
 #   refusal is recorded as a `lease_lost` event.
 # - A write that matches only the id silently replaces a newer result with a stale one.
-# - For systems outside the queue, pass `job.fence = (job id, attempts)`: it only rises,
-#   so the outside system can refuse writes from an older attempt.
+# - For systems outside the queue, pass `job.fence = (job id, attempts)`: it only rises
+#   within a job, so the outside system can refuse writes from an older attempt.
+# - A handler taking `(job, lease)` can stop before its side effect once `lease.lost` is
+#   set; that narrows the window, the fence closes it.
 #
 # ## Exercises
 #
-# 1. A late worker's *heartbeat* arrives after its lease expired but *before* anyone
-#    reaped the job. Is it accepted? Predict, then run the cell. (Hint: read `sql.HEARTBEAT`.)
-# 2. Fences `(7, 3)` and `(7, 12)`: which one may overwrite the other's write? Check with
-#    the store.
+# **1. Write code.** Write `my_fenced_write(conn, key, value, fence)` for the store's
+# table `fenced(key, fence_job, fence_attempt, value)`: store the value unless the key
+# already holds a write with a *higher* fence. The stub below is the plain write, which
+# lets the zombie win. The check runs your function on a real SQLite table.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
 #
-# - Замерший воркер теряет аренду так же, как мёртвый, но возвращается: это **зомби**.
+# - Замерший воркер теряет аренду так же, как мёртвый, но возвращается: это **зомби**, и
+#   он затирает более новые результаты везде, где никто ничего не проверяет.
 # - Каждый захват пишет свежий **токен**; heartbeat, complete и fail меняют строку только
 #   `WHERE status = 'running' AND token = ?`. Ноль изменённых строк означает `LeaseLost`,
-#   а отказ записывается в журнал событием `lease_lost`.
+#   а отказ записывается в историю событием `lease_lost`.
 # - Запись, которая проверяет только id, молча заменяет новый результат устаревшим.
-# - Системам вне очереди передавайте `job.fence = (id задачи, attempts)`: он только
-#   растёт, и внешняя система может отвергать записи более старой попытки.
+# - Системам вне очереди передавайте `job.fence = (id задачи, attempts)`: в пределах
+#   задачи он только растёт, и внешняя система может отвергать записи более старой
+#   попытки.
+# - Обработчик с сигнатурой `(job, lease)` может остановиться до побочного эффекта, как
+#   только установлен `lease.lost`; это сужает окно, а закрывает его fence.
 #
 # ## Упражнения
 #
-# 1. Heartbeat опоздавшего воркера приходит после истечения аренды, но *до* того, как
-#    reaper забрал задачу. Примут ли его? Предскажите и запустите ячейку. (Подсказка: прочтите
-#    `sql.HEARTBEAT`.)
-# 2. Fence `(7, 3)` и `(7, 12)`: какой из них может перезаписать запись другого?
-#    Проверьте на хранилище.
+# **1. Напишите код.** Напишите `my_fenced_write(conn, key, value, fence)` для таблицы
+# хранилища `fenced(key, fence_job, fence_attempt, value)`: сохранить значение, если
+# только по этому ключу уже не лежит запись с *бо́льшим* fence. Заготовка ниже — простая
+# запись, при которой зомби побеждает. Проверка запустит вашу функцию на настоящей
+# таблице SQLite.
+
+# %%
+def my_fenced_write(conn, key, value, fence):
+    conn.execute(
+        "INSERT INTO fenced (key, fence_job, fence_attempt, value) VALUES (?, ?, ?, ?)"
+        " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
+        " fence_attempt = excluded.fence_attempt, value = excluded.value",
+        (key, fence[0], fence[1], value))
+
+# %% [markdown] tags=["en"]
+# <details><summary>Show the answer</summary>
+#
+# Add a `WHERE` to the upsert's `DO UPDATE`: it runs only when the stored fence is not
+# higher than the new one. Row values compare element by element, like tuples:
+#
+# ```python
+# def my_fenced_write(conn, key, value, fence):
+#     conn.execute(
+#         "INSERT INTO fenced (key, fence_job, fence_attempt, value) VALUES (?, ?, ?, ?)"
+#         " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
+#         " fence_attempt = excluded.fence_attempt, value = excluded.value"
+#         " WHERE (fenced.fence_job, fenced.fence_attempt)"
+#         "    <= (excluded.fence_job, excluded.fence_attempt)",
+#         (key, fence[0], fence[1], value))
+# ```
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
+#
+# Добавьте `WHERE` к `DO UPDATE`: обновление выполнится, только если сохранённый fence не
+# больше нового. Значения-строки сравниваются поэлементно, как кортежи:
+#
+# ```python
+# def my_fenced_write(conn, key, value, fence):
+#     conn.execute(
+#         "INSERT INTO fenced (key, fence_job, fence_attempt, value) VALUES (?, ?, ?, ?)"
+#         " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
+#         " fence_attempt = excluded.fence_attempt, value = excluded.value"
+#         " WHERE (fenced.fence_job, fenced.fence_attempt)"
+#         "    <= (excluded.fence_job, excluded.fence_attempt)",
+#         (key, fence[0], fence[1], value))
+# ```
+# </details>
+
+# %% tags=["nbval-check-output"]
+from leaselab.lessons import exercises
+print(exercises.check_fenced_write(my_fenced_write, lang))
+
+# %% [markdown] tags=["en"]
+# **2. Predict.** A late worker's *heartbeat* arrives after its lease expired but *before*
+# anyone reaped the job. Is it accepted? (Hint: read `sql.HEARTBEAT`.)
+
+# %% [markdown] tags=["ru"]
+# **2. Предскажите.** Heartbeat опоздавшего воркера приходит после истечения аренды, но
+# *до* того, как reaper вернул задачу в очередь. Примут ли его? (Подсказка: прочтите
+# `sql.HEARTBEAT`.)
 
 # %% tags=["nbval-check-output"]
 late_id = q.enqueue({"render": "late"})
 late = q.claim("w1", lease=10)
 clock.advance(15)                        # expired, but nobody has reaped yet
-print("heartbeat accepted, lease left:", q.heartbeat(late.id, late.token, lease=10) - clock())
-
-# %% tags=["nbval-check-output"]
-print("(7, 12) then (7, 3):", store.write("x", "a", fence=(7, 12)), store.write("x", "b", fence=(7, 3)))
-print("(7, 3) then (7, 12):", store.write("y", "a", fence=(7, 3)), store.write("y", "b", fence=(7, 12)))
+say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock())
 
 # %% [markdown] tags=["en"]
-# (1: yes. The token still holds the job, so the worker is merely late, not a zombie yet;
-# fencing is about who holds the job, not about the clock. 2: only the higher fence,
-# `(7, 12)`, may overwrite.)
+# <details><summary>Answer</summary>
+#
+# Yes. The token still holds the job, so the worker is merely late, not a zombie yet;
+# fencing is about who holds the job, not about the clock.
+# </details>
+#
+# **3. Predict.** Fences `(7, 3)` and `(7, 12)`: which one may overwrite the other's
+# write? And `(8, 1)` after `(7, 12)`?
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Ответ</summary>
+#
+# Да. Токен всё ещё держит задачу, значит, воркер просто опоздал, но зомби ещё не стал;
+# fencing определяет, кто держит задачу, а не сколько времени прошло.
+# </details>
+#
+# **3. Предскажите.** Fence `(7, 3)` и `(7, 12)`: какой из них может перезаписать запись
+# другого? А `(8, 1)` после `(7, 12)`?
+
+# %% tags=["nbval-check-output"]
+store = FencedStore(work / "pages.db")
+say("l3_pair", first="(7, 12)", second="(7, 3)", a=store.write("x", "a", fence=(7, 12)), b=store.write("x", "b", fence=(7, 3)))
+say("l3_pair", first="(7, 3)", second="(7, 12)", a=store.write("y", "a", fence=(7, 3)), b=store.write("y", "b", fence=(7, 12)))
+say("l3_pair", first="(7, 12)", second="(8, 1)", a=store.write("z", "a", fence=(7, 12)), b=store.write("z", "b", fence=(8, 1)))
+
+# %% [markdown] tags=["en"]
+# <details><summary>Answer</summary>
+#
+# Only the higher fence, `(7, 12)`, may overwrite. `(8, 1)` is a different job, and the
+# store orders by job id first, so it wins: the fence says nothing about time across jobs.
+# </details>
 #
 # Clean up: end the workers, close the files, remove the temporary folder.
 
 # %% [markdown] tags=["ru"]
-# (1: да. Токен всё ещё держит задачу, значит, воркер просто опоздал, но зомби ещё не
-# стал; fencing определяет, кто держит задачу, а не сколько времени прошло. 2: перезаписать
-# может только больший fence, `(7, 12)`.)
+# <details><summary>Ответ</summary>
+#
+# Перезаписать может только больший fence, `(7, 12)`. `(8, 1)` — другая задача, а
+# хранилище сравнивает сначала id задачи, поэтому она побеждает: о времени между разными
+# задачами fence ничего не говорит.
+# </details>
 #
 # Уберём за собой: завершим воркеров, закроем файлы, удалим временную папку.
 
 # %% tags=["nbval-check-output"]
-fleet.shutdown()
-print("workers alive:", [s.name for s in fleet.status() if s.state in ("running", "paused", "stopping")])
-for closable in (store, fleet.queue, real, q):
+fleets = (plain_fleet, fenced_fleet, careful_fleet)
+for f in fleets:
+    f.shutdown()
+say("workers_alive", names=[s.name for f in fleets for s in f.status() if s.state in ("running", "paused", "stopping")])
+for closable in (store, *(f.queue for f in fleets), plain, fenced, careful, q):
     closable.close()
-print("temporary folder removed:", lessons.cleanup(work))
+say("folder_removed", removed=lessons.cleanup(work))

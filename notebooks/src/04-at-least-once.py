@@ -33,8 +33,8 @@
 #
 # Поэтому leaselab обещает **at-least-once** («хотя бы один раз»): каждая задача будет
 # выполнена, некоторые — больше одного раза. В этом уроке мы вызовем повтор на настоящих
-# процессах, разберём два способа сделать повтор безвредным и закончим тем, почему
-# «ровно один раз» нам не предлагают.
+# процессах, разберём два способа сделать повтор безвредным и в конце объясним, почему
+# очередь не обещает «ровно один раз».
 
 # %%
 from leaselab import LeaseLost, ManualClock, Queue, lessons
@@ -44,6 +44,7 @@ from leaselab.lessons.demo import read_effects
 from leaselab.lab.fleet import Fleet
 
 lang = lessons.language()
+say = lessons.speaker(lang)
 work = lessons.scratch("04-at-least-once")
 
 # %% [markdown] tags=["en"]
@@ -53,7 +54,7 @@ work = lessons.scratch("04-at-least-once")
 # starts: that file is the outside world, where every run leaves a trace. With
 # `"crash": 1` the handler kills its own process with `SIGKILL` on the first attempt,
 # right after the effect and before the worker can report completion. Two workers,
-# 2-second leases.
+# 3-second leases.
 
 # %% [markdown] tags=["ru"]
 # ## Падение между действием и `complete`
@@ -62,7 +63,7 @@ work = lessons.scratch("04-at-least-once")
 # «эффектов»: этот файл — внешний мир, в котором остаётся след каждого запуска. С
 # `"crash": 1` на первой попытке обработчик убивает собственный процесс сигналом
 # `SIGKILL` сразу после действия и до того, как воркер успеет сообщить о завершении. Два
-# воркера, аренда 2 секунды.
+# воркера, аренда 3 секунды.
 
 # %% tags=["nbval-ignore-output"]
 real = Queue(work / "real.db")
@@ -70,24 +71,28 @@ fleet = Fleet(real.path)
 effects_file = str(work / "effects.jsonl")
 job_id = real.enqueue({"seconds": 0.2, "effects": effects_file, "crash": 1})
 for name in ("w1", "w2"):
-    fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0, name=name)
-lessons.wait_until(lambda: real.get(job_id).status == "done", what="the job to be done");
+    fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name=name)
+lessons.wait_until(lambda: real.get(job_id).status == "done", what=lessons.text("wait_done", lang));
 
 # %% tags=["nbval-check-output"]
 runs = read_effects(effects_file)
-print("status:", real.get(job_id).status, "| attempts:", real.get(job_id).attempts)
-print("the handler ran", len(runs), "times for job", job_id, "- attempts", [r["attempt"] for r in runs])
-print("workers still alive:", sum(s.state == "running" for s in fleet.status()))
+say("l4_status", status=real.get(job_id).status, attempts=real.get(job_id).attempts)
+say("l4_ran", n=len(runs), id=job_id, attempts=[r["attempt"] for r in runs])
+say("l4_alive", n=sum(s.state == "running" for s in fleet.status()))
 
 # %% [markdown] tags=["en"]
 # Nothing went wrong in the queue: attempt 1 died, its lease expired, the surviving
 # worker reaped the job and did it as attempt 2, exactly as lesson 1 promised. Yet the
-# effect happened twice. The timeline shows the first attempt cut short by the crash.
+# effect happened twice. On the timeline the first attempt's bar ends at the crash, where
+# the dark hatching begins; the job waits there until the lease runs out and the reaper
+# (the triangle) hands it on.
 
 # %% [markdown] tags=["ru"]
 # В очереди ничего не сломалось: попытка 1 умерла, её аренда истекла, выживший воркер
-# забрал задачу и выполнил её второй попыткой, ровно как обещал урок 1. И всё же действие
-# случилось дважды. На временной шкале видно, как первую попытку оборвало падение.
+# вернул задачу в очередь и выполнил её второй попыткой, ровно как обещал урок 1. И всё же
+# действие случилось дважды. На временной шкале полоса первой попытки обрывается в момент
+# падения, там же начинается тёмная штриховка; задача ждёт, пока не истечёт аренда и
+# reaper (треугольник) не вернёт её в очередь.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
@@ -100,7 +105,7 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # deposits, then crashes on the first attempt. Two jobs: Alice's deposit is a plain
 # insert; Bob's carries an **idempotency key**, `job-<id>`, and the ledger ignores a key
 # it has already seen. Payment APIs offer exactly this: an `Idempotency-Key` header.
-# Three workers, because each first attempt takes a worker down with it.
+# Three workers, because each first attempt kills the worker that runs it.
 
 # %% [markdown] tags=["ru"]
 # ## Безвредный повтор, способ первый: ключ идемпотентности
@@ -110,7 +115,7 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # деньги и падает на первой попытке. Две задачи: зачисление Алисе — простая вставка, а у
 # зачисления Бобу есть **ключ идемпотентности** `job-<id>`, и реестр игнорирует ключ,
 # который уже видел. Платёжные API предлагают ровно это: заголовок `Idempotency-Key`.
-# Воркеров три, потому что каждая первая попытка забирает воркера с собой.
+# Воркеров три, потому что каждая первая попытка убивает воркера, который её выполняет.
 
 # %% tags=["nbval-check-output"]
 print(effects.DEPOSIT.strip())
@@ -124,14 +129,15 @@ ledger_file = str(work / "ledger.db")
 alice = pay.enqueue({"ledger": ledger_file, "account": "alice", "amount": 10, "keyed": False, "crash": 1})
 bob = pay.enqueue({"ledger": ledger_file, "account": "bob", "amount": 10, "keyed": True, "crash": 1})
 for name in ("w3", "w4", "w5"):
-    payfleet.spawn(handler="leaselab.lessons.effects:deposit", lease=2.0, name=name)
-lessons.wait_until(lambda: pay.get(alice).status == pay.get(bob).status == "done", what="both deposits");
+    payfleet.spawn(handler="leaselab.lessons.effects:deposit", lease=3.0, name=name)
+lessons.wait_until(lambda: pay.get(alice).status == pay.get(bob).status == "done",
+                   what=lessons.text("wait_done", lang));
 
 # %% tags=["nbval-check-output"]
 ledger = effects.Ledger(ledger_file)
-print("attempts: alice", pay.get(alice).attempts, "| bob", pay.get(bob).attempts)
-print("alice's balance:", ledger.balance("alice"), "(deposited twice)")
-print("bob's balance:  ", ledger.balance("bob"), "(the repeat was ignored)")
+say("l4_pay_attempts", alice=pay.get(alice).attempts, bob=pay.get(bob).attempts)
+say("l4_alice", balance=ledger.balance("alice"))
+say("l4_bob", balance=ledger.balance("bob"))
 
 # %% [markdown] tags=["en"]
 # The key must be stable across attempts, so it comes from the job (its id), never from
@@ -152,6 +158,11 @@ print("bob's balance:  ", ledger.balance("bob"), "(the repeat was ignored)")
 # transaction; you run the effect inside the `with` block; on leaving it runs the fenced
 # `complete` and commits only if the token still holds the job.
 #
+# Mind the price: the block runs inside a write transaction, and SQLite has one write
+# lock for the whole file. While your block runs, no other worker can claim, heartbeat
+# or complete. Keep the block to a few quick statements; never call a network service or
+# sleep in it.
+#
 # We play it with the manual clock. Attempt 1 (`w1`) deposits and then dies before the
 # commit; we raise an exception to stand for the crash, and a real crash does the same,
 # since SQLite throws away a transaction that was never committed. Attempt 2 (`w2`)
@@ -168,7 +179,12 @@ print("bob's balance:  ", ledger.balance("bob"), "(the repeat was ignored)")
 # выполняется `complete` с проверкой токена, и транзакция фиксируется, только если токен
 # всё ещё держит задачу.
 #
-# Разыграем это на ручных часах. Попытка 1 (`w1`) зачисляет деньги и умирает до COMMIT:
+# Помните о цене: блок выполняется внутри пишущей транзакции, а блокировка записи у
+# SQLite одна на весь файл. Пока работает ваш блок, ни один другой воркер не может ни
+# захватить задачу, ни продлить аренду, ни завершить задачу. Держите в блоке несколько
+# быстрых операторов и никогда не обращайтесь в нём к сетевым сервисам и не засыпайте.
+#
+# Разыграем это на часах, которые мы двигаем сами. Попытка 1 (`w1`) зачисляет деньги и умирает до COMMIT:
 # падение изображает исключение, и настоящее падение даёт то же самое, ведь SQLite
 # выбрасывает транзакцию, которую так и не зафиксировали. Попытка 2 (`w2`) замирает и
 # теряет аренду. Попытка 3 (`w3`) зачисляет деньги и завершает задачу. Потом замерший
@@ -185,8 +201,8 @@ try:
     with effects.completing(q, first, result="paid") as tx:
         effects.record_deposit(tx, "carol", 10, job=first)
         raise SystemExit("w1 dies before COMMIT")
-except SystemExit as crash:
-    print("attempt 1:", crash, "| carol has", ledger_here.balance("carol"))
+except SystemExit:
+    say("l4_attempt1", balance=ledger_here.balance("carol"))
 
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(1))
 second = q.claim("w2", lease=10)               # w2 freezes here
@@ -195,14 +211,14 @@ third = q.claim("w3", lease=10)
 clock.advance(2)                               # w3 works for two seconds
 with effects.completing(q, third, result="paid") as tx:
     effects.record_deposit(tx, "carol", 10, job=third)
-print("attempt 3: job", q.get(pay_id).status, "| carol has", ledger_here.balance("carol"))
+say("l4_attempt3", status=q.get(pay_id).status, balance=ledger_here.balance("carol"))
 
 try:
     with effects.completing(q, second, result="paid") as tx:
         effects.record_deposit(tx, "carol", 10, job=second)
 except LeaseLost:
-    print("attempt 2 wakes up: LeaseLost, its deposit rolled back | carol has", ledger_here.balance("carol"))
-print("ledger:", [(e["account"], e["amount"], e["attempt"]) for e in ledger_here.entries()])
+    say("l4_attempt2", balance=ledger_here.balance("carol"))
+say("l4_ledger", entries=[(e["account"], e["amount"], e["attempt"]) for e in ledger_here.entries()])
 
 # %% [markdown] tags=["en"]
 # Three attempts ran the handler; the money moved once, and the ledger row names the
@@ -210,10 +226,10 @@ print("ledger:", [(e["account"], e["amount"], e["attempt"]) for e in ledger_here
 
 # %% [markdown] tags=["ru"]
 # Обработчик запускался три раза, а деньги переведены один раз, и строка реестра называет
-# ту попытку, которая завершила задачу. Журнал задачи рассказывает ту же историю:
+# ту попытку, которая завершила задачу. История задачи говорит то же самое:
 
 # %% tags=["nbval-check-output"]
-print(lessons.history(q.events(pay_id)))
+print(lessons.history(q.events(pay_id), lang=lang))
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(q.events()), lang=lang)
@@ -252,16 +268,16 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # - An **idempotency key** taken from the job (not the attempt) lets the receiving side
 #   ignore the repeat.
 # - When the effect is data in the queue's own file, write it **in the same transaction**
-#   as the fenced completion: a crash rolls both back, a zombie's commit is refused.
+#   as the fenced completion: a crash rolls both back, a zombie's commit is refused. Keep
+#   that transaction short: it holds the file's one write lock.
 # - Exactly-once delivery across a crash would need the effect and the record of it to be
 #   one atomic step; for anything outside the database that step does not exist.
 #
 # ## Exercises
 #
-# 1. The same keyed deposit arrives three times, and a plain one three times. Predict
-#    both balances, then run the cell.
-# 2. Why must the idempotency key not be `f"job-{job.id}-{job.attempts}"`? Change the
-#    key in the cell and see.
+# **1. Write code.** Make this deposit handler idempotent: whichever attempt of a job runs
+# it, and however often, the account gets the job's money once. The check runs your
+# function for three attempts of one job and one attempt of another, on a real ledger.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -272,40 +288,89 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #   стороне проигнорировать повтор.
 # - Если действие — данные в файле самой очереди, пишите его **в той же транзакции**, что
 #   и завершение с проверкой токена: падение откатит и то и другое, а фиксацию зомби
-#   отклонят.
-# - Ровно-один-раз при падениях требовал бы, чтобы действие и запись о нём были одним
-#   атомарным шагом; для всего, что вне базы, такого шага не существует.
+#   отклонят. Транзакция должна быть короткой: она держит единственную блокировку записи
+#   на файл.
+# - Чтобы при падениях действие выполнялось ровно один раз, действие и запись о нём
+#   должны быть одним атомарным шагом; для всего, что находится вне базы, такого шага не
+#   существует.
 #
 # ## Упражнения
 #
-# 1. Одно и то же зачисление с ключом приходит три раза, и простое — тоже три раза.
-#    Предскажите оба баланса и запустите ячейку.
-# 2. Почему ключ идемпотентности не должен быть `f"job-{job.id}-{job.attempts}"`?
-#    Поменяйте ключ в ячейке и посмотрите.
+# **1. Напишите код.** Сделайте этот обработчик зачисления идемпотентным: какая бы попытка
+# задачи его ни выполнила и сколько бы раз, деньги задачи попадут на счёт один раз.
+# Проверка вызовет вашу функцию для трёх попыток одной задачи и одной попытки другой, на
+# настоящем реестре.
+
+# %%
+def my_deposit(ledger, job):
+    ledger.deposit("dave", 10, job=job)
+
+# %% [markdown] tags=["en"]
+# <details><summary>Show the answer</summary>
+#
+# ```python
+# def my_deposit(ledger, job):
+#     ledger.deposit("dave", 10, job=job, key=f"job-{job.id}")
+# ```
+#
+# The key must be the same for every attempt of the job, and different between jobs:
+# `f"job-{job.id}-{job.attempts}"` would be a new key on every attempt, and the money
+# would move once per attempt again.
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
+#
+# ```python
+# def my_deposit(ledger, job):
+#     ledger.deposit("dave", 10, job=job, key=f"job-{job.id}")
+# ```
+#
+# Ключ должен совпадать у всех попыток задачи и различаться у разных задач:
+# `f"job-{job.id}-{job.attempts}"` на каждой попытке был бы новым, и деньги снова
+# переводились бы на каждой попытке.
+# </details>
+
+# %% tags=["nbval-check-output"]
+from leaselab.lessons import exercises
+print(exercises.check_idempotent_deposit(my_deposit, work / "exercise-ledger.db", lang))
+
+# %% [markdown] tags=["en"]
+# **2. Predict.** The same keyed deposit arrives three times, and a plain one three times.
+# Predict both balances, then run the cell.
+
+# %% [markdown] tags=["ru"]
+# **2. Предскажите.** Одно и то же зачисление с ключом приходит три раза, и простое —
+# тоже три раза. Предскажите оба баланса и запустите ячейку.
 
 # %% tags=["nbval-check-output"]
 with effects.Ledger(work / "exercise.db") as ex:
     for attempt in (1, 2, 3):
         ex.deposit("dave", 10, key="job-42")
         ex.deposit("erin", 10)
-    print("dave (keyed):", ex.balance("dave"), "| erin (plain):", ex.balance("erin"))
+    say("l4_ex_balances", dave=ex.balance("dave"), erin=ex.balance("erin"))
 
 # %% [markdown] tags=["en"]
-# (2: a key that changes with every attempt is a new key every time, so the receiver
-# never sees a repeat, and the money moves once per attempt again.)
+# <details><summary>Answer</summary>
+#
+# 10 and 30: the ledger ignores a key it has seen; the plain deposit counts every time.
+# </details>
 #
 # Clean up: end the workers, close the files, remove the temporary folder.
 
 # %% [markdown] tags=["ru"]
-# (2: ключ, который меняется с каждой попыткой, каждый раз новый, и получатель ни разу не
-# увидит повтора: деньги снова переводятся на каждой попытке.)
+# <details><summary>Ответ</summary>
+#
+# 10 и 30: реестр игнорирует уже виденный ключ, а простое зачисление засчитывается каждый
+# раз.
+# </details>
 #
 # Уберём за собой: завершим воркеров, закроем файлы, удалим временную папку.
 
 # %% tags=["nbval-check-output"]
 fleet.shutdown()
 payfleet.shutdown()
-print("workers alive:", [s.name for f in (fleet, payfleet) for s in f.status() if s.state in ("running", "paused", "stopping")])
+say("workers_alive", names=[s.name for f in (fleet, payfleet) for s in f.status() if s.state in ("running", "paused", "stopping")])
 for closable in (ledger, ledger_here, fleet.queue, payfleet.queue, real, pay, q):
     closable.close()
-print("temporary folder removed:", lessons.cleanup(work))
+say("folder_removed", removed=lessons.cleanup(work))

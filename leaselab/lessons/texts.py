@@ -1,0 +1,263 @@
+"""What the lessons' shared code cells print, in each lesson language.
+
+A code cell is the same in the English and the Russian notebook, so it prints
+through ``say = speaker(lang)``: ``say("claim", status=..., ...)`` prints the line
+in the notebook's language. A test checks that both languages have the same keys
+and the same placeholders, and that the Russian notebooks print no English sentence.
+"""
+
+from __future__ import annotations
+
+import string
+from typing import Callable
+
+from .notebook import LANGUAGES
+
+MESSAGES: dict[str, dict[str, str]] = {
+    "en": {
+        # lesson 0
+        "l0_crashed": "w1 is {state} | its job is {status} | held by {worker}",
+        "l0_after": "status: {status} | attempts: {attempts} | completed by: {worker}",
+        "l0_result_by": "result written by: {worker} | attempts: {attempts}",
+        "l0_zombie_tried": "what w1 tried after waking: {events}",
+        "l0_badge": "w1's badge while frozen: {badge}",
+        "l0_alive": "demonstration workers alive: {names}",
+        "wait_w1_crash": "w1 to crash",
+        "wait_refused": "w1's refused write",
+        "l0_ex_refused": "{zombie}'s write was refused after {other} completed the job",
+        "l0_ex_not_refused": "no write of {zombie} was refused after another worker completed its job",
+        # lesson 1
+        "l1_claim": "status: {status} | attempt: {attempt} | holder: {holder}",
+        "l1_lease_left": "lease left: {seconds:g} seconds",
+        "l1_w2_gets": "w2 gets: {job}",
+        "l1_after_beat": "lease left after the heartbeat: {seconds:g} seconds",
+        "l1_reaped_at": "reaped at +{at} s: {ids}",
+        "l1_reaped_status": "status: {status} | attempts used: {attempts} | last error: {error}",
+        "l1_run_again": "may run again in: {seconds:g} seconds",
+        "l1_delays": "delays after attempts 1..7: {delays}",
+        "l1_w2_now": "w2 right now gets: {job}",
+        "l1_w2_later": "one second later w2 gets job {id} as attempt {attempt}",
+        "l1_reaped_to": "reaped: {ids} -> {status}",
+        "l1_w3_takes": "w3 takes attempt {attempt} of {max}",
+        "l1_attempts": "attempts: {attempts}",
+        "l1_real": "status: {status} | attempts: {attempts} | finished by: {worker}",
+        "l1_w1_after_kill": "w1 after the kill: {state}",
+        "l1_story": "history without heartbeats: {events}",
+        "wait_claim": "w1 to claim the job",
+        "wait_done": "the job to be done",
+        "workers_alive": "workers alive: {names}",
+        "folder_removed": "temporary folder removed: {removed}",
+        "check_right": "Right: {detail}",
+        "check_wrong": "Not yet: {detail}",
+        "check_todo": "Write your answer in the cell above, run it, then run this one.",
+        "l1_ex_misses": "misses_tolerated({lease:g}, {every:g}) = {got}, the queue says {want}",
+        "l1_ex_dead_after": "seconds from the first expiry to dead: {seconds:g}",
+        # lesson 2
+        "l2_a_looks": "1. A looks and sees job {id}",
+        "l2_b_looks": "2. B looks and sees job {id} (A has not written yet)",
+        "l2_marks": "{step}. {who} marks job {id} as its own: attempt {attempt}",
+        "l2_claimed_by": "job {id} was claimed by: {claims}",
+        "l2_both_run": "both workers now run the handler for the same job: {same}",
+        "l2_a_lost": "A's complete: LeaseLost (too late: A already sent the invoice)",
+        "l2_b_done": "B's complete: {status}",
+        "l2_single_pair": "A gets job {a} | B gets job {b} | different jobs: {different}",
+        "l2_honest": "duplicates per {jobs} jobs in five races without a pause: {counts}",
+        "l2_race": "{what}: {claims} claims, {dups} duplicates, {locked} times \"database is locked\"",
+        "l2_naive_2ms": "naive claim, 2 ms pause",
+        "l2_single": "single statement",
+        "l2_deferred": "naive claim in BEGIN DEFERRED",
+        "l2_immediate": "naive claim in BEGIN IMMEDIATE",
+        "l2_naive_has_dups": "duplicates with the naive claim and a 2 ms pause > 0: {yes}",
+        "l2_single_dups": "duplicates with the single statement: {dups}",
+        "l2_single_once": "single statement: every one of {jobs} jobs claimed exactly once: {once}",
+        "l2_deferred_fact": "DEFERRED: duplicates {dups}, losers failed with \"database is locked\": {locked}",
+        "l2_immediate_fact": "IMMEDIATE: duplicates {dups}, \"database is locked\" {locked} times",
+        "l2_uses_index": "the claim uses the index jobs_claim: {yes}",
+        "l2_temp_btree": "the claim sorts in a temporary B-tree: {yes}",
+        "l2_steps": "steps past {n:,} delayed urgent jobs: {steps}",
+        "l2_same_work": "a thousand times more delayed jobs, about the same work: {yes}",
+        "l2_order_now": "now: {order} then {then}",
+        "l2_order_later": "a day later: {payload}",
+        "l2_alone": "naive claim, one worker, duplicates: {dups}",
+        # lesson 3
+        "l3_page_before": "the page before w1 wakes: written by {worker}, attempt {attempt}",
+        "l3_page_after": "the page after w1 woke: written by {worker}, attempt {attempt}",
+        "l3_zombie_log": "w1's log: its heartbeat was refused: {refused}",
+        "l3_careful_log": "w1's log: its handler stopped with LeaseLost: {ended}",
+        "l3_wait_zombie": "w1's handler to end",
+        "l3_queue_result": "the queue's result was written by {worker}, attempt {attempt}",
+        "l3_reaped": "reaped: {ids}",
+        "l3_job_is": "job {id} is {status} with result {result}",
+        "l3_token_still": "w1's token still in the job: {yes}",
+        "l3_accepted": "the zombie's {write} was accepted",
+        "l3_refused": "the zombie's {write}: LeaseLost (the job is {status})",
+        "l3_result": "result: {result}",
+        "l3_before_wakes": "before the zombie wakes: {result}",
+        "l3_after_wakes": "after the zombie wakes:  {result}",
+        "l3_late_beat": "heartbeat accepted, lease left: {seconds:g} s",
+        "l3_pair": "{first} then {second}: {a} {b}",
+        "l3_ex_case": "{case}: the page holds {got}, it should hold {want}",
+        "l3_ex_error": "my_fenced_write raised {error}",
+        # lesson 4
+        "l4_status": "status: {status} | attempts: {attempts}",
+        "l4_ran": "the handler ran {n} times for job {id}: attempts {attempts}",
+        "l4_alive": "workers still alive: {n}",
+        "l4_pay_attempts": "attempts: alice {alice} | bob {bob}",
+        "l4_alice": "alice's balance: {balance} (deposited twice)",
+        "l4_bob": "bob's balance:   {balance} (the repeat was ignored)",
+        "l4_attempt1": "attempt 1: w1 dies before COMMIT | carol has {balance}",
+        "l4_attempt3": "attempt 3: the job is {status} | carol has {balance}",
+        "l4_attempt2": "attempt 2 wakes up: LeaseLost, its deposit rolled back | carol has {balance}",
+        "l4_ledger": "ledger: {entries}",
+        "l4_ex_balances": "dave (keyed): {dave} | erin (plain): {erin}",
+        "l4_ex_case": "after three attempts of job {a} and one of job {b}, dave has {got}; {want} is right",
+        "l4_ex_error": "my_deposit raised {error}",
+        # lesson 5
+        "l5_cut": "durability={durability}: after the cut (id, status, attempts): {jobs}",
+        "l5_killed_rc": "the process ended with {rc} (killed by signal 9)",
+        "l5_killed": "after SIGKILL at durability=normal (id, status, attempts): {jobs}",
+        "l5_files": "the queue's files: {files}",
+        "l5_jump_reaped": "after the jump, the reaper takes back jobs {ids}",
+        "l5_jump_again": "claimed again (id, attempt): {pairs}",
+        "l5_back_reaped": "after the jump back, the reaper takes back: {ids}",
+        "l5_back_left": "the crashed worker's lease looks valid for another {seconds} s",
+        "l5_measured": "late wake-ups of a 5 ms sleep: median {median:.2f} ms, worst {worst:.2f} ms",
+        "l5_histogram": "pause in seconds, how many: {rows}",
+        "l5_ex_case": "choose_lease({pauses}) = {got}; the queue says {want}",
+        "l5_ex_error": "choose_lease raised {error}",
+        "l2_ex_safe": "transaction={transaction}: any duplicate: {dups}, any \"database is locked\": {locked}",
+    },
+    "ru": {
+        "l0_crashed": "w1: {state} | его задача: {status} | числится за {worker}",
+        "l0_after": "статус: {status} | попыток: {attempts} | выполнил: {worker}",
+        "l0_result_by": "результат записал: {worker} | попыток: {attempts}",
+        "l0_zombie_tried": "что пытался сделать проснувшийся w1: {events}",
+        "l0_badge": "значок замороженного w1: {badge}",
+        "l0_alive": "живые воркеры демонстраций: {names}",
+        "wait_w1_crash": "падения w1",
+        "wait_refused": "отказа в записи для w1",
+        "l0_ex_refused": "запись {zombie} отклонена после того, как {other} завершил задачу",
+        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили после того, как задачу завершил другой воркер",
+        "l1_claim": "статус: {status} | попытка: {attempt} | держатель: {holder}",
+        "l1_lease_left": "до конца аренды: {seconds:g} с",
+        "l1_w2_gets": "w2 получает: {job}",
+        "l1_after_beat": "до конца аренды после продления: {seconds:g} с",
+        "l1_reaped_at": "возвращено в очередь на +{at} с: {ids}",
+        "l1_reaped_status": "статус: {status} | использовано попыток: {attempts} | последняя ошибка: {error}",
+        "l1_run_again": "снова может выполниться через {seconds:g} с",
+        "l1_delays": "отсрочки после попыток 1..7: {delays}",
+        "l1_w2_now": "w2 прямо сейчас получает: {job}",
+        "l1_w2_later": "через секунду w2 получает задачу {id}, это попытка {attempt}",
+        "l1_reaped_to": "возвращено: {ids} -> {status}",
+        "l1_w3_takes": "w3 берёт попытку {attempt} из {max}",
+        "l1_attempts": "попыток: {attempts}",
+        "l1_real": "статус: {status} | попыток: {attempts} | завершил: {worker}",
+        "l1_w1_after_kill": "w1 после SIGKILL: {state}",
+        "l1_story": "история без продлений: {events}",
+        "wait_claim": "захвата задачи воркером w1",
+        "wait_done": "выполнения задачи",
+        "workers_alive": "живые воркеры: {names}",
+        "folder_removed": "временная папка удалена: {removed}",
+        "check_right": "Верно: {detail}",
+        "check_wrong": "Пока нет: {detail}",
+        "check_todo": "Напишите ответ в ячейке выше, выполните её, потом выполните эту.",
+        "l1_ex_misses": "misses_tolerated({lease:g}, {every:g}) = {got}, очередь говорит {want}",
+        "l1_ex_dead_after": "секунд от первого истечения аренды до dead: {seconds:g}",
+        "l2_a_looks": "1. A смотрит и видит задачу {id}",
+        "l2_b_looks": "2. B смотрит и видит задачу {id} (A ещё ничего не записал)",
+        "l2_marks": "{step}. {who} помечает задачу {id} своей: попытка {attempt}",
+        "l2_claimed_by": "задачу {id} захватили: {claims}",
+        "l2_both_run": "оба воркера теперь выполняют одну и ту же задачу: {same}",
+        "l2_a_lost": "complete от A: LeaseLost (поздно: A уже отправил счёт)",
+        "l2_b_done": "complete от B: {status}",
+        "l2_single_pair": "A получает задачу {a} | B получает задачу {b} | задачи разные: {different}",
+        "l2_honest": "дублей на {jobs} задач в пяти гонках без паузы: {counts}",
+        "l2_race": "{what}: захватов {claims}, дублей {dups}, «database is locked» {locked} раз",
+        "l2_naive_2ms": "наивный захват, пауза 2 мс",
+        "l2_single": "один оператор",
+        "l2_deferred": "наивный захват внутри BEGIN DEFERRED",
+        "l2_immediate": "наивный захват внутри BEGIN IMMEDIATE",
+        "l2_naive_has_dups": "дубли у наивного захвата с паузой 2 мс > 0: {yes}",
+        "l2_single_dups": "дублей у одного оператора: {dups}",
+        "l2_single_once": "один оператор: каждая из {jobs} задач захвачена ровно один раз: {once}",
+        "l2_deferred_fact": "DEFERRED: дублей {dups}, проигравшие получили «database is locked»: {locked}",
+        "l2_immediate_fact": "IMMEDIATE: дублей {dups}, «database is locked» {locked} раз",
+        "l2_uses_index": "захват использует индекс jobs_claim: {yes}",
+        "l2_temp_btree": "захват сортирует во временном B-дереве: {yes}",
+        "l2_steps": "шагов мимо {n:,} отложенных срочных задач: {steps}",
+        "l2_same_work": "отложенных задач в тысячу раз больше, а работы почти столько же: {yes}",
+        "l2_order_now": "сейчас: {order}, потом {then}",
+        "l2_order_later": "через сутки: {payload}",
+        "l2_alone": "наивный захват, один воркер, дублей: {dups}",
+        "l3_page_before": "страница до того, как w1 проснулся: её записал {worker}, попытка {attempt}",
+        "l3_page_after": "страница после того, как w1 проснулся: её записал {worker}, попытка {attempt}",
+        "l3_zombie_log": "журнал w1: его heartbeat отклонён: {refused}",
+        "l3_careful_log": "журнал w1: обработчик остановился с LeaseLost: {ended}",
+        "l3_wait_zombie": "конца работы обработчика w1",
+        "l3_queue_result": "результат в очереди записал {worker}, попытка {attempt}",
+        "l3_reaped": "возвращено в очередь: {ids}",
+        "l3_job_is": "задача {id}: {status}, результат {result}",
+        "l3_token_still": "токен w1 всё ещё в задаче: {yes}",
+        "l3_accepted": "{write} от зомби принят",
+        "l3_refused": "{write} от зомби: LeaseLost (задача: {status})",
+        "l3_result": "результат: {result}",
+        "l3_before_wakes": "до пробуждения зомби: {result}",
+        "l3_after_wakes": "после пробуждения зомби: {result}",
+        "l3_late_beat": "heartbeat принят, до конца аренды: {seconds:g} с",
+        "l3_pair": "{first}, потом {second}: {a} {b}",
+        "l3_ex_case": "{case}: на странице {got}, а должно быть {want}",
+        "l3_ex_error": "my_fenced_write бросила {error}",
+        "l4_status": "статус: {status} | попыток: {attempts}",
+        "l4_ran": "обработчик задачи {id} запускался {n} раза: попытки {attempts}",
+        "l4_alive": "живых воркеров: {n}",
+        "l4_pay_attempts": "попыток: у Алисы {alice} | у Боба {bob}",
+        "l4_alice": "баланс Алисы: {balance} (зачислено дважды)",
+        "l4_bob": "баланс Боба:  {balance} (повтор проигнорирован)",
+        "l4_attempt1": "попытка 1: w1 умирает до COMMIT | у Кэрол {balance}",
+        "l4_attempt3": "попытка 3: задача {status} | у Кэрол {balance}",
+        "l4_attempt2": "попытка 2 просыпается: LeaseLost, её зачисление откатилось | у Кэрол {balance}",
+        "l4_ledger": "реестр: {entries}",
+        "l4_ex_balances": "dave (с ключом): {dave} | erin (простое): {erin}",
+        "l4_ex_case": "после трёх попыток задачи {a} и одной попытки задачи {b} у dave {got}; правильно {want}",
+        "l4_ex_error": "my_deposit бросила {error}",
+        "l5_cut": "durability={durability}: после отключения (id, статус, попытки): {jobs}",
+        "l5_killed_rc": "процесс завершился с кодом {rc} (убит сигналом 9)",
+        "l5_killed": "после SIGKILL при durability=normal (id, статус, попытки): {jobs}",
+        "l5_files": "файлы очереди: {files}",
+        "l5_jump_reaped": "после скачка reaper возвращает в очередь задачи {ids}",
+        "l5_jump_again": "захвачены снова (id, попытка): {pairs}",
+        "l5_back_reaped": "после скачка назад reaper возвращает: {ids}",
+        "l5_back_left": "аренда упавшего воркера выглядит действительной ещё {seconds} с",
+        "l5_measured": "опоздание пробуждения после сна на 5 мс: медиана {median:.2f} мс, худшее {worst:.2f} мс",
+        "l5_histogram": "пауза в секундах, сколько раз: {rows}",
+        "l5_ex_case": "choose_lease({pauses}) = {got}; очередь говорит {want}",
+        "l5_ex_error": "choose_lease бросила {error}",
+        "l2_ex_safe": "transaction={transaction}: есть дубли: {dups}, есть «database is locked»: {locked}",
+    },
+}
+
+
+def placeholders(text: str) -> set[str]:
+    """The names of the ``{placeholders}`` in ``text``."""
+    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+
+
+def text(key: str, lang: str = "en", **values: object) -> str:
+    """The line ``key`` in ``lang`` with its placeholders filled; ``KeyError`` names an unknown key."""
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    try:
+        template = MESSAGES[lang][key]
+    except KeyError:
+        raise KeyError(f"no lesson text named {key!r}") from None
+    return template.format(**values)
+
+
+def speaker(lang: str) -> Callable[..., None]:
+    """A ``print`` for one language: ``say = speaker(lang); say("l1_claim", status=..., ...)``."""
+    text("check_todo", lang)  # an unknown language fails here, not at the first line printed
+
+    def say(key: str, **values: object) -> None:
+        print(text(key, lang, **values))
+
+    return say

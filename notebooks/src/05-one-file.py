@@ -1,0 +1,441 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["en"]
+# # Lesson 5. What one file cannot promise
+#
+# Lessons 1–4 survived crashed, frozen and duplicated workers. All of those are faults of
+# a *process*. This lesson is about the things a queue in one SQLite file cannot make
+# right by itself: the machine losing power, the file living on another machine, and the
+# clock that every lease is measured against. It ends with how to size a lease for the
+# pauses your workers really have.
+
+# %% [markdown] tags=["ru"]
+# # Урок 5. Чего не обещает один файл
+#
+# Уроки 1–4 пережили упавших, замёрзших и продублированных воркеров. Всё это сбои
+# *процесса*. Этот урок — о том, чего очередь в одном файле SQLite сама исправить не
+# может: машина теряет питание, файл лежит на другой машине, а часы, по которым
+# отмеряется каждая аренда, врут. В конце разберём, как выбрать срок аренды под те паузы,
+# которые действительно бывают у ваших воркеров.
+
+# %%
+import statistics
+import threading
+import time
+
+from leaselab import ManualClock, Queue, lessons
+from leaselab.lessons import exercises, powercut
+
+lang = lessons.language()
+say = lessons.speaker(lang)
+work = lessons.scratch("05-one-file")
+
+# %% [markdown] tags=["en"]
+# ## A power cut, for real
+#
+# When SQLite commits, it writes to the file, and the operating system keeps the new
+# pages in memory and writes them to the disk later. Only a **sync** (`fsync`) makes the
+# disk hold them. A process killed with `SIGKILL` does not matter here: the pages are the
+# operating system's, not the process's. A power cut does matter: what was written but
+# not yet synced is gone.
+#
+# SQLite decides when to sync with `synchronous`. In WAL mode at `NORMAL`, a commit is
+# not synced; the log is synced at the next checkpoint. At `FULL`, every commit is. The
+# README's "Durability" section says what leaselab does: with `durability="full"` (the
+# default), every enqueue and every completion is synced before the call returns; claims,
+# heartbeats, failures and reaps are not. With `durability="normal"`, nothing is.
+#
+# To cut the power without pulling a plug, `powercut.VolatileDisk` is a virtual file
+# system for SQLite (through APSW, a Python binding that can define one). Every write
+# reaches the file as usual, and every sync records what the file held at that moment.
+# `cut()` drops every later write and puts each file back to its last synced content,
+# as the disk would hold it after the reboot. A `Session` on that disk runs leaselab's own
+# statements, with the durability rule above. The work is the same for both settings:
+# three enqueues, a claim and its completion, and one more claim.
+
+# %% [markdown] tags=["ru"]
+# ## Отключение питания по-настоящему
+#
+# При фиксации транзакции SQLite пишет в файл, а операционная система держит новые
+# страницы в памяти и записывает их на диск позже. Оказаться на диске их заставляет
+# только **синхронизация** (`fsync`). Процесс, убитый сигналом `SIGKILL`, здесь ни на что
+# не влияет: страницы принадлежат операционной системе, а не процессу. А отключение
+# питания влияет: всё, что записано, но ещё не синхронизировано, пропадает.
+#
+# Когда синхронизировать, SQLite решает по настройке `synchronous`. В режиме WAL при
+# `NORMAL` фиксация транзакции не синхронизируется; журнал WAL синхронизируется при
+# следующей контрольной точке (checkpoint). При `FULL` синхронизируется каждая фиксация.
+# Что делает leaselab, сказано в разделе README «Durability»: при `durability="full"` (по
+# умолчанию) каждая постановка в очередь и каждое завершение синхронизируются до возврата
+# из вызова, а захваты, продления, ошибки и возвраты в очередь — нет. При
+# `durability="normal"` не синхронизируется ничего.
+#
+# Чтобы отключить питание, не выдёргивая вилку, `powercut.VolatileDisk` служит для
+# SQLite виртуальной файловой системой (через APSW — обвязку SQLite для Python, которая
+# позволяет такую определить). Каждая запись доходит до файла как обычно, а каждая
+# синхронизация запоминает, что в этот момент было в файле. `cut()` отбрасывает все
+# последующие записи и возвращает каждому файлу содержимое на момент его последней
+# синхронизации — таким его и увидит машина после перезагрузки. `Session` на этом диске
+# выполняет собственные операторы leaselab по правилу долговечности, описанному выше.
+# Работа при обеих настройках одна и та же: три постановки в очередь, захват и его
+# завершение и ещё один захват.
+
+# %%
+def cut_after_workload(durability):
+    path = work / f"cut-{durability}.db"
+    Queue(path, durability=durability).close()   # an ordinary leaselab file, on the disk before we start
+    disk = powercut.VolatileDisk()
+    powercut.workload(powercut.Session(path, disk, durability=durability))
+    disk.cut()
+    with Queue(path) as q:                       # after the reboot: read it back with leaselab itself
+        return [(j.id, j.status.value, j.attempts) for j in q.jobs()]
+
+# %% tags=["nbval-check-output"]
+for durability in ("normal", "full"):
+    say("l5_cut", durability=durability, jobs=cut_after_workload(durability))
+
+# %% [markdown] tags=["en"]
+# At `"normal"` every acknowledged write rolled back: the three enqueues the callers were
+# told had succeeded, and the completion. Here nothing had been synced since the file was
+# made; in a queue that runs for a while, SQLite syncs at each checkpoint (by default
+# whenever the log grows past 1000 pages), so what a cut takes is everything since the
+# last one. At `"full"` every enqueue and the completion survived. The second claim did
+# not: job 2 is `pending` with 0 attempts, as if it had never been claimed. That costs
+# nothing but a retry, which at-least-once allows anyway (lesson 4).
+#
+# Now the same work through the real `Queue` in a process of its own, which then kills
+# itself with `SIGKILL`, at `durability="normal"`:
+
+# %% [markdown] tags=["ru"]
+# При `"normal"` откатились все подтверждённые записи: три постановки в очередь, об
+# успехе которых вызывающим уже сообщили, и завершение. Здесь с момента создания файла не
+# было ни одной синхронизации; в очереди, которая работает долго, SQLite синхронизирует
+# журнал при каждой контрольной точке (по умолчанию — когда журнал вырастает больше 1000
+# страниц), так что отключение питания забирает всё, что было после последней из них. При
+# `"full"` все постановки и завершение уцелели. Второй захват — нет: задача 2 снова
+# `pending` и с нулём попыток, будто её никто не захватывал. Это стоит лишь повтора, а
+# повтор at-least-once и так допускает (урок 4).
+#
+# Теперь та же работа через настоящий `Queue` в отдельном процессе, который потом убивает
+# себя сигналом `SIGKILL`, при `durability="normal"`:
+
+# %% tags=["nbval-check-output"]
+killed = work / "killed.db"
+say("l5_killed_rc", rc=powercut.killed_after_workload(killed, "normal"))
+with Queue(killed) as q:
+    say("l5_killed", jobs=[(j.id, j.status.value, j.attempts) for j in q.jobs()])
+
+# %% [markdown] tags=["en"]
+# Nothing committed was lost, not even the last claim: job 2 is still `running`, and the
+# reaper will bring it back when its lease runs out (lesson 1). `SIGKILL` is a crash of
+# the process; only a crash of the machine tests `durability`.
+
+# %% [markdown] tags=["ru"]
+# Ничего зафиксированного не пропало, даже последний захват: задача 2 всё ещё `running`,
+# и reaper вернёт её в очередь, когда истечёт аренда (урок 1). `SIGKILL` роняет процесс;
+# проверить `durability` может только падение машины.
+
+# %% [markdown] tags=["en"]
+# ## One host
+#
+# In WAL mode the processes that share a SQLite file coordinate through a second file
+# beside it, `-shm`, mapped into the memory of each of them, and through file locks. Both
+# work only between processes on **one machine**: shared memory cannot be shared across
+# machines, and the locks of network file systems (NFS, SMB, many container volumes) are
+# not reliable enough for SQLite. A leaselab file on a network share, opened by workers on
+# several machines, can be corrupted or can give one job to two workers. So every worker
+# of a leaselab queue runs on the machine that holds the file. Workers on many machines
+# need a database server; a later lesson will put the same queue on one.
+
+# %% [markdown] tags=["ru"]
+# ## Одна машина
+#
+# В режиме WAL процессы, которые делят файл SQLite, договариваются через второй файл
+# рядом с ним, `-shm`, отображённый в память каждого из них, и через блокировки файлов.
+# И то и другое работает только между процессами на **одной машине**: разделяемую память
+# нельзя разделить между машинами, а блокировкам сетевых файловых систем (NFS, SMB, многие
+# тома контейнеров) SQLite не может доверять. Файл leaselab на сетевом диске, открытый
+# воркерами с нескольких машин, можно испортить или получить одну задачу у двух воркеров
+# сразу. Поэтому все воркеры очереди leaselab работают на той машине, где лежит файл.
+# Воркерам на многих машинах нужен сервер базы данных; в одном из следующих уроков мы
+# перенесём на него ту же очередь.
+
+# %% tags=["nbval-check-output"]
+with Queue(work / "host.db") as q:
+    q.enqueue("x")
+    say("l5_files", files=sorted(p.name for p in work.glob("host.db*")))
+
+# %% [markdown] tags=["en"]
+# ## Clocks
+#
+# A lease is a point in time, `lease_until`, written by one process and compared with
+# "now" by another: the holder's heartbeat writes it, any worker's reaper reads it. So
+# leaselab uses wall-clock time (`time.time()`), the one clock whose readings mean the
+# same to every process and outlive a reboot. A monotonic clock would not do: Python
+# promises only that the difference between two of its readings means something; on
+# Linux it counts from the machine's boot, so a deadline written into the file before a
+# reboot means nothing after it. The price is that the wall clock can jump: an NTP
+# correction, a virtual machine resumed after a night, someone setting the date by hand.
+#
+# **A jump forward.** Three workers hold three jobs with 30-second leases, heartbeating
+# properly. The clock jumps an hour ahead. To every reaper, every lease has expired:
+
+# %% [markdown] tags=["ru"]
+# ## Часы
+#
+# Аренда — это момент времени, `lease_until`: один процесс его записывает, другой
+# сравнивает с «сейчас». Heartbeat держателя пишет срок, reaper любого воркера его
+# читает. Поэтому leaselab берёт время по настенным часам (`time.time()`) — единственным,
+# чьи показания одинаково понимают все процессы и которые переживают перезагрузку.
+# Монотонные часы не подойдут: Python обещает лишь, что осмысленна разность двух их
+# показаний; в Linux они отсчитываются от загрузки машины, так что срок, записанный в
+# файл до перезагрузки, после неё ничего не значит. Плата за это — настенные часы умеют
+# прыгать: поправка NTP, виртуальная машина, возобновлённая после ночи простоя, дата,
+# выставленная вручную.
+#
+# **Скачок вперёд.** Три воркера держат три задачи с арендой на 30 секунд и исправно
+# продлевают её. Часы прыгают на час вперёд. Для любого reaper все аренды истекли:
+
+# %% tags=["nbval-check-output"]
+clock = ManualClock()
+q = Queue(work / "clock.db", clock=clock)
+q.enqueue_many(["a", "b", "c"])
+held = [q.claim(f"w{n}", lease=30) for n in (1, 2, 3)]
+clock.advance(10)
+for job in held:
+    q.heartbeat(job.id, job.token, lease=30)          # everyone is alive and on time
+clock.advance(3600)                                    # the clock jumps an hour ahead
+say("l5_jump_reaped", ids=q.reap())
+clock.advance(60)
+again = [q.claim(f"w{n}", lease=30) for n in (4, 5, 6)]
+say("l5_jump_again", pairs=[(j.id, j.attempts) for j in again])
+
+# %% [markdown] tags=["en"]
+# Every running job was handed out again while its first handler was still running: each
+# handler now runs twice, at once. Fencing keeps the queue's record right (the first
+# holders' completions are refused), and idempotent handlers keep the world right
+# (lesson 4); nothing can stop the second run.
+#
+# **A jump backward.** Now a job whose holder died: its lease ran out 70 seconds ago. Then
+# the clock is set back an hour. To the reaper, the lease is valid for another 59
+# minutes:
+
+# %% [markdown] tags=["ru"]
+# Каждую выполнявшуюся задачу выдали снова, пока её первый обработчик ещё работал:
+# теперь каждый обработчик выполняется дважды, одновременно. Fencing сохраняет правильной
+# запись в очереди (завершения первых держателей отклонят), идемпотентные обработчики
+# сохраняют правильным внешний мир (урок 4); второй запуск не остановит ничто.
+#
+# **Скачок назад.** Теперь задача, держатель которой умер: его аренда истекла 70 секунд
+# назад. И тут часы переводят на час назад. Для reaper аренда действительна ещё 59 минут:
+
+# %% tags=["nbval-check-output"]
+orphan_id = q.enqueue("orphan")
+orphan = q.claim("w7", lease=30)                       # w7 dies at once
+clock.advance(100)
+behind = Queue(q.path, clock=ManualClock(clock() - 3600))   # the same file, read by a clock an hour behind
+say("l5_back_reaped", ids=behind.reap())
+say("l5_back_left", seconds=round(behind.get(orphan_id).lease_until - behind.clock()))
+behind.close()
+
+# %% [markdown] tags=["en"]
+# The job waits for a dead worker for an hour instead of 30 seconds. Nothing is lost or
+# done twice, but nothing is done either. Keep the hosts' clocks synchronized and let NTP
+# *slew* (run the clock slightly faster or slower) rather than *step*; and on one host,
+# all workers at least read the same clock.
+
+# %% [markdown] tags=["ru"]
+# Задача ждёт мёртвого воркера час вместо 30 секунд. Ничего не потеряно и не сделано
+# дважды, но и не сделано вовсе. Синхронизируйте часы машин и настройте NTP так, чтобы
+# он подводил часы плавно, немного ускоряя или замедляя их, а не переставлял скачком; а
+# на одной машине все воркеры хотя бы смотрят на одни и те же часы.
+
+# %% [markdown] tags=["en"]
+# ## Sizing the lease
+#
+# The heartbeat thread stops whenever the whole process stops: a garbage collection, a
+# swap-in, a container throttled by its CPU quota, a busy disk. Lesson 1 showed that a
+# beat every third of the lease tolerates one missed beat. Put as a pause: the beat due
+# at `L/3` after the last one may land as late as `L/3 + P`, and it must land before
+# `L`, so a lease `L` tolerates pauses shorter than `2L/3`. Turned around: **the lease
+# must be longer than 1.5 times the longest pause** you expect.
+#
+# First, measure this kernel: a thread asks to sleep 5 ms, again and again, and records
+# how late it wakes up. This is the pause that the heartbeat would see.
+
+# %% [markdown] tags=["ru"]
+# ## Как выбрать срок аренды
+#
+# Поток heartbeat останавливается всякий раз, когда останавливается весь процесс: сборка
+# мусора, подкачка из swap, контейнер, упёршийся в квоту процессора, занятый диск. Урок 1
+# показал, что продление каждую треть срока переживает один пропуск. В терминах пауз:
+# heartbeat, который должен прийти через `L/3` после предыдущего, может прийти через
+# `L/3 + P`, а успеть ему нужно до `L`, поэтому аренда `L` переживает паузы короче
+# `2L/3`. Иначе говоря, **аренда должна быть длиннее самой долгой ожидаемой паузы в
+# 1,5 раза**.
+#
+# Сначала измерим это ядро: поток раз за разом просит заснуть на 5 мс и записывает, на
+# сколько позже он просыпается. Именно такую паузу и увидел бы heartbeat.
+
+# %% tags=["nbval-ignore-output"]
+late = []
+def sleeper():
+    for _ in range(300):
+        start = time.monotonic()
+        time.sleep(0.005)
+        late.append(time.monotonic() - start - 0.005)
+thread = threading.Thread(target=sleeper)
+thread.start(); thread.join()
+say("l5_measured", median=statistics.median(late) * 1000, worst=max(late) * 1000)
+
+# %% [markdown] tags=["en"]
+# Milliseconds, on a quiet machine. The pauses that matter are rarer and longer, and you
+# see them only by measuring your own workers for days. Here is such a histogram, made up
+# for the exercise but shaped like real ones: seconds of pause, and how many were seen.
+
+# %% [markdown] tags=["ru"]
+# Миллисекунды — на спокойной машине. Паузы, которые имеют значение, реже и длиннее, и
+# увидеть их можно, только измеряя собственных воркеров днями. Вот такая гистограмма,
+# придуманная для упражнения, но похожая на настоящие: длительность паузы в секундах и
+# сколько раз она встретилась.
+
+# %% tags=["nbval-check-output"]
+pauses = {0.01: 812_331, 0.1: 20_514, 0.5: 1_203, 1.0: 97, 2.0: 11, 4.5: 2}
+say("l5_histogram", rows=sorted(pauses.items()))
+
+# %% [markdown] tags=["en"]
+# Both sides of the choice cost something. A lease **too short** lets a pause look like
+# a death: a healthy worker is reaped, its job runs twice, and the first run's writes are
+# refused. A lease **too long** makes a real crash expensive: the job of a dead worker
+# waits a whole lease (plus up to a second until some reaper looks) before anyone
+# retries it. With the histogram above, a 7-second lease survives even the two 4.5-second
+# pauses, and a crashed job waits at most about 8 seconds.
+
+# %% [markdown] tags=["ru"]
+# Обе стороны выбора чего-то стоят. **Слишком короткая** аренда выдаёт паузу за смерть:
+# здорового воркера считают мёртвым, его задача выполняется дважды, и записи первого
+# запуска отклоняются. **Слишком длинная** аренда делает дорогим настоящее падение:
+# задача мёртвого воркера ждёт целый срок аренды (и ещё до секунды, пока какой-нибудь
+# reaper не заглянет), прежде чем её кто-то повторит. Для гистограммы выше аренда в 7
+# секунд переживает даже обе паузы по 4,5 секунды, а задача упавшего воркера ждёт не
+# больше 8 секунд.
+
+# %% [markdown] tags=["en"]
+# ## Summary
+#
+# - `SIGKILL` loses no committed transaction. A power cut loses what was not synced: at
+#   `durability="normal"` that includes acknowledged enqueues and completions; at
+#   `"full"` only claims, heartbeats and reaps, which costs a retry.
+# - WAL's shared memory and file locks work on one machine only: every worker runs where
+#   the file is; never put the file on a network file system.
+# - Leases are wall-clock deadlines. A jump forward hands every running job out again (a
+#   second run of each handler); a jump backward keeps a dead worker's lease alive.
+# - A lease tolerates pauses shorter than two thirds of it: pick it longer than 1.5 times
+#   the longest pause you measured, and no longer than a crashed job may wait.
+#
+# ## Exercises
+#
+# **1. Write code.** Write `choose_lease(pauses)`: the shortest lease in whole seconds
+# that survives every pause in a histogram like the one above (a dict of pause seconds
+# to counts), with a heartbeat every third of the lease. The check tries your function on
+# several histograms against a real queue.
+
+# %% [markdown] tags=["ru"]
+# ## Итоги
+#
+# - `SIGKILL` не теряет ни одной зафиксированной транзакции. Отключение питания теряет
+#   всё, что не синхронизировано: при `durability="normal"` это и подтверждённые
+#   постановки в очередь, и завершения; при `"full"` — только захваты, продления и
+#   возвраты в очередь, а это стоит лишь повтора.
+# - Разделяемая память и блокировки файлов WAL работают только в пределах одной машины:
+#   все воркеры работают там, где лежит файл; никогда не кладите файл на сетевую файловую
+#   систему.
+# - Сроки аренды отмеряются по настенным часам. Скачок вперёд заново выдаёт все
+#   выполняющиеся задачи (каждый обработчик запускается второй раз); скачок назад
+#   продлевает жизнь аренде мёртвого воркера.
+# - Аренда переживает паузы короче двух третей своего срока: выбирайте её длиннее
+#   самой долгой измеренной паузы в 1,5 раза, но не длиннее, чем может ждать задача
+#   упавшего воркера.
+#
+# ## Упражнения
+#
+# **1. Напишите код.** Напишите `choose_lease(pauses)`: самую короткую аренду в целых
+# секундах, которая переживёт каждую паузу из гистограммы вроде той, что выше (словарь
+# «длительность паузы в секундах → сколько раз»), при heartbeat каждую треть срока.
+# Проверка испытает вашу функцию на нескольких гистограммах против настоящей очереди.
+
+# %%
+def choose_lease(pauses):
+    ...  # your code here / ваш код здесь
+
+# %% [markdown] tags=["en"]
+# <details><summary>Show the answer</summary>
+#
+# The longest pause `P` must be shorter than `2L/3`, so `L > 1.5·P`; the smallest whole
+# number above that:
+#
+# ```python
+# import math
+#
+# def choose_lease(pauses):
+#     return math.floor(1.5 * max(pauses)) + 1
+# ```
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
+#
+# Самая долгая пауза `P` должна быть короче `2L/3`, то есть `L > 1,5·P`; наименьшее целое
+# число больше этого:
+#
+# ```python
+# import math
+#
+# def choose_lease(pauses):
+#     return math.floor(1.5 * max(pauses)) + 1
+# ```
+# </details>
+
+# %% tags=["nbval-check-output"]
+print(exercises.check_lease_size(choose_lease, lang))
+
+# %% [markdown] tags=["en"]
+# **2. Predict.** Three jobs are running when the clock jumps a day ahead, and each of
+# their handlers takes a minute. How many times in all will the three handlers have run
+# once the jobs are done? Which of the completions will the queue accept?
+
+# %% [markdown] tags=["ru"]
+# **2. Предскажите.** Выполняются три задачи, и тут часы прыгают на сутки вперёд; каждый
+# обработчик работает минуту. Сколько всего раз выполнятся три обработчика к тому
+# моменту, когда задачи будут готовы? Какие из завершений очередь примет?
+
+# %% [markdown] tags=["en"]
+# <details><summary>Answer</summary>
+#
+# Six: every job is reaped and claimed again while its first handler still runs. Only
+# the second holders' completions are accepted; the first holders get `LeaseLost`.
+# </details>
+#
+# Clean up: close the files and remove the temporary folder.
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Ответ</summary>
+#
+# Шесть: каждую задачу вернут в очередь и захватят снова, пока её первый обработчик ещё
+# работает. Очередь примет только завершения вторых держателей; первые получат
+# `LeaseLost`.
+# </details>
+#
+# Уберём за собой: закроем файлы и удалим временную папку.
+
+# %% tags=["nbval-check-output"]
+q.close()
+say("folder_removed", removed=lessons.cleanup(work))

@@ -1,0 +1,89 @@
+"""Each exercise's check cell tells a right answer from a wrong one (and from no answer yet)."""
+
+from __future__ import annotations
+
+import math
+
+from leaselab import ManualClock, Queue
+from leaselab.lessons import exercises
+
+
+def test_the_queue_tolerates_one_missed_beat_at_a_third_of_the_lease_not_two():
+    assert exercises.misses_the_queue_tolerates(30, 10) == 1
+    assert exercises.misses_the_queue_tolerates(30, 7.5) == 2
+
+
+def test_the_lease_check_accepts_the_right_formula_and_names_the_first_wrong_case():
+    assert exercises.check_misses(lambda lease, every: math.ceil(lease / every) - 2).startswith("Right:")
+    wrong = exercises.check_misses(lambda lease, every: int(lease // every) - 1, "ru")
+    assert wrong.startswith("Пока нет:") and "misses_tolerated(30, 10) = 2" in wrong
+    assert "Напишите ответ" in exercises.check_misses(lambda lease, every: None, "ru")
+
+
+def _history(tmp_path, zombie_refused: bool):
+    clock = ManualClock()
+    q = Queue(tmp_path / "h.db", clock=clock)
+    q.enqueue("x")
+    first = q.claim("w1", lease=3)
+    clock.advance(4)
+    q.reap()
+    clock.advance(5)
+    second = q.claim("w2", lease=3)
+    q.complete(second.id, second.token)
+    if zombie_refused:
+        try:
+            q.heartbeat(first.id, first.token, 3)
+        except Exception:
+            pass
+    return q
+
+
+def test_the_zombie_scenario_check_wants_the_zombie_refused_after_another_finished(tmp_path):
+    right = _history(tmp_path, zombie_refused=True)
+    assert exercises.check_refused_zombie(right.events, "w1").startswith("Right: w1's write was refused after w2")
+    (tmp_path / "x").mkdir()
+    wrong = _history(tmp_path / "x", zombie_refused=False)
+    assert exercises.check_refused_zombie(wrong.events, "w1", "ru", timeout=0.2).startswith("Пока нет:")
+
+
+def test_the_safe_claim_check_accepts_only_immediate(tmp_path):
+    from leaselab.lessons import wrong
+
+    results = {t: exercises.check_safe_claim(wrong.race(tmp_path / f"{t}.db", claim="naive", pause=0.002,
+                                                        transaction=t))
+               for t in (None, "deferred", "immediate")}
+    assert results["immediate"].startswith("Right:")
+    assert results[None].startswith("Not yet:") and "any duplicate: True" in results[None]
+    assert results["deferred"].startswith("Not yet:") and 'any "database is locked": True' in results["deferred"]
+
+
+def test_the_fenced_write_check_refuses_the_plain_upsert_and_accepts_the_fenced_one():
+    from leaselab.lessons import fence
+
+    def plain(conn, key, value, f):
+        conn.execute(fence.PLAIN_WRITE, {"key": key, "job": f[0], "attempt": f[1], "value": value})
+
+    def fenced(conn, key, value, f):
+        conn.execute(fence.FENCED_WRITE, {"key": key, "job": f[0], "attempt": f[1], "value": value})
+
+    def broken(conn, key, value, f):
+        conn.execute("INSERT INTO nowhere VALUES (1)")
+
+    assert exercises.check_fenced_write(fenced).startswith("Right:")
+    assert exercises.check_fenced_write(plain) == "Not yet: (7, 2), (7, 1): the page holds v1, it should hold v2"
+    assert "no such table: nowhere" in exercises.check_fenced_write(broken, "ru")
+
+
+def test_the_idempotency_check_wants_one_deposit_per_job_not_per_attempt(tmp_path):
+    def keyed(ledger, job):
+        ledger.deposit("dave", 10, job=job, key=f"job-{job.id}")
+
+    def per_attempt(ledger, job):
+        ledger.deposit("dave", 10, job=job, key=f"job-{job.id}-{job.attempts}")
+
+    def one_key_for_all(ledger, job):
+        ledger.deposit("dave", 10, job=job, key="dave")
+
+    assert exercises.check_idempotent_deposit(keyed, tmp_path / "a.db").startswith("Right:")
+    assert "dave has 40" in exercises.check_idempotent_deposit(per_attempt, tmp_path / "b.db")
+    assert "dave has 10" in exercises.check_idempotent_deposit(one_key_for_all, tmp_path / "c.db")

@@ -1,0 +1,111 @@
+"""A handler that takes a second argument learns from its Lease that a heartbeat was refused."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from conftest import process_state, wait_until
+from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
+from leaselab.lease import wants_lease
+from leaselab.lessons.fence import FencedStore
+
+
+def test_check_raises_lease_lost_only_once_lost_is_set(queue):
+    queue.enqueue("x")
+    lease = Lease(queue.claim("w1"))
+    lease.check()
+    lease.lost.set()
+    with pytest.raises(LeaseLost, match="lease lost on job 1"):
+        lease.check()
+
+
+def test_a_handler_with_two_arguments_is_given_the_lease_and_one_with_one_argument_only_the_job():
+    def one(job): ...
+    def two(job, lease): ...
+    def defaulted(job, lease=None): ...
+    assert (wants_lease(one), wants_lease(two), wants_lease(defaulted), wants_lease(len)) == (False, True, True, False)
+
+
+def test_in_a_worker_a_one_argument_handler_still_runs_and_a_two_argument_one_gets_a_live_lease(queue):
+    queue.enqueue_many(["a", "b"])
+    seen = []
+    Worker(queue, lambda job: seen.append(job.payload), name="w1").run(max_jobs=1)
+    Worker(queue, lambda job, lease: seen.append((lease.job.id, lease.lost.is_set())), name="w1").run(max_jobs=1)
+    assert seen == ["a", (2, False)]
+
+
+def test_a_refused_heartbeat_sets_lost_while_the_handler_still_runs(tmp_path):
+    clock = ManualClock()
+    with Queue(tmp_path / "q.db", clock=clock) as q:
+        job_id = q.enqueue("x")
+        told = []
+
+        def handler(job, lease):
+            clock.advance(10)          # the lease (1 s) runs out while the handler works...
+            q.reap()                   # ...someone reaps it...
+            assert lease.lost.wait(5)  # ...and the next heartbeat (a third of a second on) is refused
+            told.append(lease.lost.is_set())
+            lease.check()
+
+        logged = []
+        stats = Worker(q, handler, name="w1", lease=1.0, log=logged.append).run(max_jobs=1)
+        assert told == [True] and stats.lost == 1
+        assert any("heartbeat refused" in line for line in logged)
+        assert q.get(job_id).status.value == "pending"
+
+
+def _publish(q: Queue, store, seconds: float, check_lease: bool) -> int:
+    return q.enqueue({"store": str(store), "key": "home.html", "seconds": seconds, "check_lease": check_lease})
+
+
+@pytest.mark.parametrize("check_lease", [False, True])
+def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(tmp_path, spawn_worker, check_lease):
+    db, store = tmp_path / "jobs.db", tmp_path / "pages.db"
+    with Queue(db) as q:
+        job_id = _publish(q, store, seconds=3.0, check_lease=check_lease)
+        a = spawn_worker(db, "A", lease=1.0, handler="leaselab.lessons.demo:publish")
+        wait_until(lambda: q.get(job_id).worker == "A", message="A to claim the job")
+        time.sleep(0.3)
+        a.signal(signal.SIGSTOP)
+        wait_until(lambda: process_state(a.pid) == "T", message="A to be stopped")
+        until = q.get(job_id).lease_until
+        wait_until(lambda: time.time() > until, message="A's lease to run out")
+        assert q.reap() == [job_id]
+        b = spawn_worker(db, "B", lease=30, handler="leaselab.lessons.demo:publish", exit_when_idle=True)
+        assert b.wait(timeout=60) == 0, b.stderr()
+        with FencedStore(store) as pages:
+            assert pages.read("home.html")[0] == {"worker": "B", "attempt": 2}
+        a.signal(signal.SIGCONT)
+        wait_until(lambda: "heartbeat refused" in a.stdout(), message="A to log the lost lease")
+        wait_until(lambda: "ended without its lease" in a.stdout(), message="A's handler to end")
+        with FencedStore(store) as pages:
+            page = pages.read("home.html")[0]
+        # Unfenced and unchecked, the zombie overwrites B's page; checking its lease, it never writes.
+        assert page == ({"worker": "B", "attempt": 2} if check_lease else {"worker": "A", "attempt": 1})
+        if check_lease:
+            assert "ended without its lease: LeaseLost" in a.stdout()
+        a.signal(signal.SIGTERM)
+        assert a.wait() == 0, a.stderr()
+
+
+def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats_set_them(tmp_path):
+    import threading
+
+    clock = ManualClock()
+    with Queue(tmp_path / "q.db", clock=clock) as q:
+        q.enqueue_many(["a", "b"])
+        both = threading.Barrier(2)
+        told = {}
+
+        def handler(job, lease):
+            both.wait(10)
+            if job.payload == "a":
+                clock.advance(10)  # both leases (1 s) run out...
+                q.reap()           # ...and both jobs are taken back while their handlers run
+            told[job.payload] = (lease.job.id == job.id, lease.lost.wait(5))
+
+        stats = Worker(q, handler, name="w1", lease=1.0, concurrency=2).run(max_jobs=2)
+        assert told == {"a": (True, True), "b": (True, True)} and stats.lost == 2
