@@ -1,0 +1,128 @@
+"""The props of lesson 6: two claims raced by hand on a server, the exercise's check, and a worker whose clock is off."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import pytest
+
+from leaselab import LeaseLost, Queue, Status
+from leaselab.lessons import exercises, skew
+
+pytest.importorskip("psycopg")
+
+from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace  # noqa: E402  (after the psycopg check)
+
+OUTER_RECHECK = NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = (")
+
+
+def _race(url: str, statement: str) -> tuple[int | None, bool, int | None, list]:
+    race = ServerRace(url, statement)
+    try:
+        assert race.isolation() == "read committed"
+        a, waited = race.a_claims(), race.b_claims()
+        race.a_commits()
+        return a, waited, race.b_result(), race.claims()
+    finally:
+        race.close()
+
+
+def test_the_articles_claim_raced_by_hand_makes_b_wait_then_take_as_job_again(pg_url):
+    assert _race(pg_url, NAIVE_CLAIM) == (1, True, 1, [(1, "A"), (1, "B")])
+
+
+def test_the_skip_locked_claim_raced_by_hand_gives_b_the_next_job_without_a_wait(pg_url):
+    assert "FOR UPDATE SKIP LOCKED" in CLAIM and "SKIP LOCKED" not in NAIVE_CLAIM
+    assert _race(pg_url, CLAIM) == (1, False, 2, [(1, "A"), (2, "B")])
+
+
+def test_rechecking_the_status_in_the_outer_where_leaves_b_empty_handed_after_its_wait(pg_url):
+    assert _race(pg_url, OUTER_RECHECK) == (1, True, None, [(1, "A")])
+    with Queue(pg_url) as q:
+        assert q.get(2).status is Status.PENDING
+
+
+def test_a_race_needs_an_empty_database_and_leaves_a_used_one_untouched(pg_url):
+    with Queue(pg_url) as q:
+        q.enqueue("mine")
+    with pytest.raises(ValueError, match="empty database"):
+        ServerRace(pg_url, CLAIM)
+    with Queue(pg_url) as q:
+        assert [j.payload for j in q.jobs()] == ["mine"]
+
+
+def test_an_error_in_bs_statement_reaches_the_caller_of_b_result(pg_url):
+    import psycopg
+
+    race = ServerRace(pg_url, "SELECT 1 / 0")
+    try:
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            race.a_claims()
+        race.a.rollback()
+        assert race.b_claims() is False
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            race.b_result()
+    finally:
+        race.close()
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_claim_exercise_accepts_skip_locked_and_refuses_the_articles_claim(pg_server, lang):
+    n = time.monotonic_ns()
+    right = exercises.check_server_claim(NAIVE_CLAIM.replace("LIMIT 1", "LIMIT 1 FOR UPDATE SKIP LOCKED"),
+                                         pg_server.create_database(f"ok_{lang}_{n}"), lang)
+    wrong = exercises.check_server_claim(NAIVE_CLAIM, pg_server.create_database(f"naive_{lang}_{n}"), lang)
+    empty = exercises.check_server_claim(OUTER_RECHECK, pg_server.create_database(f"outer_{lang}_{n}"), lang)
+    broken = exercises.check_server_claim("SELEC 1", pg_server.create_database(f"bad_{lang}_{n}"), lang)
+    prefix = {"en": ("Right", "Not yet"), "ru": ("Верно", "Пока нет")}[lang]
+    assert right.startswith(prefix[0]) and "2" in right
+    assert all(verdict.startswith(prefix[1]) for verdict in (wrong, empty, broken))
+    assert "SELEC" in broken and "SyntaxError" in broken
+
+
+def test_a_skewed_worker_really_reads_a_wrong_clock_so_on_a_file_it_steals_a_live_lease(tmp_path):
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        q.enqueue("held")
+        held = q.claim("holder", lease=30)
+        later = q.enqueue("later")
+        p = skew.spawn(str(path), +60, "fast", tmp_path / "fast.log")
+        try:
+            deadline = time.monotonic() + 30
+            while q.get(later).status is not Status.DONE:
+                assert time.monotonic() < deadline, (tmp_path / "fast.log").read_text()
+                time.sleep(0.05)
+            # A file queue reads each worker's own clock: a minute fast, the live lease looks expired.
+            assert q.get(held.id).attempts == 2 or q.get(held.id).status is not Status.RUNNING
+            with pytest.raises(LeaseLost):
+                q.heartbeat(held.id, held.token, lease=30)
+        finally:
+            p.terminate()
+            p.wait(10)
+
+
+def test_a_skewed_worker_on_a_server_queue_steals_nothing_and_exits_on_terminate(pg_url, tmp_path):
+    with Queue(pg_url) as q:
+        q.enqueue("held")
+        held = q.claim("holder", lease=30)
+        later = q.enqueue("later")
+        p = skew.spawn(pg_url, +60, "fast", tmp_path / "fast.log")
+        try:
+            deadline = time.monotonic() + 30
+            while q.get(later).status is not Status.DONE:
+                assert time.monotonic() < deadline, (tmp_path / "fast.log").read_text()
+                time.sleep(0.05)
+            time.sleep(1.5)  # more reaps, at least one a second
+            assert (q.get(held.id).status, q.get(held.id).attempts) == (Status.RUNNING, 1)
+            q.heartbeat(held.id, held.token, lease=30)
+        finally:
+            p.terminate()
+            assert p.wait(10) == 0
+
+
+@pytest.mark.parametrize("bad, error", [("soon", TypeError), (math.nan, ValueError), (True, TypeError)])
+def test_a_skew_that_is_not_a_finite_number_is_refused_by_name(tmp_path, bad, error):
+    with pytest.raises(error, match="skew"):
+        skew.spawn(str(tmp_path / "q.db"), bad, "w", tmp_path / "w.log")
+    assert not (tmp_path / "w.log").exists()
