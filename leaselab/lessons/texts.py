@@ -144,7 +144,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_abandoned_now": "the abandoned job: {status}, attempts: {attempts}, history: {kinds}",
         "l6_wait_expired": "the lease to run out",
         "l6_badge": "{name}'s badge: {badge}",
-        "l6_done_by": "done by {worker}, attempt {attempts}; the result written by {result_by}",
+        "l6_done_by": "finished by {worker}, attempt {attempts}; the result written by {result_by}",
         "l6_zombie_refused": "w1's late write was refused with LeaseLost: {refused}",
         "l6_result_stands": "the result in the queue is still {worker}'s",
         "l6_partitioned_now": "workers cut off now: {names}",
