@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+import nbformat
 
 import pytest
 
@@ -126,3 +134,103 @@ def test_a_skew_that_is_not_a_finite_number_is_refused_by_name(tmp_path, bad, er
     with pytest.raises(error, match="skew"):
         skew.spawn(str(tmp_path / "q.db"), bad, "w", tmp_path / "w.log")
     assert not (tmp_path / "w.log").exists()
+
+
+# -- lesson 6 leaves nothing behind ----------------------------------------------------------
+
+NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "en" / "06-past-one-file.ipynb"
+
+RUN_NOTEBOOK = """
+import sys
+import nbformat
+from nbclient import NotebookClient
+nb = nbformat.read(sys.argv[1], as_version=4)
+NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
+"""
+
+
+@pytest.fixture
+def private_tmp():
+    """A TMPDIR of the test's own, which the unprivileged server user can enter (pytest's tmp_path is 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="lesson6-tmp-"))
+    folder.chmod(0o755)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def _left_behind(folder: Path, timeout: float = 15.0) -> tuple[list[str], list[str]]:
+    """What is still in ``folder`` and which processes still name it, once given ``timeout`` to go."""
+    deadline = time.monotonic() + timeout
+    while True:
+        entries = sorted(p.name for p in folder.iterdir())
+        procs = []
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(folder) in cmdline:
+                procs.append(cmdline)
+        if (not entries and not procs) or time.monotonic() > deadline:
+            return entries, procs
+        time.sleep(0.2)
+
+
+def test_lesson_six_run_to_the_end_leaves_no_server_process_and_no_folder(private_tmp):
+    pytest.importorskip("nbclient")
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    done = subprocess.run([sys.executable, "-c", RUN_NOTEBOOK, str(NOTEBOOK), str(NOTEBOOK.parent)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert _left_behind(private_tmp) == ([], [])
+
+
+def test_a_kernel_killed_after_lesson_six_started_its_server_leaves_nothing(private_tmp):
+    setup = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+    assert "PgServer().start()" in setup and "lessons.cleanup_at_exit(work)" in setup
+    script = setup + "\nprint(server.folder, work, flush=True)\nos.kill(os.getpid(), 9)\n"
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    done = subprocess.run([sys.executable, "-c", script], cwd=NOTEBOOK.parent, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == -9, done.stderr[-3000:]
+    server_folder, work = done.stdout.split()[-2:]
+    assert Path(server_folder).parent == private_tmp and Path(work).parent == private_tmp
+    assert _left_behind(private_tmp) == ([], [])
+
+
+# -- lesson 6 on Binder ----------------------------------------------------------------------
+
+BINDER = Path(__file__).resolve().parents[1] / "binder"
+
+
+def test_binder_installs_postgresql_with_apt_as_repo2docker_reads_apt_txt():
+    # repo2docker drops everything from '#' on and skips blank lines, then checks each name.
+    packages = [line.partition("#")[0].strip() for line in (BINDER / "apt.txt").read_text().splitlines()]
+    assert [p for p in packages if p] == ["postgresql"]
+
+
+def test_without_initdb_on_path_the_server_comes_from_debians_newest_version_folder(private_tmp, monkeypatch):
+    from leaselab.lessons.pgserver import PgServer, PgUnavailable, find_bin_dir
+
+    try:
+        real = find_bin_dir()
+    except PgUnavailable as exc:
+        pytest.skip(str(exc))
+    debian = private_tmp / "usr" / "lib" / "postgresql"
+    (debian / "9.6" / "bin").mkdir(parents=True)
+    (debian / "9.6" / "bin" / "initdb").write_text("an old version that must not be picked\n")
+    (debian / "13" / "bin").mkdir(parents=True)
+    (debian / "13" / "bin" / "initdb").write_text("not the newest either\n")
+    newest = debian / "16" / "bin"
+    newest.mkdir(parents=True)
+    for program in real.iterdir():  # Debian's folder holds the real programs; PATH does not
+        (newest / program.name).symlink_to(program)
+    monkeypatch.setenv("PATH", str(private_tmp / "nothing-here"))
+    found = find_bin_dir(str(debian / "*" / "bin"))
+    assert found == newest
+    with PgServer(bin_dir=found) as server:
+        url = server.create_database("binder")
+        with Queue(url) as q:
+            assert q.get(q.enqueue("x")).status is Status.PENDING
+    with pytest.raises(PgUnavailable, match="apt-get install postgresql"):
+        find_bin_dir(str(private_tmp / "no" / "*" / "bin"))

@@ -55,12 +55,17 @@ class PgStartFailed(RuntimeError):
     """Raised when initdb or pg_ctl failed; the message holds the server's own log."""
 
 
-def find_bin_dir() -> Path:
+# Where Debian and Ubuntu's postgresql package (and so Binder's apt.txt) puts the server's
+# programs: not on PATH, one folder per major version.
+DEBIAN_BIN_DIRS = "/usr/lib/postgresql/*/bin"
+
+
+def find_bin_dir(debian: str = DEBIAN_BIN_DIRS) -> Path:
     """The folder holding ``initdb`` and ``pg_ctl``: on PATH, else Debian's /usr/lib/postgresql/*/bin (newest)."""
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return Path(found).resolve().parent
-    versions = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+    versions = sorted(glob.glob(os.path.join(debian, "initdb")),
                       key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parts[-3].split(".")])
     if versions:
         return Path(versions[-1]).parent
