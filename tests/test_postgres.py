@@ -32,9 +32,7 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
 
 from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
 from leaselab.lessons.pgserver import free_port  # noqa: E402
-
-# The article's claim, exactly as on SQLite: the subquery picks, the outer UPDATE takes.
-NAIVE_CLAIM = sql.CLAIM.replace("\n              FOR UPDATE SKIP LOCKED", "")
+from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
