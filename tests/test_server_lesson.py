@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -234,3 +235,34 @@ def test_without_initdb_on_path_the_server_comes_from_debians_newest_version_fol
             assert q.get(q.enqueue("x")).status is Status.PENDING
     with pytest.raises(PgUnavailable, match="apt-get install postgresql"):
         find_bin_dir(str(private_tmp / "no" / "*" / "bin"))
+
+
+# A machine without PostgreSQL, for one pytest run: this one has it both on PATH and in Debian's folders.
+NO_POSTGRESQL_PLUGIN = """
+from leaselab.lessons import pgserver
+
+def find_bin_dir(*args, **kwargs):
+    raise pgserver.PgUnavailable("no PostgreSQL binaries: initdb is neither on PATH nor in /usr/lib/postgresql/*/bin")
+
+pgserver.find_bin_dir = find_bin_dir
+
+
+def pytest_collection_finish(session):
+    skipped = sum(1 for item in session.items if any(item.iter_markers("skip")))
+    print(f"marked to skip: {skipped} of {len(session.items)}")
+"""
+
+
+def test_without_postgresql_lesson_six_skips_under_nbval_naming_what_is_missing(private_tmp):
+    (private_tmp / "no_postgresql.py").write_text(NO_POSTGRESQL_PLUGIN)
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(private_tmp), env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no_postgresql", "-rs", str(NOTEBOOK)]
+    ran = subprocess.run(argv, cwd=NOTEBOOK.parents[2], env=env, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stdout[-3000:]
+    assert " skipped" in ran.stdout and "passed" not in ran.stdout
+    assert "lesson starts a PostgreSQL server: no PostgreSQL binaries" in ran.stdout
+    # In CI nothing is skipped: a lesson that cannot start its server must fail there.
+    ci = subprocess.run(argv + ["--collect-only"], cwd=NOTEBOOK.parents[2], env=dict(env, CI="1"),
+                        capture_output=True, text=True, timeout=120)
+    assert ci.returncode == 0 and re.search(r"marked to skip: 0 of [1-9]", ci.stdout), ci.stdout[-3000:]
