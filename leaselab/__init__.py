@@ -4,7 +4,8 @@ The core is here, at the top of the package: ``Queue``, ``Job``, the errors, the
 the backoff, the worker and the CLI. Only the standard library is imported, so a worker
 process starts fast and small. Beside it:
 
-- ``leaselab.backends``: where the jobs live (``sqlite``), each with its own SQL;
+- ``leaselab.backends``: where the jobs live (``sqlite``, or ``postgres`` for a
+  ``postgresql://`` URL), each with its own SQL;
 - ``leaselab.lab``: real worker processes to pause and kill, the dashboard, the timeline
   (ipywidgets and matplotlib are imported only when you import those);
 - ``leaselab.lessons``: the props the notebooks use (the wrong claimer, the ledger, ...).

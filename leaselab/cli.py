@@ -253,7 +253,8 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
         p.add_argument("--db", default=os.environ.get("LEASELAB_DB", "leaselab.db"),
-                       help="queue file (default: $LEASELAB_DB or leaselab.db)")
+                       help="queue file, or a postgresql://user@host:port/dbname URL "
+                            "(default: $LEASELAB_DB or leaselab.db)")
         p.add_argument("--busy-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
                        help="how long to wait for another process's write lock before giving up on "
                             "one try (a worker then retries; default 30)")

@@ -69,6 +69,14 @@ class DiskFull(TransientError):
                          "nothing of the refused write was kept")
 
 
+class DatabaseUnreachable(TransientError):
+    """Raised when the database server cannot be reached or the connection to it dropped; the next call reconnects."""
+
+
+class ServerRefused(LeaselabError):
+    """Raised when the database server refuses the connection for good: no such database, or a wrong user or password."""
+
+
 class UnsupportedSQLite(LeaselabError):
     """Raised when the linked SQLite library is older than 3.37 and so has no STRICT tables."""
 
@@ -87,6 +95,10 @@ class WorkerExists(LeaselabError, ValueError):
 
 class WorkerNotRunning(LeaselabError):
     """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
+
+
+class PartitionUnsupported(LeaselabError):
+    """Raised when a fleet is asked to cut a worker off the network and there is none to cut (a SQLite file)."""
 
 
 class ProxyError(LeaselabError):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import threading
 from contextlib import contextmanager
 from typing import Any, Callable, Iterable, Iterator
 
-from .backends import open_backend
+from .backends import is_server_url, open_backend  # is_server_url: public here for the lab
 from .backoff import Backoff
 from .checks import integer, number, positive, text
 from .clock import Clock, system_clock
@@ -30,14 +31,18 @@ _ENCODER = json.JSONEncoder(allow_nan=False, ensure_ascii=False, separators=(","
 
 
 class Queue:
-    """A job queue in one SQLite file, safe to share between threads and processes.
+    """A job queue in one SQLite file, or in a PostgreSQL database given by a ``postgresql://`` URL;
+    safe to share between threads and processes.
 
-    ``clock`` is a callable returning unix seconds (``time.time`` by default; a
-    ``ManualClock`` in tests and lessons). ``durability="full"`` makes every
+    ``clock`` is a callable returning unix seconds (a ``ManualClock`` in tests and lessons).
+    Without one, a file queue uses ``time.time`` and a PostgreSQL queue the server's clock,
+    so workers on hosts whose clocks disagree still agree on every lease. ``durability="full"`` makes every
     acknowledged enqueue and completion reach the disk before the call returns;
     claims, heartbeats, failures and reaps ride on the next sync, because losing
     one to a power cut only causes a retry. ``"normal"`` survives any process
-    crash but may lose the last transactions on power loss.
+    crash but may lose the last transactions on power loss. On PostgreSQL the same
+    split is ``synchronous_commit`` on or off, and ``busy_timeout`` bounds the wait
+    for another transaction's row lock (``lock_timeout``) and for the connection.
     """
 
     def __init__(
@@ -59,7 +64,6 @@ class Queue:
         if backoff is not None and not isinstance(backoff, Backoff):
             raise TypeError(f"backoff must be a leaselab.Backoff, got {backoff!r}")
         self.path = os.fspath(path)
-        self.clock: Clock = clock or system_clock
         self.durability = durability
         self.backoff = backoff or Backoff()
         self.max_payload_bytes = integer("max_payload_bytes", max_payload_bytes, 1)
@@ -68,6 +72,7 @@ class Queue:
         self._acknowledged = durability == "full"
         self.backend = open_backend(self.path, busy_timeout=positive("busy_timeout", busy_timeout),
                                     backoff=self.backoff, tracer=tracer, create=create)
+        self.clock: Clock = clock or self.backend.clock or system_clock
         self._sql = self.backend.statements
         self._run = self.backend.run
         self._changed = self.backend.changed
@@ -88,6 +93,13 @@ class Queue:
     def close(self) -> None:
         """Close the connection. The file stays; open it again with a new ``Queue``."""
         self.backend.close()
+
+    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Block until a job may have arrived, ``stop`` is set, or ``timeout`` seconds pass: an idle worker's sleep.
+
+        A file queue just sleeps; a PostgreSQL queue wakes as soon as a job is enqueued (LISTEN/NOTIFY).
+        """
+        self.backend.wait_for_work(positive("timeout", timeout), stop)
 
     def __enter__(self) -> "Queue":
         return self

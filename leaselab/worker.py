@@ -221,7 +221,7 @@ class Worker:
             if job is None:
                 if self.exit_when_idle and self.queue_idle():
                     break
-                self._stop.wait(wait)
+                self.queue.wait_for_work(wait, self._stop)  # on PostgreSQL, an enqueue wakes it early
                 wait = min(wait * 2, self.max_poll)
                 continue
             wait = self.poll

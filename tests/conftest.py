@@ -53,10 +53,50 @@ def db_path(tmp_path: Path) -> Path:
     return tmp_path / "jobs.db"
 
 
+@pytest.fixture(scope="session")
+def pg_server():
+    """A throw-away PostgreSQL cluster for the whole run. Without PostgreSQL the tests that need it
+    skip with the reason, except in CI (``CI`` set), where they fail: CI must run them all."""
+    from leaselab.lessons.pgserver import PgServer, PgUnavailable
+
+    try:
+        import psycopg  # noqa: F401  (the postgres extra)
+        server = PgServer().start()
+    except (ImportError, PgUnavailable) as exc:
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL tests cannot run in CI: {exc}")
+        pytest.skip(f"PostgreSQL tests need psycopg and the server binaries: {exc}")
+    yield server
+    server.stop()
+
+
 @pytest.fixture
-def queue(db_path: Path, clock: ManualClock):
-    """A fresh queue under tmp_path whose time moves only when the test calls ``clock.advance``."""
-    q = Queue(db_path, clock=clock)
+def pg_url(pg_server) -> str:
+    """The URL of a new, empty database on the session's server: every test starts from nothing."""
+    pg_url.count += 1
+    return pg_server.create_database(f"t{os.getpid()}_{pg_url.count}")
+
+
+pg_url.count = 0
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture(params=BACKENDS)
+def target(request, db_path: Path) -> str:
+    """Where a queue lives, once per backend: a file under tmp_path, or a fresh PostgreSQL database.
+
+    A test of a SQLite-only fact narrows it with ``@pytest.mark.parametrize("target", ["sqlite"], indirect=True)``.
+    """
+    if request.param == "sqlite":
+        return str(db_path)
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def queue(target: str, clock: ManualClock):
+    """A fresh queue on each backend whose time moves only when the test calls ``clock.advance``."""
+    q = Queue(target, clock=clock)
     yield q
     q.close()
 

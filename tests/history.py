@@ -5,8 +5,8 @@ the ``jobs`` table, the ``events`` table (written by triggers in the same
 transaction as each change), and the handlers' own effects file (one line per
 handler run, appended by ``leaselab.lessons.demo.task``). Each ``check_*`` function takes
 plain dicts and returns a list of violations as sentences; an empty list is a
-clean history. The file is read with raw ``sqlite3``, not through leaselab, so a
-bug in the library cannot hide itself from its own checker.
+clean history. The file is read with raw ``sqlite3`` (a server with raw psycopg), not
+through leaselab, so a bug in the library cannot hide itself from its own checker.
 """
 
 from __future__ import annotations
@@ -22,14 +22,24 @@ RELEASES = ("reaped", "failed")  # the only ways a running job goes back to pend
 
 
 def load(db_path: str, effects_path: str | None = None) -> tuple[list[dict], list[dict], list[dict]]:
-    """The jobs, the events (in id order) and the effect lines, as dicts."""
-    conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        jobs = [dict(r) for r in conn.execute("SELECT * FROM jobs ORDER BY id")]
-        events = [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY id")]
-    finally:
-        conn.close()
+    """The jobs, the events (in id order) and the effect lines, as dicts. ``db_path`` may be a
+    PostgreSQL URL, read with raw psycopg in one read-only snapshot."""
+    if str(db_path).startswith(("postgresql://", "postgres://")):
+        import psycopg
+        from psycopg.rows import dict_row
+
+        with psycopg.connect(db_path, row_factory=dict_row) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            jobs = conn.execute("SELECT * FROM jobs ORDER BY id").fetchall()
+            events = conn.execute("SELECT * FROM events ORDER BY id").fetchall()
+    else:
+        conn = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        try:
+            jobs = [dict(r) for r in conn.execute("SELECT * FROM jobs ORDER BY id")]
+            events = [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY id")]
+        finally:
+            conn.close()
     for job in jobs:
         job["payload"] = json.loads(job["payload"])
         job["result"] = None if job["result"] is None else json.loads(job["result"])

@@ -28,6 +28,13 @@ class WorkerProc:
     def __init__(self, db: str, name: str, log_dir: Path, lease: float,
                  handler: str = "leaselab.lessons.demo:task", extra: tuple[str, ...] = ()):
         self.name = name
+        self.proxy = None  # on a server queue: the worker's own proxy, so the test can cut its network
+        self.cut = False
+        if db.startswith(("postgresql://", "postgres://")):
+            from leaselab.lab.proxy import Proxy, server_address, through
+
+            self.proxy = Proxy(server_address(db))
+            db = through(db, self.proxy.port)
         self.log_path = log_dir / f"{name}.log"
         self.stopped = False
         self.killed = False
@@ -56,11 +63,22 @@ class WorkerProc:
             self.killed = True
 
     def kill(self) -> None:
-        """SIGKILL (a stopped process dies too) and reap it."""
+        """SIGKILL (a stopped process dies too) and reap it; close its proxy."""
         if self.alive():
             os.kill(self.pid, signal.SIGKILL)
             self.killed = True
         self.popen.wait(timeout=10)
+        if self.proxy is not None:
+            self.proxy.close()
+
+    def partition(self) -> None:
+        """Cut the worker off the server: its queries hang until ``heal``."""
+        self.proxy.partition()
+        self.cut = True
+
+    def heal(self) -> None:
+        self.proxy.heal()
+        self.cut = False
 
     def started(self) -> bool:
         """True once the worker has said it started: from then on SIGTERM means "finish and exit 0".
@@ -81,6 +99,7 @@ class Pool:
 
     def __init__(self, db: str, log_dir: Path, lease: float, concurrencies: tuple[int, ...] = (1,)):
         self.db, self.log_dir, self.lease = db, log_dir, lease
+        self.networked = db.startswith(("postgresql://", "postgres://"))  # workers behind proxies: partitions
         self.concurrencies = concurrencies  # spawned workers take these in turn
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.all: list[WorkerProc] = []
@@ -102,6 +121,8 @@ class Pool:
         """SIGCONT then SIGTERM every live worker (finish the job, exit); return name -> exit code."""
         for p in self.live():
             p.signal(signal.SIGCONT)
+            if p.cut:
+                p.heal()
         wait_for(lambda: all(p.started() for p in self.live()), timeout=timeout)
         for p in self.live():
             p.signal(signal.SIGTERM)

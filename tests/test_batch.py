@@ -51,6 +51,7 @@ def test_claim_many_refuses_a_batch_size_that_is_not_a_positive_int(queue, n):
     assert queue.stats() == {"pending": 1, "running": 0, "done": 0, "dead": 0}
 
 
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # damage written with sqlite3 into the file
 def test_claim_many_fails_a_damaged_job_and_returns_the_others(queue, db_path):
     good = queue.enqueue("fine")
     bad = queue.enqueue("to be damaged")
@@ -72,6 +73,7 @@ def test_complete_many_completes_every_job_in_one_transaction(queue):
     assert queue.stats()["done"] == 3
 
 
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # SQLite's statement trace
 def test_one_commit_holds_the_whole_batch_of_completions(queue, db_path):
     queue.enqueue_many(["a", "b", "c"])
     jobs = queue.claim_many(3, worker="w1")
@@ -131,6 +133,7 @@ def test_heartbeat_many_renews_every_held_lease_in_one_statement_and_names_what_
     assert queue.heartbeat_many([], lease=7) == {}
 
 
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # the checker reads the file with sqlite3
 def test_the_history_of_batched_work_passes_the_chaos_checker(queue, db_path, clock):
     queue.enqueue_many([{"i": i} for i in range(20)], max_attempts=3)
     while True:

@@ -40,10 +40,10 @@ def seed() -> int:
 
 
 @pytest.fixture
-def pool(tmp_path):
+def pool(tmp_path, target):
     # Every other worker runs four jobs at once: batched claims, heartbeats and completions
     # must keep every promise the one-job loop keeps, under the same nemesis.
-    workers = Pool(str(tmp_path / "chaos.db"), tmp_path / "logs", LEASE, concurrencies=(1, 4))
+    workers = Pool(target, tmp_path / "logs", LEASE, concurrencies=(1, 4))
     yield workers
     workers.close()
 
@@ -69,6 +69,11 @@ def workload(rng: random.Random, effects: str) -> list[dict]:
 
 
 def counts(db: str) -> dict[str, int]:
+    if db.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30)
     try:
         return dict(conn.execute("SELECT status, count(*) FROM jobs GROUP BY status").fetchall())
@@ -77,9 +82,11 @@ def counts(db: str) -> dict[str, int]:
 
 
 def nemesis(rng: random.Random, pool: Pool, seconds: float) -> list[str]:
-    """Random SIGKILL / SIGSTOP / SIGCONT / SIGTERM and replacements for ``seconds``; returns what it did."""
+    """Random SIGKILL / SIGSTOP / SIGCONT / SIGTERM, network cuts and heals (on a server), and replacements
+    for ``seconds``; returns what it did."""
     done: list[str] = []
     resume_at: dict[str, float] = {}
+    heal_at: dict[str, float] = {}
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         time.sleep(rng.uniform(0.05, 0.4))
@@ -88,6 +95,9 @@ def nemesis(rng: random.Random, pool: Pool, seconds: float) -> list[str]:
             if p.stopped and resume_at.get(p.name, 0) <= now:
                 p.signal(signal.SIGCONT)
                 done.append(f"cont {p.name}")
+            if p.cut and heal_at.get(p.name, 0) <= now:
+                p.heal()
+                done.append(f"heal {p.name}")
         live = sorted(pool.live(), key=lambda p: p.name)
         running = [p for p in live if not p.stopped]
         roll = rng.random()
@@ -100,6 +110,12 @@ def nemesis(rng: random.Random, pool: Pool, seconds: float) -> list[str]:
             victim.signal(signal.SIGSTOP)
             resume_at[victim.name] = now + rng.uniform(0.3, 3.0)
             done.append(f"stop {victim.name}")
+        elif pool.networked and roll < 0.74 and (reachable := [p for p in running if not p.cut]):
+            # The server's own fault: the worker runs on but cannot reach the database.
+            victim = rng.choice(reachable)
+            victim.partition()
+            heal_at[victim.name] = now + rng.uniform(0.3, 3.0)
+            done.append(f"partition {victim.name}")
         elif roll < 0.78 and (booted := [p for p in running if p.started()]):
             victim = rng.choice(booted)
             victim.signal(signal.SIGTERM)  # a polite stop: finish the job, then exit
@@ -112,6 +128,9 @@ def nemesis(rng: random.Random, pool: Pool, seconds: float) -> list[str]:
         if p.stopped:
             p.signal(signal.SIGCONT)
             done.append(f"cont {p.name}")
+        if p.cut:
+            p.heal()
+            done.append(f"heal {p.name}")
     return done
 
 
@@ -167,7 +186,9 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     facts = history.summary(jobs_rows, events, effect_lines)
     kills = sum(a.startswith("kill") for a in actions)
     stops = sum(a.startswith("stop") for a in actions)
-    print(f"chaos seed {seed}: {kills} kills, {stops} pauses, {len(pool.all)} workers in all; {facts}")
+    cuts = sum(a.startswith("partition") for a in actions)
+    print(f"chaos seed {seed}: {kills} kills, {stops} pauses, {cuts} partitions, {len(pool.all)} workers in all; "
+          f"{facts}")
 
     assert drained, f"queue did not drain within {DRAIN_TIMEOUT}s: {counts(db)} {where}"
     assert len(jobs_rows) == JOBS, f"{len(jobs_rows)} jobs in the file, {JOBS} enqueued {where}"
@@ -176,6 +197,7 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
 
     # The faults must really have hit, or the checks above proved nothing.
     assert kills >= 5 and stops >= 5, f"nemesis too gentle: {kills} kills, {stops} pauses {where}"
+    assert not pool.networked or cuts >= 3, f"nemesis too gentle: {cuts} partitions {where}"
     assert facts.get("events_reaped", 0) > 0, f"no lease ever expired: {facts} {where}"
     assert facts.get("events_lease_lost", 0) > 0, f"no zombie write was ever refused: {facts} {where}"
     assert facts.get("status_dead", 0) > 0 and facts.get("status_done", 0) > 0, f"{facts} {where}"

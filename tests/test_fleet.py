@@ -17,9 +17,10 @@ from leaselab.lab.fleet import Fleet, faults_path, read_actions
 
 
 @pytest.fixture
-def fleet(tmp_path):
-    """A fleet on a fresh file; every worker it spawned is gone after the test, whatever happened."""
-    f = Fleet(tmp_path / "lab.db", grace=5.0)
+def fleet(target, tmp_path, monkeypatch):
+    """A fleet on a fresh queue, on each backend; every worker it spawned is gone after the test."""
+    monkeypatch.chdir(tmp_path)  # a server queue's logs and faults go to the current folder
+    f = Fleet(target, grace=5.0)
     yield f
     pids = [f.pid(n) for n in f.names]
     f.shutdown()
@@ -223,6 +224,13 @@ def test_a_worker_that_cannot_start_fails_the_spawn_with_the_end_of_its_log(flee
     with pytest.raises(WorkerNotRunning, match="handlers_only_here"):
         fleet.spawn(handler="handlers_only_here:run", lease=2.0)
     assert fleet.state("w1") == "exited"
+
+
+def test_a_server_queues_files_go_to_the_current_folder_named_without_the_password(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    url = "postgresql://alice:s3cret@db.example:6543/jobs"
+    assert faults_path(url) == tmp_path / "pg-db.example-6543-jobs.faults.jsonl"
+    assert faults_path(tmp_path / "lab.db") == tmp_path / "lab.db.faults.jsonl"
 
 
 def test_a_worker_paused_while_idle_is_paused_not_a_zombie(fleet):

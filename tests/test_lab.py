@@ -15,14 +15,15 @@ HOSTILE = "<img src=x onerror=alert(1)>"
 
 
 @pytest.fixture
-def make_lab(tmp_path):
-    """Labs on one fresh file; each is closed (refresher stopped, workers ended) after the test."""
+def make_lab(target, tmp_path, monkeypatch):
+    """Labs on one fresh queue, on each backend; each is closed (refresher stopped, workers ended) after the test."""
+    monkeypatch.chdir(tmp_path)  # a server queue's logs and faults go to the current folder
     labs = []
 
     def make(**kwargs) -> Lab:
         kwargs.setdefault("lease", 1.5)
         kwargs.setdefault("refresh", None)
-        lab = Lab(str(tmp_path / "lab.db"), **kwargs)
+        lab = Lab(target, **kwargs)
         labs.append(lab)
         return lab
 
@@ -171,8 +172,8 @@ def test_browser_hooks_are_on_the_widgets(make_lab):
     assert "leaselab-spawn" in lab.spawn_button._dom_classes
     assert "leaselab-workers" in lab.workers_box._dom_classes
     row = lab.row("w1")
-    assert {a: f"leaselab-{a}-w1" in row.buttons[a]._dom_classes for a in row.buttons} == \
-        {"pause": True, "resume": True, "kill": True, "stop": True}
+    actions = ("pause", "resume", "kill", "stop") + (("partition", "heal") if lab.networked else ())
+    assert {a: f"leaselab-{a}-w1" in row.buttons[a]._dom_classes for a in row.buttons} == {a: True for a in actions}
 
 
 def test_the_refresher_updates_the_tables_on_its_own_and_stops_when_closed(make_lab):
@@ -208,11 +209,13 @@ def test_the_timeline_button_shows_the_picture_in_the_dashboard(make_lab):
     assert lab.timeline_image.layout.display is None
 
 
+# SQLite's one write lock for the whole file; a server locks rows, and an enqueue takes none.
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_a_write_lock_held_elsewhere_ends_a_click_in_a_hint_to_resume_the_paused_worker(make_lab, tmp_path):
     import sqlite3
 
     lab = make_lab(busy_timeout=0.2)
-    holder = sqlite3.connect(tmp_path / "lab.db", isolation_level=None)
+    holder = sqlite3.connect(lab.fleet.path, isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")  # as a worker frozen mid-write would hold it
     try:
         lab.enqueue_button.click()
@@ -237,3 +240,35 @@ def test_the_jobs_at_once_box_spawns_a_worker_with_slots_and_its_row_lists_every
     wait_until(lambda: len(lab.fleet.status()[0].jobs) == 2, message="two jobs held")
     lab.refresh()
     assert f"{ids[0]}, {ids[1]}" in lab.row(name).cells.value
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_on_a_server_queue_each_worker_row_cuts_and_restores_its_network(make_lab, lang):
+    lab = make_lab(lang=lang, lease=1.5)
+    job_id = lab.queue.enqueue({"seconds": 3})
+    lab.spawn(name="w1")
+    lab.refresh()
+    row = lab.row("w1")
+    assert row.buttons["partition"].description == t("partition", lang)
+    assert row.buttons["heal"].description == t("heal", lang)
+    wait_until(lambda: lab.queue.get(job_id).worker == "w1", message="w1 to claim")
+    lab.refresh()
+    assert not row.buttons["partition"].disabled and row.buttons["heal"].disabled
+    row.buttons["partition"].click()
+    assert lab.fleet.status()[0].partitioned
+    assert badge(lab, "w1") in ("cut_off", "zombie")
+    assert row.buttons["partition"].disabled and not row.buttons["heal"].disabled
+    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be cut off past its lease")
+    assert t("zombie", lang) in lab.row("w1").cells.value
+    row.buttons["heal"].click()
+    assert not lab.fleet.status()[0].partitioned
+    assert t("healed_msg", lang, name="w1") in lab.message.value
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_file_queue_has_no_network_buttons(make_lab):
+    lab = make_lab()
+    lab.spawn(name="w1")
+    lab.refresh()
+    assert set(lab.row("w1").buttons) == {"pause", "resume", "kill", "stop"}

@@ -34,6 +34,10 @@ from procs import as_nobody
 
 LEASE = 30.0
 
+# The tests below run on every backend (the ``queue`` and ``target`` fixtures); this narrows
+# one to SQLite, for a fact of the file (query plans, pages, pragmas).
+sqlite_only = pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+
 
 def kinds(q: Queue, job_id: int | None = None, skip_heartbeats: bool = False) -> list[str]:
     return [e.kind for e in q.events(job_id) if not (skip_heartbeats and e.kind == "heartbeat")]
@@ -185,8 +189,8 @@ def test_complete_twice_is_refused_with_lease_lost(queue):
     assert queue.get(job.id).result == "first"
 
 
-def test_fail_returns_pending_and_the_job_waits_out_its_backoff(db_path, clock):
-    q = Queue(db_path, clock=clock, backoff=Backoff(base=2, cap=100))
+def test_fail_returns_pending_and_the_job_waits_out_its_backoff(target, clock):
+    q = Queue(target, clock=clock, backoff=Backoff(base=2, cap=100))
     job_id = q.enqueue("x", max_attempts=3)
     job = q.claim("w1", LEASE)
     assert q.fail(job.id, job.token, "boom") is Status.PENDING
@@ -430,6 +434,7 @@ def plan(q: Queue, statement: str, params: dict) -> list[str]:
     return [row[3] for row in q.backend.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
 
 
+@sqlite_only
 def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btree(queue, clock):
     queue.enqueue_many([{"i": i} for i in range(200)], priority=1)
     for _ in range(50):
@@ -442,6 +447,7 @@ def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btr
     assert "RETURNING" in sql.CLAIM.upper() and "LIMIT 1" in sql.CLAIM.upper()
 
 
+@sqlite_only
 def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepping_over_each(queue):
     queue.enqueue_many(list(range(20)), priority=9, delay=3600)  # urgent, but not yet
     queue.enqueue_many(["first", "second"])
@@ -464,6 +470,7 @@ def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_pat
         assert q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
 
 
+@sqlite_only
 def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
     steps = plan(queue, sql.REAP, {"now": clock()})
     assert any("jobs_lease" in s for s in steps), steps
@@ -471,6 +478,7 @@ def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
     assert sql.REAP.strip().upper().startswith("UPDATE JOBS")
 
 
+@sqlite_only
 def test_one_jobs_history_is_read_by_walking_its_links_not_by_scanning_every_event(queue, clock):
     ids = queue.enqueue_many(list(range(300)))
     for _ in range(300):  # interleave: every job's events are spread across the whole table
@@ -544,7 +552,7 @@ def test_the_tracer_sees_the_exact_claim_statement_and_its_params(queue, clock):
     seen = []
     queue.tracer = lambda statement, params: seen.append((statement, params))
     job = queue.claim("w7", lease=9)
-    assert (sql.CLAIM.strip(), {"now": clock(), "lease_until": clock() + 9, "worker": "w7",
+    assert (queue.backend.statements.CLAIM.strip(), {"now": clock(), "lease_until": clock() + 9, "worker": "w7",
                                 "token": job.token}) in seen
     queue.tracer = None
     queue.reap()
@@ -555,13 +563,13 @@ def test_the_tracer_sees_the_exact_claim_statement_and_its_params(queue, clock):
 
 
 @pytest.mark.parametrize("durability", ["full", "normal"])
-def test_both_durabilities_run_a_job_through_and_survive_reopening(db_path, clock, durability):
-    q = Queue(db_path, clock=clock, durability=durability)
+def test_both_durabilities_run_a_job_through_and_survive_reopening(target, clock, durability):
+    q = Queue(target, clock=clock, durability=durability)
     job_id = q.enqueue({"d": durability})
     job = q.claim("w", LEASE)
     q.complete(job.id, job.token, durability)
     q.close()
-    with Queue(db_path, clock=clock) as again:
+    with Queue(target, clock=clock) as again:
         assert again.get(job_id).result == durability
 
 
@@ -818,13 +826,13 @@ def test_a_folder_given_as_the_queue_file_is_refused(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_clock_that_is_not_callable_or_not_a_number_is_refused(db_path):
+def test_a_clock_that_is_not_callable_or_not_a_number_is_refused(target):
     with pytest.raises(TypeError, match="clock"):
-        Queue(db_path, clock=12.0)
-    with Queue(db_path, clock=lambda: float("nan")) as q:
+        Queue(target, clock=12.0)
+    with Queue(target, clock=lambda: float("nan")) as q:
         with pytest.raises(ValueError, match="clock"):
             q.enqueue("x")
-    with Queue(db_path) as q:
+    with Queue(target) as q:
         assert nothing_written(q)
 
 
@@ -955,3 +963,54 @@ def test_create_false_opens_an_existing_queue_and_the_default_still_creates_one(
         job_id = q.enqueue("x")
     with Queue(path, create=False) as q:
         assert q.get(job_id).payload == "x"
+
+
+# -- completing: the caller's statements and the completion in one transaction ------------------
+# The statements take no parameters, so the same SQL runs on every backend's connection.
+
+
+def _ledger(q: Queue) -> list:
+    return q.backend.connection.execute("SELECT n FROM ledger ORDER BY n").fetchall()
+
+
+def test_completing_commits_the_callers_statements_with_the_completion(queue):
+    with queue.backend.transaction(durable=False) as run:
+        run("CREATE TABLE ledger (n integer)")
+    queue.enqueue("pay")
+    job = queue.claim("w1")
+    with queue.completing(job, result="paid") as tx:
+        tx.execute("INSERT INTO ledger VALUES (1)")
+    assert _ledger(queue) == [(1,)]
+    assert queue.get(job.id).result == "paid" and queue.get(job.id).status is Status.DONE
+
+
+def test_an_error_inside_completing_writes_neither_and_the_job_stays_running(queue):
+    with queue.backend.transaction(durable=False) as run:
+        run("CREATE TABLE ledger (n integer)")
+    queue.enqueue("pay")
+    job = queue.claim("w1")
+    with pytest.raises(RuntimeError, match="crash"):
+        with queue.completing(job) as tx:
+            tx.execute("INSERT INTO ledger VALUES (1)")
+            raise RuntimeError("crash")
+    assert _ledger(queue) == []
+    assert queue.get(job.id).status is Status.RUNNING
+
+
+def test_a_zombie_completing_gets_lease_lost_and_its_statements_are_rolled_back(queue, clock):
+    with queue.backend.transaction(durable=False) as run:
+        run("CREATE TABLE ledger (n integer)")
+    queue.enqueue("pay")
+    zombie = queue.claim("w1", lease=5)
+    clock.advance(6)
+    queue.reap()
+    clock.advance(60)
+    fresh = queue.claim("w2")
+    with pytest.raises(LeaseLost):
+        with queue.completing(zombie) as tx:
+            tx.execute("INSERT INTO ledger VALUES (1)")
+    with queue.completing(fresh, result="w2") as tx:
+        tx.execute("INSERT INTO ledger VALUES (2)")
+    assert _ledger(queue) == [(2,)]
+    assert queue.get(fresh.id).result == "w2"
+    assert "lease_lost" in kinds(queue, fresh.id)

@@ -129,6 +129,17 @@ def test_an_empty_file_draws_an_empty_picture_that_says_so(tmp_path):
     assert "No attempts recorded yet." in [t.get_text() for t in fig.axes[0].texts]
 
 
+def test_a_cut_network_is_shaded_like_a_pause_from_partition_to_heal():
+    q = Queue(":memory:", clock=ManualClock(100.0))
+    q.enqueue({"n": 1})
+    q.claim("w1", lease=5)
+    actions = [Action(101.0, "w1", "partition", 1), Action(109.0, "w1", "heal", 1),
+               Action(110.0, "w2", "partition", 2)]
+    data = timeline_data(q.events(), actions, now=112.0)
+    assert Fault("w1", "partition", 101.0, 109.0) in data.faults
+    assert Fault("w2", "partition", 110.0, 112.0) in data.faults  # still cut off: shaded up to now
+
+
 def test_the_numbers_in_the_bars_are_job_and_attempt_as_the_legend_title_says(history):
     _, q, _, actions = history
     data = timeline_data(q.events(), actions)

@@ -225,6 +225,8 @@ def test_exit_when_idle_returns_at_once_on_an_empty_queue(queue):
     assert stats.claimed == 0 and worker._stop.waits == []
 
 
+# Counts the idle waits through the stop event, which only a file queue's wait goes through.
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_exit_when_idle_waits_while_another_worker_still_runs_a_job(queue):
     queue.enqueue("held")
     held = queue.claim("other", lease=30)
@@ -239,6 +241,8 @@ def test_exit_when_idle_waits_while_another_worker_still_runs_a_job(queue):
     assert len(worker._stop.waits) == 3 and not worker._stop.is_set()
 
 
+# Counts the idle waits through the stop event, which only a file queue's wait goes through.
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_idle_polling_doubles_up_to_max_poll_and_resets_after_a_job(queue):
     worker = Worker(queue, "leaselab.lessons.demo:echo", name="w1", poll=0.05, max_poll=0.4)
 

@@ -3,7 +3,8 @@
 ``open_backend(target)`` picks one: a ``postgresql://`` or ``postgres://`` URL is a
 server, anything else is a SQLite file. Every backend offers the same small surface
 to ``leaselab.queue``: ``statements`` (the named SQL constants), ``run``,
-``changed``, ``transaction``, ``now`` and ``close``.
+``changed``, ``transaction``, ``clock`` (the database's own clock, or None),
+``wait_for_work``, ``connection``, ``name``, ``kind``, ``tracer`` and ``close``.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ def open_backend(
     create: bool = True,
 ):
     """Open the backend ``target`` names. Only the chosen backend's driver is imported."""
+    if is_server_url(target):
+        try:
+            from .postgres import PostgresBackend
+        except ImportError as exc:
+            raise ImportError(f"a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})") from exc
+        return PostgresBackend(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create)
     from .sqlite import SqliteBackend
 
     return SqliteBackend(os.fspath(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer,

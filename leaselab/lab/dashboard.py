@@ -27,7 +27,9 @@ Stable CSS classes for browser tests (``widget.add_class``):
 - per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
   ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-stop-NAME``; inside the
   row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
-  BADGE is running, paused, stopping, zombie, lease_expired, waiting, killed or exited.
+  BADGE is running, paused, stopping, zombie, lease_expired, waiting, cut_off, killed or exited.
+  On a server queue each worker row also has ``leaselab-partition-NAME`` (cut its network)
+  and ``leaselab-heal-NAME`` (reconnect it).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ..errors import DatabaseBusy
 from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
 from .i18n import check_lang, t
 from ..job import Job, Status
-from ..queue import Queue
+from ..queue import Queue, is_server_url
 from .scenario import KINDS, demo_payload
 
 BADGE_COLOURS = {
@@ -56,6 +58,7 @@ BADGE_COLOURS = {
     "zombie": "#c62828",         # red: frozen past its lease
     "lease_expired": "#ef6c00",  # orange: alive, lease gone
     "waiting": "#6a1b9a",        # purple: alive, waiting out a locked or full database
+    "cut_off": "#00838f",        # teal: alive, cut off the network from the server
     "killed": "#212121",         # black: crashed
     "exited": "#757575",         # grey: left cleanly
 }
@@ -174,7 +177,9 @@ class _WorkerRow:
     def __init__(self, lab: "Lab", name: str):
         self.cells = W.HTML()
         self.buttons = {}
-        for action in ("pause", "resume", "kill", "stop"):
+        # A server queue has a third fault beside freezing and dying: a worker cut off the network.
+        actions = ("pause", "resume", "kill", "stop") + (("partition", "heal") if lab.networked else ())
+        for action in actions:
             b = W.Button(description=t(action, lab.lang), layout=W.Layout(width="max-content", flex="0 0 auto"))
             b.add_class(f"leaselab-{action}-{name}")
             b.on_click(lab._callback(getattr(lab, action), name))
@@ -191,6 +196,9 @@ class _WorkerRow:
         _set(self.buttons["resume"], "disabled", w.state != PAUSED)
         _set(self.buttons["kill"], "disabled", w.state not in ALIVE)
         _set(self.buttons["stop"], "disabled", w.state not in (RUNNING, PAUSED))
+        if "partition" in self.buttons:
+            _set(self.buttons["partition"], "disabled", w.state not in ALIVE or w.partitioned)
+            _set(self.buttons["heal"], "disabled", w.state not in ALIVE or not w.partitioned)
 
 
 def _set(widget: W.Widget, trait: str, value: Any) -> None:
@@ -287,8 +295,9 @@ class Lab:
 
         # The file's name, not its folder: a lesson's scratch path is long enough to wrap the title;
         # the full path is in the tooltip.
-        title = W.HTML(f"<h3 style='margin:4px 0' title='{esc(self.path)}'>"
-                       f"{esc(t('title', L, path=os.path.basename(self.path)))}</h3>")
+        shown = self.queue.backend.name  # a server URL without its password
+        title = W.HTML(f"<h3 style='margin:4px 0' title='{esc(shown)}'>"
+                       f"{esc(t('title', L, path=os.path.basename(shown)))}</h3>")
 
         def row(children):
             # Wraps instead of squeezing: a narrow window or longer Russian labels move controls down a line.
@@ -370,6 +379,21 @@ class Lab:
         """SIGCONT a paused worker."""
         self.fleet.resume(name)
         self._say(t("resumed", self.lang, name=name))
+
+    @property
+    def networked(self) -> bool:
+        """True on a server queue whose workers the fleet can cut off the network."""
+        return is_server_url(self.fleet.path) and self.fleet.proxies
+
+    def partition(self, name: str) -> None:
+        """Cut a worker off the network (server queues): it runs on, its queries hang, its lease runs out."""
+        self.fleet.partition(name)
+        self._say(t("partitioned_msg", self.lang, name=name))
+
+    def heal(self, name: str) -> None:
+        """Reconnect a worker cut off by ``partition``."""
+        self.fleet.heal(name)
+        self._say(t("healed_msg", self.lang, name=name))
 
     def kill(self, name: str) -> None:
         """SIGKILL a worker."""

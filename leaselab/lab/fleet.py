@@ -14,7 +14,7 @@
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
 session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
 the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
-``<db>.logs/<name>.log``. What the fleet did to its workers (spawn, pause, resume,
+``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers (spawn, pause, resume,
 kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
 ``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
 """
@@ -33,12 +33,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
-from ..errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from ..errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..checks import integer, positive
-from ..queue import Queue
+from ..queue import Queue, is_server_url
 from .. import faults
 from ..worker import load_handler
+from .proxy import Proxy, server_address, through
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
 ALIVE = (RUNNING, PAUSED, STOPPING)
@@ -49,9 +51,20 @@ WATCH_EVERY = 0.02  # seconds between looks for workers that died by themselves
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,40}")
 
 
+def files_prefix(db: str | os.PathLike) -> str:
+    """Where a fleet keeps its files for queue ``db``: beside a queue file, or, for a PostgreSQL
+    URL, in the current folder under the server's and database's name (``pg-HOST-PORT-DB``)."""
+    db = os.fspath(db)
+    if not is_server_url(db):
+        return db
+    url = urlsplit(db)
+    name = f"pg-{url.hostname or 'localhost'}-{url.port or 5432}-{url.path.lstrip('/') or 'postgres'}"
+    return os.path.abspath(re.sub(r"[^A-Za-z0-9_.-]+", "_", name))  # never the user or password
+
+
 def faults_path(db: str | os.PathLike) -> Path:
-    """Where a fleet records what it did to its workers: ``<db>.faults.jsonl``."""
-    return Path(os.fspath(db) + ".faults.jsonl")
+    """Where a fleet records what it did to its workers: ``<db>.faults.jsonl`` (see ``files_prefix``)."""
+    return Path(files_prefix(db) + ".faults.jsonl")
 
 
 def read_actions(db: str | os.PathLike) -> list["Action"]:
@@ -99,20 +112,31 @@ class WorkerStatus:
     fault: str | None = None   # the transient fault it is waiting out (its log's last word on faults)
     jobs: tuple[int, ...] = ()  # every job it holds, in id order (more than one with concurrency > 1)
     concurrency: int = 1       # how many jobs it runs at once
+    partitioned_for: float | None = None  # seconds since its network was cut (server queues), while cut
+
+    @property
+    def partitioned(self) -> bool:
+        """Cut off from the database server: it runs on, but none of its queries get through."""
+        return self.partitioned_for is not None
 
     @property
     def zombie(self) -> bool:
-        """Paused past its lease: it still believes it holds a job the queue may give to someone else."""
-        if self.state != PAUSED or self.paused_job is None:
-            return False
-        expired = self.lease_left is not None and self.lease_left < 0
-        return expired or (self.paused_for is not None and self.paused_for > self.lease)
+        """Paused or cut off past its lease: it still believes it holds a job the queue may give to someone else."""
+        if self.state == PAUSED and self.paused_job is not None:
+            expired = self.lease_left is not None and self.lease_left < 0
+            return expired or (self.paused_for is not None and self.paused_for > self.lease)
+        if self.partitioned and self.state in ALIVE and self.jobs:
+            expired = self.lease_left is not None and self.lease_left < 0
+            return expired or self.partitioned_for > self.lease
+        return False
 
     @property
     def badge(self) -> str:
-        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``waiting``."""
+        """The state the dashboard shows: the process state, or ``zombie`` / ``cut_off`` / ``lease_expired`` / ``waiting``."""
         if self.zombie:
             return "zombie"
+        if self.partitioned and self.state in ALIVE:
+            return "cut_off"
         if self.state == RUNNING and self.fault is not None:
             return "waiting"
         if self.state == RUNNING and self.lease_left is not None and self.lease_left < 0:
@@ -124,6 +148,8 @@ class _Proc:
     def __init__(self, name, popen, handler, lease, log_path, log_file, concurrency=1):
         self.name, self.popen, self.handler, self.lease = name, popen, handler, lease
         self.concurrency = concurrency
+        self.proxy = None  # the worker's own TCP proxy to the server (server queues only)
+        self.partitioned_at: float | None = None
         self.log_path, self.log_file = log_path, log_file
         self.paused_at: float | None = None
         self.paused_job: int | None = None
@@ -192,14 +218,19 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         start_timeout: float = 20.0,
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
+        proxies: bool = True,
     ):
         # Absolute, so a notebook that changes folder later still finds its workers' files.
-        self.path = os.path.abspath(os.fspath(path))
+        path = os.fspath(path)
+        self.path = path if is_server_url(path) else os.path.abspath(path)
         self.queue = queue if queue is not None else Queue(self.path)
-        self.log_dir = Path(log_dir) if log_dir is not None else Path(self.path + ".logs")
+        self.log_dir = Path(log_dir) if log_dir is not None else Path(files_prefix(self.path) + ".logs")
         self.grace = positive("grace", grace)
         self.start_timeout = positive("start_timeout", start_timeout)
         self.clock = clock
+        # On a server queue each worker talks to the server through a proxy of its own, so one
+        # worker can be cut off the network (partition) while the others carry on.
+        self.proxies = proxies
         self.actions: list[Action] = []
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.RLock()
@@ -209,7 +240,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         _LIVE_FLEETS.add(self)
 
     def __repr__(self) -> str:
-        return f"Fleet({self.path!r}, workers={list(self._procs)})"
+        return f"Fleet({self.queue.backend.name!r}, workers={list(self._procs)})"  # a URL without its password
 
     def __enter__(self) -> "Fleet":
         return self
@@ -264,14 +295,21 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             self.log_dir.mkdir(parents=True, exist_ok=True)
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
-            argv = [sys.executable, "-m", "leaselab", "worker", "--db", self.path, "--handler", handler,
+            # The queue goes by environment, not argv: a server URL may hold a password, and ps shows argv.
+            argv = [sys.executable, "-m", "leaselab", "worker", "--handler", handler,
                     "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
                     "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
             if exit_when_idle:
                 argv.append("--exit-when-idle")
             if concurrency > 1:
                 argv += ["--concurrency", str(concurrency)]
-            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            proxy = None
+            db = self.path
+            if is_server_url(self.path) and self.proxies:
+                # Its own proxy, so the fleet can cut this worker off the network and no other.
+                proxy = Proxy(server_address(self.path))
+                db = through(self.path, proxy.port)
+            env = dict(os.environ, PYTHONUNBUFFERED="1", LEASELAB_DB=db)
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
             try:
@@ -279,8 +317,11 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
             except BaseException:
                 log_file.close()
+                if proxy is not None:
+                    proxy.close()
                 raise
             proc = _Proc(name, popen, handler, lease, str(log_path), log_file, concurrency)
+            proc.proxy = proxy
             self._procs[name] = proc
             slots = f" concurrency={concurrency}" if concurrency > 1 else ""
             self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s{slots}")
@@ -348,6 +389,41 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 os.kill(proc.popen.pid, sig)
                 proc.paused_at = None
                 self._record(name, "resume", proc.popen.pid)
+
+    def partition(self, name: str) -> None:
+        """Cut the worker off from the database server: it runs on, but its queries hang unanswered.
+
+        Only for a server queue (each worker then talks to the server through its own proxy);
+        a SQLite file has no network to cut. Its heartbeats stop reaching the server, so its
+        lease runs out and the job is reaped and handed on, while the worker still believes
+        it holds it: the server-side zombie. ``heal`` lets its traffic through again.
+        """
+        with self._lock:
+            proc = self._alive(name, "cut off")
+            self._proxy_of(proc).partition()
+            if proc.partitioned_at is None:
+                proc.partitioned_at = self.clock()
+                held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
+                self._record(name, "partition", proc.popen.pid,
+                             None if not held else "holding jobs " + ", ".join(map(str, sorted(held))))
+
+    def heal(self, name: str) -> None:
+        """Reconnect a worker cut off by ``partition``: what waited is delivered, and it learns what it lost."""
+        with self._lock:
+            proc = self._alive(name, "reconnect")
+            self._proxy_of(proc).heal()
+            if proc.partitioned_at is not None:
+                proc.partitioned_at = None
+                self._record(name, "heal", proc.popen.pid)
+
+    def _proxy_of(self, proc: _Proc) -> Proxy:
+        if proc.proxy is None:
+            if not is_server_url(self.path):
+                raise PartitionUnsupported(
+                    f"worker {proc.name!r} uses the SQLite file {self.path}: there is no network between a worker "
+                    "and a file to cut (pause it instead); partitions need a postgresql:// queue")
+            raise PartitionUnsupported(f"worker {proc.name!r} was started without a proxy (Fleet(proxies=False))")
+        return proc.proxy
 
     def kill(self, name: str) -> None:
         """SIGKILL the worker: a crash with no clean-up; its job comes back when the lease is reaped."""
@@ -451,6 +527,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 lease=p.lease,
                 paused_for=None if p.paused_at is None else now - p.paused_at,
                 paused_job=None if p.paused_at is None else p.paused_job,
+                partitioned_for=None if p.partitioned_at is None else now - p.partitioned_at,
                 returncode=p.popen.returncode,
                 handler=p.handler,
                 log_path=p.log_path,
@@ -481,6 +558,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                     if p.paused_at is not None:
                         os.kill(p.popen.pid, _signal("SIGCONT"))
                         p.paused_at = None
+                    if p.proxy is not None:  # a worker cut off the network could not finish its job
+                        p.proxy.heal()
                     p.popen.terminate()
                 except (ProcessLookupError, SignalsUnsupported):
                     pass
@@ -494,6 +573,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             for p in self._procs.values():
                 self._notice_exit(p)
                 p.log_file.close()
+                if p.proxy is not None:
+                    p.proxy.close()
             # The queue stays open: status() after shutdown still shows who held what.
             _LIVE_FLEETS.discard(self)
 
@@ -523,6 +604,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             return
         proc.exit_noticed = True
         proc.paused_at = None
+        proc.partitioned_at = None
         rc = proc.popen.returncode
         self._record(proc.name, "exit", proc.popen.pid, f"signal {-rc}" if rc < 0 else f"code {rc}")
 

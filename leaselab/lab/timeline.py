@@ -32,8 +32,8 @@ OUTCOME_COLOURS = {
     "lease_lost": "#d84315",  # red-orange: the holder came back and was fenced off
     "running": "#1565c0",     # blue
 }
-FAULT_COLOURS = {"pause": "#ffb300", "kill": "#424242", "silent": "#bdbdbd"}
-FAULT_LABELS = {"pause": "tl_pause", "kill": "tl_kill", "silent": "tl_silent"}
+FAULT_COLOURS = {"pause": "#ffb300", "partition": "#00acc1", "kill": "#424242", "silent": "#bdbdbd"}
+FAULT_LABELS = {"pause": "tl_pause", "partition": "tl_partition", "kill": "tl_kill", "silent": "tl_silent"}
 
 
 @dataclass(frozen=True)
@@ -63,7 +63,7 @@ class Fault:
     """An interval when a worker could not work: paused, killed, or silent until its lease was reaped."""
 
     worker: str
-    kind: str  # pause, kill or silent
+    kind: str  # pause, partition, kill or silent
     start: float
     end: float
 
@@ -87,8 +87,14 @@ def _natural(name: str) -> list:
 def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
     faults: list[Fault] = []
     paused: dict[str, float] = {}
+    cut: dict[str, float] = {}
     down: dict[str, float] = {}
     for a in sorted(actions, key=lambda a: a.at):
+        # A cut network is shaded like a pause: the worker could not reach its jobs.
+        if a.action == "partition":
+            cut.setdefault(a.worker, a.at)
+        elif a.action in ("heal", "kill", "exit", "spawn") and a.worker in cut:
+            faults.append(Fault(a.worker, "partition", cut.pop(a.worker), a.at))
         if a.action == "pause":
             paused.setdefault(a.worker, a.at)
         elif a.action in ("resume", "kill", "exit", "spawn", "stop") and a.worker in paused:
@@ -99,6 +105,7 @@ def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
         elif a.action == "spawn" and a.worker in down:
             faults.append(Fault(a.worker, "kill", down.pop(a.worker), a.at))
     faults += [Fault(w, "pause", s, end) for w, s in paused.items()]
+    faults += [Fault(w, "partition", s, end) for w, s in cut.items()]
     faults += [Fault(w, "kill", s, end) for w, s in down.items()]
     return faults
 

@@ -3,11 +3,13 @@ side effects that survive a retry (``effects``), a store that checks fencing tok
 (``fence``), handlers for the demonstrations (``demo``), what the lessons print in each
 language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
 (``exercises``), a disk that forgets unsynced writes (``powercut``, lesson 5, needs
-APSW), and the notebooks' small conveniences (``notebook``, whose functions are also
-here: ``lessons.scratch(...)``).
+APSW), a throw-away PostgreSQL server (``pgserver``), two claims on a server interleaved by
+hand (``race``, lesson 6, needs psycopg), a worker whose clock is off (``skew``), and the
+notebooks' small conveniences (``notebook``, whose functions are also here:
+``lessons.scratch(...)``).
 
-Everything here but ``powercut`` imports only the standard library and leaselab's core, so a worker
-process that runs a demonstration handler stays small.
+Everything here but ``powercut`` and ``race`` imports only the standard library and
+leaselab's core, so a worker process that runs a demonstration handler stays small.
 """
 
 from .notebook import (

@@ -187,3 +187,23 @@ def check_lease_size(choose_lease: Callable[[dict[float, int]], Any], lang: str 
         shown = "{" + ", ".join(f"{k:g}: {v}" for k, v in pauses.items()) + "}"
         results.append((got, want, text("l5_ex_case", lang, pauses=shown, got=got, want=want)))
     return _verdict(results, lang)
+
+
+def check_server_claim(statement: str, url: str, lang: str = "en") -> str:
+    """Lesson 6: the reader's claim statement, raced by two connections as in the lesson on the empty
+    database at ``url``, must give B the other job without waiting for A's row lock."""
+    from .race import ServerRace  # psycopg is needed here only, not by every lesson
+
+    race = ServerRace(url, statement)
+    try:
+        a = race.a_claims()
+        waited = race.b_claims()
+        race.a_commits()
+        b = race.b_result()
+    except Exception as exc:  # the reader's SQL: say what the server answered instead of a traceback
+        return text("check_wrong", lang, detail=text("l6_ex_error", lang, error=f"{type(exc).__name__}: {exc}"))
+    finally:
+        race.close()
+    detail = text("l6_ex_race", lang, a=a, b=b, waited=waited)
+    ok = a is not None and b is not None and a != b and not waited
+    return text("check_right" if ok else "check_wrong", lang, detail=detail)

@@ -95,6 +95,7 @@ class SqliteBackend:
 
     statements = sql
     kind = "sqlite"
+    clock = None  # a file has no clock of its own: the queue uses the caller's
 
     def __init__(
         self,
@@ -125,6 +126,13 @@ class SqliteBackend:
     def now(self) -> float | None:
         """The database's own clock, or None: a file has no clock of its own, the caller's is used."""
         return None
+
+    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Sleep ``timeout`` seconds, or until ``stop`` is set: a file has no way to announce a new job."""
+        if stop is not None:
+            stop.wait(timeout)
+        else:
+            time.sleep(timeout)
 
     def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
         """Run one statement in its own transaction and return its rows."""

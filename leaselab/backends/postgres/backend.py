@@ -1,0 +1,319 @@
+"""The PostgreSQL backend: the same queue on a server, for workers on many hosts.
+
+The queue's logic lives once in ``leaselab.queue``; this module opens a connection with
+psycopg 3, makes or checks the schema, runs a statement or a transaction, reconnects
+after a dropped connection, waits for work with LISTEN/NOTIFY, gives the server's clock,
+and translates the driver's errors into leaselab's (naming the server, never the password).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from contextlib import contextmanager
+from importlib import resources
+from typing import Any, Callable, Iterator
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+
+from ...backoff import Backoff
+from ...errors import (
+    DatabaseBusy,
+    DatabaseMissing,
+    DatabaseUnreachable,
+    DatabaseUnwritable,
+    LeaselabError,
+    NotALeaselabDatabase,
+    SchemaTooNew,
+    ServerRefused,
+)
+from . import statements as sql
+
+SCHEMA_VERSION = 1
+SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
+SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
+MAX_BACKOFF_CAP = 1e300
+CHANNEL_POLL = 0.1
+CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how often a worker waiting for a notification looks at its stop flag
+
+Tracer = Callable[[str, Any], None]
+Run = Callable[..., "psycopg.Cursor"]
+
+# SQLSTATE classes and codes, by what they mean to a caller.
+_BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, statement timeout, serialization, deadlock
+_UNWRITABLE = {"25006", "42501", "53100", "53200", "53400"}  # read-only, no privilege, disk full, out of memory
+_REFUSED = {"3D000", "28000", "28P01"}  # no such database, authorization refused, wrong password
+_REFUSED_AT_CONNECT = re.compile(r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
+                                 r'role ".*" does not exist|no pg_hba.conf entry)')
+_UNREACHABLE_CLASSES = ("08", "57P", "53300")  # connection failures, server shutting down, too many clients
+
+
+def schema_script() -> str:
+    """The text of ``schema.sql``: run as one script, in one transaction."""
+    return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def display_name(url: str) -> str:
+    """``postgresql://user@host:port/dbname``: the server a message names, without the password."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ValueError(f"not a valid PostgreSQL URL: {_scrub(str(exc), url)}") from None
+    user = f"{info['user']}@" if info.get("user") else ""
+    host = info.get("host") or "localhost"
+    return f"postgresql://{user}{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+
+
+def _scrub(message: str, url: str) -> str:
+    try:
+        password = conninfo_to_dict(url).get("password")
+    except psycopg.Error:
+        password = None
+    return message.replace(password, "***") if password else message
+
+
+class PostgresBackend:
+    """A queue in a PostgreSQL database: one connection (guarded by a lock, so threads may share
+    it), another one opened only to LISTEN while a worker is idle.
+
+    ``create=False`` refuses a database that holds no leaselab tables yet instead of making them.
+    """
+
+    statements = sql
+    kind = "postgresql"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        busy_timeout: float,
+        backoff: Backoff,
+        tracer: Tracer | None = None,
+        create: bool = True,
+    ):
+        self.url = url
+        self.name = display_name(url)
+        self.tracer = tracer
+        self._busy_timeout = busy_timeout
+        # A cap past 1e300 seconds (the universe is 4e17 seconds old) is 1e300 on the server,
+        # so no product in the backoff's SQL can overflow a float.
+        cap = min(float(backoff.cap), MAX_BACKOFF_CAP)
+        self._backoff = {"backoff_base": min(float(backoff.base), cap), "backoff_cap": cap,
+                         "backoff_jitter": float(backoff.jitter)}
+        self._lock = threading.RLock()
+        self._conn: psycopg.Connection | None = None
+        self._listener: psycopg.Connection | None = None
+        self._synchronous: bool | None = None
+        self._clock_base: tuple[float, float] | None = None  # (server time, monotonic time) of the last reading
+        with self._lock:
+            conn = self._connection()
+            try:
+                self._ensure_schema(conn, create)
+            except psycopg.Error as exc:
+                self.close()
+                raise self._translate(exc) from exc
+            except BaseException:
+                self.close()
+                raise
+        # Without an explicit clock, the queue takes "now" from here: workers on different
+        # hosts then agree on leases, run_at and the reaper, whatever their own clocks say.
+        self.clock = self.now
+
+    # -- connections -------------------------------------------------------
+
+    def _open(self) -> psycopg.Connection:
+        try:
+            conn = psycopg.connect(self.url, autocommit=True, application_name="leaselab",
+                                   connect_timeout=max(2, min(30, int(self._busy_timeout))))
+            # A write that waits on another transaction's row lock gives up after the busy timeout.
+            conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{int(self._busy_timeout * 1000)}ms",))
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+        return conn
+
+    def _connection(self) -> psycopg.Connection:
+        """The open connection, reconnecting first if the last one dropped; caller holds the lock."""
+        if self._conn is None or self._conn.closed:
+            self._conn = self._open()
+            self._synchronous = None
+        return self._conn
+
+    @property
+    def connection(self) -> psycopg.Connection:
+        """The psycopg connection the queue uses (inside ``transaction``, the one in the transaction)."""
+        with self._lock:
+            return self._connection()
+
+    def _ensure_schema(self, conn: psycopg.Connection, create: bool) -> None:
+        if self._schema_version(conn) > 0:
+            return
+        if not create:
+            raise DatabaseMissing(f"{self.name} (the database holds no leaselab tables)")
+        with conn.transaction():
+            conn.execute(sql.SCHEMA_LOCK, {"key": SCHEMA_LOCK_KEY})
+            if self._schema_version(conn) == 0:  # again, under the lock: another process may have won
+                conn.execute(schema_script())
+
+    def _schema_version(self, conn: psycopg.Connection) -> int:
+        """Refuse tables that are not ours or are too new; return the schema version, 0 for none yet."""
+        versions = []
+        for table, exists, comment in conn.execute(sql.SCHEMA_MARKS).fetchall():
+            if not exists:
+                continue
+            mark = SCHEMA_MARK.fullmatch(comment or "")
+            if mark is None:
+                raise NotALeaselabDatabase(
+                    f"{self.name} holds a table named {table} that is not leaselab's; "
+                    "use another database (or schema) for the queue")
+            versions.append(int(mark.group(1)))
+        if len(versions) == 1:
+            raise NotALeaselabDatabase(f"{self.name} holds only one of leaselab's two tables (jobs, events)")
+        version = max(versions, default=0)
+        if version > SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{self.name} has leaselab schema version {version}; this leaselab knows up to "
+                f"{SCHEMA_VERSION}. Upgrade leaselab to open it.")
+        return version
+
+    def close(self) -> None:
+        with self._lock:
+            for conn in (self._conn, self._listener):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._listener = None
+
+    # -- statements --------------------------------------------------------
+
+    def now(self) -> float:
+        """The server's clock, in unix seconds: read from the server at most every ``CLOCK_RESYNC``
+        seconds and carried forward between reads by this host's monotonic clock.
+
+        Asking the server on every call would add a round trip to every claim and completion.
+        The monotonic clock never jumps when this host's wall clock is set or skewed, and over
+        a resync interval it drifts by microseconds; the reading is taken at the midpoint of
+        its round trip, so the error is at most half of that round trip.
+        """
+        base = self._clock_base
+        if base is None or time.monotonic() - base[1] > CLOCK_RESYNC:
+            sent = time.monotonic()
+            server = self.run(sql.SERVER_NOW)[0][0]
+            base = self._clock_base = (server, (sent + time.monotonic()) / 2)
+        return base[0] + (time.monotonic() - base[1])
+
+    def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
+        """Run one statement in its own transaction and return its rows."""
+        return self._execute(statement, params, durable, _rows)
+
+    def changed(self, statement: str, params: Any = (), *, durable: bool = False) -> int:
+        """Run one statement in its own transaction and return how many rows it changed (not its triggers)."""
+        return self._execute(statement, params, durable, _rowcount)
+
+    def _params(self, statement: str, params: Any) -> Any:
+        if isinstance(params, dict):
+            for key, value in params.items():
+                if isinstance(value, str) and "\x00" in value:
+                    params = _without_nul(params, key, value)
+        return {**params, **self._backoff} if statement in sql.WITH_BACKOFF else params
+
+    def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[Any], Any]) -> Any:
+        params = self._params(statement, params)
+        if self.tracer is not None:
+            self.tracer(statement.strip(), params)
+        with self._lock:
+            conn = self._connection()
+            try:
+                self._sync(conn, durable)
+                return read(conn.execute(statement, params))
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+
+    def _sync(self, conn: psycopg.Connection, durable: bool) -> None:
+        """Make the next commit wait for the WAL flush if it is ``durable``; caller holds the lock.
+
+        Switched only when it changes, so a run of completions or of claims pays nothing.
+        """
+        if durable != self._synchronous:
+            conn.execute("SELECT set_config('synchronous_commit', %s, false)", ("on" if durable else "off",))
+            self._synchronous = durable
+
+    @contextmanager
+    def transaction(self, durable: bool) -> Iterator[Run]:
+        """``BEGIN`` … ``COMMIT`` under the lock; yields run(statement, params) -> cursor for inside it."""
+        def run(statement: str, params: Any = ()) -> psycopg.Cursor:
+            params = self._params(statement, params)
+            if self.tracer is not None:
+                self.tracer(statement.strip(), params)
+            return conn.execute(statement, params)
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                self._sync(conn, durable)
+                with conn.transaction():
+                    yield run
+            except psycopg.Error as exc:
+                raise self._translate(exc) from exc
+
+    # -- waiting for work ----------------------------------------------------
+
+    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Return when a job is enqueued (NOTIFY), ``stop`` is set, or ``timeout`` seconds pass."""
+        deadline = time.monotonic() + timeout
+        try:
+            if self._listener is None or self._listener.closed:
+                self._listener = psycopg.connect(self.url, autocommit=True, application_name="leaselab-listen",
+                                                 connect_timeout=max(2, min(30, int(self._busy_timeout))))
+                self._listener.execute(sql.LISTEN)
+            while (left := deadline - time.monotonic()) > 0 and not (stop is not None and stop.is_set()):
+                for _ in self._listener.notifies(timeout=min(left, CHANNEL_POLL), stop_after=1):
+                    return
+        except psycopg.Error:
+            # No listener (the server went away, say): wait out the poll; the next claim reports the fault.
+            if self._listener is not None:
+                self._listener.close()
+            self._listener = None
+            left = deadline - time.monotonic()
+            if left > 0:
+                stop.wait(left) if stop is not None else time.sleep(left)
+
+    # -- errors --------------------------------------------------------------
+
+    def _translate(self, exc: psycopg.Error) -> LeaselabError:
+        if self._conn is not None and self._conn.broken:
+            self._conn.close()  # the next call opens a new connection
+            self._conn = None
+        return translate(exc, self.name, self.url)
+
+
+def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
+    """The leaselab error for a psycopg error: it names the server and never shows the password."""
+    message = " ".join(_scrub(str(exc), url).split())  # libpq's hints span lines; an error is one line
+    code = getattr(exc, "sqlstate", None) or ""
+    if code in _BUSY:
+        return DatabaseBusy(f"{name}: a lock was held past the busy timeout ({message})")
+    if code in _UNWRITABLE:
+        return DatabaseUnwritable(f"{name}: cannot write the queue ({message})")
+    # A refused connection arrives before any SQLSTATE: the server's FATAL line says why.
+    if code in _REFUSED or (not code and _REFUSED_AT_CONNECT.search(message)):
+        return ServerRefused(f"{name}: the server refused the connection ({message})")
+    if code.startswith(_UNREACHABLE_CLASSES) or (not code and isinstance(exc, psycopg.OperationalError)):
+        return DatabaseUnreachable(f"{name}: cannot reach the server ({message})")
+    return LeaselabError(f"{name}: PostgreSQL error: {message}")
+
+
+def _without_nul(params: dict, key: str, value: str) -> dict:
+    """PostgreSQL text cannot hold NUL: a failure's message keeps it as the two characters ``\\0``
+    (a handler's exception text must not crash the worker that records it); any other text is refused."""
+    if key == "error":
+        return {**params, key: value.replace("\x00", "\\0")}
+    raise ValueError(f"{key} contains a NUL character (\\x00), which PostgreSQL text cannot hold: {value!r}")
+
+
+def _rows(cursor: psycopg.Cursor) -> list[tuple]:
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _rowcount(cursor: psycopg.Cursor) -> int:
+    return cursor.rowcount

@@ -1,0 +1,177 @@
+"""Every statement the queue runs on PostgreSQL, as named constants with parameters (psycopg's
+``%(name)s``). The same names as ``leaselab.backends.sqlite.statements``; nothing is formatted into SQL.
+"""
+
+from __future__ import annotations
+
+from ...job import EVENT_COLUMNS, JOB_COLUMNS
+
+ENQUEUE = """
+INSERT INTO jobs (payload, priority, run_at, max_attempts, created_at, updated_at)
+VALUES (%(payload)s, %(priority)s, %(run_at)s, %(max_attempts)s, %(now)s, %(now)s)
+RETURNING id
+"""
+
+# The claim of the article, with one change a server needs. Under READ COMMITTED, a second
+# claim that waits on the first one's row lock is not re-planned when the first commits: its
+# subquery already chose that id, the outer WHERE id = ... still matches, and the job would
+# be claimed twice. FOR UPDATE SKIP LOCKED makes the subquery lock its pick and step over
+# rows another transaction holds, so a concurrent claim takes the next job at once.
+CLAIM = f"""
+UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = %(lease_until)s, worker = %(worker)s, token = %(token)s, started_at = %(now)s,
+       updated_at = %(now)s, last_event = 'claimed'
+ WHERE id = (SELECT id FROM jobs
+              WHERE status = 'pending' AND run_at <= %(now)s
+              ORDER BY priority DESC, run_at ASC, id ASC
+              LIMIT 1
+              FOR UPDATE SKIP LOCKED)
+RETURNING {JOB_COLUMNS}
+"""
+
+# A batch of the same claim: up to %(n)s runnable jobs, leased in one statement; SKIP LOCKED
+# for the same reason as CLAIM. Each job's token is the call's random token with the job id
+# after it, so no two claims ever write the same token. RETURNING gives no order; the queue sorts.
+CLAIM_MANY = f"""
+UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = %(lease_until)s, worker = %(worker)s, token = %(token)s || '-' || id,
+       started_at = %(now)s, updated_at = %(now)s, last_event = 'claimed'
+ WHERE id IN (SELECT id FROM jobs
+               WHERE status = 'pending' AND run_at <= %(now)s
+               ORDER BY priority DESC, run_at ASC, id ASC
+               LIMIT %(n)s
+               FOR UPDATE SKIP LOCKED)
+RETURNING {JOB_COLUMNS}
+"""
+
+# Every lease one worker holds, renewed in one statement: %(tokens)s is a JSON array of tokens.
+HEARTBEAT_MANY = """
+UPDATE jobs SET lease_until = %(lease_until)s, updated_at = %(now)s, last_event = 'heartbeat'
+ WHERE status = 'running' AND token IN (SELECT jsonb_array_elements_text(%(tokens)s::jsonb))
+RETURNING id, lease_until
+"""
+
+# Fenced writes: only the holder of the current token may change a running job.
+HEARTBEAT = """
+UPDATE jobs SET lease_until = %(lease_until)s, updated_at = %(now)s, last_event = 'heartbeat'
+ WHERE id = %(id)s AND status = 'running' AND token = %(token)s
+RETURNING lease_until
+"""
+
+COMPLETE = """
+UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL, finished_at = %(now)s,
+       updated_at = %(now)s, last_event = 'completed'
+ WHERE id = %(id)s AND status = 'running' AND token = %(token)s
+"""
+
+# The queue's Backoff.delay(attempts), in SQL: base * 2**(attempts-1), stretched by up to
+# jitter, capped at cap. The backend adds base, cap and jitter to the statement's parameters.
+# PostgreSQL raises on a float overflow where Python gives inf, so an attempt count already
+# past the cap (2**(attempts-1) > 2 * cap / base) is answered with the cap before any power,
+# and the power is taken in two halves (each below 2**1024; multiplying by a power of two is
+# exact, so the delay is the very float Python computes).
+_BACKOFF = """
+CASE WHEN attempts < 1 OR %(backoff_base)s::float8 = 0 THEN 0
+     WHEN attempts - 1 > (ln(%(backoff_cap)s::float8) - ln(NULLIF(%(backoff_base)s::float8, 0))) / ln(2.0) + 1
+          THEN %(backoff_cap)s::float8
+     ELSE LEAST(%(backoff_cap)s::float8,
+                %(backoff_base)s::float8 * power(2.0::float8, (attempts - 1) / 2)
+                * power(2.0::float8, (attempts - 1) - (attempts - 1) / 2)
+                * (1 + %(backoff_jitter)s::float8 * random())) END"""
+
+FAIL = f"""
+UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+       run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                     ELSE %(now)s + {_BACKOFF} END,
+       finished_at = CASE WHEN attempts >= max_attempts THEN %(now)s END,
+       last_error = %(error)s, lease_until = NULL, updated_at = %(now)s, last_event = 'failed'
+ WHERE id = %(id)s AND status = 'running' AND token = %(token)s
+RETURNING status
+"""
+
+# The reaper: one conditional statement, never read-then-write. It steps over rows another
+# transaction holds (SKIP LOCKED): a holder frozen mid-write (SIGSTOP) must not stall every
+# worker's reaper behind its row lock; the next reap takes that row if it is still expired.
+REAP = f"""
+UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+       run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                     ELSE %(now)s + {_BACKOFF} END,
+       finished_at = CASE WHEN attempts >= max_attempts THEN %(now)s END,
+       last_error = 'lease expired', lease_until = NULL, updated_at = %(now)s, last_event = 'reaped'
+ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < %(now)s
+              FOR UPDATE SKIP LOCKED)
+RETURNING id
+"""
+
+# Statements whose parameters the backend completes with the queue's backoff.
+WITH_BACKOFF = frozenset({FAIL, REAP})
+
+# A job's history is a linked list, as on SQLite: jobs.last_event_id is its newest event and
+# each event's prev the one before. Each step must go to a smaller id, so links damaged into
+# a loop still end the walk.
+_JOB_CHAIN = """
+WITH RECURSIVE chain(id) AS (
+    SELECT last_event_id FROM jobs WHERE id = %(id)s
+    UNION ALL
+    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > %(after)s AND e.prev < e.id
+)"""
+
+# A refused (fenced-off) write is written into the history, naming the worker and attempt
+# that claimed with this token. Zero rows: no such job id. LINK_EVENT then makes the new
+# event the head of the job's history, in the same transaction. The job's row is locked
+# first (FOR UPDATE): otherwise a change committed between this read of last_event_id and
+# LINK_EVENT (the new holder's completion, say) would be cut out of the linked list.
+RECORD_LEASE_LOST = _JOB_CHAIN + """,
+claim AS (SELECT e.worker, e.attempt FROM events e
+           WHERE e.id IN (SELECT id FROM chain) AND e.token = %(token)s AND e.kind = 'claimed')
+INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
+SELECT j.id, 'lease_lost', %(now)s, (SELECT worker FROM claim LIMIT 1), %(token)s,
+       COALESCE((SELECT attempt FROM claim LIMIT 1), j.attempts), %(detail)s, j.last_event_id
+  FROM jobs j WHERE j.id = %(id)s FOR UPDATE OF j
+RETURNING id, (SELECT status FROM jobs WHERE id = %(id)s)
+"""
+
+LINK_EVENT = "UPDATE jobs SET last_event_id = %(event_id)s WHERE id = %(id)s"
+
+GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s"
+
+JOB_EXISTS = "SELECT 1 FROM jobs WHERE id = %s"
+
+LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id LIMIT %(limit)s"
+
+LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = %(status)s ORDER BY id LIMIT %(limit)s"
+
+LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT %(limit)s"
+
+LIST_JOBS_BY_STATUS_NEWEST = (f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = %(status)s "
+                              "ORDER BY id DESC LIMIT %(limit)s")
+
+STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
+
+EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > %(after)s ORDER BY id"
+
+EVENTS_FOR_JOB = _JOB_CHAIN + f"""
+SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > %(after)s ORDER BY id
+"""
+
+NEXT_RUN_AT = "SELECT min(run_at) FROM jobs WHERE status = 'pending'"
+
+# -- the backend's own statements ------------------------------------------------------------
+
+# The server's clock, in unix seconds: clock_timestamp() is the time now, not the
+# transaction's start as now() would be.
+SERVER_NOW = "SELECT extract(epoch FROM clock_timestamp())::float8"
+
+# Whether this database already holds tables named jobs and events, and the mark on each.
+# to_regclass follows the search_path, as the queue's own statements do.
+SCHEMA_MARKS = """
+SELECT t.name, c.oid IS NOT NULL, obj_description(c.oid, 'pg_class')
+  FROM (VALUES ('jobs'), ('events')) AS t(name)
+  LEFT JOIN pg_class c ON c.oid = to_regclass(t.name)
+"""
+
+# Creating the schema is serialized by a transaction-level advisory lock, so sixteen
+# processes opening a new database at once create it exactly once. The key is a constant.
+SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
+
+LISTEN = "LISTEN leaselab_jobs"

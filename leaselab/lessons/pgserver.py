@@ -1,0 +1,213 @@
+"""A throw-away PostgreSQL server for tests and lessons: ``initdb`` and ``pg_ctl`` in a temp folder.
+
+::
+
+    with PgServer() as server:          # raises PgUnavailable when no PostgreSQL is installed
+        url = server.create_database("demo")   # postgresql://leaselab@127.0.0.1:PORT/demo
+        ...
+    # the server is stopped and its folder removed
+
+No running system service is assumed. Run as root, the server runs as an unprivileged
+user (``postgres``, else ``nobody``), since PostgreSQL refuses to run as root. It listens
+on 127.0.0.1 at a free port and on a Unix socket inside its folder, trusts local
+connections (no password), and runs with ``fsync=off``: its data dies with it anyway.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+USER = "leaselab"  # the cluster's superuser, as in the URLs it hands out
+RUN_AS_CANDIDATES = ("postgres", "nobody")
+_DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+# Stops the server and removes its folder when the process that started it is gone without
+# calling stop() (a test run killed with SIGKILL, a notebook kernel that died): the server
+# daemonizes, so nothing else would ever end it.
+_WATCHDOG = r"""
+import os, shutil, subprocess, sys, time
+parent, pg_ctl, data, folder, uid, gid = int(sys.argv[1]), *sys.argv[2:5], int(sys.argv[5]), int(sys.argv[6])
+while os.getppid() == parent:
+    time.sleep(0.5)
+user = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
+subprocess.run([pg_ctl, "stop", "-D", data, "-m", "immediate", "-w"], capture_output=True, cwd=folder, **user)
+shutil.rmtree(folder, ignore_errors=True)
+"""
+
+
+class PgUnavailable(RuntimeError):
+    """Raised when no PostgreSQL server binaries (initdb, pg_ctl) can be found on this machine."""
+
+
+class PgStartFailed(RuntimeError):
+    """Raised when initdb or pg_ctl failed; the message holds the server's own log."""
+
+
+# Where Debian and Ubuntu's postgresql package (and so Binder's apt.txt) puts the server's
+# programs: not on PATH, one folder per major version.
+DEBIAN_BIN_DIRS = "/usr/lib/postgresql/*/bin"
+
+
+def find_bin_dir(debian: str = DEBIAN_BIN_DIRS) -> Path:
+    """The folder holding ``initdb`` and ``pg_ctl``: on PATH, else Debian's /usr/lib/postgresql/*/bin (newest)."""
+    found = shutil.which("initdb")
+    if found and shutil.which("pg_ctl"):
+        return Path(found).resolve().parent
+    versions = sorted(glob.glob(os.path.join(debian, "initdb")),
+                      key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parts[-3].split(".")])
+    if versions:
+        return Path(versions[-1]).parent
+    raise PgUnavailable("no PostgreSQL binaries: initdb is neither on PATH nor in /usr/lib/postgresql/*/bin "
+                        "(on Debian or Ubuntu: apt-get install postgresql)")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _run_as() -> pwd.struct_passwd | None:
+    if os.geteuid() != 0:
+        return None
+    for name in RUN_AS_CANDIDATES:
+        try:
+            return pwd.getpwnam(name)
+        except KeyError:
+            continue
+    raise PgUnavailable("running as root, and there is no unprivileged user (postgres, nobody) to run the server as")
+
+
+class PgServer:
+    """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
+
+    def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0):
+        self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
+        self.timeout = timeout
+        self.port: int | None = None
+        self.folder: Path | None = None
+        self._user = _run_as()
+        self._watchdog: subprocess.Popen | None = None
+
+    @property
+    def data_dir(self) -> Path:
+        return self.folder / "data"
+
+    @property
+    def socket_dir(self) -> Path:
+        return self.folder / "socket"
+
+    def url(self, dbname: str = "postgres") -> str:
+        """The URL of database ``dbname`` on this server (no password: local connections are trusted)."""
+        return f"postgresql://{USER}@127.0.0.1:{self.port}/{dbname}"
+
+    def _cmd(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
+        kwargs = {}
+        if self._user is not None:
+            kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
+        done = subprocess.run([str(self.bin_dir / argv[0]), *argv[1:]], capture_output=True, text=True,
+                              cwd=self.folder, env=env, timeout=self.timeout, **kwargs)
+        if check and done.returncode != 0:
+            raise PgStartFailed(f"{argv[0]} exited {done.returncode}:\n{done.stdout}{done.stderr}{self._log()}")
+        return done
+
+    def _log(self) -> str:
+        try:
+            return "\n--- server log ---\n" + (self.folder / "server.log").read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def start(self) -> "PgServer":
+        """initdb, start on a free port, and wait until the server accepts connections."""
+        self.folder = Path(tempfile.mkdtemp(prefix="leaselab-pg-"))
+        try:
+            self.folder.chmod(0o755)  # the unprivileged server user must reach its folders
+            self.socket_dir.mkdir()
+            if self._user is not None:
+                os.chown(self.folder, self._user.pw_uid, self._user.pw_gid)
+                os.chown(self.socket_dir, self._user.pw_uid, self._user.pw_gid)
+            self._cmd("initdb", "-D", str(self.data_dir), "-U", USER, "--auth=trust", "-E", "UTF8",
+                      "--no-sync", "--locale=C")
+            for attempt in range(5):  # another process may take the free port before the server binds it
+                self.port = free_port()
+                started = self._pg_ctl_start(check=False)
+                if started.returncode == 0:
+                    self._start_watchdog()
+                    return self
+            raise PgStartFailed(f"pg_ctl start failed:\n{started.stdout}{started.stderr}{self._log()}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_watchdog(self) -> None:
+        # It runs as this process's user (the server's user may not even reach this Python) and
+        # runs pg_ctl as the server's user, as every other command here does.
+        uid, gid = (self._user.pw_uid, self._user.pw_gid) if self._user is not None else (-1, -1)
+        self._watchdog = subprocess.Popen(
+            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self.bin_dir / "pg_ctl"), str(self.data_dir),
+             str(self.folder), str(uid), str(gid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def create_database(self, dbname: str) -> str:
+        """Create an empty database and return its URL."""
+        if not isinstance(dbname, str) or not _DB_NAME.fullmatch(dbname):
+            raise ValueError(f"dbname must be a plain lower-case name, got {dbname!r}")
+        self._cmd("createdb", "-h", str(self.socket_dir), "-p", str(self.port), "-U", USER, dbname)
+        return self.url(dbname)
+
+    def restart(self) -> None:
+        """Stop the server at once (in-flight connections drop) and start it again on the same port."""
+        self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w")
+        self._pg_ctl_start(check=True)
+
+    def _pg_ctl_start(self, check: bool) -> subprocess.CompletedProcess:
+        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+                   f"-c unix_socket_directories={self.socket_dir} -c fsync=off "
+                   "-c full_page_writes=off -c max_connections=100")
+        return self._cmd("pg_ctl", "start", "-D", str(self.data_dir), "-w", "-t", str(int(self.timeout)),
+                         "-l", str(self.folder / "server.log"), "-o", options, check=check)
+
+    def stop(self) -> None:
+        """Stop the server (immediately) and remove its folder. Safe to call twice."""
+        if self.folder is None:
+            return
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
+        if (self.data_dir / "postmaster.pid").exists():
+            self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w", check=False)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder = None
+
+    def __enter__(self) -> "PgServer":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        return f"PgServer(port={self.port}, folder={str(self.folder)!r})"
+
+
+def wait_ready(server: PgServer, timeout: float = 30.0) -> None:
+    """Wait until ``pg_isready`` says the server accepts connections (after a restart, say)."""
+    deadline = time.monotonic() + timeout
+    while server._cmd("pg_isready", "-h", "127.0.0.1", "-p", str(server.port), check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise PgStartFailed(f"server on port {server.port} not ready after {timeout}s{server._log()}")
+        time.sleep(0.1)

@@ -1,0 +1,105 @@
+"""A worker cut off the network: its lease runs out, another worker finishes the job, and its late write is refused.
+
+Only a server queue has a network between a worker and its jobs; each worker of a
+``Fleet`` on a ``postgresql://`` queue talks to the server through its own proxy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import pid_gone, wait_until
+from leaselab import Status
+from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
+from leaselab.lab.fleet import Fleet
+
+
+@pytest.fixture
+def server_fleet(pg_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    f = Fleet(pg_url, grace=5.0)
+    yield f
+    pids = [f.pid(n) for n in f.names]
+    f.shutdown()
+    for pid in pids:
+        if not pid_gone(pid):  # pragma: no cover
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_refused(server_fleet):
+    fleet, q = server_fleet, server_fleet.queue
+    job_id = q.enqueue({"seconds": 2.5})
+    w1 = fleet.spawn(lease=1.5, name="w1")
+    wait_until(lambda: q.get(job_id).worker == "w1", message="w1 to claim the job")
+    first = q.get(job_id)
+    fleet.partition("w1")
+    status = fleet.status()[0]
+    assert status.partitioned and status.badge == "cut_off" and status.jobs == (job_id,)
+    # Its heartbeats no longer arrive: the lease runs out and the reaper hands the job on.
+    wait_until(lambda: q.get(job_id).lease_until is None or q.get(job_id).lease_until < q.clock(), timeout=20,
+               message="w1's lease to run out")
+    assert fleet.status()[0].badge == "zombie"
+    wait_until(lambda: q.reap() or q.get(job_id).status is not Status.RUNNING or q.get(job_id).attempts > 1,
+               message="the job to be reaped")
+    fleet.spawn(lease=5.0, name="w2")
+    wait_until(lambda: q.get(job_id).status is Status.DONE, timeout=30, message="w2 to finish the job")
+    done = q.get(job_id)
+    assert done.worker == "w2" and done.attempts == 2 and done.result["worker"] == "w2"
+    fleet.heal("w1")
+    assert not fleet.status()[0].partitioned
+    wait_until(lambda: "lease lost on job" in fleet.log_tail("w1", lines=50), timeout=30,
+               message="w1 to learn, once reconnected, that it lost the job")
+    assert q.get(job_id).result == done.result  # the zombie's write was refused: w2's result stands
+    refused = [e for e in q.events(job_id) if e.kind == "lease_lost"]
+    assert refused and refused[-1].token == first.token and refused[-1].worker == "w1"
+    actions = [(a.worker, a.action) for a in fleet.actions]
+    assert ("w1", "partition") in actions and ("w1", "heal") in actions
+
+
+def test_a_healed_worker_goes_on_working(server_fleet):
+    fleet, q = server_fleet, server_fleet.queue
+    fleet.spawn(lease=5.0, name="w1")
+    fleet.partition("w1")
+    ids = q.enqueue_many([{"seconds": 0}] * 3)
+    # Enqueued while it is cut off: nothing reaches it, so nothing is claimed.
+    time.sleep(1.5)
+    assert q.stats()["done"] == 0
+    fleet.heal("w1")
+    wait_until(lambda: q.stats()["done"] == 3, timeout=30, message="the healed worker to drain the queue")
+    assert {q.get(i).worker for i in ids} == {"w1"}
+
+
+def test_partitioning_an_unknown_or_dead_worker_is_a_clear_error(server_fleet):
+    with pytest.raises(UnknownWorker, match="nosuch"):
+        server_fleet.partition("nosuch")
+    server_fleet.spawn(lease=5.0, name="w1")
+    server_fleet.kill("w1")
+    with pytest.raises(WorkerNotRunning, match="cannot cut off worker 'w1'"):
+        server_fleet.partition("w1")
+    with pytest.raises(WorkerNotRunning, match="cannot reconnect worker 'w1'"):
+        server_fleet.heal("w1")
+
+
+def test_a_worker_of_a_sqlite_queue_has_no_network_to_cut(tmp_path):
+    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
+    try:
+        fleet.spawn(lease=5.0, name="w1")
+        with pytest.raises(PartitionUnsupported, match="SQLite file"):
+            fleet.partition("w1")
+        assert not fleet.status()[0].partitioned
+    finally:
+        fleet.shutdown()
+
+
+def test_shutdown_ends_a_cut_off_worker_cleanly(server_fleet):
+    fleet, q = server_fleet, server_fleet.queue
+    q.enqueue({"seconds": 0.5})
+    fleet.spawn(lease=5.0, name="w1")
+    wait_until(lambda: q.stats()["running"] + q.stats()["done"] == 1, message="w1 to claim")
+    fleet.partition("w1")
+    fleet.shutdown()
+    assert fleet.status()[0].state == "exited" and fleet.status()[0].returncode == 0

@@ -1,0 +1,75 @@
+"""The throw-away PostgreSQL server the tests (and lesson 6) use: it starts, serves, and leaves nothing behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from leaselab.lessons.pgserver import PgServer, PgUnavailable, find_bin_dir
+
+
+@pytest.fixture
+def bin_dir():
+    try:
+        return find_bin_dir()
+    except PgUnavailable as exc:
+        if os.environ.get("CI"):
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+
+
+def _postmaster_alive(folder) -> bool:
+    out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    return any(line.startswith(str(bin_dir_of_postgres())) and str(folder) in line for line in out.splitlines())
+
+
+def bin_dir_of_postgres():
+    return find_bin_dir() / "postgres"
+
+
+def test_a_server_starts_serves_a_new_database_and_leaves_no_folder_or_process(bin_dir):
+    with PgServer(bin_dir) as server:
+        folder = server.folder
+        url = server.create_database("demo")
+        assert url == f"postgresql://leaselab@127.0.0.1:{server.port}/demo"
+        out = subprocess.run([str(bin_dir / "psql"), url, "-Atc", "SELECT current_database()"],
+                             capture_output=True, text=True, timeout=30)
+        assert out.stdout.strip() == "demo", out.stderr
+        assert _postmaster_alive(folder)
+    assert not folder.exists()
+    assert not _postmaster_alive(folder)
+
+
+def test_a_bad_database_name_is_refused_before_any_command_runs(bin_dir):
+    with PgServer(bin_dir) as server:
+        with pytest.raises(ValueError, match="dbname"):
+            server.create_database("x; DROP")
+
+
+STARTER = r"""
+import sys
+from leaselab.lessons.pgserver import PgServer
+server = PgServer().start()
+print(server.folder, flush=True)
+sys.stdin.read()  # wait to be killed
+"""
+
+
+def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog(bin_dir):
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        folder = starter.stdout.readline().strip()
+        assert folder and _postmaster_alive(folder)
+    finally:
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(10)
+    deadline = time.monotonic() + 30
+    while (_postmaster_alive(folder) or os.path.exists(folder)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _postmaster_alive(folder) and not os.path.exists(folder)

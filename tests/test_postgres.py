@@ -1,0 +1,439 @@
+"""Facts of the PostgreSQL backend alone: the claim under READ COMMITTED, the server's clock,
+LISTEN/NOTIFY, dropped connections, foreign tables, durability and the backoff in SQL."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from leaselab import (
+    Backoff,
+    LeaselabError,
+    ManualClock,
+    NotALeaselabDatabase,
+    Queue,
+    SchemaTooNew,
+    Status,
+    Worker,
+)
+from leaselab.errors import DatabaseUnreachable, ServerRefused, TransientError
+
+try:
+    import psycopg
+except ImportError:  # pragma: no cover - the postgres extra is part of the test extra
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
+
+from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
+from leaselab.lessons.pgserver import free_port  # noqa: E402
+from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
+
+
+def _claim_params(worker: str, now: float = 1000.0) -> dict:
+    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}"}
+
+
+def _waiting_on_a_lock(admin, pid: int) -> bool:
+    row = admin.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+    return row is not None and row[0] == "Lock"
+
+
+def _interleave(url: str, statement: str) -> tuple[tuple, tuple, bool]:
+    """A claims and holds its transaction open; B runs the same claim meanwhile; then A commits.
+
+    Returns (A's row, B's row, whether B had to wait for A's row lock).
+    """
+    with Queue(url, clock=ManualClock(0)) as q:
+        q.enqueue_many(["first", "second"])
+    a = psycopg.connect(url)  # not autocommit: READ COMMITTED transactions, PostgreSQL's default
+    b = psycopg.connect(url)
+    admin = psycopg.connect(url, autocommit=True)
+    try:
+        assert a.execute("SHOW transaction_isolation").fetchone()[0] == "read committed"
+        row_a = a.execute(statement, _claim_params("A")).fetchone()
+        got: dict = {}
+        b_thread = threading.Thread(target=lambda: got.update(row=b.execute(statement, _claim_params("B")).fetchone()))
+        b_thread.start()
+        b_pid = b.info.backend_pid
+        deadline = time.monotonic() + 10
+        waited = False
+        while b_thread.is_alive() and time.monotonic() < deadline:
+            if _waiting_on_a_lock(admin, b_pid):
+                waited = True
+                break
+            time.sleep(0.01)
+        a.commit()
+        b_thread.join(10)
+        assert not b_thread.is_alive()
+        b.commit()
+        return row_a, got["row"], waited
+    finally:
+        for conn in (a, b, admin):
+            conn.close()
+
+
+def test_the_articles_claim_gives_one_job_to_two_connections_under_read_committed(pg_url):
+    row_a, row_b, waited = _interleave(pg_url, NAIVE_CLAIM)
+    assert waited, "B must have waited on A's row lock for the interleaving to be the one that fails"
+    # B's subquery chose the same id before A committed; after the wait only the outer WHERE is
+    # re-checked, and it still matches: the same job, claimed twice, A's token overwritten.
+    assert row_a[0] == row_b[0]
+    with Queue(pg_url, clock=ManualClock(0)) as q:
+        job = q.get(row_a[0])
+        assert (job.attempts, job.worker, job.token) == (2, "B", "token-B")
+        assert [e.worker for e in q.events(job.id) if e.kind == "claimed"] == ["A", "B"]
+
+
+def test_leaselabs_claim_under_the_same_interleaving_gives_the_second_connection_the_next_job(pg_url):
+    assert NAIVE_CLAIM != sql.CLAIM
+    row_a, row_b, waited = _interleave(pg_url, sql.CLAIM)
+    assert not waited, "SKIP LOCKED steps over A's row instead of waiting for it"
+    assert (row_a[1], row_b[1]) == ('"first"', '"second"')
+    with Queue(pg_url, clock=ManualClock(0)) as q:
+        assert [(j.attempts, j.worker) for j in q.jobs()] == [(1, "A"), (1, "B")]
+
+
+# -- whose clock ---------------------------------------------------------------------------
+
+# A worker process whose own clock is off by SKEW seconds: time.time is shifted before leaselab
+# is imported, so everything in the process that asks the system for the time gets it wrong.
+SKEWED_WORKER = r"""
+import sys, time
+skew = float(sys.argv[1])
+real = time.time
+time.time = lambda: real() + skew
+from leaselab.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+def _skewed_worker(url: str, skew: float, name: str, tmp_path, spawned: list) -> subprocess.Popen:
+    log = open(tmp_path / f"{name}.log", "wb")
+    p = subprocess.Popen([sys.executable, "-c", SKEWED_WORKER, str(skew), "worker", "--db", url,
+                          "--handler", "leaselab.lessons.demo:echo", "--name", name, "--lease", "5",
+                          "--poll", "0.05", "--max-poll", "0.2"], stdout=log, stderr=subprocess.STDOUT)
+    spawned.append((p, log))
+    return p
+
+
+@pytest.fixture
+def spawned():
+    procs: list = []
+    yield procs
+    for p, log in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+        log.close()
+
+
+def _wait(condition, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_without_a_clock_a_postgresql_queue_takes_the_time_from_the_server(pg_url):
+    with Queue(pg_url) as q:
+        (server_now,) = psycopg.connect(pg_url, autocommit=True).execute(
+            "SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        assert abs(q.clock() - server_now) < 5
+        job_id = q.enqueue("x")
+        assert abs(q.get(job_id).created_at - server_now) < 5
+    clock = ManualClock(1000)
+    with Queue(pg_url, clock=clock) as q:  # an explicit clock still wins
+        assert q.clock() == 1000
+        assert q.get(q.enqueue("y")).run_at == 1000
+
+
+def test_a_worker_whose_clock_runs_ten_minutes_fast_does_not_steal_a_live_lease(pg_url, tmp_path, spawned):
+    with Queue(pg_url) as q:
+        q.enqueue("held")
+        held = q.claim("holder", lease=120)
+        _skewed_worker(pg_url, +600, "fast", tmp_path, spawned)
+        later = q.enqueue("later")
+        _wait(lambda: q.get(later).status is Status.DONE)  # it ran its loop, reaper included
+        time.sleep(1.5)  # and more reaps, at least once a second
+        job = q.get(held.id)
+        assert (job.status, job.token, job.attempts) == (Status.RUNNING, held.token, 1)
+        q.heartbeat(held.id, held.token, 120)  # the holder still holds it
+        # The same fast clock given explicitly is what the server's clock protects against:
+        with Queue(pg_url, clock=lambda: time.time() + 600) as wrong:
+            assert wrong.reap() == [held.id]
+
+
+def test_a_worker_whose_clock_runs_ten_minutes_slow_still_reaps_an_expired_lease(pg_url, tmp_path, spawned):
+    with Queue(pg_url) as q:
+        q.enqueue("abandoned")
+        gone = q.claim("crashed", lease=1)  # its holder never comes back
+        _skewed_worker(pg_url, -600, "slow", tmp_path, spawned)
+        _wait(lambda: q.get(gone.id).status is Status.DONE)
+        job = q.get(gone.id)
+        assert (job.attempts, job.worker) == (2, "slow")
+        assert [e.kind for e in q.events(gone.id)][:3] == ["enqueued", "claimed", "reaped"]
+
+
+# -- waiting for work ------------------------------------------------------------------------
+
+
+def test_an_idle_postgresql_worker_wakes_on_notify_long_before_its_poll(pg_url):
+    with Queue(pg_url) as q, Queue(pg_url) as producer:
+        worker = Worker(q, lambda job: job.payload, name="w", poll=60, max_poll=60)
+        runner = threading.Thread(target=worker.run)
+        runner.start()
+        try:
+            time.sleep(0.5)  # the worker found nothing and waits, for up to a minute by its poll
+            started = time.monotonic()
+            job_id = producer.enqueue("wake")
+            _wait(lambda: producer.get(job_id).status is Status.DONE, timeout=20)
+            assert time.monotonic() - started < 20
+        finally:
+            worker.stop()
+            runner.join(5)
+        assert not runner.is_alive(), "a stop reaches a worker waiting for a notification"
+
+
+def test_wait_for_work_returns_at_its_timeout_when_nothing_comes(pg_url):
+    with Queue(pg_url) as q:
+        started = time.monotonic()
+        q.wait_for_work(0.3)
+        assert 0.25 < time.monotonic() - started < 5
+
+
+# -- connections and errors ----------------------------------------------------------------
+
+
+def test_a_dropped_connection_is_a_transient_error_and_the_next_call_reconnects(pg_url):
+    with Queue(pg_url) as q:
+        job_id = q.enqueue("x")
+        pid = q.backend.connection.info.backend_pid
+        with psycopg.connect(pg_url, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(DatabaseUnreachable) as caught:
+            q.get(job_id)
+        assert isinstance(caught.value, TransientError)
+        assert q.get(job_id).payload == "x"  # reconnected
+        assert q.backend.connection.info.backend_pid != pid
+
+
+def test_an_unreachable_server_names_host_port_and_database_but_never_the_password():
+    port = free_port()
+    with pytest.raises(DatabaseUnreachable) as caught:
+        Queue(f"postgresql://alice:s3cret-pw@127.0.0.1:{port}/queue_db")
+    message = str(caught.value)
+    assert f"127.0.0.1:{port}/queue_db" in message and "alice" in message
+    assert "s3cret-pw" not in message and "s3cret-pw" not in repr(caught.value.__cause__ or "")
+
+
+def test_a_missing_database_is_refused_by_name(pg_server):
+    with pytest.raises(ServerRefused, match="no_such_db"):
+        Queue(pg_server.url("no_such_db"))
+
+
+def test_a_database_with_other_tables_is_fine_but_a_foreign_jobs_table_is_refused_and_untouched(pg_url, pg_server):
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE customers (id int)")
+    with Queue(pg_url) as q:  # other tables: fine
+        q.enqueue("x")
+    other = pg_server.create_database(f"foreign_{id(pg_url) % 10**6}")
+    with psycopg.connect(other, autocommit=True) as conn:
+        conn.execute("CREATE TABLE jobs (id int, what text)")
+        conn.execute("INSERT INTO jobs VALUES (1, 'theirs')")
+        with pytest.raises(NotALeaselabDatabase, match="jobs"):
+            Queue(other)
+        assert conn.execute("SELECT * FROM jobs").fetchall() == [(1, "theirs")]
+        assert conn.execute("SELECT to_regclass('events')").fetchone()[0] is None
+
+
+def test_a_newer_schema_is_refused(pg_url):
+    Queue(pg_url).close()
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("COMMENT ON TABLE jobs IS 'leaselab queue, schema 99'")
+        conn.execute("COMMENT ON TABLE events IS 'leaselab queue, schema 99'")
+    with pytest.raises(SchemaTooNew, match="99"):
+        Queue(pg_url)
+
+
+def test_sixteen_queues_opening_a_new_database_at_once_create_the_schema_once(pg_url):
+    errors: list = []
+
+    def open_one():
+        try:
+            with Queue(pg_url) as q:
+                q.enqueue("x")
+        except LeaselabError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    with Queue(pg_url) as q:
+        assert q.stats()["pending"] == 16
+
+
+# -- durability and backoff --------------------------------------------------------------------
+
+
+def _synchronous_commit(q: Queue) -> str:
+    return q.backend.connection.execute("SHOW synchronous_commit").fetchone()[0]
+
+
+def test_a_full_queue_waits_for_the_flush_on_enqueue_and_complete_only(pg_url):
+    with Queue(pg_url, clock=ManualClock(), durability="full") as q:
+        seen = []
+        q.enqueue_many(["a", "b"]); seen.append(("enqueue_many", _synchronous_commit(q)))
+        q.enqueue("c"); seen.append(("enqueue", _synchronous_commit(q)))
+        job = q.claim("w"); seen.append(("claim", _synchronous_commit(q)))
+        q.heartbeat(job.id, job.token); seen.append(("heartbeat", _synchronous_commit(q)))
+        nxt = q.complete_and_claim(job.id, job.token, 1, "w"); seen.append(("complete_and_claim", _synchronous_commit(q)))
+        q.fail(nxt.id, nxt.token); seen.append(("fail", _synchronous_commit(q)))
+        last = q.claim("w"); q.complete(last.id, last.token); seen.append(("complete", _synchronous_commit(q)))
+        q.reap(); seen.append(("reap", _synchronous_commit(q)))
+    assert seen == [("enqueue_many", "on"), ("enqueue", "on"), ("claim", "off"), ("heartbeat", "off"),
+                    ("complete_and_claim", "on"), ("fail", "off"), ("complete", "on"), ("reap", "off")]
+
+
+def test_a_normal_queue_never_waits_for_the_flush(pg_url):
+    with Queue(pg_url, clock=ManualClock(), durability="normal") as q:
+        q.enqueue("a")
+        job = q.claim("w")
+        q.complete(job.id, job.token)
+        assert _synchronous_commit(q) == "off"
+
+
+@pytest.mark.parametrize("backoff", [Backoff(), Backoff(base=2, cap=100), Backoff(base=0.25, cap=7),
+                                     Backoff(base=0, cap=0), Backoff(base=1e-6, cap=1e12)])
+def test_the_servers_backoff_is_the_very_delay_backoff_computes(pg_url, backoff):
+    clock = ManualClock(0.0)  # near zero, so a tiny delay is not lost in the rounding of a large now
+    with Queue(pg_url, clock=clock, backoff=backoff) as q:
+        job_id = q.enqueue("x", max_attempts=100)
+        for attempt in range(1, 61):
+            job = q.claim("w")
+            q.fail(job.id, job.token)
+            assert q.get(job_id).run_at == clock() + backoff.delay(attempt), f"attempt {attempt}"
+            clock.advance(q.get(job_id).run_at - clock())
+
+
+def test_the_servers_jittered_backoff_stays_within_the_jitter_and_varies(pg_url):
+    backoff = Backoff(base=1, cap=1000, jitter=0.5)
+    clock = ManualClock(0.0)
+    with Queue(pg_url, clock=clock, backoff=backoff) as q:
+        delays = []
+        for _ in range(20):
+            job_id = q.enqueue("x")
+            job = q.claim("w")
+            q.fail(job.id, job.token)
+            delays.append(q.get(job_id).run_at - clock())  # the clock stands still: each claim takes the new job
+    assert all(1.0 <= d <= 1.5 for d in delays) and len(set(delays)) > 1
+
+
+def test_a_reap_on_the_server_uses_the_queues_backoff_and_ends_dead_on_the_last_attempt(pg_url):
+    clock = ManualClock(0.0)
+    with Queue(pg_url, clock=clock, backoff=Backoff(base=3, cap=100)) as q:
+        job_id = q.enqueue("x", max_attempts=2)
+        q.claim("w", lease=1)
+        clock.advance(2)
+        assert q.reap() == [job_id]
+        assert q.get(job_id).run_at == clock() + 3
+        clock.advance(3)
+        q.claim("w", lease=1)
+        clock.advance(2)
+        assert q.reap() == [job_id] and q.get(job_id).status is Status.DEAD
+        assert [e.kind for e in q.events(job_id)][-2:] == ["reaped", "dead"]
+
+
+# -- the command line ----------------------------------------------------------------------------
+
+
+def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "leaselab", *argv], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_every_command_takes_a_postgresql_url_and_a_worker_drains_the_queue(pg_url):
+    assert _cli("enqueue", '{"seconds": 0}', "--count", "3", "--db", pg_url).stdout.split() == ["1", "2", "3"]
+    worker = _cli("worker", "--db", pg_url, "--handler", "leaselab.lessons.demo:echo", "--name", "cli-w",
+                  "--exit-when-idle")
+    assert worker.returncode == 0, worker.stderr
+    assert "completed 3" in worker.stdout
+    stats = _cli("stats", "--json", env={"LEASELAB_DB": pg_url})  # the URL from the environment
+    assert stats.returncode == 0 and '"done": 3' in stats.stdout
+    assert "cli-w" in _cli("jobs", "--db", pg_url).stdout
+    assert _cli("events", "--db", pg_url, "--job", "2").stdout.count("\n") == 4  # header + 3 events
+    assert _cli("reap", "--db", pg_url).stdout.strip() == "reaped 0"
+
+
+def test_a_command_against_an_unreachable_server_exits_2_with_one_line_naming_it_without_the_password():
+    port = free_port()
+    done = _cli("stats", "--db", f"postgresql://bob:hunter2@127.0.0.1:{port}/jobs")
+    assert done.returncode == 2
+    assert f"127.0.0.1:{port}/jobs" in done.stderr and "hunter2" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_the_lab_on_a_server_shows_the_server_and_database_but_never_the_password(pg_url, tmp_path, monkeypatch):
+    from leaselab.lab import Lab
+
+    monkeypatch.chdir(tmp_path)
+    with_password = pg_url.replace("leaselab@", "leaselab:pa55word@")  # local connections are trusted anyway
+    lab = Lab(with_password, refresh=None)
+    try:
+        shown = repr(lab.fleet) + lab.widget.children[0].value  # the title and its tooltip
+    finally:
+        lab.close()
+    assert "pa55word" not in shown and pg_url.rsplit("/", 1)[1] in shown
+
+
+def test_a_nul_in_a_failure_message_is_kept_visibly_and_a_nul_in_a_worker_name_is_refused_by_name(pg_url):
+    with Queue(pg_url, clock=ManualClock()) as q:
+        job_id = q.enqueue("a\x00b")  # JSON escapes it: payloads are fine
+        assert q.get(job_id).payload == "a\x00b"
+        with pytest.raises(ValueError, match="worker contains a NUL"):
+            q.claim("w\x00")
+        job = q.claim("w")
+        assert q.fail(job.id, job.token, "boom\x00tail") is Status.PENDING
+        assert q.get(job_id).last_error == "boom\\0tail"
+
+
+def test_a_server_restart_is_one_transient_error_then_the_queue_carries_on_with_nothing_lost(pg_server):
+    from leaselab.lessons.pgserver import PgServer
+
+    with PgServer(pg_server.bin_dir) as own:  # its own server: a restart drops every connection to it
+        url = own.create_database("restarted")
+        with Queue(url, clock=ManualClock()) as q:
+            ids = q.enqueue_many(["a", "b"])
+            job = q.claim("w")
+            q.complete(job.id, job.token, "before")  # acknowledged: it waits for the WAL flush
+            own.restart()  # an immediate stop: what was not flushed is gone, as after a crash
+            with pytest.raises(DatabaseUnreachable, match=f"127.0.0.1:{own.port}/restarted"):
+                q.stats()
+            assert q.stats() == {"pending": 1, "running": 0, "done": 1, "dead": 0}
+            job = q.claim("w")
+            q.complete(job.id, job.token, "after")
+            assert [q.get(i).result for i in ids] == ["before", "after"]
+
+
+def test_the_server_clock_is_read_once_per_resync_not_once_per_call(pg_url, monkeypatch):
+    from leaselab.backends.postgres import backend
+
+    with Queue(pg_url) as q:
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        for _ in range(5):
+            q.enqueue("x")
+        assert seen.count(sql.SERVER_NOW.strip()) <= 1 and seen.count(sql.ENQUEUE.strip()) == 5
+        before = q.clock()
+        monkeypatch.setattr(backend, "CLOCK_RESYNC", 0.0)  # every call reads the server again
+        seen.clear()
+        after = q.clock()
+        assert seen == [sql.SERVER_NOW.strip()] and before <= after < before + 5
