@@ -9,38 +9,12 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
 from leaselab import ManualClock, Queue, lessons
 
-# Generous: the machine is shared and has two cores. A deadline only bounds a failure, never a success.
-DEFAULT_TIMEOUT = 20.0
-
-
-def wait_until(condition: Callable[[], object], timeout: float = DEFAULT_TIMEOUT, interval: float = 0.05,
-               message: str = "condition") -> object:
-    """Poll ``condition`` until it returns something truthy and return that; fail the test after ``timeout``."""
-    try:
-        return lessons.wait_until(condition, timeout, interval, what=message)
-    except TimeoutError as exc:
-        pytest.fail(str(exc))
-
-
-def process_state(pid: int) -> str | None:
-    """The one-letter state in /proc/PID/stat ('R', 'S', 'T', 'Z', ...), or None if the pid is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name in parentheses may hold spaces; the state follows the last ')'.
-    return stat[stat.rindex(")") + 2]
-
-
-def pid_gone(pid: int) -> bool:
-    """True when the process has exited (absent, or a zombie nobody has reaped yet)."""
-    return process_state(pid) in (None, "Z")
+from polling import DEFAULT_TIMEOUT, pid_gone, wait_until
 
 
 @pytest.fixture

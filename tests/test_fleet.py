@@ -10,7 +10,7 @@ import textwrap
 
 import pytest
 
-from conftest import pid_gone, process_state, wait_until
+from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from leaselab.lab.fleet import Fleet, faults_path, read_actions

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import pid_gone, process_state, wait_until
+from polling import pid_gone, process_state, wait_until
 from leaselab.lab.i18n import STRINGS, t
 from leaselab.lab.dashboard import Lab
 

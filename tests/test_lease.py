@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import process_state, wait_until
+from polling import process_state, wait_until
 from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
 from leaselab.lease import wants_lease
 from leaselab.lessons.fence import FencedStore

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import pid_gone, wait_until
+from polling import pid_gone, wait_until
 from leaselab import Status
 from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
 from leaselab.lab.fleet import Fleet

@@ -16,7 +16,7 @@ from collections import Counter
 
 import pytest
 
-from conftest import pid_gone, process_state, wait_until
+from polling import pid_gone, process_state, wait_until
 from leaselab import Queue, Status
 
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "numpy", "IPython")

@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from conftest import pid_gone, wait_until
+from polling import pid_gone, wait_until
 from leaselab import Status
 from leaselab.errors import ScenarioTimeout
 from leaselab.lab.fleet import Fleet

@@ -11,7 +11,7 @@ import pytest
 from leaselab import Queue, Status, Worker
 
 import history
-from conftest import wait_until
+from polling import wait_until
 
 
 def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queue(tmp_path):

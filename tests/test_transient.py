@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import history
-from conftest import wait_until
+from polling import wait_until
 from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
 from leaselab.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
 

@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from conftest import wait_until
+from polling import wait_until
 from leaselab import Backoff, HandlerError, Job, ManualClock, Queue, Status, Worker
 from leaselab.worker import load_handler
 
