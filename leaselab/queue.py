@@ -219,7 +219,8 @@ class Queue:
 
         Fenced exactly like ``complete``: if ``token`` no longer holds the job, the
         refusal is recorded, nothing is claimed and ``LeaseLost`` is raised. One
-        commit instead of two, and with ``durability="full"`` still one sync per job.
+        commit instead of two, and with ``durability="full"`` still one sync per job;
+        on PostgreSQL one statement, so one round trip to the server.
         Returns None when nothing is runnable, or when the next job's stored payload was
         damaged (that attempt is failed with the reason, as ``claim`` does).
         """
@@ -229,6 +230,23 @@ class Queue:
         now = self._now()
         done = {"id": job_id, "token": token, "result": self._json("result", result), "now": now}
         next_token = secrets.token_hex(16)
+        if self._sql.COMPLETE_AND_CLAIM is not None:  # a server: both in one statement, one round trip
+            (completed, *claimed), = self._run(self._sql.COMPLETE_AND_CLAIM, {
+                **done, "lease_until": now + lease, "worker": worker, "next_token": next_token},
+                durable=self._acknowledged)
+            if not completed:
+                self._lease_lost(job_id, token, now, "complete")
+            rows = [] if claimed[0] is None else [tuple(claimed)]
+        else:
+            rows = self._complete_then_claim(done, worker, lease, next_token)
+        try:
+            return self._claimed(rows, next_token)
+        except InvalidPayload:
+            return None  # the completion stands; the damaged next job was failed with the reason
+
+    def _complete_then_claim(self, done: dict, worker: str, lease: float, next_token: str) -> list[tuple]:
+        """COMPLETE, then (only if it changed the job) CLAIM, in one transaction; the claimed rows."""
+        job_id, token, now = done["id"], done["token"], done["now"]
         with self.backend.transaction(durable=self._acknowledged) as run:
             if run(self._sql.COMPLETE, done).rowcount:
                 refused = None
@@ -238,10 +256,7 @@ class Queue:
                 refused = _record_lease_lost(self._sql, run, job_id, token, now, "complete")
         if refused is not None:
             raise LeaseLost(job_id, token, refused)
-        try:
-            return self._claimed(rows, next_token)
-        except InvalidPayload:
-            return None  # the completion stands; the damaged next job was failed with the reason
+        return rows
 
     @contextmanager
     def completing(self, job: Job, result: Any = None) -> Iterator[Any]:

@@ -437,3 +437,50 @@ def test_the_server_clock_is_read_once_per_resync_not_once_per_call(pg_url, monk
         seen.clear()
         after = q.clock()
         assert seen == [sql.SERVER_NOW.strip()] and before <= after < before + 5
+
+
+# -- the worker's hot path: one statement, one round trip --------------------------------------
+
+
+def test_complete_and_claim_is_one_statement_on_a_server(pg_url):
+    """Sent as BEGIN, COMPLETE, CLAIM, COMMIT it was four round trips and slower than two calls."""
+    with Queue(pg_url, clock=ManualClock()) as q:
+        q.enqueue_many(["a", "b"])
+        job = q.claim("w")
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        nxt = q.complete_and_claim(job.id, job.token, "ok", "w")
+        assert seen == [sql.COMPLETE_AND_CLAIM.strip()]
+        assert q.get(job.id).status == "done" and q.get(job.id).result == "ok"
+        assert (nxt.payload, nxt.status, nxt.worker, nxt.attempts) == ("b", "running", "w", 1)
+        assert [e.kind for e in q.events(job.id)] == ["enqueued", "claimed", "completed"]
+        assert [e.kind for e in q.events(nxt.id)] == ["enqueued", "claimed"]
+
+
+def test_workers_draining_with_complete_and_claim_at_once_never_share_a_job(pg_url):
+    n, threads = 400, 8
+    with Queue(pg_url) as q:
+        q.enqueue_many(list(range(n)))
+    claimed: list[int] = []
+    errors: list[BaseException] = []
+
+    def drain(name: str) -> None:
+        try:
+            with Queue(pg_url) as q:
+                job = q.claim(name)
+                while job is not None:
+                    claimed.append(job.id)
+                    job = q.complete_and_claim(job.id, job.token, job.payload, name)
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    workers = [threading.Thread(target=drain, args=(f"w{i}",)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join(120)
+    assert not errors and not any(t.is_alive() for t in workers)
+    assert sorted(claimed) == list(range(1, n + 1))  # each job claimed exactly once
+    with Queue(pg_url) as q:
+        assert q.stats()["done"] == n
+        assert all(job.attempts == 1 and job.result == job.payload for job in q.jobs(limit=n))

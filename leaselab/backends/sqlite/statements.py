@@ -60,6 +60,10 @@ UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_
 """
 
 # leaselab_backoff(attempts) is the queue's Backoff.delay, registered on the connection.
+# SQLite has no UPDATE inside WITH, so a worker's complete-and-claim is COMPLETE then CLAIM in one
+# transaction (one commit, one sync); on a file there is no round trip to save.
+COMPLETE_AND_CLAIM = None
+
 FAIL = """
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
