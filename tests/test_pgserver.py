@@ -45,6 +45,16 @@ def test_a_server_starts_serves_a_new_database_and_leaves_no_folder_or_process(b
     assert not _postmaster_alive(folder)
 
 
+@pytest.mark.parametrize("fsync", [False, True])
+def test_a_server_flushes_to_disk_only_when_asked(bin_dir, fsync):
+    """Tests and lessons skip the flush (their data dies with the server); a benchmark asks for it."""
+    with PgServer(bin_dir, fsync=fsync) as server:
+        url = server.create_database("flush")
+        shown = [subprocess.run([str(bin_dir / "psql"), url, "-Atc", f"SHOW {name}"], capture_output=True,
+                                text=True, timeout=30).stdout.strip() for name in ("fsync", "full_page_writes")]
+        assert shown == (["on", "on"] if fsync else ["off", "off"])
+
+
 def test_a_bad_database_name_is_refused_before_any_command_runs(bin_dir):
     with PgServer(bin_dir) as server:
         with pytest.raises(ValueError, match="dbname"):

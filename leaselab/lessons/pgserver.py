@@ -10,7 +10,8 @@
 No running system service is assumed. Run as root, the server runs as an unprivileged
 user (``postgres``, else ``nobody``), since PostgreSQL refuses to run as root. It listens
 on 127.0.0.1 at a free port and on a Unix socket inside its folder, trusts local
-connections (no password), and runs with ``fsync=off``: its data dies with it anyway.
+connections (no password), and runs with ``fsync=off``: its data dies with it anyway
+(``PgServer(fsync=True)`` flushes as a production server does, for benchmarks).
 Standard library only.
 """
 
@@ -94,9 +95,10 @@ def _run_as() -> pwd.struct_passwd | None:
 class PgServer:
     """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
 
-    def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0):
+    def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0, *, fsync: bool = False):
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         self.timeout = timeout
+        self.fsync = bool(fsync)
         self.port: int | None = None
         self.folder: Path | None = None
         self._user = _run_as()
@@ -176,8 +178,8 @@ class PgServer:
 
     def _pg_ctl_start(self, check: bool) -> subprocess.CompletedProcess:
         options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-                   f"-c unix_socket_directories={self.socket_dir} -c fsync=off "
-                   "-c full_page_writes=off -c max_connections=100")
+                   f"-c unix_socket_directories={self.socket_dir} -c max_connections=100 "
+                   + ("-c fsync=on -c full_page_writes=on" if self.fsync else "-c fsync=off -c full_page_writes=off"))
         return self._cmd("pg_ctl", "start", "-D", str(self.data_dir), "-w", "-t", str(int(self.timeout)),
                          "-l", str(self.folder / "server.log"), "-o", options, check=check)
 
