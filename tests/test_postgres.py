@@ -4,10 +4,12 @@ LISTEN/NOTIFY, dropped connections, foreign tables, durability and the backoff i
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -371,6 +373,27 @@ def test_every_command_takes_a_postgresql_url_and_a_worker_drains_the_queue(pg_u
     assert "cli-w" in _cli("jobs", "--db", pg_url).stdout
     assert _cli("events", "--db", pg_url, "--job", "2").stdout.count("\n") == 4  # header + 3 events
     assert _cli("reap", "--db", pg_url).stdout.strip() == "reaped 0"
+
+
+README_URL = "postgresql://app@db.example:5432/jobs"
+
+
+def test_the_readmes_postgresql_commands_work_as_written_against_a_real_server(pg_url):
+    """README's block, line by line, with its example URL pointed at this server (after the pip line,
+    which the test environment already ran) and the worker told to stop when the queue is empty."""
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Past one machine: PostgreSQL", 1)[1]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    lines = [line for line in block.splitlines() if line.strip()]
+    assert lines[0].startswith("pip install 'leaselab[postgres]'") and README_URL in block
+    bin_dir = Path(sys.executable).parent  # where this environment's `leaselab` script is
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    script = [line.replace(README_URL, pg_url) for line in lines[1:]]
+    script = [line.replace(" --name ", " --exit-when-idle --name ") if " worker " in line else line for line in script]
+    done = subprocess.run(["bash", "-ec", "\n".join(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "completed 5" in done.stdout and re.search(r"^done\s+5$", done.stdout, flags=re.M), done.stdout
+    assert "db.example" not in done.stdout + done.stderr
 
 
 def test_a_command_against_an_unreachable_server_exits_2_with_one_line_naming_it_without_the_password():
