@@ -274,3 +274,91 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     assert not truncated_labels(lab), f"labels cut off in a narrower window: {truncated_labels(lab)}"
     assert not nb.console_errors, f"errors in the page: {nb.console_errors}"
     # The second worker is still running its 60 s job: shutting JupyterLab down must end it.
+
+
+# -- lesson 6: the network buttons of a server queue -------------------------------------------------
+
+SERVER_LAB_CELL = "Lab(lang=lang, lease=3.0, fleet=fleet)"
+CUT_JOB_SECONDS = 20
+
+
+def server_lesson(root: Path, lang: str) -> str:
+    found = sorted(root.glob(f"{lang}/06-*.ipynb"))
+    assert found, f"no lesson notebooks/{lang}/06-*.ipynb"
+    return found[0].relative_to(root).as_posix()
+
+
+@pytest.mark.parametrize("lang, locale", [("en", "en"), ("ru", "ru_RU")])
+def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(chromium, lab_server, tmp_path,
+                                                                             pg_server, lang, locale):
+    """Lesson 6 runs down to its dashboard (its own server, its fleet of w1 and w2 behind proxies);
+    the reader enqueues a job, cuts its holder off, sees the badges and the job go to the other
+    worker, and reconnects the first. ``pg_server`` only brings the skip (or, in CI, the failure)
+    when PostgreSQL is not installed: the lesson starts a server of its own."""
+    for old in SHOTS.glob(f"{lang}6-*.png"):
+        old.unlink()
+    server = lab_server(locale)
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    page = context.new_page()
+    nb = NotebookPage(page, server, SHOTS, f"{lang}6", focus=".leaselab-lab")
+    try:
+        nb.open(server_lesson(server.root, lang))
+        nb.run_through(SERVER_LAB_CELL)
+        lab = page.locator(".leaselab-lab").first
+        lab.locator(".leaselab-partition-w1").wait_for(timeout=60_000)
+        for name in ("w1", "w2"):
+            assert lab.locator(f".leaselab-partition-{name}").inner_text().strip() == t("partition", lang)
+            assert lab.locator(f".leaselab-heal-{name}").inner_text().strip() == t("heal", lang)
+            assert lab.locator(f".leaselab-heal-{name}").is_disabled()  # nobody is cut off yet
+        lab.scroll_into_view_if_needed()
+        nb.screenshot("opened")
+        assert not truncated_labels(lab), f"labels cut off on the dashboard: {truncated_labels(lab)}"
+
+        fill(lab, ".leaselab-n", 1)
+        fill(lab, ".leaselab-priority", JOB_PRIORITY)
+        fill(lab, ".leaselab-seconds", CUT_JOB_SECONDS)
+        lab.locator(".leaselab-enqueue").click()
+
+        def our_job():
+            for row in nb.rows(".leaselab-jobs"):
+                if len(row) > 6 and row[2] == str(JOB_PRIORITY) and f'"seconds": {CUT_JOB_SECONDS}' in row[6]:
+                    return row
+            return None
+
+        job_id = nb.wait_rows(".leaselab-jobs", lambda rows: our_job(), "the enqueued job")[0]
+        held = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_status", lang))
+                            == t("running", lang) and job_row(nb, job_id), f"job {job_id} taken by w1 or w2")
+        holder = held[t("col_worker", lang)]
+        other = {"w1": "w2", "w2": "w1"}[holder]
+
+        lab.locator(f".leaselab-partition-{holder}").click()
+        cut_off = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-zombie)")
+        cut_off.wait_for(timeout=30_000)
+        assert cut_off.inner_text().strip() in (t("cut_off", lang), t("zombie", lang))
+        see_message(lab, t("partitioned_msg", lang, name=holder), holder)
+        assert lab.locator(f".leaselab-heal-{holder}").is_enabled()
+        assert lab.locator(f".leaselab-partition-{holder}").is_disabled()
+        nb.screenshot("cut-off")
+
+        # Its lease runs out on the server; the other worker's reaper hands the job on and it runs it.
+        zombie = lab.locator(f".leaselab-worker-{holder} .leaselab-state-zombie")
+        zombie.wait_for(timeout=30_000)
+        assert zombie.inner_text().strip() == t("zombie", lang)
+        job = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_worker", lang))
+                           == other and job_row(nb, job_id), f"job {job_id} taken over by {other}", timeout=60)
+        assert job[t("col_attempts", lang)].startswith("2/"), job
+        nb.screenshot("taken-over")
+
+        lab.locator(f".leaselab-heal-{holder}").click()
+        see_message(lab, t("healed_msg", lang, name=holder), holder)
+        back = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-running, .leaselab-state-waiting)")
+        back.wait_for(timeout=30_000)
+        assert lab.locator(f".leaselab-partition-{holder}").is_enabled()
+        # The reconnected zombie's write was fenced off: the job is still the other worker's.
+        job = job_row(nb, job_id)
+        assert job[t("col_worker", lang)] == other and job[t("col_attempts", lang)].startswith("2/"), job
+        nb.screenshot("reconnected")
+        assert not nb.console_errors, f"errors in the page: {nb.console_errors}"
+    finally:
+        context.close()
+        server.stop(kill_leftovers=False)

@@ -41,6 +41,7 @@ from leaselab import LeaseLost, Queue, lessons
 from leaselab.backends.postgres import statements as pg_sql
 from leaselab.backends.sqlite import statements as sqlite_sql
 from leaselab.lab import timeline
+from leaselab.lab.dashboard import Lab
 from leaselab.lab.fleet import Fleet
 from leaselab.lab.i18n import t
 from leaselab.lessons import exercises, skew
@@ -445,6 +446,29 @@ print(lessons.history([e for e in cut.events(job_id) if e.kind != "heartbeat"], 
 timeline.draw(timeline.timeline_data(cut.events(), fleet.actions), lang=lang)
 
 # %% [markdown] tags=["en"]
+# The same fleet in the dashboard of lesson 0. On a server queue each worker's row has two
+# more buttons, **Cut network** and **Reconnect**, and a cut-off worker's badge reads
+# *cut off*, then *zombie* once its lease has run out. Try it yourself: enqueue one job of
+# 20 seconds, and `w1` or `w2` takes it. Cut that worker off while it holds the job, and
+# when its lease runs out the other one's reaper (it runs every second) hands the job on,
+# and the other worker runs it. Then reconnect the first: its next heartbeat is refused,
+# and the jobs table shows the job still held by the second.
+
+# %% [markdown] tags=["ru"]
+# Тот же флот в панели из урока 0. На очереди на сервере у строки каждого воркера есть ещё
+# две кнопки, **Отрезать сеть** и **Вернуть сеть**, а значок отрезанного воркера
+# показывает *без сети*, а когда его аренда истечёт, — *зомби*. Попробуйте сами: поставьте
+# в очередь одну задачу на 20 секунд, и её возьмёт `w1` или `w2`. Отрежьте этого воркера
+# от сети, пока он держит задачу: когда его аренда истечёт, reaper второго (он срабатывает
+# каждую секунду) вернёт задачу в очередь, и её выполнит второй воркер. Потом верните
+# первому сеть: его следующий heartbeat будет отклонён, а в таблице задач задача
+# по-прежнему за вторым.
+
+# %% tags=["nbval-ignore-output"]
+lab = Lab(lang=lang, lease=3.0, fleet=fleet)
+lab
+
+# %% [markdown] tags=["en"]
 # This is lesson 3 again, on the server's side. A partition is the server-side zombie: the
 # queue cannot tell a worker that is cut off from one that is dead or frozen, and it must
 # not try; it hands the job on when the lease runs out. What saves the result is the
@@ -639,6 +663,7 @@ say("l6_frozen_reaped", other=cut.get(frozen_id).worker != frozen, attempts=cut.
 # папку и нашу.
 
 # %% tags=["nbval-check-output"]
+lab.close()
 fleet.resume(frozen)
 fleet.shutdown()
 say("workers_alive", names=[s.name for s in fleet.status() if s.state in ("running", "paused", "stopping")])
