@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -53,6 +54,23 @@ def test_a_server_flushes_to_disk_only_when_asked(bin_dir, fsync):
         shown = [subprocess.run([str(bin_dir / "psql"), url, "-Atc", f"SHOW {name}"], capture_output=True,
                                 text=True, timeout=30).stdout.strip() for name in ("fsync", "full_page_writes")]
         assert shown == (["on", "on"] if fsync else ["off", "off"])
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to another user")
+def test_as_root_with_a_private_temp_folder_the_server_still_starts_where_its_user_can_reach(bin_dir, tmp_path,
+                                                                                           monkeypatch):
+    """A test runner's TMPDIR (0700, root's) is closed to the server's user: initdb failed there
+    with "Permission denied" (the binder test, lesson 6); the server's folder now goes to /tmp."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    monkeypatch.setenv("TMPDIR", str(private))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    assert tempfile.gettempdir() == str(private)
+    with PgServer(bin_dir) as server:
+        folder = server.folder
+        assert private not in folder.parents
+        assert server.create_database("reached").endswith("/reached")
+    assert not folder.exists()
 
 
 def test_a_bad_database_name_is_refused_before_any_command_runs(bin_dir):

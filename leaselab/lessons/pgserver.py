@@ -23,6 +23,7 @@ import pwd
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,39 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def reachable_by(folder: Path, user: pwd.struct_passwd) -> bool:
+    """Whether ``user`` may pass through ``folder`` and every folder above it (the x bit that applies)."""
+    for part in (folder, *folder.parents):
+        try:
+            st = part.stat()
+        except OSError:
+            return False
+        if st.st_uid == user.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == user.pw_gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def _parent_for(user: pwd.struct_passwd | None) -> str | None:
+    """Where the server's folder goes: the temp folder, unless the server's user cannot reach it.
+
+    As root, the server runs as another user, and a private temp folder (a test runner's, or
+    TMPDIR in a home folder) is closed to it; then the system's /tmp, which every user can enter.
+    """
+    if user is None or reachable_by(Path(tempfile.gettempdir()), user):
+        return None
+    for shared in ("/tmp", "/var/tmp"):
+        if reachable_by(Path(shared), user):
+            return shared
+    raise PgUnavailable(f"the server runs as {user.pw_name}, who cannot enter {tempfile.gettempdir()} "
+                        "nor /tmp; set TMPDIR to a folder that user can enter")
+
+
 def _run_as() -> pwd.struct_passwd | None:
     if os.geteuid() != 0:
         return None
@@ -135,7 +169,7 @@ class PgServer:
 
     def start(self) -> "PgServer":
         """initdb, start on a free port, and wait until the server accepts connections."""
-        self.folder = Path(tempfile.mkdtemp(prefix="leaselab-pg-"))
+        self.folder = Path(tempfile.mkdtemp(prefix="leaselab-pg-", dir=_parent_for(self._user)))
         try:
             self.folder.chmod(0o755)  # the unprivileged server user must reach its folders
             self.socket_dir.mkdir()
