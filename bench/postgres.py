@@ -17,7 +17,9 @@ every statement, as the peers do.
 Rows, one job at a time:
 
 - raw floor: a bare table with the claim index, the SKIP LOCKED claim and the fenced completion,
-  each an autocommit statement; no history, no Python around ``execute``.
+  each an autocommit statement; no history, no Python around ``execute``. "Fused": the same two
+  statements in one (a completion and the next claim, one round trip), as leaselab's worker path
+  sends them: the least a fenced at-least-once drain on a server can do.
 - leaselab worker path: ``complete_and_claim`` in a loop (one statement per job on a server),
   as ``Worker`` does; two calls: ``claim`` then ``complete``.
 - leaselab Worker: the real worker loop (heartbeat thread, reaper, log) with a no-op handler.
@@ -70,6 +72,19 @@ UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL
  WHERE id = %(id)s AND status = 'running' AND token = %(token)s
 """
 
+# The raw statements fused as leaselab's worker path fuses them: complete one job and claim the
+# next in one statement, one round trip. The fastest a fenced at-least-once drain on a server can be.
+RAW_COMPLETE_AND_CLAIM = """
+WITH completed AS (
+    UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL
+     WHERE id = %(id)s AND status = 'running' AND token = %(token)s RETURNING id
+)
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = %(until)s, token = %(token)s
+ WHERE id = (SELECT id FROM jobs WHERE status = 'pending' AND run_at <= %(now)s AND EXISTS (SELECT 1 FROM completed)
+              ORDER BY priority DESC, run_at, id LIMIT 1 FOR UPDATE SKIP LOCKED)
+RETURNING id, payload
+"""
+
 
 # -- the contenders: prepare(url) once; enqueue(url, numbers); drain(url, slots) -> payloads run ---------
 
@@ -98,6 +113,21 @@ def raw_drain(url: str, slots: int, ready, go) -> list:
                 return got
             conn.execute(RAW_COMPLETE, {"id": row[0], "token": token, "result": "1"})
             got.append(int(row[1]))
+
+
+def raw_fused_drain(url: str, slots: int, ready, go) -> list:
+    got = []
+    token = os.urandom(16).hex()
+    with psycopg.connect(url, autocommit=True) as conn:
+        _ready(ready, go)
+        now = time.time()
+        row = conn.execute(RAW_CLAIM, {"now": now, "until": now + 30, "token": token}).fetchone()
+        while row is not None:
+            got.append(int(row[1]))
+            now = time.time()
+            row = conn.execute(RAW_COMPLETE_AND_CLAIM, {"id": row[0], "token": token, "result": "1", "now": now,
+                                                        "until": now + 30}).fetchone()
+    return got
 
 
 def leaselab_prepare(url: str) -> None:
@@ -256,6 +286,8 @@ def procrastinate_drain(url: str, slots: int, ready, go) -> list:
 # key: (label, prepare, enqueue, drain, uses slots)
 CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
     "raw": ("raw floor: SKIP LOCKED claim + fenced complete", raw_prepare, raw_enqueue, raw_drain, False),
+    "raw-fused": ("raw floor, fused: complete + next claim, one statement", raw_prepare, raw_enqueue,
+                  raw_fused_drain, False),
     "leaselab": ("leaselab, worker path (complete_and_claim)", leaselab_prepare, leaselab_enqueue,
                  leaselab_worker_path, False),
     "leaselab-calls": ("leaselab, two calls", leaselab_prepare, leaselab_enqueue, leaselab_two_calls, False),
@@ -371,7 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
     print(f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
           "enqueue = one call per job\n")
-    header = ("| contender                                      | at a time | procs | enqueue/s | drain/s | drain min–max "
+    header = ("| contender                                                | at a time | procs | enqueue/s | drain/s | drain min–max "
               "| leaselab ÷ this: enqueue | drain | delivered twice |")
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
@@ -381,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             ours = ("leaselab", 1, procs) if slots == 1 else ("leaselab-worker", slots, procs)
             drains = [r["drain"] for r in runs[run]]
             twice = sum(r["twice"] for r in runs[run])
-            print(f"| {CONTENDERS[key][0]:<46} | {slots:>9} | {procs:>5} | {med(run, 'enqueue'):>9.0f} | "
+            print(f"| {CONTENDERS[key][0]:<55} | {slots:>9} | {procs:>5} | {med(run, 'enqueue'):>9.0f} | "
                   f"{med(run, 'drain'):>7.0f} | {f'{min(drains):.0f}–{max(drains):.0f}':>13} | "
                   f"{vs(ours, run, 'enqueue'):>24} | {vs(ours, run, 'drain'):>5} | {twice:>15} |")
     print("\nleaselab ÷ this: the median over rounds of leaselab's rate divided by this contender's, same round;")

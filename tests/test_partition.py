@@ -49,6 +49,9 @@ def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_re
     wait_until(lambda: q.get(job_id).status is Status.DONE, timeout=30, message="w2 to finish the job")
     done = q.get(job_id)
     assert done.worker == "w2" and done.attempts == 2 and done.result["worker"] == "w2"
+    # The job is w2's now, but w1, still cut off, believes it holds it: still a zombie, not just cut off.
+    status = fleet.status()[0]
+    assert status.jobs == () and status.partitioned_jobs == (job_id,) and status.badge == "zombie"
     fleet.heal("w1")
     assert not fleet.status()[0].partitioned
     wait_until(lambda: "lease lost on job" in fleet.log_tail("w1", lines=50), timeout=30,

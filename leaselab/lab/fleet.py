@@ -113,6 +113,7 @@ class WorkerStatus:
     jobs: tuple[int, ...] = ()  # every job it holds, in id order (more than one with concurrency > 1)
     concurrency: int = 1       # how many jobs it runs at once
     partitioned_for: float | None = None  # seconds since its network was cut (server queues), while cut
+    partitioned_jobs: tuple[int, ...] = ()  # the jobs it held when it was cut off, while cut
 
     @property
     def partitioned(self) -> bool:
@@ -125,9 +126,12 @@ class WorkerStatus:
         if self.state == PAUSED and self.paused_job is not None:
             expired = self.lease_left is not None and self.lease_left < 0
             return expired or (self.paused_for is not None and self.paused_for > self.lease)
-        if self.partitioned and self.state in ALIVE and self.jobs:
+        if self.partitioned and self.state in ALIVE and self.partitioned_jobs:
+            # Cut off, it cannot let go of what it held: it believes it holds those jobs until it
+            # is reconnected, even after the queue has handed them to someone else.
             expired = self.lease_left is not None and self.lease_left < 0
-            return expired or self.partitioned_for > self.lease
+            handed_on = not set(self.partitioned_jobs) <= set(self.jobs)
+            return expired or handed_on or self.partitioned_for > self.lease
         return False
 
     @property
@@ -150,6 +154,7 @@ class _Proc:
         self.concurrency = concurrency
         self.proxy = None  # the worker's own TCP proxy to the server (server queues only)
         self.partitioned_at: float | None = None
+        self.partitioned_jobs: tuple[int, ...] = ()
         self.log_path, self.log_file = log_path, log_file
         self.paused_at: float | None = None
         self.paused_job: int | None = None
@@ -404,6 +409,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             if proc.partitioned_at is None:
                 proc.partitioned_at = self.clock()
                 held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
+                proc.partitioned_jobs = tuple(sorted(held))
                 self._record(name, "partition", proc.popen.pid,
                              None if not held else "holding jobs " + ", ".join(map(str, sorted(held))))
 
@@ -528,6 +534,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 paused_for=None if p.paused_at is None else now - p.paused_at,
                 paused_job=None if p.paused_at is None else p.paused_job,
                 partitioned_for=None if p.partitioned_at is None else now - p.partitioned_at,
+                partitioned_jobs=() if p.partitioned_at is None else p.partitioned_jobs,
                 returncode=p.popen.returncode,
                 handler=p.handler,
                 log_path=p.log_path,
