@@ -364,6 +364,8 @@ class Queue:
         if not items:
             return []
         now = self._now()
+        if self._sql.COMPLETE_MANY is not None:  # a server: one statement, one round trip
+            return self._complete_many_at_once(items, now)
         refused = []
         with self.backend.transaction(durable=self._acknowledged) as run:
             for params in items:
@@ -375,6 +377,24 @@ class Queue:
                         pass
                     refused.append(params["id"])
         return refused
+
+    def _complete_many_at_once(self, items: list[dict], now: float) -> list[int]:
+        rows = self._run(self._sql.COMPLETE_MANY, {"done": json.dumps(items), "now": now}, durable=self._acknowledged)
+        completed = {row[0] for row in rows}
+        refused = []
+        for params in items:
+            if params["id"] in completed:
+                completed.discard(params["id"])  # a second completion of one job in the same call is refused
+            else:
+                refused.append(params)
+        if refused:
+            with self.backend.transaction(durable=False) as run:
+                for params in refused:
+                    try:
+                        _record_lease_lost(self._sql, run, params["id"], params["token"], now, "complete")
+                    except JobNotFound:
+                        pass
+        return [params["id"] for params in refused]
 
     def _fence_args(self, job_id: Any, token: Any) -> tuple[int, str]:
         job_id = integer("job_id", job_id)

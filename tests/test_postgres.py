@@ -202,6 +202,32 @@ def test_an_idle_postgresql_worker_wakes_on_notify_long_before_its_poll(pg_url):
         assert not runner.is_alive(), "a stop reaches a worker waiting for a notification"
 
 
+def test_an_enqueue_notifies_only_when_no_runnable_job_was_already_waiting(pg_url):
+    """A NOTIFY serializes commits database-wide; with a runnable job waiting, workers are busy anyway."""
+    listener = psycopg.connect(pg_url, autocommit=True)
+    listener.execute("LISTEN leaselab_jobs")
+
+    def notified() -> int:
+        return sum(1 for _ in listener.notifies(timeout=0.5))
+
+    try:
+        with Queue(pg_url, clock=ManualClock(1000)) as q:
+            q.enqueue("first")                     # nothing waiting: wake the idle workers
+            assert notified() == 1
+            q.enqueue("second")                    # "first" still waits to run: no one is idle for long
+            q.enqueue_many(["third", "fourth"])
+            assert notified() == 0
+            for _ in range(4):
+                job = q.claim("w")
+                q.complete(job.id, job.token)
+            q.enqueue("later", delay=3600)         # the queue was empty again
+            assert notified() == 1
+            q.enqueue("now")                       # only a job for later waits: a runnable one wakes them
+            assert notified() == 1
+    finally:
+        listener.close()
+
+
 def test_wait_for_work_returns_at_its_timeout_when_nothing_comes(pg_url):
     with Queue(pg_url) as q:
         started = time.monotonic()
@@ -507,3 +533,33 @@ def test_workers_draining_with_complete_and_claim_at_once_never_share_a_job(pg_u
     with Queue(pg_url) as q:
         assert q.stats()["done"] == n
         assert all(job.attempts == 1 and job.result == job.payload for job in q.jobs(limit=n))
+
+
+def test_complete_many_is_one_statement_on_a_server_and_a_job_given_twice_is_refused_the_second_time(pg_url):
+    with Queue(pg_url, clock=ManualClock()) as q:
+        q.enqueue_many(["a", "b"])
+        a, b = q.claim_many(2, "w")
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        assert q.complete_many([(a.id, a.token, "A"), (b.id, b.token, "B")]) == []
+        assert seen == [sql.COMPLETE_MANY.strip()]
+        assert [q.get(j.id).result for j in (a, b)] == ["A", "B"]
+        q.enqueue("c")
+        c = q.claim("w")
+        assert q.complete_many([(c.id, c.token, "first"), (c.id, c.token, "second")]) == [c.id]
+        assert q.get(c.id).result == "first"
+        assert [e.kind for e in q.events(c.id)][-1] == "lease_lost"
+
+
+@pytest.mark.parametrize("call", ["complete_many", "heartbeat_many"])
+def test_a_nul_in_a_batched_token_is_refused_by_name_and_writes_nothing(pg_url, call):
+    with Queue(pg_url, clock=ManualClock()) as q:
+        q.enqueue_many(["a", "b"])
+        a, b = q.claim_many(2, "w")
+        held = [(a.id, a.token), (b.id, "to\x00ken")]
+        with pytest.raises(ValueError, match="token contains a NUL"):
+            if call == "complete_many":
+                q.complete_many([(job_id, token, None) for job_id, token in held])
+            else:
+                q.heartbeat_many(held)
+        assert q.stats()["running"] == 2 and q.get(a.id).lease_until == a.lease_until

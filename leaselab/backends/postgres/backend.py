@@ -8,6 +8,7 @@ and translates the driver's errors into leaselab's (naming the server, never the
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import time
@@ -215,6 +216,8 @@ class PostgresBackend:
             for key, value in params.items():
                 if isinstance(value, str) and "\x00" in value:
                     params = _without_nul(params, key, value)
+        if statement in sql.JSON_TOKENS:
+            _refuse_nul_tokens(json.loads(params[sql.JSON_TOKENS[statement]]))
         return {**params, **self._backoff} if statement in sql.WITH_BACKOFF else params
 
     def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[Any], Any]) -> Any:
@@ -309,6 +312,14 @@ def _without_nul(params: dict, key: str, value: str) -> dict:
     if key == "error":
         return {**params, key: value.replace("\x00", "\\0")}
     raise ValueError(f"{key} contains a NUL character (\\x00), which PostgreSQL text cannot hold: {value!r}")
+
+
+def _refuse_nul_tokens(batch: list) -> None:
+    """A token with NUL, refused by name as a lone call's would be (jsonb cannot hold \\u0000)."""
+    for item in batch:
+        token = item["token"] if isinstance(item, dict) else item
+        if "\x00" in token:
+            raise ValueError(f"token contains a NUL character (\\x00), which PostgreSQL text cannot hold: {token!r}")
 
 
 def _rows(cursor: psycopg.Cursor) -> list[tuple]:

@@ -83,13 +83,24 @@ CREATE TRIGGER jobs_changed BEFORE UPDATE OF last_event ON jobs
     FOR EACH ROW EXECUTE FUNCTION leaselab_job_changed();
 
 -- Idle workers LISTEN on leaselab_jobs: one notification per enqueuing statement, sent at commit.
+-- Wake idle workers, but only when they may be idle: when no job that was already waiting could
+-- run as early as the new ones. A transaction that has sent a NOTIFY takes a lock for the whole
+-- database at commit, so committing enqueues that notify wait on each other's disk flush one
+-- by one (measured: 4 processes inserting at once lost a third of their rate). With a runnable
+-- job already waiting, the workers are busy or about to claim; the rare worker that sleeps
+-- through anyway wakes at its next poll, at most a second later, as after a lost notification.
 CREATE FUNCTION leaselab_notify_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM pg_notify('leaselab_jobs', '');
+    IF NOT EXISTS (SELECT 1 FROM jobs
+                    WHERE status = 'pending'
+                      AND run_at <= (SELECT min(run_at) FROM inserted)
+                      AND id NOT IN (SELECT id FROM inserted)) THEN
+        PERFORM pg_notify('leaselab_jobs', '');
+    END IF;
     RETURN NULL;
 END $$;
 
-CREATE TRIGGER jobs_notify AFTER INSERT ON jobs
+CREATE TRIGGER jobs_notify AFTER INSERT ON jobs REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION leaselab_notify_enqueued();
 
 -- The mark the backend looks for before it writes anything into a database.

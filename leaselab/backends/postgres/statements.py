@@ -90,6 +90,17 @@ WITH completed AS (
 SELECT (SELECT count(*) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """
 
+# Many completions in one statement, one round trip: %(done)s is a JSON array of
+# {"id", "token", "result"} objects, each fenced by its own token as COMPLETE is. A job
+# missing from what it returns was refused; the queue records those refusals afterwards.
+COMPLETE_MANY = """
+UPDATE jobs SET status = 'done', result = d.result, lease_until = NULL, finished_at = %(now)s,
+       updated_at = %(now)s, last_event = 'completed'
+  FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, token text, result text)
+ WHERE jobs.id = d.id AND jobs.status = 'running' AND jobs.token = d.token
+RETURNING jobs.id
+"""
+
 # The queue's Backoff.delay(attempts), in SQL: base * 2**(attempts-1), stretched by up to
 # jitter, capped at cap. The backend adds base, cap and jitter to the statement's parameters.
 # PostgreSQL raises on a float overflow where Python gives inf, so an attempt count already
@@ -131,6 +142,10 @@ RETURNING id
 
 # Statements whose parameters the backend completes with the queue's backoff.
 WITH_BACKOFF = frozenset({FAIL, REAP})
+
+# Statements whose tokens arrive inside a JSON array (the parameter named here): the backend
+# checks those tokens for NUL itself, since JSON carries it as \u0000, which jsonb refuses.
+JSON_TOKENS = {HEARTBEAT_MANY: "tokens", COMPLETE_MANY: "done"}
 
 # A job's history is a linked list, as on SQLite: jobs.last_event_id is its newest event and
 # each event's prev the one before. Each step must go to a smaller id, so links damaged into

@@ -64,6 +64,9 @@ UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_
 # transaction (one commit, one sync); on a file there is no round trip to save.
 COMPLETE_AND_CLAIM = None
 
+# Likewise, many completions are COMPLETE job by job in one transaction: one sync, no round trips.
+COMPLETE_MANY = None
+
 FAIL = """
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
