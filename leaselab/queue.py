@@ -309,13 +309,17 @@ class Queue:
         Each job gets its own token, exactly as if claimed one by one. A job whose stored
         payload was damaged is failed with the reason and left out of the list.
         """
-        n = integer("n", n, 1)
+        params = self._claim_many_params(n, worker, lease)
+        return self._claimed_many(self._run(self._sql.CLAIM_MANY, params))
+
+    def _claim_many_params(self, n: int, worker: str, lease: float, least: int = 1) -> dict:
+        n = integer("n", n, least)
         worker = text("worker", worker)
         lease = positive("lease", lease)
         now = self._now()
-        token = secrets.token_hex(16)
-        rows = self._run(self._sql.CLAIM_MANY, {"now": now, "lease_until": now + lease, "worker": worker,
-                                                "token": token, "n": n})
+        return {"now": now, "lease_until": now + lease, "worker": worker, "token": secrets.token_hex(16), "n": n}
+
+    def _claimed_many(self, rows: list[tuple]) -> list[Job]:
         jobs = []
         for row in rows:
             try:
@@ -355,18 +359,51 @@ class Queue:
         Fenced job by job: a job whose token no longer holds it is refused, and the refusal
         recorded in its history, while the others complete. Returns the ids refused, in the
         order given; [] when every job completed. Every argument is checked, and every result
-        encoded, before anything is written.
+        encoded, before anything is written. On PostgreSQL it is one statement.
         """
+        items = self._completions(done)
+        if not items:
+            return []
+        refused, _ = self._complete_many_then(items, None)
+        return refused
+
+    def complete_many_and_claim(
+        self, done: Iterable[tuple[int, str, Any]], n: int, worker: str = "worker", lease: float = DEFAULT_LEASE
+    ) -> tuple[list[int], list[Job]]:
+        """``complete_many(done)`` and ``claim_many(n, worker, lease)`` in one transaction: a worker
+        with slots refills the slots that just finished. Returns (ids refused, jobs claimed).
+
+        One commit (one sync at "full"); on PostgreSQL one statement, one round trip. The claim
+        does not depend on the completions: a refused job frees its slot as a completed one does.
+        ``n`` may be 0 (nothing to claim).
+        """
+        items = self._completions(done)
+        claim = self._claim_many_params(n, worker, lease, least=0)
+        refused, rows = self._complete_many_then(items, claim)
+        return refused, self._claimed_many(rows)
+
+    def _completions(self, done: Iterable[tuple[int, str, Any]]) -> list[dict]:
         items = []
         for job_id, token, result in done:
             job_id, token = self._fence_args(job_id, token)
             items.append({"id": job_id, "token": token, "result": self._json("result", result)})
-        if not items:
-            return []
-        now = self._now()
+        return items
+
+    def _complete_many_then(self, items: list[dict], claim: dict | None) -> tuple[list[int], list[tuple]]:
+        """Complete ``items`` and, with ``claim``, claim as CLAIM_MANY does; (ids refused, claimed rows)."""
+        now = claim["now"] if claim is not None else self._now()
         if self._sql.COMPLETE_MANY is not None:  # a server: one statement, one round trip
-            return self._complete_many_at_once(items, now)
-        refused = []
+            if claim is None:
+                rows = self._run(self._sql.COMPLETE_MANY, {"done": json.dumps(items), "now": now},
+                                 durable=self._acknowledged)
+                completed, claimed = [row[0] for row in rows], []
+            else:
+                rows = self._run(self._sql.COMPLETE_MANY_AND_CLAIM, {**claim, "done": json.dumps(items)},
+                                 durable=self._acknowledged)
+                completed = rows[0][0] or []
+                claimed = [row[1:] for row in rows if row[1] is not None]
+            return self._record_refusals(items, completed, now), claimed
+        refused, claimed = [], []
         with self.backend.transaction(durable=self._acknowledged) as run:
             for params in items:
                 params["now"] = now
@@ -376,15 +413,17 @@ class Queue:
                     except JobNotFound:
                         pass
                     refused.append(params["id"])
-        return refused
+            if claim is not None and claim["n"] > 0:
+                claimed = run(self._sql.CLAIM_MANY, claim).fetchall()
+        return refused, claimed
 
-    def _complete_many_at_once(self, items: list[dict], now: float) -> list[int]:
-        rows = self._run(self._sql.COMPLETE_MANY, {"done": json.dumps(items), "now": now}, durable=self._acknowledged)
-        completed = {row[0] for row in rows}
+    def _record_refusals(self, items: list[dict], completed: list[int], now: float) -> list[int]:
+        """After one statement completed ``completed``: the others were refused; write that into their histories."""
+        completed_ids = set(completed)
         refused = []
         for params in items:
-            if params["id"] in completed:
-                completed.discard(params["id"])  # a second completion of one job in the same call is refused
+            if params["id"] in completed_ids:
+                completed_ids.discard(params["id"])  # a second completion of one job in the same call is refused
             else:
                 refused.append(params)
         if refused:

@@ -33,6 +33,7 @@ class Slots:
         self.held: dict[Future, Job] = {}
         self.lost: set[int] = set()  # ids whose lease a heartbeat found taken
         self.leases: dict[int, Lease] = {}  # what each running handler may ask about its lease
+        self.max_jobs: int | None = None  # run()'s limit on claims
         self._lock = threading.Lock()
         self._beating = threading.Event()
 
@@ -40,6 +41,7 @@ class Slots:
 
     def run(self, max_jobs: int | None) -> "WorkerStats":
         w = self.worker
+        self.max_jobs = max_jobs
         wait_for = w.poll
         beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         beat.start()
@@ -47,10 +49,8 @@ class Slots:
             try:
                 while True:
                     w.reap_if_due()
-                    free = w.concurrency - len(self.held)
-                    if max_jobs is not None:
-                        free = min(free, max_jobs - w.stats.claimed)
-                    claimed = self._claim(pool, free) if free > 0 and not w.stopping else 0
+                    free = self._free()
+                    claimed = self._claim(pool, free) if free > 0 else 0
                     if not self.held:
                         if w.stopping or (max_jobs is not None and w.stats.claimed >= max_jobs):
                             break
@@ -66,7 +66,7 @@ class Slots:
                     done, _ = wait(list(self.held), timeout=w.poll if free > 0 else None,
                                    return_when=FIRST_COMPLETED)
                     if done:
-                        self._finish([f for f in self.held if f.done()])
+                        self._finish(pool, [f for f in self.held if f.done()])
             finally:
                 self._beating.set()
                 beat.join()
@@ -81,16 +81,31 @@ class Slots:
             return 0
         if jobs is STOPPED:
             return 0
+        self._start(pool, jobs)
+        return len(jobs)
+
+    def _start(self, pool: ThreadPoolExecutor, jobs: list[Job]) -> None:
+        w = self.worker
         for job in jobs:
             w.stats.claimed += 1
             w.log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
             with self._lock:
                 self.leases[job.id] = Lease(job)
                 self.held[pool.submit(w.call_handler, job, self.leases[job.id])] = job
-        return len(jobs)
 
-    def _finish(self, finished: list[Future]) -> None:
-        """Fail what raised, then complete the rest in one transaction; only then count them done."""
+    def _free(self) -> int:
+        """How many jobs to claim now: the free slots, within ``max_jobs``, none once stopping."""
+        w = self.worker
+        if w.stopping:
+            return 0
+        free = w.concurrency - len(self.held)
+        if self.max_jobs is not None:
+            free = min(free, self.max_jobs - w.stats.claimed)
+        return max(free, 0)
+
+    def _finish(self, pool: ThreadPoolExecutor, finished: list[Future]) -> None:
+        """Fail what raised, then complete the rest and refill the free slots in one transaction
+        (one statement on a server); only then count them done."""
         w = self.worker
         with self._lock:
             jobs = [(f, self.held.pop(f)) for f in finished]
@@ -110,19 +125,22 @@ class Slots:
             self._fail(job, f"{type(error).__name__}: {error}")
         if not completions:
             return
+        free = self._free()
         try:
             # Retried through transient faults: fenced job by job, so a retry is never applied twice.
-            refused = w.outlast("complete", lambda: w.queue.complete_many(
-                [(j.id, j.token, r) for j, r in completions]))
-            if refused is STOPPED:
+            outcome = w.outlast("complete", lambda: w.queue.complete_many_and_claim(
+                [(j.id, j.token, r) for j, r in completions], free, w.name, w.lease))
+            if outcome is STOPPED:
                 for job, _ in completions:
                     w.stats.lost += 1
                     w.log(_UNWRITTEN.format(job.id))
                 return
+            refused, claimed = outcome
             refused, failed = set(refused), set()
         except InvalidPayload:
-            # One result is not JSON: nothing was written. Complete them one by one so only that job fails.
-            refused, failed = set(), set()
+            # One result is not JSON: nothing was written, nothing claimed. Complete them one by one
+            # so only that job fails; the loop refills the slots.
+            refused, failed, claimed = set(), set(), []
             for job, result in completions:
                 try:
                     refused.update(w.queue.complete_many([(job.id, job.token, result)]))
@@ -136,6 +154,7 @@ class Slots:
             elif job.id not in failed:
                 w.stats.completed += 1
                 w.log(f"completed job {job.id}")
+        self._start(pool, claimed)
 
     def _fail(self, job: Job, error: str) -> None:
         w = self.worker

@@ -108,6 +108,32 @@ def test_a_batch_completion_refuses_only_the_fenced_off_job_and_records_it(queue
     assert queue.get(b.id).result == "fresh"
 
 
+def test_complete_many_and_claim_completes_the_batch_and_refills_the_slots_in_one_go(queue, clock):
+    queue.enqueue_many(["a", "b", "c", "d", "e"])
+    a, b = queue.claim_many(2, worker="w1", lease=5)
+    clock.advance(6)
+    queue.heartbeat(a.id, a.token, 5)
+    assert queue.reap() == [b.id]                  # b's lease ran out ...
+    taken = queue.claim("w2")                      # ... and w2 took over the next job in line
+    refused, claimed = queue.complete_many_and_claim([(a.id, a.token, "A"), (b.id, b.token, "stale")], 2,
+                                                     worker="w1", lease=7)
+    assert refused == [b.id] and queue.get(a.id).result == "A"
+    assert [j.payload for j in claimed] == ["d", "e"] and taken.payload == "c"
+    assert all(j.worker == "w1" and j.status is Status.RUNNING and j.lease_until == clock() + 7 for j in claimed)
+    assert len({j.token for j in claimed}) == 2
+    assert [e.kind for e in queue.events(b.id)][-1] == "lease_lost"
+    refused, claimed = queue.complete_many_and_claim([(j.id, j.token, j.payload) for j in claimed], 0, worker="w1")
+    assert refused == [] and claimed == [] and queue.stats()["done"] == 3
+
+
+def test_complete_many_and_claim_claims_even_when_nothing_completes(queue):
+    queue.enqueue_many(["a", "b"])
+    refused, claimed = queue.complete_many_and_claim([], 5, worker="w1")
+    assert refused == [] and [j.payload for j in claimed] == ["a", "b"]
+    refused, claimed = queue.complete_many_and_claim([], 5, worker="w1")
+    assert (refused, claimed) == ([], [])
+
+
 def test_a_batch_with_a_result_that_is_not_json_writes_nothing(queue):
     queue.enqueue_many(["a", "b"])
     a, b = queue.claim_many(2, worker="w1")

@@ -563,3 +563,15 @@ def test_a_nul_in_a_batched_token_is_refused_by_name_and_writes_nothing(pg_url, 
             else:
                 q.heartbeat_many(held)
         assert q.stats()["running"] == 2 and q.get(a.id).lease_until == a.lease_until
+
+
+def test_complete_many_and_claim_is_one_statement_on_a_server(pg_url):
+    with Queue(pg_url, clock=ManualClock()) as q:
+        q.enqueue_many(["a", "b", "c", "d"])
+        a, b = q.claim_many(2, "w")
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        refused, claimed = q.complete_many_and_claim([(a.id, a.token, "A"), (b.id, b.token, "B")], 3, "w")
+        assert seen == [sql.COMPLETE_MANY_AND_CLAIM.strip()]
+        assert refused == [] and [j.payload for j in claimed] == ["c", "d"]
+        assert [q.get(j.id).result for j in (a, b)] == ["A", "B"]

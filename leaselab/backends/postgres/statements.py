@@ -101,6 +101,31 @@ UPDATE jobs SET status = 'done', result = d.result, lease_until = NULL, finished
 RETURNING jobs.id
 """
 
+# A worker with slots refills what finished: COMPLETE_MANY and CLAIM_MANY in one statement, one
+# round trip. Always at least one row: the ids completed (an array, NULL for none), then one
+# claimed job's columns per row (NULL when none was claimed). The claim does not wait for the
+# completions: a refused job frees its slot as a completed one does.
+COMPLETE_MANY_AND_CLAIM = f"""
+WITH completed AS (
+    UPDATE jobs SET status = 'done', result = d.result, lease_until = NULL, finished_at = %(now)s,
+           updated_at = %(now)s, last_event = 'completed'
+      FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, token text, result text)
+     WHERE jobs.id = d.id AND jobs.status = 'running' AND jobs.token = d.token
+    RETURNING jobs.id
+), claimed AS (
+    UPDATE jobs SET status = 'running', attempts = attempts + 1,
+           lease_until = %(lease_until)s, worker = %(worker)s, token = %(token)s || '-' || id,
+           started_at = %(now)s, updated_at = %(now)s, last_event = 'claimed'
+     WHERE id IN (SELECT id FROM jobs
+                   WHERE status = 'pending' AND run_at <= %(now)s
+                   ORDER BY priority DESC, run_at ASC, id ASC
+                   LIMIT %(n)s
+                   FOR UPDATE SKIP LOCKED)
+    RETURNING {JOB_COLUMNS}
+)
+SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
+"""
+
 # The queue's Backoff.delay(attempts), in SQL: base * 2**(attempts-1), stretched by up to
 # jitter, capped at cap. The backend adds base, cap and jitter to the statement's parameters.
 # PostgreSQL raises on a float overflow where Python gives inf, so an attempt count already
@@ -145,7 +170,7 @@ WITH_BACKOFF = frozenset({FAIL, REAP})
 
 # Statements whose tokens arrive inside a JSON array (the parameter named here): the backend
 # checks those tokens for NUL itself, since JSON carries it as \u0000, which jsonb refuses.
-JSON_TOKENS = {HEARTBEAT_MANY: "tokens", COMPLETE_MANY: "done"}
+JSON_TOKENS = {HEARTBEAT_MANY: "tokens", COMPLETE_MANY: "done", COMPLETE_MANY_AND_CLAIM: "done"}
 
 # A job's history is a linked list, as on SQLite: jobs.last_event_id is its newest event and
 # each event's prev the one before. Each step must go to a smaller id, so links damaged into

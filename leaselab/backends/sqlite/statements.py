@@ -64,8 +64,10 @@ UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_
 # transaction (one commit, one sync); on a file there is no round trip to save.
 COMPLETE_AND_CLAIM = None
 
-# Likewise, many completions are COMPLETE job by job in one transaction: one sync, no round trips.
+# Likewise, many completions are COMPLETE job by job in one transaction (then CLAIM_MANY, when a
+# worker refills its slots): one sync, and on a file no round trips to save.
 COMPLETE_MANY = None
+COMPLETE_MANY_AND_CLAIM = None
 
 FAIL = """
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
