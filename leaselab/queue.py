@@ -97,7 +97,8 @@ class Queue:
     def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
         """Block until a job may have arrived, ``stop`` is set, or ``timeout`` seconds pass: an idle worker's sleep.
 
-        A file queue just sleeps; a PostgreSQL queue wakes as soon as a job is enqueued (LISTEN/NOTIFY).
+        A file queue just sleeps; a PostgreSQL queue wakes as soon as a job is enqueued into a queue
+        where no runnable job was waiting (LISTEN/NOTIFY; with one waiting, the workers are not idle).
         """
         self.backend.wait_for_work(positive("timeout", timeout), stop)
 

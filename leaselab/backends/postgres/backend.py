@@ -262,7 +262,8 @@ class PostgresBackend:
     # -- waiting for work ----------------------------------------------------
 
     def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
-        """Return when a job is enqueued (NOTIFY), ``stop`` is set, or ``timeout`` seconds pass."""
+        """Return on a NOTIFY (an enqueue that found no runnable job waiting: see schema.sql), when
+        ``stop`` is set, or after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout
         try:
             if self._listener is None or self._listener.closed:
