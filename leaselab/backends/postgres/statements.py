@@ -1,5 +1,7 @@
 """Every statement the queue runs on PostgreSQL, as named constants with parameters (psycopg's
-``%(name)s``). The same names as ``leaselab.backends.sqlite.statements``; nothing is formatted into SQL.
+``%(name)s``). The same names as ``leaselab.backends.sqlite.statements``. Statements that share a
+part (the claim, the completion) are put together from it here, at import; no value is ever
+formatted into SQL.
 """
 
 from __future__ import annotations
@@ -17,32 +19,29 @@ RETURNING id
 # subquery already chose that id, the outer WHERE id = ... still matches, and the job would
 # be claimed twice. FOR UPDATE SKIP LOCKED makes the subquery lock its pick and step over
 # rows another transaction holds, so a concurrent claim takes the next job at once.
-CLAIM = f"""
-UPDATE jobs SET status = 'running', attempts = attempts + 1,
-       lease_until = %(lease_until)s, worker = %(worker)s, token = %(token)s, started_at = %(now)s,
+# _claim() writes it once for the single claim, the batch and the fused statements below.
+_CLAIMED = """UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = %(lease_until)s, worker = %(worker)s, token = {token}, started_at = %(now)s,
        updated_at = %(now)s, last_event = 'claimed'
- WHERE id = (SELECT id FROM jobs
-              WHERE status = 'pending' AND run_at <= %(now)s
+ WHERE id {pick} (SELECT id FROM jobs
+              WHERE status = 'pending' AND run_at <= %(now)s{also}
               ORDER BY priority DESC, run_at ASC, id ASC
-              LIMIT 1
+              LIMIT {limit}
               FOR UPDATE SKIP LOCKED)
-RETURNING {JOB_COLUMNS}
-"""
+RETURNING """ + JOB_COLUMNS
 
-# A batch of the same claim: up to %(n)s runnable jobs, leased in one statement; SKIP LOCKED
-# for the same reason as CLAIM. Each job's token is the call's random token with the job id
-# after it, so no two claims ever write the same token. RETURNING gives no order; the queue sorts.
-CLAIM_MANY = f"""
-UPDATE jobs SET status = 'running', attempts = attempts + 1,
-       lease_until = %(lease_until)s, worker = %(worker)s, token = %(token)s || '-' || id,
-       started_at = %(now)s, updated_at = %(now)s, last_event = 'claimed'
- WHERE id IN (SELECT id FROM jobs
-               WHERE status = 'pending' AND run_at <= %(now)s
-               ORDER BY priority DESC, run_at ASC, id ASC
-               LIMIT %(n)s
-               FOR UPDATE SKIP LOCKED)
-RETURNING {JOB_COLUMNS}
-"""
+
+def _claim(token: str, pick: str = "=", limit: str = "1", also: str = "") -> str:
+    """The claim's UPDATE with how the token is made, = or IN, the LIMIT, and any further condition."""
+    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also)
+
+
+CLAIM = "\n" + _claim("%(token)s") + "\n"
+
+# A batch of the same claim: up to %(n)s runnable jobs, leased in one statement. Each job's
+# token is the call's random token with the job id after it, so no two claims ever write the
+# same token. RETURNING gives no order; the queue sorts.
+CLAIM_MANY = "\n" + _claim("%(token)s || '-' || id", pick="IN", limit="%(n)s") + "\n"
 
 # Every lease one worker holds, renewed in one statement: %(tokens)s is a JSON array of tokens.
 HEARTBEAT_MANY = """
@@ -58,9 +57,11 @@ UPDATE jobs SET lease_until = %(lease_until)s, updated_at = %(now)s, last_event 
 RETURNING lease_until
 """
 
-COMPLETE = """
-UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL, finished_at = %(now)s,
-       updated_at = %(now)s, last_event = 'completed'
+# A completion: what it writes, with where the result comes from.
+_COMPLETED = """UPDATE jobs SET status = 'done', result = {result}, lease_until = NULL, finished_at = %(now)s,
+       updated_at = %(now)s, last_event = 'completed'"""
+
+COMPLETE = "\n" + _COMPLETED.format(result="%(result)s") + """
  WHERE id = %(id)s AND status = 'running' AND token = %(token)s
 """
 
@@ -71,31 +72,17 @@ UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL, finish
 # one), and the claim waits for the completion through EXISTS, so it never runs after a refusal.
 # Sent as BEGIN, COMPLETE, CLAIM, COMMIT it took four round trips, and lost to two autocommit calls.
 COMPLETE_AND_CLAIM = f"""
-WITH completed AS (
-    UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL, finished_at = %(now)s,
-           updated_at = %(now)s, last_event = 'completed'
-     WHERE id = %(id)s AND status = 'running' AND token = %(token)s
-    RETURNING id
+WITH completed AS ({COMPLETE}RETURNING id
 ), claimed AS (
-    UPDATE jobs SET status = 'running', attempts = attempts + 1,
-           lease_until = %(lease_until)s, worker = %(worker)s, token = %(next_token)s, started_at = %(now)s,
-           updated_at = %(now)s, last_event = 'claimed'
-     WHERE id = (SELECT id FROM jobs
-                  WHERE status = 'pending' AND run_at <= %(now)s AND EXISTS (SELECT 1 FROM completed)
-                  ORDER BY priority DESC, run_at ASC, id ASC
-                  LIMIT 1
-                  FOR UPDATE SKIP LOCKED)
-    RETURNING {JOB_COLUMNS}
+{_claim("%(next_token)s", also=" AND EXISTS (SELECT 1 FROM completed)")}
 )
 SELECT (SELECT count(*) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """
 
 # Many completions in one statement, one round trip: %(done)s is a JSON array of
-# {"id", "token", "result"} objects, each fenced by its own token as COMPLETE is. A job
+# {{"id", "token", "result"}} objects, each fenced by its own token as COMPLETE is. A job
 # missing from what it returns was refused; the queue records those refusals afterwards.
-COMPLETE_MANY = """
-UPDATE jobs SET status = 'done', result = d.result, lease_until = NULL, finished_at = %(now)s,
-       updated_at = %(now)s, last_event = 'completed'
+COMPLETE_MANY = "\n" + _COMPLETED.format(result="d.result") + """
   FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, token text, result text)
  WHERE jobs.id = d.id AND jobs.status = 'running' AND jobs.token = d.token
 RETURNING jobs.id
@@ -106,23 +93,7 @@ RETURNING jobs.id
 # claimed job's columns per row (NULL when none was claimed). The claim does not wait for the
 # completions: a refused job frees its slot as a completed one does.
 COMPLETE_MANY_AND_CLAIM = f"""
-WITH completed AS (
-    UPDATE jobs SET status = 'done', result = d.result, lease_until = NULL, finished_at = %(now)s,
-           updated_at = %(now)s, last_event = 'completed'
-      FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, token text, result text)
-     WHERE jobs.id = d.id AND jobs.status = 'running' AND jobs.token = d.token
-    RETURNING jobs.id
-), claimed AS (
-    UPDATE jobs SET status = 'running', attempts = attempts + 1,
-           lease_until = %(lease_until)s, worker = %(worker)s, token = %(token)s || '-' || id,
-           started_at = %(now)s, updated_at = %(now)s, last_event = 'claimed'
-     WHERE id IN (SELECT id FROM jobs
-                   WHERE status = 'pending' AND run_at <= %(now)s
-                   ORDER BY priority DESC, run_at ASC, id ASC
-                   LIMIT %(n)s
-                   FOR UPDATE SKIP LOCKED)
-    RETURNING {JOB_COLUMNS}
-)
+WITH completed AS ({COMPLETE_MANY}), claimed AS ({CLAIM_MANY})
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """
 
