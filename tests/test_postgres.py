@@ -563,6 +563,9 @@ def test_a_nul_in_a_batched_token_is_refused_by_name_and_writes_nothing(pg_url, 
             else:
                 q.heartbeat_many(held)
         assert q.stats()["running"] == 2 and q.get(a.id).lease_until == a.lease_until
+        # A NUL inside a result is JSON's \u0000, text like any other: that batch goes through.
+        assert q.complete_many([(a.id, a.token, "a\x00b"), (b.id, b.token, "\\\x00")]) == []
+        assert [q.get(a.id).result, q.get(b.id).result] == ["a\x00b", "\\\x00"]
 
 
 def test_complete_many_and_claim_is_one_statement_on_a_server(pg_url):

@@ -8,7 +8,6 @@ and translates the driver's errors into leaselab's (naming the server, never the
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -216,8 +215,8 @@ class PostgresBackend:
             for key, value in params.items():
                 if isinstance(value, str) and "\x00" in value:
                     params = _without_nul(params, key, value)
-        if statement in sql.JSON_TOKENS:
-            _refuse_nul_tokens(json.loads(params[sql.JSON_TOKENS[statement]]))
+        if statement in sql.JSON_TOKENS and _ESCAPED_NUL.search(params[sql.JSON_TOKENS[statement]]):
+            raise ValueError("a token contains a NUL character (\\x00), which PostgreSQL text cannot hold")
         return {**params, **self._backoff} if statement in sql.WITH_BACKOFF else params
 
     def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[Any], Any]) -> Any:
@@ -307,20 +306,18 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
     return LeaselabError(f"{name}: PostgreSQL error: {message}")
 
 
+# A NUL that the JSON of a batch carries as \u0000 (after an even number of backslashes). Results
+# in a batch are JSON already, encoded twice, so theirs reads \\u0000; a raw NUL can only be in a
+# token, and jsonb would refuse it with a message that names neither.
+_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
 def _without_nul(params: dict, key: str, value: str) -> dict:
     """PostgreSQL text cannot hold NUL: a failure's message keeps it as the two characters ``\\0``
     (a handler's exception text must not crash the worker that records it); any other text is refused."""
     if key == "error":
         return {**params, key: value.replace("\x00", "\\0")}
     raise ValueError(f"{key} contains a NUL character (\\x00), which PostgreSQL text cannot hold: {value!r}")
-
-
-def _refuse_nul_tokens(batch: list) -> None:
-    """A token with NUL, refused by name as a lone call's would be (jsonb cannot hold \\u0000)."""
-    for item in batch:
-        token = item["token"] if isinstance(item, dict) else item
-        if "\x00" in token:
-            raise ValueError(f"token contains a NUL character (\\x00), which PostgreSQL text cannot hold: {token!r}")
 
 
 def _rows(cursor: psycopg.Cursor) -> list[tuple]:
