@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         f"leaselab NORMAL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "normal"),
         "raw baseline NORMAL (in process)": lambda d: run_raw(d, args.jobs),
     }
-    say(f"machine: {throughput.machine()}")
+    say(f"machine: {throughput.machine()}, SQLite {sqlite3.sqlite_version}")
     say(f"{args.jobs} no-op jobs, one worker process, {args.repeat} interleaved rounds")
     results: dict[str, list[float]] = {name: [] for name in rows}
     for r in range(args.repeat):

@@ -37,7 +37,6 @@ import asyncio
 import logging
 import multiprocessing as mp
 import os
-import platform
 import statistics
 import sys
 import time
@@ -49,6 +48,7 @@ sys.path.insert(0, str(HERE))
 
 import psycopg  # noqa: E402
 
+import throughput  # noqa: E402  (the machine line lives there)
 from progress import step  # noqa: E402
 
 from leaselab import Queue, Worker  # noqa: E402
@@ -356,18 +356,6 @@ def measure(server: PgServer, key: str, jobs: int, procs: int, slots: int, n: in
     return {"enqueue": jobs / enq_s, "drain": jobs / drain_s, "twice": len(ran) - len(set(ran))}
 
 
-def machine() -> str:
-    model = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2000, help="jobs per run (default 2000)")
@@ -404,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         return f"{statistics.median(a[field] / b[field] for a, b in zip(runs[ours], runs[theirs])):.2f}"
 
     print(f"# leaselab on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
+    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
     print(f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
           "enqueue = one call per job\n")
     header = ("| contender                                                | at a time | procs | enqueue/s | drain/s | drain min–max "

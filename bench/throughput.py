@@ -336,6 +336,7 @@ def measure(key: str, data: Path, jobs: int, procs: int) -> dict:
 
 
 def machine() -> str:
+    """The CPU, its cores and the Python: the first line of every benchmark's table."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -344,7 +345,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, SQLite {sqlite3.sqlite_version}"
+    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -361,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
     data.mkdir(parents=True, exist_ok=True)
 
     print(f"# leaselab throughput, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {machine()}")
+    print(f"# {machine()}, SQLite {sqlite3.sqlite_version}")
     print(f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
           f"databases in {data.resolve()}")
     print("# jobs/s; enqueue = one call per job; drain = claim + complete per job (huey: dequeue, which deletes)\n")
