@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from polling import pid_gone
+
 
 def wait_for(condition: Callable[[], bool], timeout: float = 20.0, interval: float = 0.1) -> bool:
     """Poll ``condition`` until it is true or ``timeout`` seconds pass; return its last value."""
@@ -173,3 +175,12 @@ def as_nobody(fn: Callable[[], str]) -> str:
         out = fh.read().decode()
     os.waitpid(pid, 0)
     return out
+
+
+def shut_down(fleet) -> None:
+    """A test fleet's teardown: ``shutdown()``, then SIGKILL any worker that outlived it."""
+    pids = [fleet.pid(n) for n in fleet.names]
+    fleet.shutdown()
+    for pid in pids:
+        if not pid_gone(pid):  # pragma: no cover - shutdown failed; do not leave it running
+            os.kill(pid, signal.SIGKILL)

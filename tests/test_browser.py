@@ -137,6 +137,22 @@ def fill(lab, css: str, value) -> None:
     box.press("Tab")  # ipywidgets' number boxes send their value on blur or Enter
 
 
+def enqueue_one(nb: NotebookPage, lab, seconds: int) -> list[str]:
+    """Enqueue one job of ``seconds`` at JOB_PRIORITY through the dashboard; its row once the table shows it."""
+    fill(lab, ".leaselab-n", 1)
+    fill(lab, ".leaselab-priority", JOB_PRIORITY)
+    fill(lab, ".leaselab-seconds", seconds)
+    lab.locator(".leaselab-enqueue").click()
+
+    def ours():
+        for row in nb.rows(".leaselab-jobs"):
+            if len(row) > 6 and row[2] == str(JOB_PRIORITY) and f'"seconds": {seconds}' in row[6]:
+                return row
+        return None
+
+    return nb.wait_rows(".leaselab-jobs", lambda rows: ours(), "the enqueued job in the jobs table")
+
+
 @pytest.mark.parametrize("lang, locale", [("en", "en"), ("ru", "ru_RU")])
 def test_a_reader_spawns_pauses_and_kills_a_worker_and_sees_its_job_come_back(chromium, lab_server, tmp_path,
                                                                             lang, locale):
@@ -194,20 +210,9 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     assert not truncated_labels(lab), f"labels cut off on the dashboard: {truncated_labels(lab)}"
 
     # One long job, ahead of anything else in the queue, with a short lease for the worker.
-    fill(lab, ".leaselab-n", 1)
-    fill(lab, ".leaselab-priority", JOB_PRIORITY)
-    fill(lab, ".leaselab-seconds", JOB_SECONDS)
     fill(lab, ".leaselab-lease", LEASE)
-    lab.locator(".leaselab-enqueue").click()
+    row = enqueue_one(nb, lab, JOB_SECONDS)
     pending = t("pending", lang)
-
-    def our_job():
-        for row in nb.rows(".leaselab-jobs"):
-            if len(row) > 6 and row[2] == str(JOB_PRIORITY) and f'"seconds": {JOB_SECONDS}' in row[6]:
-                return row
-        return None
-
-    row = nb.wait_rows(".leaselab-jobs", lambda rows: our_job(), "the enqueued job in the jobs table")
     job_id = row[0]
     assert row[1] == pending, row
     nb.screenshot("enqueued")
@@ -314,18 +319,7 @@ def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(ch
         nb.screenshot("opened")
         assert not truncated_labels(lab), f"labels cut off on the dashboard: {truncated_labels(lab)}"
 
-        fill(lab, ".leaselab-n", 1)
-        fill(lab, ".leaselab-priority", JOB_PRIORITY)
-        fill(lab, ".leaselab-seconds", CUT_JOB_SECONDS)
-        lab.locator(".leaselab-enqueue").click()
-
-        def our_job():
-            for row in nb.rows(".leaselab-jobs"):
-                if len(row) > 6 and row[2] == str(JOB_PRIORITY) and f'"seconds": {CUT_JOB_SECONDS}' in row[6]:
-                    return row
-            return None
-
-        job_id = nb.wait_rows(".leaselab-jobs", lambda rows: our_job(), "the enqueued job")[0]
+        job_id = enqueue_one(nb, lab, CUT_JOB_SECONDS)[0]
         held = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_status", lang))
                             == t("running", lang) and job_row(nb, job_id), f"job {job_id} taken by w1 or w2")
         holder = held[t("col_worker", lang)]

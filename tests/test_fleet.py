@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from procs import shut_down
 from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
@@ -22,11 +23,7 @@ def fleet(target, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a server queue's logs and faults go to the current folder
     f = Fleet(target, grace=5.0)
     yield f
-    pids = [f.pid(n) for n in f.names]
-    f.shutdown()
-    for pid in pids:
-        if not pid_gone(pid):  # pragma: no cover - shutdown failed; do not leave it running
-            os.kill(pid, signal.SIGKILL)
+    shut_down(f)
 
 
 def claimed_by(queue: Queue, name: str):

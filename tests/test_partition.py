@@ -6,13 +6,12 @@ Only a server queue has a network between a worker and its jobs; each worker of 
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 
 import pytest
 
-from polling import pid_gone, wait_until
+from procs import shut_down
+from polling import wait_until
 from leaselab import Status
 from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
 from leaselab.lab.fleet import Fleet
@@ -23,11 +22,7 @@ def server_fleet(pg_url, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     f = Fleet(pg_url, grace=5.0)
     yield f
-    pids = [f.pid(n) for n in f.names]
-    f.shutdown()
-    for pid in pids:
-        if not pid_gone(pid):  # pragma: no cover
-            os.kill(pid, signal.SIGKILL)
+    shut_down(f)
 
 
 def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_refused(server_fleet):

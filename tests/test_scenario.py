@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
 
 import pytest
 
-from polling import pid_gone, wait_until
+from procs import shut_down
+from polling import wait_until
 from leaselab import Status
 from leaselab.errors import ScenarioTimeout
 from leaselab.lab.fleet import Fleet
@@ -32,11 +31,7 @@ ZOMBIE = """
 def fleet(tmp_path):
     f = Fleet(tmp_path / "lab.db")
     yield f
-    pids = [f.pid(n) for n in f.names]
-    f.shutdown()
-    for pid in pids:
-        if not pid_gone(pid):  # pragma: no cover
-            os.kill(pid, signal.SIGKILL)
+    shut_down(f)
 
 
 def test_the_text_form_and_the_list_form_are_the_same_scenario():
