@@ -37,12 +37,14 @@ class Queue:
     ``clock`` is a callable returning unix seconds (a ``ManualClock`` in tests and lessons).
     Without one, a file queue uses ``time.time`` and a PostgreSQL queue the server's clock,
     so workers on hosts whose clocks disagree still agree on every lease. ``durability="full"`` makes every
-    acknowledged enqueue and completion reach the disk before the call returns;
-    claims, heartbeats, failures and reaps ride on the next sync, because losing
-    one to a power cut only causes a retry. ``"normal"`` survives any process
-    crash but may lose the last transactions on power loss. On PostgreSQL the same
-    split is ``synchronous_commit`` on or off, and ``busy_timeout`` bounds the wait
-    for another transaction's row lock (``lock_timeout``) and for the connection.
+    acknowledged enqueue and completion, and every claim, reach the disk before the call returns: a
+    claim's fence (its attempt and token) is what outside stores trust, so a crash must never hand it
+    out twice. Heartbeats, failures and reaps ride on the next sync, because losing one to a crash
+    only causes a retry. ``"normal"`` syncs nothing: on SQLite it survives any process crash but may
+    lose the last transactions on power loss; on PostgreSQL (``synchronous_commit`` off) a server
+    crash may lose the last acknowledged commits and hand a claim's fence out again. On PostgreSQL
+    ``busy_timeout`` bounds the wait for another transaction's lock (``lock_timeout``) and for the
+    connection.
     """
 
     def __init__(
@@ -172,14 +174,29 @@ class Queue:
             ids = [run(self._sql.ENQUEUE, row).fetchone()[0] for row in rows]
         return ids
 
-    def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE) -> Job | None:
-        """Take the next runnable job and lease it to ``worker`` for ``lease`` seconds, or return None."""
+    def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None) -> Job | None:
+        """Take the next runnable job and lease it to ``worker`` for ``lease`` seconds, or return None.
+
+        ``token`` is the claim's fence token (a fresh random one if None). A caller that makes its
+        own can find the job with ``held_by(token)`` if the reply to this call never arrives.
+        At ``durability="full"`` the claim is on disk before this returns.
+        """
         worker = text("worker", worker)
         lease = positive("lease", lease)
+        token = new_token() if token is None else _token("token", token)
         now = self._now()
-        token = secrets.token_hex(16)
-        rows = self._run(self._sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker, "token": token})
+        rows = self._run(self._sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker, "token": token},
+                         durable=self._acknowledged)
         return self._claimed(rows, token)
+
+    def held_by(self, token: str) -> list[Job]:
+        """The running jobs that the claim made with ``token`` still holds, in claim order.
+
+        After a claim whose reply never came (a dropped connection), this tells whether it went
+        through: the tokens are the caller's own (``claim(token=...)``, ``claim_many(token=...)``).
+        """
+        rows = self._run(self._sql.HELD_BY, {"token": _token("token", token)})
+        return self._claimed_many(rows)
 
     def _claimed(self, rows: list[tuple], token: str) -> Job | None:
         if not rows:
@@ -195,26 +212,45 @@ class Queue:
     def heartbeat(self, job_id: int, token: str, lease: float = DEFAULT_LEASE) -> float:
         """Extend the lease to now + ``lease`` and return the new ``lease_until``.
 
-        Works while ``token`` still holds the job, even past ``lease_until`` if no
-        one has reaped or re-claimed it yet. Raises ``LeaseLost`` otherwise.
+        "Now" is when the database applies the renewal, not when it was asked for: a beat that
+        waited on a lock still gets a whole lease. Works while ``token`` still holds the job,
+        even past ``lease_until`` if no one has reaped or re-claimed it yet. Raises ``LeaseLost``
+        otherwise.
         """
         job_id, token = self._fence_args(job_id, token)
         lease = positive("lease", lease)
-        now = self._now()
-        rows = self._run(self._sql.HEARTBEAT, {"id": job_id, "token": token, "now": now, "lease_until": now + lease})
+        rows, now = self._renew(self._sql.HEARTBEAT, {"id": job_id, "token": token}, lease)
         if not rows:
             self._lease_lost(job_id, token, now, "heartbeat")
         return rows[0][0]
 
+    def _renew(self, statement: str, params: dict, lease: float) -> tuple[list[tuple], float]:
+        """Run a lease renewal with "now" read once it holds its locks; (rows, the time it used)."""
+        if self.clock is self.backend.clock:
+            # The database's own clock: the statement reads it after taking its row locks.
+            rows = self._run(statement, {**params, "now": None, "lease": lease})
+            return rows, self._now()
+        # The caller's clock: read inside a write transaction, which on a file holds the write lock
+        # from BEGIN IMMEDIATE on, so a wait for that lock is over before the time is taken.
+        with self.backend.transaction(durable=False) as run:
+            now = self._now()
+            rows = run(statement, {**params, "now": now, "lease_until": now + lease, "lease": lease}).fetchall()
+        return rows, now
+
     def complete(self, job_id: int, token: str, result: Any = None) -> None:
-        """Mark the job done with a JSON ``result``; ``LeaseLost`` if ``token`` no longer holds it."""
+        """Mark the job done with a JSON ``result``; ``LeaseLost`` if ``token`` no longer holds it.
+
+        Safe to retry after a reply that never came: a job already done under this same token
+        is this completion having gone through, and the call returns as if it had just done it.
+        """
         job_id, token = self._fence_args(job_id, token)
         params = {"id": job_id, "token": token, "result": self._json("result", result), "now": self._now()}
         if not self._changed(self._sql.COMPLETE, params, durable=self._acknowledged):
-            self._lease_lost(job_id, token, params["now"], "complete")
+            self._lease_lost(job_id, token, params["now"], "complete", params["result"])
 
     def complete_and_claim(
-        self, job_id: int, token: str, result: Any = None, worker: str = "worker", lease: float = DEFAULT_LEASE
+        self, job_id: int, token: str, result: Any = None, worker: str = "worker", lease: float = DEFAULT_LEASE,
+        *, next_token: str | None = None,
     ) -> Job | None:
         """Complete one job and claim the next in one transaction: a worker's hot path.
 
@@ -224,19 +260,24 @@ class Queue:
         on PostgreSQL one statement, so one round trip to the server.
         Returns None when nothing is runnable, or when the next job's stored payload was
         damaged (that attempt is failed with the reason, as ``claim`` does).
+
+        Retried with the same ``next_token`` after a reply that never came, it neither completes
+        twice nor leaves the first try's claim orphaned: a job already done under ``token`` is
+        this completion having gone through, and the job claimed then is found by ``next_token``.
         """
         job_id, token = self._fence_args(job_id, token)
         worker = text("worker", worker)
         lease = positive("lease", lease)
+        next_token = new_token() if next_token is None else _token("next_token", next_token)
         now = self._now()
         done = {"id": job_id, "token": token, "result": self._json("result", result), "now": now}
-        next_token = secrets.token_hex(16)
         if self._sql.COMPLETE_AND_CLAIM is not None:  # a server: both in one statement, one round trip
             (completed, *claimed), = self._run(self._sql.COMPLETE_AND_CLAIM, {
                 **done, "lease_until": now + lease, "worker": worker, "next_token": next_token},
                 durable=self._acknowledged)
             if not completed:
-                self._lease_lost(job_id, token, now, "complete")
+                self._lease_lost(job_id, token, now, "complete", done["result"])
+                return next(iter(self.held_by(next_token)), None)  # went through before: its claim, if any
             rows = [] if claimed[0] is None else [tuple(claimed)]
         else:
             rows = self._complete_then_claim(done, worker, lease, next_token)
@@ -250,14 +291,10 @@ class Queue:
         job_id, token, now = done["id"], done["token"], done["now"]
         with self.backend.transaction(durable=self._acknowledged) as run:
             if run(self._sql.COMPLETE, done).rowcount:
-                refused = None
-                rows = run(self._sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
-                                       "token": next_token}).fetchall()
-            else:
-                refused = _record_lease_lost(self._sql, run, job_id, token, now, "complete")
-        if refused is not None:
-            raise LeaseLost(job_id, token, refused)
-        return rows
+                return run(self._sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
+                                             "token": next_token}).fetchall()
+        self._lease_lost(job_id, token, now, "complete", done["result"])
+        return self._run(self._sql.HELD_BY, {"token": next_token})  # it went through before: its claim, if any
 
     @contextmanager
     def completing(self, job: Job, result: Any = None) -> Iterator[Any]:
@@ -281,17 +318,22 @@ class Queue:
                 if not run(self._sql.COMPLETE, params).rowcount:
                     raise _Refused  # rolls the caller's statements back with the refused completion
         except _Refused:
-            self._lease_lost(job_id, token, params["now"], "complete")
+            self._lease_lost(job_id, token, params["now"], "complete", went_through=False)
 
     def fail(self, job_id: int, token: str, error: str = "failed") -> Status:
-        """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``."""
+        """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``.
+
+        Safe to retry after a reply that never came: a job this token already failed is answered
+        with its status, not with ``LeaseLost``.
+        """
         job_id, token = self._fence_args(job_id, token)
         if not isinstance(error, str):
             raise TypeError(f"error must be a str, got {error!r}")
         now = self._now()
-        rows = self._run(self._sql.FAIL, {"id": job_id, "token": token, "error": error[:10_000], "now": now})
+        error = error[:10_000]
+        rows = self._run(self._sql.FAIL, {"id": job_id, "token": token, "error": error, "now": now})
         if not rows:
-            self._lease_lost(job_id, token, now, "fail")
+            return Status(self._lease_lost(job_id, token, now, "fail", error))
         return Status(rows[0][0])
 
     def reap(self) -> list[int]:
@@ -304,21 +346,26 @@ class Queue:
 
     # -- batches: one statement or one transaction for many jobs ----------
 
-    def claim_many(self, n: int, worker: str = "worker", lease: float = DEFAULT_LEASE) -> list[Job]:
+    def claim_many(
+        self, n: int, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None
+    ) -> list[Job]:
         """Lease up to ``n`` runnable jobs to ``worker`` in one statement, in claim order; [] if none.
 
-        Each job gets its own token, exactly as if claimed one by one. A job whose stored
-        payload was damaged is failed with the reason and left out of the list.
+        Each job gets its own token, exactly as if claimed one by one: ``token`` (a fresh random
+        one if None), a dash and the job's id; ``held_by(token)`` finds them after a lost reply.
+        A job whose stored payload was damaged is failed with the reason and left out of the list.
+        At ``durability="full"`` the claims are on disk before this returns.
         """
-        params = self._claim_many_params(n, worker, lease)
-        return self._claimed_many(self._run(self._sql.CLAIM_MANY, params))
+        params = self._claim_many_params(n, worker, lease, token=token)
+        return self._claimed_many(self._run(self._sql.CLAIM_MANY, params, durable=self._acknowledged))
 
-    def _claim_many_params(self, n: int, worker: str, lease: float, least: int = 1) -> dict:
+    def _claim_many_params(self, n: int, worker: str, lease: float, least: int = 1, token: str | None = None) -> dict:
         n = integer("n", n, least)
         worker = text("worker", worker)
         lease = positive("lease", lease)
+        token = new_token() if token is None else _token("token", token)
         now = self._now()
-        return {"now": now, "lease_until": now + lease, "worker": worker, "token": secrets.token_hex(16), "n": n}
+        return {"now": now, "lease_until": now + lease, "worker": worker, "token": token, "n": n}
 
     def _claimed_many(self, rows: list[tuple]) -> list[Job]:
         jobs = []
@@ -340,9 +387,7 @@ class Queue:
         lease = positive("lease", lease)
         if not held:
             return {}
-        now = self._now()
-        rows = self._run(self._sql.HEARTBEAT_MANY, {"tokens": json.dumps([t for _, t in held]),
-                                                    "now": now, "lease_until": now + lease})
+        rows, now = self._renew(self._sql.HEARTBEAT_MANY, {"tokens": json.dumps([t for _, t in held])}, lease)
         renewed = {job_id: until for job_id, until in rows}
         lost = [(job_id, token) for job_id, token in held if job_id not in renewed]
         if lost:
@@ -369,17 +414,18 @@ class Queue:
         return refused
 
     def complete_many_and_claim(
-        self, done: Iterable[tuple[int, str, Any]], n: int, worker: str = "worker", lease: float = DEFAULT_LEASE
+        self, done: Iterable[tuple[int, str, Any]], n: int, worker: str = "worker", lease: float = DEFAULT_LEASE,
+        *, token: str | None = None,
     ) -> tuple[list[int], list[Job]]:
         """``complete_many(done)`` and ``claim_many(n, worker, lease)`` in one transaction: a worker
         with slots refills the slots that just finished. Returns (ids refused, jobs claimed).
 
         One commit (one sync at "full"); on PostgreSQL one statement, one round trip. The claim
         does not depend on the completions: a refused job frees its slot as a completed one does.
-        ``n`` may be 0 (nothing to claim).
+        ``n`` may be 0 (nothing to claim). ``token`` is the claims' token, as for ``claim_many``.
         """
         items = self._completions(done)
-        claim = self._claim_many_params(n, worker, lease, least=0)
+        claim = self._claim_many_params(n, worker, lease, least=0, token=token)
         refused, rows = self._complete_many_then(items, claim)
         return refused, self._claimed_many(rows)
 
@@ -404,11 +450,18 @@ class Queue:
                 completed = rows[0][0] or []
                 claimed = [row[1:] for row in rows if row[1] is not None]
             return self._record_refusals(items, completed, now), claimed
-        refused, claimed = [], []
+        refused, claimed, completed = [], [], set()
         with self.backend.transaction(durable=self._acknowledged) as run:
             for params in items:
                 params["now"] = now
-                if not run(self._sql.COMPLETE, params).rowcount:
+                if run(self._sql.COMPLETE, params).rowcount:
+                    completed.add(params["id"])
+                else:
+                    if params["id"] not in completed and _went_through(run, self._sql, params["id"],
+                                                                       params["token"], "complete",
+                                                                       params["result"]):
+                        completed.add(params["id"])  # an earlier try whose reply was lost
+                        continue
                     try:
                         _record_lease_lost(self._sql, run, params["id"], params["token"], now, "complete")
                     except JobNotFound:
@@ -421,19 +474,27 @@ class Queue:
     def _record_refusals(self, items: list[dict], completed: list[int], now: float) -> list[int]:
         """After one statement completed ``completed``: the others were refused; write that into their histories."""
         completed_ids = set(completed)
-        refused = []
+        refused, seen = [], set()
         for params in items:
             if params["id"] in completed_ids:
                 completed_ids.discard(params["id"])  # a second completion of one job in the same call is refused
+                seen.add(params["id"])
             else:
                 refused.append(params)
         if refused:
             with self.backend.transaction(durable=False) as run:
+                kept = []
                 for params in refused:
+                    if params["id"] not in seen and _went_through(run, self._sql, params["id"], params["token"],
+                                                                  "complete", params["result"]):
+                        seen.add(params["id"])
+                        continue
+                    kept.append(params)
                     try:
                         _record_lease_lost(self._sql, run, params["id"], params["token"], now, "complete")
                     except JobNotFound:
                         pass
+            refused = kept
         return [params["id"] for params in refused]
 
     def _fence_args(self, job_id: Any, token: Any) -> tuple[int, str]:
@@ -442,10 +503,21 @@ class Queue:
             raise TypeError(f"token must be the str from the claim, got {token!r}")
         return job_id, token
 
-    def _lease_lost(self, job_id: int, token: str, now: float, action: str) -> None:
+    def _lease_lost(self, job_id: int, token: str, now: float, action: str, written: str | None = None,
+                    went_through: bool = True) -> str:
+        """After a fenced write changed no row: return the job's status if this token's own earlier
+        try of the same write (``written``: the result or error) went through, as after a lost reply;
+        else record the refusal in the job's history and raise ``LeaseLost``."""
         with self.backend.transaction(durable=False) as run:
-            status = _record_lease_lost(self._sql, run, job_id, token, now, action)
-        raise LeaseLost(job_id, token, status)
+            status = _went_through(run, self._sql, job_id, token, action, written) if went_through else None
+            if status is None:
+                status = _record_lease_lost(self._sql, run, job_id, token, now, action)
+                refused = True
+            else:
+                refused = False
+        if refused:
+            raise LeaseLost(job_id, token, status)
+        return status
 
     # -- reading ----------------------------------------------------------
 
@@ -492,6 +564,45 @@ class Queue:
     def next_run_at(self) -> float | None:
         """When the earliest pending job becomes claimable, or None if nothing is pending."""
         return self._run(self._sql.NEXT_RUN_AT)[0][0]
+
+
+def new_token() -> str:
+    """A fresh claim token: 128 random bits in hex. A worker makes its own, so that after a claim
+    whose reply never came it can ask which jobs that token holds (``Queue.held_by``)."""
+    return secrets.token_hex(16)
+
+
+def _token(name: str, token: Any) -> str:
+    if not isinstance(token, str) or not token or "-" in token or "\x00" in token:
+        raise ValueError(f"{name} must be a non-empty str without '-' or NUL (as new_token() makes), got {token!r}")
+    return token
+
+
+# What a fenced write leaves behind when it went through: the statuses it sets, its last event,
+# and the column that holds what it wrote.
+_WRITTEN = {"complete": ({"done"}, "completed", 3), "fail": ({"pending", "dead"}, "failed", 4)}
+
+
+def _went_through(run: Callable[..., Any], sql: Any, job_id: int, token: str, action: str,
+                  written: str | None) -> str | None:
+    """The job's status if the row shows this very write (``action`` by ``token``, writing
+    ``written``) already made: a try whose reply was lost went through. Else None.
+
+    A token is unique to one claim and only its holder completes or fails the job, so a row
+    under the same token, with the same last event and the same value, can only be that write.
+    A second completion with another result is a different write, and is refused.
+    """
+    if action not in _WRITTEN:
+        return None
+    rows = run(sql.OUTCOME, {"id": job_id}).fetchall()
+    if not rows:
+        return None
+    statuses, event, column = _WRITTEN[action]
+    row = rows[0]
+    status, held_by, last_event = row[0], row[1], row[2]
+    if held_by == token and status in statuses and last_event == event and row[column] == written:
+        return status
+    return None
 
 
 def _record_lease_lost(sql: Any, run: Callable[..., Any], job_id: int, token: str, now: float, action: str) -> str:

@@ -154,7 +154,7 @@ def test_heartbeat_many_renews_every_held_lease_in_one_statement_and_names_what_
     queue.tracer = lambda statement, params: seen.append(statement)
     renewed = queue.heartbeat_many([(a2.id, a2.token), (b.id, b.token)], lease=7)
     assert renewed == {a2.id: clock() + 7}
-    assert sum(s.startswith("UPDATE jobs SET lease_until") for s in seen) == 1
+    assert sum(s.startswith("UPDATE jobs") and "lease_until =" in s for s in seen) == 1
     assert [e.kind for e in queue.events(b.id)][-1] == "lease_lost"
     assert queue.heartbeat_many([], lease=7) == {}
 

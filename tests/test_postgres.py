@@ -316,7 +316,7 @@ def _synchronous_commit(q: Queue) -> str:
     return q.backend.connection.execute("SHOW synchronous_commit").fetchone()[0]
 
 
-def test_a_full_queue_waits_for_the_flush_on_enqueue_and_complete_only(pg_url):
+def test_a_full_queue_waits_for_the_flush_on_enqueue_claim_and_complete_only(pg_url):
     with Queue(pg_url, clock=ManualClock(), durability="full") as q:
         seen = []
         q.enqueue_many(["a", "b"]); seen.append(("enqueue_many", _synchronous_commit(q)))
@@ -327,7 +327,7 @@ def test_a_full_queue_waits_for_the_flush_on_enqueue_and_complete_only(pg_url):
         q.fail(nxt.id, nxt.token); seen.append(("fail", _synchronous_commit(q)))
         last = q.claim("w"); q.complete(last.id, last.token); seen.append(("complete", _synchronous_commit(q)))
         q.reap(); seen.append(("reap", _synchronous_commit(q)))
-    assert seen == [("enqueue_many", "on"), ("enqueue", "on"), ("claim", "off"), ("heartbeat", "off"),
+    assert seen == [("enqueue_many", "on"), ("enqueue", "on"), ("claim", "on"), ("heartbeat", "off"),
                     ("complete_and_claim", "on"), ("fail", "off"), ("complete", "on"), ("reap", "off")]
 
 

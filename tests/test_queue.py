@@ -598,16 +598,21 @@ def _sync_levels_of_writes(q: Queue, action) -> set[int]:
     return levels
 
 
-def test_a_full_queue_syncs_enqueue_and_complete_and_nothing_else(db_path, clock):
+def test_a_full_queue_syncs_enqueue_claim_and_complete_and_nothing_else(db_path, clock):
     q = Queue(db_path, clock=clock, durability="full")
     job_ids, holder = [], []
     assert _sync_levels_of_writes(q, lambda: job_ids.append(q.enqueue("x"))) == {2}
     assert _sync_levels_of_writes(q, lambda: q.enqueue_many(["y", "z"])) == {2}
-    assert _sync_levels_of_writes(q, lambda: holder.append(q.claim("w", LEASE))) == {1}  # a lost claim is a retry
+    # A claim's fence (attempt, token) is what outside stores trust: a crash must never hand it out twice.
+    assert _sync_levels_of_writes(q, lambda: holder.append(q.claim("w", LEASE))) == {2}
+    batch: list = []
+    assert _sync_levels_of_writes(q, lambda: batch.extend(q.claim_many(2, "w", LEASE))) == {2}
+    assert len(batch) == 2 and q.complete_many([(j.id, j.token, "ok") for j in batch]) == []
     job = holder[0]
     assert _sync_levels_of_writes(q, lambda: q.heartbeat(job.id, job.token, LEASE)) == {1}
     assert _sync_levels_of_writes(q, lambda: q.complete(job.id, job.token, "ok")) == {2}
     assert _sync_levels_of_writes(q, lambda: q.reap()) == {1}
+    q.enqueue_many(["n", "m"])
     nxt = q.claim("w", LEASE)
     assert _sync_levels_of_writes(q, lambda: holder.append(q.complete_and_claim(nxt.id, nxt.token))) == {2}
     lost = holder[-1]
@@ -639,8 +644,8 @@ def test_a_full_queue_switches_the_sync_level_only_when_it_changes(db_path, cloc
     while job is not None:
         job = q.complete_and_claim(job.id, job.token, worker="w", lease=LEASE)
     pragmas = [s for s in statements if s.upper().startswith("PRAGMA SYNCHRONOUS")]
-    # FULL for the enqueues, NORMAL for the first claim, FULL for the whole drain: three switches.
-    assert pragmas == ["PRAGMA synchronous = FULL", "PRAGMA synchronous = NORMAL", "PRAGMA synchronous = FULL"]
+    # FULL for the enqueues, the first claim and the whole drain: one switch, from the connection's NORMAL.
+    assert pragmas == ["PRAGMA synchronous = FULL"]
     assert q.stats()["done"] == 10
     q.backend.connection.set_trace_callback(None)
     q.close()

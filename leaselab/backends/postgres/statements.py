@@ -43,18 +43,28 @@ CLAIM = "\n" + _claim("%(token)s") + "\n"
 # same token. RETURNING gives no order; the queue sorts.
 CLAIM_MANY = "\n" + _claim("%(token)s || '-' || id", pick="IN", limit="%(n)s") + "\n"
 
+# A renewal's lease runs from when the server applied it, not from when it was sent: a beat that
+# waited on another transaction's lock (shorter than the busy timeout, so no error) would otherwise
+# write a lease that had already run out. The rows are locked first (FOR UPDATE in the CTE), and
+# the new lease is computed for each row only once the join hands it over, that is after the lock
+# was granted; clock_timestamp() is the time then (now() would be the transaction's start).
+# %(now)s is NULL when the queue keeps the server's clock, and a number from an injected clock.
+_RENEWED = """UPDATE jobs
+   SET lease_until = COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) + %(lease)s::float8,
+       updated_at = COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8),
+       last_event = 'heartbeat'
+  FROM (SELECT id FROM jobs WHERE status = 'running' AND {fenced} FOR UPDATE) AS held
+ WHERE jobs.id = held.id"""
+
 # Every lease one worker holds, renewed in one statement: %(tokens)s is a JSON array of tokens.
-HEARTBEAT_MANY = """
-UPDATE jobs SET lease_until = %(lease_until)s, updated_at = %(now)s, last_event = 'heartbeat'
- WHERE status = 'running' AND token IN (SELECT jsonb_array_elements_text(%(tokens)s::jsonb))
-RETURNING id, lease_until
+HEARTBEAT_MANY = "\n" + _RENEWED.format(
+    fenced="token IN (SELECT jsonb_array_elements_text(%(tokens)s::jsonb))") + """
+RETURNING jobs.id, jobs.lease_until
 """
 
 # Fenced writes: only the holder of the current token may change a running job.
-HEARTBEAT = """
-UPDATE jobs SET lease_until = %(lease_until)s, updated_at = %(now)s, last_event = 'heartbeat'
- WHERE id = %(id)s AND status = 'running' AND token = %(token)s
-RETURNING lease_until
+HEARTBEAT = "\n" + _RENEWED.format(fenced="id = %(id)s AND token = %(token)s") + """
+RETURNING jobs.lease_until
 """
 
 # A completion: what it writes, with where the result comes from.
@@ -171,6 +181,18 @@ RETURNING id, (SELECT status FROM jobs WHERE id = %(id)s)
 LINK_EVENT = "UPDATE jobs SET last_event_id = %(event_id)s WHERE id = %(id)s"
 
 GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s"
+
+# After a write whose reply never came, or one refused: what the job's row says now, so a write that
+# went through under this very token (a retry after a lost reply) is told apart from a refusal.
+OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE id = %(id)s"
+
+# The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
+# A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
+HELD_BY = f"""
+SELECT {JOB_COLUMNS} FROM jobs
+ WHERE status = 'running' AND (token = %(token)s OR left(token, length(%(token)s) + 1) = %(token)s || '-')
+ ORDER BY priority DESC, run_at ASC, id ASC
+"""
 
 JOB_EXISTS = "SELECT 1 FROM jobs WHERE id = %s"
 

@@ -119,6 +119,18 @@ LINK_EVENT = "UPDATE jobs SET last_event_id = :event_id WHERE id = :id"
 
 GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
 
+# After a write whose reply never came, or one refused: what the job's row says now, so a write that
+# went through under this very token (a retry after a lost reply) is told apart from a refusal.
+OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE id = :id"
+
+# The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
+# A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
+HELD_BY = f"""
+SELECT {JOB_COLUMNS} FROM jobs
+ WHERE status = 'running' AND (token = :token OR substr(token, 1, length(:token) + 1) = :token || '-')
+ ORDER BY priority DESC, run_at ASC, id ASC
+"""
+
 JOB_EXISTS = "SELECT 1 FROM jobs WHERE id = ?"
 
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id LIMIT :limit"
