@@ -1,40 +1,154 @@
-"""What a running handler can know about its lease: whether the worker's heartbeat was refused.
+"""What a running handler can know about its lease, and the worker's own clock on it.
 
-A handler that takes a second argument gets a ``Lease``. The worker sets ``lost``
-the moment a heartbeat comes back as ``LeaseLost``; ``check()`` raises then. It is as
-fresh as the last heartbeat (every third of the lease), so it narrows the window in
-which a zombie acts but cannot close it: a store that checks the fence still must.
+A handler that takes a second argument gets a ``Lease``. Its ``lost`` is set the moment
+a heartbeat comes back refused, and also, without asking anyone, once the lease may
+have run out: the worker counts from when it *sent* the last heartbeat the database
+acknowledged (or the claim), on the monotonic clock, and gives up a safety margin
+before the database could reap the job. So a worker cut off from its database (its
+heartbeats hang, nothing is refused) still learns that it may be a zombie. ``check()``
+raises ``LeaseLost`` then. It narrows the window in which a zombie acts but cannot
+close it (the handler may be between its check and its write): a store that checks
+the fence still must.
 """
 
 from __future__ import annotations
 
 import inspect
 import threading
-from typing import Any, Callable
+import time
+from typing import Any, Callable, Iterable
 
 from .errors import LeaseLost
 from .job import Job
 
+MARGIN = 0.1  # of the lease: how long before the database could reap a job the worker gives it up
+
 
 class Lease:
-    """The lease one attempt runs under; ``lost`` is a ``threading.Event`` set when a heartbeat is refused."""
+    """The lease one attempt runs under; ``lost`` is a ``threading.Event``.
 
-    def __init__(self, job: Job):
+    ``seconds`` is the lease's length; with it, the lease runs out on the worker's own clock
+    ``margin`` seconds (a tenth of the lease by default) before the database could reap it,
+    counted from ``sent``, the monotonic time the claim was sent. Without it (a lease made
+    by hand for a test or a lesson), only a refused heartbeat sets ``lost``.
+    """
+
+    def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
+                 margin: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.job = job
         self.lost = threading.Event()
+        self.refused = False  # the database itself said the token no longer holds the job
+        self.seconds = seconds
+        self.margin = (MARGIN * seconds if margin is None else margin) if seconds is not None else 0.0
+        self._clock = clock
+        self.deadline: float | None = None
+        if seconds is not None:
+            self.deadline = (clock() if sent is None else sent) + seconds - self.margin
 
     @property
     def fence(self) -> tuple[int, int]:
         """The attempt's fence, ``(job id, attempts)``, for a store outside the queue."""
         return self.job.fence
 
+    @property
+    def token(self) -> str:
+        """The claim's token: with the fence, what tells this claim from any other."""
+        return self.job.token
+
+    def renewed(self, sent: float) -> None:
+        """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
+        if self.seconds is not None and not self.lost.is_set():
+            self.deadline = max(self.deadline, sent + self.seconds - self.margin)
+
+    def refuse(self) -> None:
+        """The database refused this token: the job is no longer this attempt's."""
+        self.refused = True
+        self.lost.set()
+
+    def left(self) -> float | None:
+        """Seconds until the worker gives this lease up on its own clock (negative once past), or None."""
+        return None if self.deadline is None else self.deadline - self._clock()
+
+    def expired(self) -> bool:
+        """True once the lease may have run out: refused, or past the worker's own deadline."""
+        if not self.lost.is_set() and self.deadline is not None and self._clock() >= self.deadline:
+            self.lost.set()
+        return self.lost.is_set()
+
     def check(self) -> None:
-        """Raise ``LeaseLost`` if a heartbeat of this attempt has been refused; return otherwise."""
-        if self.lost.is_set():
+        """Raise ``LeaseLost`` if the lease may be gone (a heartbeat refused, or no acknowledged
+        heartbeat for a lease less the margin); return otherwise."""
+        if self.expired():
             raise LeaseLost(self.job.id, self.job.token)
 
     def __repr__(self) -> str:
         return f"Lease(job={self.job.id}, attempt={self.job.attempts}, lost={self.lost.is_set()})"
+
+
+class Leases:
+    """The leases one worker holds, by token, and a thread that sets ``lost`` at each deadline.
+
+    The thread never touches the database, so a heartbeat hung on a cut connection cannot
+    keep it from telling a handler that its lease may be gone. ``on_expired`` is called (on
+    that thread) once for each lease it gives up.
+    """
+
+    def __init__(self, on_expired: Callable[[Lease], None] | None = None):
+        self._held: dict[str, Lease] = {}
+        self._changed = threading.Condition()
+        self._closed = False
+        self._on_expired = on_expired
+        self._thread = threading.Thread(target=self._watch, name="lease-deadlines", daemon=True)
+        self._thread.start()
+
+    def add(self, lease: Lease) -> None:
+        with self._changed:
+            self._held[lease.token] = lease
+            self._changed.notify()
+
+    def remove(self, lease: Lease) -> None:
+        with self._changed:
+            self._held.pop(lease.token, None)
+
+    def renewable(self) -> list[Lease]:
+        """The leases a heartbeat should renew now: held, and not refused."""
+        with self._changed:
+            return [lease for lease in self._held.values() if not lease.refused]
+
+    def renewed(self, leases: Iterable[Lease], sent: float) -> None:
+        with self._changed:
+            for lease in leases:
+                lease.renewed(sent)
+            self._changed.notify()
+
+    def __len__(self) -> int:
+        with self._changed:
+            return len(self._held)
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._changed.notify()
+        self._thread.join()
+
+    def _watch(self) -> None:
+        told: set[str] = set()
+        with self._changed:
+            while not self._closed:
+                told &= set(self._held)
+                soonest = None
+                for token, lease in self._held.items():
+                    if token in told:
+                        continue
+                    if lease.expired():
+                        told.add(token)
+                        if not lease.refused and self._on_expired is not None:
+                            self._on_expired(lease)
+                        continue
+                    left = lease.left()
+                    if left is not None and (soonest is None or left < soonest):
+                        soonest = left
+                self._changed.wait(None if soonest is None else max(soonest, 0.001))
 
 
 def wants_lease(handler: Callable[..., Any]) -> bool:

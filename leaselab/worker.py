@@ -1,21 +1,31 @@
-"""The worker runtime: claim, run the handler while a heartbeat renews the lease, then complete or fail."""
+"""The worker runtime: one loop for any number of slots. Claim as many jobs as there are free slots,
+run each handler while the pulse renews every lease, then complete what finished and refill the
+free slots in one transaction (one statement on a server), or fail what raised.
+
+With one slot the handler runs on the loop's own thread; with k, on k threads. Everything else
+(the claim, the heartbeat, the outcome, the retries through transient faults) is the same code.
+An outcome the worker could not see (a connection dropped before the reply) is found out, by the
+tokens the worker made itself, before it decides anything: never guessed as lost.
+"""
 
 from __future__ import annotations
 
 import importlib
 import os
 import threading
-import time
+from contextlib import contextmanager
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from time import monotonic as _monotonic
+from typing import Any, Callable, Iterator, TypeVar
 
 from . import faults
-from .errors import HandlerError, InvalidPayload, LeaselabError, LeaseLost, TransientError
+from .errors import HandlerError, InvalidPayload, LeaseLost, TransientError
 from .job import Job
-from .lease import Lease, wants_lease
+from .lease import Lease, Leases, wants_lease
 from .checks import integer, positive
-from .queue import DEFAULT_LEASE, Queue
-from .slots import Slots
+from .pulse import Pulse
+from .queue import DEFAULT_LEASE, Queue, new_token
 
 STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
 
@@ -53,49 +63,66 @@ class WorkerStats:
     reaped: int = 0
 
 
-class _Heartbeat:
-    """Renews one job's lease every third of the lease until stopped or fenced off."""
+def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Callable[[str], None],
+            again: Callable[[], T] | None = None, state: Any = None) -> T | object:
+    """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
 
-    def __init__(self, worker: "Worker", job: Job, lease: Lease):
-        self.worker, self.job, self.lease = worker, job, lease
-        self.lost = False
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._beat, name=f"heartbeat-{job.id}", daemon=True)
+    Tries after the first call ``again`` instead, when given: after a fault the first try may
+    have gone through unseen (a reply lost with the connection), and ``again`` finds that out
+    before it acts. Each wait is logged (``faults.WAITING``), and the end of the fault
+    (``faults.CLEARED``); ``state.fault`` (if given) names the fault while it lasts. Returns
+    ``faults.STOPPED`` if ``stop`` is set while waiting; any other error goes to the caller.
+    """
+    wait_for = faults.FIRST_WAIT
+    attempt = call
+    while True:
+        try:
+            result = attempt()
+        except TransientError as exc:
+            if state is not None:
+                state.fault = f"{what}: {exc}"
+            log(f"{faults.WAITING} ({what}), retrying in {wait_for:g}s: {exc}")
+            if stop.wait(wait_for):
+                return STOPPED
+            wait_for = min(wait_for * 2, faults.MAX_WAIT)
+            attempt = again or call
+            continue
+        if state is not None and state.fault is not None:
+            log(f"{faults.CLEARED}: {what} went through")
+            state.fault = None
+        return result
 
-    def __enter__(self) -> "_Heartbeat":
-        self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self._done.set()
-        self._thread.join()
+class _Inline:
+    """The executor of a one-slot worker: the handler runs on the loop's thread, at once."""
 
-    def _beat(self) -> None:
-        w, job = self.worker, self.job
-        while not self._done.wait(w.lease / 3):
-            try:
-                w.queue.heartbeat(job.id, job.token, w.lease)
-            except LeaseLost:
-                self.lost = True
-                self.lease.lost.set()  # a handler that takes the lease can stop before its side effect
-                w._log(f"lease lost on job {job.id} (attempt {job.attempts}): heartbeat refused")
-                return
-            except LeaselabError as exc:  # a busy file is worth another try at the next beat
-                w._log(f"heartbeat for job {job.id} failed: {exc}")
+    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as exc:  # the attempt's failure, as a pool thread would report it
+            if not isinstance(exc, Exception):
+                raise
+            future.set_exception(exc)
+        return future
+
+    def shutdown(self, wait: bool = True) -> None:
+        pass
 
 
 class Worker:
     """Runs ``handler`` on claimed jobs in a loop until ``stop()``, SIGTERM or (optionally) an idle queue.
 
     ``handler`` is a callable taking a ``Job`` or an import path ``module:function``;
-    its return value is the JSON result, an exception fails the attempt. Expired
-    leases are reaped at least every ``reap_every`` seconds, so a crashed worker's
-    job comes back without any extra process. Idle polling starts at ``poll`` and
-    doubles up to ``max_poll``. With ``concurrency=k`` up to k handlers run at once on
-    threads (see ``leaselab.slots``): jobs are leased and renewed in batches and the
-    completions of the handlers that finished together commit in one transaction.
-    A handler taking a second argument gets the attempt's ``Lease``, whose ``lost`` is
-    set when a heartbeat is refused.
+    its return value is the JSON result, an exception fails the attempt. With
+    ``concurrency=k`` up to k handlers run at once on threads; the loop is the same for
+    any k. Every held lease is renewed in one statement every third of the lease, and
+    expired leases are reaped at least every ``reap_every`` seconds on the same thread,
+    even while every handler is busy, so a crashed worker's job comes back without any
+    extra process. Idle polling starts at ``poll`` and doubles up to ``max_poll``.
+    A handler taking a second argument gets the attempt's ``Lease``: its ``lost`` is set
+    when a heartbeat is refused, or when no heartbeat has been acknowledged for the lease
+    less a tenth (the worker's own clock, so a cut-off worker learns it too).
     """
 
     def __init__(
@@ -116,22 +143,20 @@ class Worker:
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
         if not callable(self.handler):
             raise HandlerError(f"handler must be callable or 'module:function', got {handler!r}")
-        self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
-        self.name = name or f"worker-{os.getpid()}"
         self.lease = positive("lease", lease)
         self.poll = positive("poll", poll)
         self.max_poll = max(self.poll, positive("max_poll", max_poll))
         self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
-        self.exit_when_idle = exit_when_idle
         self.concurrency = integer("concurrency", concurrency, 1)
+        self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
+        self.name = name or f"worker-{os.getpid()}"
+        self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
-        self.current: Job | None = None
         self._log_fn = log
         self._stop = threading.Event()
-        self._last_reap = float("-inf")
-        self._next: Job | None = None
-        self._max_jobs: int | None = None
-        self._in_run = False
+        self._wants_lease = wants_lease(self.handler)
+        self._leases: Leases | None = None
+        self._pulse: Pulse | None = None
         self.fault: str | None = None  # the transient fault the worker is waiting out, if any
 
     def _log(self, message: str) -> None:
@@ -147,7 +172,7 @@ class Worker:
 
         A handler that takes a second argument gets ``lease`` (a fresh one if none is given).
         """
-        if wants_lease(self.handler):
+        if self._wants_lease:
             return self.handler(job, lease if lease is not None else Lease(job))
         return self.handler(job)
 
@@ -163,144 +188,221 @@ class Worker:
         self._stop.wait(seconds)
 
     def stop(self) -> None:
-        """Ask the loop to finish the current job and return."""
+        """Ask the loop to finish the jobs it holds and return."""
         self._stop.set()
 
     @property
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def run(self, max_jobs: int | None = None) -> WorkerStats:
-        """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
-        self._max_jobs, self._in_run = max_jobs, True
-        try:
-            if self.concurrency > 1:
-                return Slots(self).run(max_jobs)
-            return self._loop(max_jobs)
-        finally:
-            self._in_run = False
-
-    def outlast(self, what: str, call: Callable[[], T]) -> T | object:
-        """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
-
-        Each wait is logged (``faults.WAITING``), and the end of the fault (``faults.CLEARED``).
-        Returns ``STOPPED`` if a stop is asked for while waiting; any other error goes to the caller.
-        """
-        wait = faults.FIRST_WAIT
-        while True:
-            try:
-                result = call()
-            except TransientError as exc:
-                self.fault = f"{what}: {exc}"
-                self._log(f"{faults.WAITING} ({what}), retrying in {wait:g}s: {exc}")
-                if self._stop.wait(wait):
-                    return STOPPED
-                wait = min(wait * 2, faults.MAX_WAIT)
-                continue
-            if self.fault is not None:
-                self._log(f"{faults.CLEARED}: {what} went through")
-                self.fault = None
-            return result
-
-    def _loop(self, max_jobs: int | None) -> WorkerStats:
-        wait = self.poll
-        # A job claimed together with the last completion is finished even if a stop came meanwhile.
-        while self._next is not None or not self._stop.is_set():
-            self.reap_if_due()
-            job, self._next = self._next, None
-            if job is None:
-                if max_jobs is not None and self.stats.claimed >= max_jobs:
-                    break
-                try:
-                    job = self.outlast("claim", lambda: self.queue.claim(self.name, self.lease))
-                except InvalidPayload as exc:  # the queue already failed that job; take the next
-                    self._log(f"skipped a damaged job: {exc}")
-                    continue
-                if job is STOPPED:
-                    break
-            if job is None:
-                if self.exit_when_idle and self.queue_idle():
-                    break
-                self.queue.wait_for_work(wait, self._stop)  # on PostgreSQL, an enqueue wakes it early
-                wait = min(wait * 2, self.max_poll)
-                continue
-            wait = self.poll
-            self.process(job)
-        return self.stats
-
-    def _wants_next(self) -> bool:
-        # Only the loop takes the next job early: a caller of process() gets exactly one job handled.
-        if not self._in_run or self._stop.is_set():
-            return False
-        return self._max_jobs is None or self.stats.claimed < self._max_jobs
+    def outlast(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T | object:
+        """``call()`` retried through transient faults, logged; see ``leaselab.worker.outlast``."""
+        return outlast(what, call, stop=self._stop, log=self._log, again=again, state=self)
 
     def reap_if_due(self) -> list[int]:
-        """Reap expired leases if ``reap_every`` seconds (real time) have passed since the last reap."""
-        now = time.monotonic()
-        if now - self._last_reap < self.reap_every:
-            return []
-        self._last_reap = now
+        """Reap expired leases now (the pulse also does, every ``reap_every`` seconds); the ids moved."""
         moved = self.outlast("reap", self.queue.reap)
         if moved is STOPPED:
             return []
         if moved:
-            self.stats.reaped += len(moved)
+            self._reaped(moved)
             self._log(f"reaped expired leases of jobs {moved}")
         return moved
+
+    # -- the loop -------------------------------------------------------------
+
+    def run(self, max_jobs: int | None = None) -> WorkerStats:
+        """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
+        pool = _Inline() if self.concurrency == 1 else ThreadPoolExecutor(
+            max_workers=self.concurrency, thread_name_prefix=f"{self.name}-slot")
+        running: dict[Future, Lease] = {}
+        wait_for = self.poll
+        with self._running():
+            try:
+                starting: list[Lease] = []
+                while True:
+                    for lease in starting:  # one slot: the handler runs here, now
+                        running[pool.submit(self.call_handler, lease.job, lease)] = lease
+                    starting = []
+                    finished = [f for f in running if f.done()]
+                    if finished:
+                        outcome = [(f, running.pop(f)) for f in finished]
+                        starting = self._finish(outcome, self._free(len(running), max_jobs))[1]
+                        wait_for = self.poll
+                        continue
+                    free = self._free(len(running), max_jobs)
+                    if free:
+                        starting = self._claim(free)
+                        if starting:
+                            wait_for = self.poll
+                            continue
+                    if not running:
+                        if self.stopping or (max_jobs is not None and self.stats.claimed >= max_jobs):
+                            break
+                        if self.exit_when_idle and self.queue_idle():
+                            break
+                        self.queue.wait_for_work(wait_for, self._stop)  # on PostgreSQL, an enqueue wakes it early
+                        wait_for = min(wait_for * 2, self.max_poll)
+                        continue
+                    # Wake when a handler finishes, or after a poll interval to refill free slots.
+                    wait(list(running), timeout=self.poll if free else None, return_when=FIRST_COMPLETED)
+            finally:
+                pool.shutdown(wait=True)
+        return self.stats
+
+    def process(self, job: Job) -> str:
+        """Run the handler on one claimed job and write its outcome; 'completed', 'failed' or 'lost'.
+
+        Exactly one job: nothing is claimed with the completion.
+        """
+        with self._running():
+            lease = self._hold(job, sent=None)
+            future = _Inline().submit(self.call_handler, job, lease)
+            outcomes, _ = self._finish([(future, lease)], 0)
+        return outcomes[0]
+
+    @contextmanager
+    def _running(self) -> Iterator[None]:
+        """The pulse and the lease deadlines for the length of a run; re-entrant (process() inside run())."""
+        if self._pulse is not None:
+            yield
+            return
+        self._leases = Leases(on_expired=self._gave_up)
+        try:
+            with Pulse(self.queue, self._leases, self.lease, self.reap_every, self._log,
+                       on_reaped=self._reaped) as self._pulse:
+                yield
+        finally:
+            self._leases.close()
+            self._pulse = self._leases = None
+
+    def _free(self, running: int, max_jobs: int | None) -> int:
+        """How many jobs to claim now: the free slots, within ``max_jobs``, none once stopping."""
+        if self.stopping:
+            return 0
+        free = self.concurrency - running
+        if max_jobs is not None:
+            free = min(free, max_jobs - self.stats.claimed)
+        return max(free, 0)
+
+    def _claim(self, n: int) -> list[Lease]:
+        token, sent = new_token(), _monotonic()
+        try:
+            jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
+                                again=lambda: self.queue.held_by(token) or self.queue.claim_many(
+                                    n, self.name, self.lease, token=token))
+        except InvalidPayload as exc:  # the queue already failed that job; take the next
+            self._log(f"skipped a damaged job: {exc}")
+            return []
+        if jobs is STOPPED:
+            return []
+        return [self._hold(job, sent) for job in jobs]
+
+    def _hold(self, job: Job, sent: float | None) -> Lease:
+        self.stats.claimed += 1
+        self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
+        lease = Lease(job, self.lease, sent=sent)
+        self._leases.add(lease)
+        return lease
+
+    def _finish(self, finished: list[tuple[Future, Lease]], free: int) -> tuple[list[str], list[Lease]]:
+        """Write the outcome of every finished handler: fail what raised, then complete the rest and
+        refill ``free`` slots in one transaction. Returns (each job's outcome, the leases claimed)."""
+        outcomes: dict[int, str] = {}
+        completions: list[tuple[Lease, Any]] = []
+        for future, lease in finished:
+            self._pulse.remove(lease)  # no beat from here on: none can be refused for a job finished here
+            error = future.exception()
+            job = lease.job
+            if lease.refused or isinstance(error, LeaseLost):
+                self.stats.lost += 1
+                why = f"{type(error).__name__}: {error}" if error is not None else "result not written"
+                self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {why}")
+                outcomes[id(lease)] = "lost"
+            elif error is None:
+                completions.append((lease, future.result()))
+            else:
+                outcomes[id(lease)] = self._fail(lease, f"{type(error).__name__}: {error}")
+        claimed: list[Lease] = []
+        if completions:
+            done, claimed = self._complete(completions, free)
+            outcomes.update(done)
+        return [outcomes[id(lease)] for _, lease in finished], claimed
+
+    def _complete(self, completions: list[tuple[Lease, Any]], free: int) -> tuple[dict[int, str], list[Lease]]:
+        items = [(lease.job.id, lease.token, result) for lease, result in completions]
+        token, sent = new_token(), _monotonic()
+
+        def first():
+            return self.queue.complete_many_and_claim(items, free, self.name, self.lease, token=token)
+
+        def again():
+            # The first try may have committed unseen: completions already written under their own
+            # tokens count as done (the queue tells), and jobs that try claimed are found by token.
+            return self.queue.complete_many(items), self.queue.held_by(token)
+
+        outcomes: dict[int, str] = {}
+        try:
+            outcome = self.outlast("complete", first, again=again)
+        except InvalidPayload:
+            # One result is not JSON: nothing was written, nothing claimed. Complete them one by one
+            # so only that job fails; the loop refills the slots.
+            for lease, result in completions:
+                try:
+                    refused = self.outlast(f"complete job {lease.job.id}",
+                                           lambda: self.queue.complete_many([(lease.job.id, lease.token, result)]))
+                except InvalidPayload as exc:
+                    outcomes[id(lease)] = self._fail(lease, f"handler returned a result that is not JSON: {exc}")
+                    continue
+                outcomes[id(lease)] = self._completed(lease, refused)
+            return outcomes, []
+        if outcome is STOPPED:
+            for lease, _ in completions:
+                outcomes[id(lease)] = self._unwritten(lease)
+            return outcomes, []
+        refused, jobs = outcome
+        for lease, _ in completions:
+            outcomes[id(lease)] = self._completed(lease, refused)
+        return outcomes, [self._hold(job, sent) for job in jobs]
+
+    def _completed(self, lease: Lease, refused: Any) -> str:
+        if refused is STOPPED:
+            return self._unwritten(lease)
+        job = lease.job
+        if job.id in refused:
+            self.stats.lost += 1
+            self._log(f"lease lost on job {job.id} (attempt {job.attempts}): result not written")
+            return "lost"
+        self.stats.completed += 1
+        self._log(f"completed job {job.id}")
+        return "completed"
+
+    def _fail(self, lease: Lease, error: str) -> str:
+        job = lease.job
+        try:
+            status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
+        except LeaseLost:
+            self.stats.lost += 1
+            self._log(f"lease lost on job {job.id} (attempt {job.attempts}): failure not written")
+            return "lost"
+        if status is STOPPED:
+            return self._unwritten(lease)
+        self.stats.failed += 1
+        self._log(f"failed job {job.id}: {error} -> {status}")
+        return "failed"
+
+    def _unwritten(self, lease: Lease) -> str:
+        self.stats.lost += 1
+        self._log(f"stopped with job {lease.job.id}'s outcome unwritten: its lease runs out and it runs again")
+        return "lost"
+
+    def _gave_up(self, lease: Lease) -> None:
+        self._log(f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
+                  f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises")
+
+    def _reaped(self, moved: list[int]) -> None:
+        self.stats.reaped += len(moved)
 
     def _queue_idle(self) -> bool:
         counts = self.queue.stats()
         return counts["pending"] == 0 and counts["running"] == 0
-
-    def _complete(self, job: Job, result: Any) -> None:
-        if self._wants_next():  # finish and take the next job in one transaction
-            self._next = self.queue.complete_and_claim(job.id, job.token, result, self.name, self.lease)
-        else:
-            self.queue.complete(job.id, job.token, result)
-
-    def process(self, job: Job) -> str:
-        """Run the handler on a claimed job; returns 'completed', 'failed' or 'lost'."""
-        self.stats.claimed += 1
-        self.current = job
-        self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
-        error: str | None = None
-        result: Any = None
-        lease = Lease(job)
-        try:
-            with _Heartbeat(self, job, lease) as beat:
-                try:
-                    result = self.call_handler(job, lease)
-                except Exception as exc:
-                    error = f"{type(exc).__name__}: {exc}"
-            if beat.lost:
-                self.stats.lost += 1
-                self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {error or 'result not written'}")
-                return "lost"
-            try:
-                # The fenced completion (or failure) is retried through transient faults: that is
-                # safe, since a retry after the lease was lost is refused, never applied twice.
-                if error is None:
-                    try:
-                        written = self.outlast(f"complete job {job.id}", lambda: self._complete(job, result))
-                    except InvalidPayload as exc:
-                        error = f"handler returned a result that is not JSON: {exc}"
-                    else:
-                        if written is not STOPPED:
-                            self.stats.completed += 1
-                            self._log(f"completed job {job.id}")
-                            return "completed"
-                if error is not None:
-                    status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
-                    if status is not STOPPED:
-                        self.stats.failed += 1
-                        self._log(f"failed job {job.id}: {error} -> {status}")
-                        return "failed"
-                self.stats.lost += 1
-                self._log(f"stopped with job {job.id}'s outcome unwritten: its lease runs out and it runs again")
-                return "lost"
-            except LeaseLost:
-                self.stats.lost += 1
-                self._log(f"lease lost on job {job.id} (attempt {job.attempts}): result not written")
-                return "lost"
-        finally:
-            self.current = None
