@@ -31,7 +31,7 @@ from ...errors import (
 )
 from . import statements as sql
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300
@@ -147,14 +147,19 @@ class PostgresBackend:
             return self._connection()
 
     def _ensure_schema(self, conn: psycopg.Connection, create: bool) -> None:
-        if self._schema_version(conn) > 0:
+        """Create the schema in an empty database, or upgrade an older one in place (``create`` or not)."""
+        version = self._schema_version(conn)
+        if version == SCHEMA_VERSION:
             return
-        if not create:
+        if version == 0 and not create:
             raise DatabaseMissing(f"{self.name} (the database holds no leaselab tables)")
         with conn.transaction():
             conn.execute(sql.SCHEMA_LOCK, {"key": SCHEMA_LOCK_KEY})
-            if self._schema_version(conn) == 0:  # again, under the lock: another process may have won
+            version = self._schema_version(conn)  # again, under the lock: another process may have won
+            if version == 0:
                 conn.execute(schema_script())
+            for statement in [s for v in range(version or SCHEMA_VERSION, SCHEMA_VERSION) for s in sql.MIGRATIONS[v]]:
+                conn.execute(statement)
 
     def _schema_version(self, conn: psycopg.Connection) -> int:
         """Refuse tables that are not ours or are too new; return the schema version, 0 for none yet."""

@@ -234,3 +234,72 @@ SELECT t.name, c.oid IS NOT NULL, obj_description(c.oid, 'pg_class')
 SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
 
 LISTEN = "LISTEN leaselab_jobs"
+
+# -- upgrades --------------------------------------------------------------------------------
+
+# Upgrades, by the version a database has: it runs MIGRATIONS[v] for each version v from its own
+# up to the newest, in the transaction that holds SCHEMA_LOCK, so concurrent openers upgrade once.
+# 1 -> 2: the CHECKs of SQLite's schema 3 (see schema.sql), and attempts (jobs) and attempt
+# (events) become bigint, as max_attempts is. A row another program wrote that breaks a CHECK
+# is repaired as SQLite's upgrade to schema 3 repairs it: the job keeps its id and history,
+# a time that is not finite is replaced by the upgrade's time (a start, finish or lease by
+# none), and a job that was pending or running becomes dead, its last_error and a 'dead' event
+# naming every bad value. A finished job keeps its status; its last_error names what was repaired.
+# The tables are locked first, so no write can slip in between the repair and the CHECKs.
+_FINITE = "({0} > '-Infinity' AND {0} < 'Infinity')"
+_UPGRADE_NOW = "extract(epoch FROM now())::float8"  # one time for the whole upgrade: its transaction's
+_TIMES = ("run_at", "lease_until", "created_at", "started_at", "finished_at", "updated_at")
+
+# The reason text, '' for a sound row. A NULL time is fine (the NOT NULLs were already enforced):
+# NOT (NULL > ...) is NULL, the CASE gives NULL, and concat() skips it.
+_DAMAGE_REASONS = "concat(" + ", ".join(
+    [f"CASE WHEN NOT {_FINITE.format(c)} THEN '; {c} was ' || {c} END" for c in _TIMES]
+    + ["CASE WHEN status = 'running' AND (lease_until IS NULL OR token IS NULL)"
+       " THEN '; running with no lease or no token' END",
+       "CASE WHEN status = 'pending' AND attempts >= max_attempts THEN '; pending with no attempt left' END"]) + ")"
+
+# One statement: find the damage, write the 'dead' events of the active jobs (linked to each
+# job's history), and repair the rows. It sets no last_event, so the history trigger stays quiet
+# and the job's history gains exactly the one 'dead' event, as on SQLite.
+_REPAIR = f"""
+WITH damage AS (
+    SELECT id, status IN ('pending', 'running') AS active,
+           'damaged in the database, found by the upgrade to schema 2: ' || substr(reasons, 3) AS reason
+      FROM (SELECT id, status, {_DAMAGE_REASONS} AS reasons FROM jobs) AS j
+     WHERE reasons <> ''
+), ended AS (
+    INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
+    SELECT j.id, 'dead', {_UPGRADE_NOW}, j.worker, j.token, j.attempts, d.reason, j.last_event_id
+      FROM jobs j JOIN damage d ON d.id = j.id
+     WHERE d.active
+    RETURNING id, job_id
+)
+UPDATE jobs SET
+       status = CASE WHEN d.active THEN 'dead' ELSE jobs.status END,
+       run_at = CASE WHEN {_FINITE.format("run_at")} THEN run_at ELSE {_UPGRADE_NOW} END,
+       lease_until = CASE WHEN NOT d.active AND {_FINITE.format("lease_until")} THEN lease_until END,
+       created_at = CASE WHEN {_FINITE.format("created_at")} THEN created_at ELSE {_UPGRADE_NOW} END,
+       started_at = CASE WHEN {_FINITE.format("started_at")} THEN started_at END,
+       finished_at = CASE WHEN d.active THEN {_UPGRADE_NOW}
+                          WHEN {_FINITE.format("finished_at")} THEN finished_at END,
+       updated_at = {_UPGRADE_NOW},
+       last_error = d.reason,
+       last_event_id = COALESCE(e.id, jobs.last_event_id)
+  FROM damage d LEFT JOIN ended e ON e.job_id = d.id
+ WHERE jobs.id = d.id
+"""
+
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: (
+        "LOCK TABLE jobs, events IN ACCESS EXCLUSIVE MODE",
+        _REPAIR,
+        "ALTER TABLE jobs ALTER COLUMN attempts TYPE bigint, "
+        + ", ".join(f"ADD CONSTRAINT jobs_{c}_finite CHECK ({c} > '-Infinity' AND {c} < 'Infinity')" for c in _TIMES)
+        + ", ADD CONSTRAINT jobs_running_has_a_lease"
+        " CHECK (status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL))"
+        ", ADD CONSTRAINT jobs_pending_has_an_attempt_left CHECK (status <> 'pending' OR attempts < max_attempts)",
+        "ALTER TABLE events ALTER COLUMN attempt TYPE bigint",
+        "COMMENT ON TABLE jobs IS 'leaselab queue, schema 2'",
+        "COMMENT ON TABLE events IS 'leaselab queue, schema 2'",
+    ),
+}
