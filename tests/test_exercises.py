@@ -61,16 +61,22 @@ def test_the_fenced_write_check_refuses_the_plain_upsert_and_accepts_the_fenced_
     from leaselab.lessons import fence
 
     def plain(conn, key, value, f):
-        conn.execute(fence.PLAIN_WRITE, {"key": key, "job": f[0], "attempt": f[1], "value": value})
+        conn.execute(fence.PLAIN_WRITE, {"key": key, "job": f[0], "attempt": f[1], "token": None, "value": value})
 
     def fenced(conn, key, value, f):
-        conn.execute(fence.FENCED_WRITE, {"key": key, "job": f[0], "attempt": f[1], "value": value})
+        conn.execute(fence.FENCED_WRITE, {"key": key, "job": f[0], "attempt": f[1], "token": None, "value": value})
+
+    def at_least(conn, key, value, f):  # the old advice: an equal fence from anyone may write again
+        conn.execute(fence.PLAIN_WRITE.strip() + " WHERE (fenced.fence_job, fenced.fence_attempt)"
+                     " <= (excluded.fence_job, excluded.fence_attempt)",
+                     {"key": key, "job": f[0], "attempt": f[1], "token": None, "value": value})
 
     def broken(conn, key, value, f):
         conn.execute("INSERT INTO nowhere VALUES (1)")
 
     assert exercises.check_fenced_write(fenced).startswith("Right:")
     assert exercises.check_fenced_write(plain) == "Not yet: (7, 2), (7, 1): the page holds v1, it should hold v2"
+    assert exercises.check_fenced_write(at_least) == "Not yet: (7, 2), (7, 2): the page holds b, it should hold a"
     assert "no such table: nowhere" in exercises.check_fenced_write(broken, "ru")
 
 

@@ -10,6 +10,7 @@ the test is skipped).
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import re
 import sqlite3
@@ -121,16 +122,30 @@ def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(t
 
 # -- a full disk that frees up ---------------------------------------------------------------
 
-@pytest.fixture
-def small_disk(tmp_path):
-    """A 2 MiB tmpfs of its own, so filling it fills nobody else's disk."""
+def mount_tmpfs(tmp_path: Path, options: str) -> Path:
+    """Mount a tmpfs of its own under ``tmp_path`` (skipping the test where that is not allowed)."""
     mount = tmp_path / "disk"
     mount.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a small file system needs root")
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)], capture_output=True)
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    return mount
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs of its own, so filling it fills nobody else's disk."""
+    mount = mount_tmpfs(tmp_path, "size=2m")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=True)
+
+
+@pytest.fixture
+def few_inodes(tmp_path):
+    """A tmpfs with room for data but only 8 inodes (its root folder takes one)."""
+    mount = mount_tmpfs(tmp_path, "size=2m,nr_inodes=8")
     yield mount
     subprocess.run(["umount", "-l", str(mount)], check=True)
 
@@ -249,3 +264,64 @@ def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp
     errors = [line for line in text.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and "no such table" in errors[0]
     assert "Traceback" not in text and FAULT_WAITING not in text
+
+
+# -- a full disk at open: SQLite says "disk I/O error" or "unable to open", not "disk is full" ----
+
+def close_cleanly(db: Path) -> None:
+    """Make a queue with one job and close it, so SQLite deletes its -wal and -shm files."""
+    with Queue(db) as q:
+        q.enqueue("kept")
+    assert not Path(f"{db}-wal").exists() and not Path(f"{db}-shm").exists()
+
+
+def test_opening_a_new_queue_file_on_a_full_disk_is_disk_full_naming_the_file(small_disk):
+    db = small_disk / "new.db"
+    fill(small_disk)
+    with pytest.raises(DiskFull, match=re.escape(str(db))) as raised:
+        Queue(db)
+    assert raised.value.path == str(db) and "full" in str(raised.value)
+
+
+def test_opening_a_queue_whose_wal_and_shm_must_be_made_again_on_a_full_disk_is_disk_full(small_disk):
+    db = small_disk / "old.db"
+    close_cleanly(db)
+    ballast = fill(small_disk)
+    with pytest.raises(DiskFull, match=re.escape(str(db))) as raised:
+        Queue(db)
+    # What SQLite itself said: the -shm could not grow. The disk, not the file, is at fault.
+    assert isinstance(raised.value.__cause__, sqlite3.Error) and "disk I/O error" in str(raised.value)
+    assert "0 bytes free" in str(raised.value)
+    ballast.unlink()
+    with Queue(db) as q:  # nothing was harmed: once there is room, the queue opens with its job
+        assert [j.payload for j in q.jobs()] == ["kept"]
+
+
+def test_a_folder_with_no_free_inode_for_the_wal_is_a_full_disk_too(few_inodes):
+    db = few_inodes / "old.db"
+    close_cleanly(db)
+    for n in itertools.count():  # empty files until the file system has no inode left
+        try:
+            (few_inodes / f"empty{n}").touch()
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+            break
+    with pytest.raises(DiskFull, match="no free inode") as raised:
+        Queue(db)
+    assert raised.value.path == str(db)
+    with pytest.raises(DiskFull, match="no free inode"):
+        Queue(few_inodes / "new.db")
+
+
+@pytest.mark.parametrize("command", ["enqueue", "stats"])
+def test_the_command_on_a_full_disk_says_in_one_line_that_the_disk_is_full(small_disk, command):
+    db = small_disk / ("new.db" if command == "enqueue" else "old.db")
+    if command == "stats":
+        close_cleanly(db)
+    fill(small_disk)
+    args = [command, "--db", str(db)] + (['{"n": 1}'] if command == "enqueue" else [])
+    done = subprocess.run([sys.executable, "-m", "leaselab", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"leaselab {command}: error: {db}:"), done.stderr
+    assert "the disk holding the queue file is full" in lines[0]

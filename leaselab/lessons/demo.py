@@ -117,5 +117,6 @@ def publish(job: Job, lease: Lease) -> Any:
         lease.check()
     value = {"worker": job.worker, "attempt": job.attempts}
     with FencedStore(opts["store"]) as store:
-        written = store.write(opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")))
+        written = store.write(opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")),
+                              token=job.token)
     return {"written": written, "value": value}

@@ -36,6 +36,11 @@ PAGE_SIZE = 1024  # for new files; see schema.sql
 APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
 SQLITE_HEADER = b"SQLite format 3\x00"
 SQLITE_FULL = 13  # the primary result code of "database or disk is full"
+SQLITE_IOERR = 10  # "disk I/O error": its extended codes (IOERR_SHMSIZE, IOERR_WRITE, ...) say which call failed
+SQLITE_CANTOPEN = 14  # "unable to open database file": also what a folder with no free inode gives
+# Less free space than this beside the file, and an I/O error is the disk being full: SQLite's
+# largest single write is a 32 KiB -shm region or one WAL frame (a page, up to 64 KiB, and a header).
+FULL_MARGIN = 64 * 1024
 MIN_SQLITE = (3, 37, 0)  # STRICT tables arrived in 3.37 (RETURNING in 3.35)
 
 Tracer = Callable[[str, Any], None]
@@ -198,8 +203,20 @@ def _rollback(conn: sqlite3.Connection) -> None:
 def translate(exc: sqlite3.Error, path: str) -> LeaselabError:
     message = str(exc)
     lowered = message.lower()
-    if getattr(exc, "sqlite_errorcode", None) == SQLITE_FULL or "database or disk is full" in lowered:
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+; the message is all 3.10 gives
+    if code == SQLITE_FULL or "database or disk is full" in lowered:
         return DiskFull(path, message)
+    # SQLite says SQLITE_FULL only when a write into a file fails with ENOSPC. Growing the -shm
+    # (at open, the first time after the last connection closed), creating the -wal or truncating
+    # fail on a full disk as a bare "disk I/O error", and a folder out of inodes as "unable to
+    # open": only the file system can tell these from a failing disk or a missing folder.
+    primary = None if code is None else code & 0xFF
+    if primary in (SQLITE_IOERR, SQLITE_CANTOPEN) or (
+            code is None and ("disk i/o error" in lowered or "unable to open" in lowered)):
+        short = out_of_space(path)
+        if short is not None:
+            name = getattr(exc, "sqlite_errorname", None)
+            return DiskFull(path, f"{message}{f' ({name})' if name else ''}; {short}")
     if "locked" in lowered or "busy" in lowered:
         return DatabaseBusy(f"{path}: another process held the write lock past the busy timeout ({message})")
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
@@ -207,6 +224,26 @@ def translate(exc: sqlite3.Error, path: str) -> LeaselabError:
     if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
         return NotALeaselabDatabase(f"{path} is not a valid leaselab database: {message}")
     return LeaselabError(f"{path}: SQLite error: {message}")
+
+
+def out_of_space(path: str) -> str | None:
+    """What is short on the file system holding ``path`` (free space or inodes), or None if neither is."""
+    if path == ":memory:" or path.startswith("file:") or not hasattr(os, "statvfs"):
+        return None
+    folder = Path(path).resolve().parent
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return None
+    # root may write into the blocks and inodes kept back for it: its disk is full only when they are gone.
+    root = hasattr(os, "geteuid") and os.geteuid() == 0
+    free = (st.f_bfree if root else st.f_bavail) * st.f_frsize
+    if free < FULL_MARGIN:
+        return f"{free} bytes free in {folder}"
+    inodes = st.f_ffree if root else st.f_favail
+    if st.f_files > 0 and inodes == 0:  # f_files 0: a file system that does not count inodes (btrfs)
+        return f"no free inode in {folder}"
+    return None
 
 
 def _check_path(path: str) -> None:
