@@ -15,6 +15,7 @@ from typing import Sequence
 from .backends import is_server_url
 from .errors import LeaselabError
 from .job import Status
+from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 
 EXIT_BAD_INPUT = 2
@@ -31,8 +32,9 @@ def _stamp(t: float | None) -> str:
 
 
 def _short(value: object, width: int) -> str:
+    """``value`` on one line of at most ``width`` characters, its control characters shown escaped."""
     text = "-" if value is None else (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
-    text = text.replace("\n", " ")
+    text = printable(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -85,7 +87,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from .worker import Worker, load_handler
 
     def log(message: str) -> None:
-        print(f"{_stamp(time.time())} {message}", flush=True)
+        # One line per message, whatever a handler's error or a job's text holds: a newline in
+        # it would forge a log line of its own, an ESC would drive the reader's terminal.
+        print(f"{_stamp(time.time())} {printable(message)}", flush=True)
 
     # SIGTERM (and a first Ctrl-C) are honoured from here on, even before the worker exists:
     # opening the file and importing the handler take a while, and a stop asked for then must
@@ -188,7 +192,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(counts))
     else:
         for status, n in counts.items():
-            print(f"{status:<8}{n:>8}")
+            print(f"{printable(status):<8}{n:>8}")
     return 0
 
 
@@ -200,7 +204,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     print(header)
     for j in jobs:
         if j.damage:  # listed, never hidden: the rest of the table stays readable
-            print(f"{j.id:>6}  {'DAMAGED':<8} {j.damage}")
+            print(f"{j.id:>6}  {'DAMAGED':<8} {printable(j.damage)}")
             continue
         left = "-" if j.lease_until is None else f"{j.lease_until - now:.1f}s"
         outcome = j.last_error if j.status in ("pending", "dead") and j.last_error else j.result
@@ -217,7 +221,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
     for e in events:
-        print(f"{_stamp(e.at):<12}  {e.job_id:>6}  {e.kind:<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
+        print(f"{_stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
               f"{_short(e.detail, 60) if e.detail else ''}")
     return 0
 
@@ -227,6 +231,13 @@ def _positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
     return value
+
+
+def _worker_name(text: str) -> str:
+    # The name is written into every log line and listing: a newline in it would split them.
+    if not text or has_unprintable(text):
+        raise argparse.ArgumentTypeError(f"must be a non-empty name without control characters, got {text!r}")
+    return text
 
 
 def _positive_int(text: str) -> int:
@@ -243,7 +254,7 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr, like every other leaselab error."""
 
     def error(self, message: str):  # type: ignore[override]
-        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {message}\n")
+        self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {printable(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -271,7 +282,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("worker", "run one worker process", cmd_worker)
     p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
-    p.add_argument("--name", default=None)
+    p.add_argument("--name", type=_worker_name, default=None,
+                   help="the name in the queue's rows and the log (default: worker-PID)")
     p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE)
     p.add_argument("--poll", type=_positive_float, default=0.05)
     p.add_argument("--max-poll", type=_positive_float, default=1.0)
@@ -304,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (LeaselabError, ValueError, TypeError) as exc:
-        print(f"leaselab {args.command}: error: {exc}", file=sys.stderr)
+        print(f"leaselab {args.command}: error: {printable(str(exc))}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0

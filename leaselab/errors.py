@@ -34,6 +34,10 @@ class InvalidPayload(LeaselabError, ValueError):
     """Raised when a payload or result cannot be stored as strict JSON (NaN, sets, objects, too big)."""
 
 
+class InvalidTarget(LeaselabError, ValueError):
+    """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the message never repeats it."""
+
+
 class NotALeaselabDatabase(LeaselabError):
     """Raised when the file is not SQLite, is damaged, or is a SQLite file of some other application."""
 

@@ -1,25 +1,106 @@
 """Where a queue keeps its jobs. One package per backend, each holding its SQL, schema, connection and errors.
 
-``open_backend(target)`` picks one: a ``postgresql://`` or ``postgres://`` URL is a
-server, anything else is a SQLite file. Every backend offers the same small surface
-to ``leaselab.queue``: ``statements`` (the named SQL constants), ``run``,
+``open_backend(target)`` picks one: a ``postgresql://`` or ``postgres://`` URL (the scheme in
+any case) is a server, a SQLite file path is a file, and anything that looks like neither (a
+libpq ``host=… dbname=…`` string, another scheme's URL) is refused with ``InvalidTarget``,
+whose message never repeats the target: it may hold a password. Every backend offers the same
+small surface to ``leaselab.queue``: ``statements`` (the named SQL constants), ``run``,
 ``changed``, ``transaction``, ``clock`` (the database's own clock, or None),
 ``wait_for_work``, ``connection``, ``name``, ``kind``, ``tracer`` and ``close``.
+
+``scrub(message, target)`` removes a target's password from any text; anything that builds
+a message from a URL or from a driver's error should pass it through.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable
+from urllib.parse import unquote
 
 from ..backoff import Backoff
+from ..errors import InvalidTarget
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
+_SERVER_SCHEME = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
+# libpq's connection keywords (the ones a person writes; libpq knows a few more) at the start of
+# the text, after a space, or after a slash: a Fleet makes a relative target absolute before
+# opening it, so "host=db password=…" may arrive as "/home/me/host=db password=…".
+_CONNINFO = re.compile(r"(?:^|[\s/\\])(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|"
+                       r"connect_timeout|options|application_name|target_session_attrs|sslrootcert)\s*=",
+                       re.IGNORECASE)
+# A PostgreSQL URL with its slashes mistyped ("postgresql:/…", "postgres:u@h"), or any other
+# scheme's URL: as a file path, SQLite would make folders named after it, password and all.
+_ALMOST_SERVER = re.compile(r"(?:^|[/\\])\s*postgres(?:ql)?:", re.IGNORECASE)
+_OTHER_SCHEME = re.compile(r"\s*([A-Za-z][A-Za-z0-9+.-]*)://")
+_NOT_REPEATED = "(not repeated here: it may hold a password)"
 
 
 def is_server_url(target: Any) -> bool:
-    """True for a PostgreSQL connection URL, False for a file path."""
-    return isinstance(target, str) and target.startswith(SERVER_SCHEMES)
+    """True for a PostgreSQL connection URL (``postgresql://`` or ``postgres://``, in any case), False otherwise."""
+    return isinstance(target, str) and _SERVER_SCHEME.match(target) is not None
+
+
+def server_url(target: str) -> str:
+    """The URL with its scheme in lower case: libpq reads ``POSTGRESQL://`` as a broken key=value string."""
+    scheme = _SERVER_SCHEME.match(target)
+    return scheme.group().lower() + target[scheme.end():] if scheme else target
+
+
+def check_target(target: str) -> None:
+    """Raise ``InvalidTarget`` if ``target`` is neither a server URL nor something SQLite should take as a path."""
+    if is_server_url(target) or target.startswith("file:") or target == ":memory:":
+        return
+    if _CONNINFO.search(target):
+        raise InvalidTarget(f"the queue target is a libpq key=value connection string {_NOT_REPEATED}; "
+                            "leaselab takes a postgresql://user@host:port/dbname URL, with the password "
+                            "in a password file (~/.pgpass or PGPASSFILE)")
+    if _ALMOST_SERVER.search(target):
+        raise InvalidTarget(f"the queue target looks like a PostgreSQL URL but does not start with "
+                            f"postgresql:// {_NOT_REPEATED}")
+    other = _OTHER_SCHEME.match(target)
+    if other:
+        raise InvalidTarget(f"the queue target is a {other.group(1)}:// URL {_NOT_REPEATED}; leaselab takes a "
+                            "SQLite file path or a postgresql:// URL")
+
+
+def secrets_in(target: str) -> set[str]:
+    """Every form in which ``target``'s password could appear in a message, found without parsing it.
+
+    A malformed URL is exactly what the driver cannot parse and then quotes in its error, so
+    the password is read from the text around it: between ``://user:`` and the first or the
+    last ``@`` (an unescaped ``@`` in a password splits it between user and host), each piece
+    between ``@`` signs, and any ``password=`` value; each raw and percent-decoded.
+    """
+    found: set[str] = set()
+    scheme = re.search(r"://", target)
+    if scheme:
+        rest = target[scheme.end():]
+        first, last = rest.find("@"), rest.rfind("@")
+        if first >= 0:
+            for userinfo in {rest[:first], rest[:last]}:
+                password = userinfo.partition(":")[2]
+                if password:
+                    found.add(password)
+                    found.update(password.split("@"))
+        else:  # no @: libpq reads "user:password" as "host:port", and may quote the "port"
+            port = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition(":")[2]
+            if not port.isdigit() and "]" not in port:  # not the end of an IPv6 address
+                found.add(port)
+    for value in re.findall(r"(?:^|[?&\s])password\s*=\s*('(?:[^'\\]|\\.)*'?|[^&\s]*)", target, re.IGNORECASE):
+        found.add(value)
+        if value.startswith("'"):
+            found.add(re.sub(r"\\(.)", r"\1", value.strip("'")))
+    found |= {unquote(s) for s in found}
+    return {s for s in found if s}
+
+
+def scrub(message: str, target: str) -> str:
+    """``message`` with every form of ``target``'s password replaced by ``***``."""
+    for secret in sorted(secrets_in(target), key=len, reverse=True):
+        message = message.replace(secret, "***")
+    return message
 
 
 def open_backend(
@@ -31,13 +112,15 @@ def open_backend(
     create: bool = True,
 ):
     """Open the backend ``target`` names. Only the chosen backend's driver is imported."""
+    target = os.fspath(target)
+    check_target(target)
     if is_server_url(target):
         try:
             from .postgres import PostgresBackend
         except ImportError as exc:
             raise ImportError(f"a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})") from exc
-        return PostgresBackend(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create)
+        return PostgresBackend(server_url(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer,
+                               create=create)
     from .sqlite import SqliteBackend
 
-    return SqliteBackend(os.fspath(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer,
-                         create=create)
+    return SqliteBackend(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create)

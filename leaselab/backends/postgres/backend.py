@@ -24,11 +24,13 @@ from ...errors import (
     DatabaseMissing,
     DatabaseUnreachable,
     DatabaseUnwritable,
+    InvalidTarget,
     LeaselabError,
     NotALeaselabDatabase,
     SchemaTooNew,
     ServerRefused,
 )
+from .. import scrub
 from . import statements as sql
 
 SCHEMA_VERSION = 2
@@ -56,22 +58,39 @@ def schema_script() -> str:
 
 
 def display_name(url: str) -> str:
-    """``postgresql://user@host:port/dbname``: the server a message names, without the password."""
+    """``postgresql://user@host:port/dbname``: the server a message names, without the password.
+
+    ``InvalidTarget`` (a ``ValueError``) for a URL libpq cannot parse, in words that hold no
+    part of its password.
+    """
     try:
         info = conninfo_to_dict(url)
-    except psycopg.ProgrammingError as exc:
-        raise ValueError(f"not a valid PostgreSQL URL: {_scrub(str(exc), url)}") from None
+    except psycopg.Error as exc:  # libpq quotes the whole URL, password and all, in its reason
+        reason = _scrub(str(exc).replace(url, "…"), url)
+        raise InvalidTarget(f"not a valid PostgreSQL URL: {reason}") from None
     user = f"{info['user']}@" if info.get("user") else ""
     host = info.get("host") or "localhost"
+    # libpq ends the user at the first @ (the rest of a password holding one becomes the host),
+    # and without an @ it reads "user:password" as "host:port": either way libpq's later errors
+    # would quote a piece of the password as a host or a port.
+    if "@" in host:
+        raise InvalidTarget("not a valid PostgreSQL URL: more than one @ before the host "
+                            "(write an @ inside a user or password as %40)")
+    if not re.fullmatch(r"[0-9]*(,[0-9]*)*", info.get("port") or ""):
+        raise InvalidTarget("not a valid PostgreSQL URL: its port is not a number (not repeated here: "
+                            "it may be a password, if the URL lacks the @ before the host)")
     return f"postgresql://{user}{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
 
 
 def _scrub(message: str, url: str) -> str:
+    """``message`` without ``url``'s password in any form, and on one line (libpq's hints span lines)."""
     try:
         password = conninfo_to_dict(url).get("password")
     except psycopg.Error:
         password = None
-    return message.replace(password, "***") if password else message
+    if password:
+        message = message.replace(password, "***")
+    return " ".join(scrub(message, url).split())
 
 
 class PostgresBackend:
@@ -297,7 +316,7 @@ class PostgresBackend:
 
 def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
     """The leaselab error for a psycopg error: it names the server and never shows the password."""
-    message = " ".join(_scrub(str(exc), url).split())  # libpq's hints span lines; an error is one line
+    message = _scrub(str(exc), url)
     code = getattr(exc, "sqlstate", None) or ""
     if code in _BUSY:
         return DatabaseBusy(f"{name}: a lock was held past the busy timeout ({message})")
