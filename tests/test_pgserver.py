@@ -1,4 +1,5 @@
-"""The throw-away PostgreSQL server the tests (and lesson 6) use: it starts, serves, and leaves nothing behind."""
+"""The throw-away PostgreSQL server the tests (and lesson 6) use: it starts, serves, crashes and recovers on
+demand, and leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 
 import pytest
 
-from leaselab.lessons.pgserver import PgServer, PgUnavailable, find_bin_dir
+from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
 
 
 @pytest.fixture
@@ -83,13 +84,18 @@ STARTER = r"""
 import sys
 from leaselab.lessons.pgserver import PgServer
 server = PgServer().start()
+if sys.argv[1:] == ["crash"]:
+    server.crash()
+    server.recover()
 print(server.folder, flush=True)
 sys.stdin.read()  # wait to be killed
 """
 
 
-def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog(bin_dir):
-    starter = subprocess.Popen([sys.executable, "-c", STARTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+@pytest.mark.parametrize("history", ["started", "crashed and recovered"])
+def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog(bin_dir, history):
+    argv = ["crash"] if history != "started" else []
+    starter = subprocess.Popen([sys.executable, "-c", STARTER, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     try:
         folder = starter.stdout.readline().strip()
@@ -101,3 +107,68 @@ def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog
     while (_postmaster_alive(folder) or os.path.exists(folder)) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _postmaster_alive(folder) and not os.path.exists(folder)
+
+
+def psql(bin_dir, url: str, sql: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(bin_dir / "psql"), url, "-XAtc", sql], capture_output=True, text=True, timeout=30)
+
+
+def test_a_crashed_server_refuses_connections_then_recovers_on_the_same_url_with_its_commits(bin_dir):
+    with PgServer(bin_dir) as server:
+        url = server.create_database("crashed")
+        assert psql(bin_dir, url, "CREATE TABLE t (i int); INSERT INTO t VALUES (1)").returncode == 0
+        folder, port = server.folder, server.port
+        server.crash()
+        assert not server.running and folder.exists()
+        refused = psql(bin_dir, url, "SELECT 1")
+        assert refused.returncode != 0 and "refused" in refused.stderr
+        with pytest.raises(PgNotRunning, match="not running"):
+            server.crash()
+        server.recover()
+        assert server.running and (server.folder, server.port) == (folder, port)
+        assert psql(bin_dir, url, "SELECT i FROM t").stdout.strip() == "1"  # acknowledged: it survived
+        with pytest.raises(PgNotRunning, match="running"):
+            server.recover()
+        server.restart(down_for=0.2)
+        assert psql(bin_dir, url, "SELECT count(*) FROM t").stdout.strip() == "1"
+    assert not folder.exists() and not _postmaster_alive(folder)
+
+
+def test_with_a_lazy_wal_writer_a_crash_loses_asynchronous_commits_and_never_a_synchronous_one(bin_dir):
+    """With fsync off an immediate stop loses no WAL that was written; an asynchronous commit's WAL
+    is not written when it is acknowledged, and the lazy WAL writer does not write it in time."""
+    import psycopg
+
+    tries = 4
+    with PgServer(bin_dir, settings=LAZY_WAL_WRITER) as server:
+        assert (server.setting("fsync"), server.setting("wal_writer_delay")) == ("off", "10s")
+        url = server.create_database("lazy")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (mode text, i int)")
+        kept = {"off": 0, "on": 0}
+        for mode in kept:
+            for i in range(tries):
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(f"SET synchronous_commit = {mode}")
+                    conn.execute("INSERT INTO t VALUES (%s, %s)", (mode, i))  # acknowledged
+                    server.restart()
+                with psycopg.connect(url, autocommit=True) as conn:
+                    kept[mode] += conn.execute("SELECT count(*) FROM t WHERE mode = %s AND i = %s",
+                                               (mode, i)).fetchone()[0]
+        # Lost every time in practice; one kept would need the writer's 10 s round to fall inside
+        # the few milliseconds between the commit and the crash.
+        assert kept["off"] < tries and kept["on"] == tries, kept
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"port": 5432}, "set by PgServer itself"),
+    ({"fsync": "on"}, "fsync=True"),
+    ({"work_mem; rm -rf /": "1"}, "not a plain setting name"),
+    ({"work_mem": "1MB -c port=1"}, "plain word or number"),
+    ({"jit": True}, "plain word or number"),
+    (["wal_writer_delay"], "must be a dict"),
+])
+def test_server_settings_that_could_break_the_server_or_its_urls_are_refused_before_it_starts(bin_dir, settings,
+                                                                                              message):
+    with pytest.raises(ValueError, match=message):
+        PgServer(bin_dir, settings=settings)

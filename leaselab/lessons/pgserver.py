@@ -12,6 +12,16 @@ user (``postgres``, else ``nobody``), since PostgreSQL refuses to run as root. I
 on 127.0.0.1 at a free port and on a Unix socket inside its folder, trusts local
 connections (no password), and runs with ``fsync=off``: its data dies with it anyway
 (``PgServer(fsync=True)`` flushes as a production server does, for benchmarks).
+
+For crash tests, ``crash()`` stops the server as a killed process stops (``pg_ctl stop
+-m immediate``: no checkpoint, every connection drops, what only the server's memory
+held is gone) and ``recover()`` starts it again on the same port and data folder, so
+clients reconnect to the same URL and find what the WAL replay brings back;
+``restart(down_for)`` does both. It is not a power cut: what the server had written
+reached the operating system's cache, which survives, so with ``fsync=off`` an
+acknowledged commit still outlives a crash. A commit made with ``synchronous_commit =
+off`` is acknowledged before its WAL is written at all, and ``settings=LAZY_WAL_WRITER``
+makes the server leave it unwritten long enough for a crash to lose it every time.
 Standard library only.
 """
 
@@ -33,6 +43,18 @@ from pathlib import Path
 USER = "leaselab"  # the cluster's superuser, as in the URLs it hands out
 RUN_AS_CANDIDATES = ("postgres", "nobody")
 _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+_SETTING_NAME = re.compile(r"[a-z_][a-z0-9_.]{0,62}")
+_SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,64}")  # pg_ctl hands its -o options to a shell
+# Set by PgServer itself: the URLs it hands out and the fsync flag depend on them.
+_OWN_SETTINGS = ("listen_addresses", "port", "unix_socket_directories", "fsync", "full_page_writes")
+
+# Settings under which a crash loses every commit made with synchronous_commit = off. The
+# WAL writer writes such commits every wal_writer_delay (200ms by default), and at once when
+# it was asleep after an idle spell (50 rounds of nothing, 10 s by default): a test that
+# crashes right after an asynchronous commit lost it or not depending on how long the server
+# had been idle. At the largest delay it writes every 10 s and sleeps only after 500 s idle,
+# and no timed checkpoint (which writes all the WAL) comes in the way for a day.
+LAZY_WAL_WRITER = {"wal_writer_delay": "10s", "checkpoint_timeout": "1d"}
 
 
 # Stops the server and removes its folder when the process that started it is gone without
@@ -55,6 +77,10 @@ class PgUnavailable(RuntimeError):
 
 class PgStartFailed(RuntimeError):
     """Raised when initdb or pg_ctl failed; the message holds the server's own log."""
+
+
+class PgNotRunning(RuntimeError):
+    """Raised when ``crash()`` or ``recover()`` finds the server not in the state it needs (running, or crashed)."""
 
 
 # Where Debian and Ubuntu's postgresql package (and so Binder's apt.txt) puts the server's
@@ -129,10 +155,12 @@ def _run_as() -> pwd.struct_passwd | None:
 class PgServer:
     """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
 
-    def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0, *, fsync: bool = False):
+    def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0, *, fsync: bool = False,
+                 settings: dict[str, str | int | float] | None = None):
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         self.timeout = timeout
         self.fsync = bool(fsync)
+        self.settings = _checked_settings(settings or {})
         self.port: int | None = None
         self.folder: Path | None = None
         self._user = _run_as()
@@ -145,6 +173,11 @@ class PgServer:
     @property
     def socket_dir(self) -> Path:
         return self.folder / "socket"
+
+    @property
+    def running(self) -> bool:
+        """True while the server is up: started and not crashed (or recovered since), not stopped."""
+        return self.folder is not None and (self.data_dir / "postmaster.pid").exists()
 
     def url(self, dbname: str = "postgres") -> str:
         """The URL of database ``dbname`` on this server (no password: local connections are trusted)."""
@@ -205,15 +238,50 @@ class PgServer:
         self._cmd("createdb", "-h", str(self.socket_dir), "-p", str(self.port), "-U", USER, dbname)
         return self.url(dbname)
 
-    def restart(self) -> None:
-        """Stop the server at once (in-flight connections drop) and start it again on the same port."""
+    def setting(self, name: str) -> str:
+        """What the running server's ``SHOW name`` says (``"on"`` for ``fsync`` on a ``fsync=True`` server, say)."""
+        if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
+            raise ValueError(f"name must be a plain setting name, got {name!r}")
+        return self._cmd("psql", "-h", str(self.socket_dir), "-p", str(self.port), "-U", USER, "-d", "postgres",
+                         "-XAtc", f"SHOW {name}").stdout.strip()
+
+    def crash(self) -> None:
+        """Stop the server as a killed process stops: no checkpoint, every connection drops, its memory is lost.
+
+        The data folder stays; ``recover()`` starts the server on it again. The watchdog
+        stays too: if this process dies before or after ``recover()``, the server is still
+        stopped and its folder removed.
+        """
+        if not self.running:
+            raise PgNotRunning(f"cannot crash {self!r}: it is not running")
         self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w")
-        self._pg_ctl_start(check=True)
+
+    def recover(self) -> None:
+        """Start a crashed server again on the same port and data folder; returns once it accepts connections.
+
+        The server replays its WAL first: a commit that reached it survives, one that
+        lived only in its memory (``synchronous_commit = off``) may not.
+        """
+        if self.folder is None or self.running:
+            raise PgNotRunning(f"cannot recover {self!r}: it is " + ("running" if self.running else "stopped"))
+        started = self._pg_ctl_start(check=False)
+        if started.returncode != 0:
+            raise PgStartFailed(f"pg_ctl start on port {self.port} failed after a crash (another process may "
+                                f"have taken the port):\n{started.stdout}{started.stderr}{self._log()}")
+
+    def restart(self, down_for: float = 0.0) -> None:
+        """``crash()``, stay down for ``down_for`` seconds (clients meet a refused connection), then ``recover()``."""
+        if isinstance(down_for, bool) or not isinstance(down_for, (int, float)) or not 0 <= down_for < 3600:
+            raise ValueError(f"down_for must be a number of seconds in [0, 3600), got {down_for!r}")
+        self.crash()
+        time.sleep(down_for)
+        self.recover()
 
     def _pg_ctl_start(self, check: bool) -> subprocess.CompletedProcess:
         options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
                    f"-c unix_socket_directories={self.socket_dir} -c max_connections=100 "
-                   + ("-c fsync=on -c full_page_writes=on" if self.fsync else "-c fsync=off -c full_page_writes=off"))
+                   + ("-c fsync=on -c full_page_writes=on" if self.fsync else "-c fsync=off -c full_page_writes=off")
+                   + "".join(f" -c {name}={value}" for name, value in self.settings.items()))
         return self._cmd("pg_ctl", "start", "-D", str(self.data_dir), "-w", "-t", str(int(self.timeout)),
                          "-l", str(self.folder / "server.log"), "-o", options, check=check)
 
@@ -238,6 +306,23 @@ class PgServer:
 
     def __repr__(self) -> str:
         return f"PgServer(port={self.port}, folder={str(self.folder)!r})"
+
+
+def _checked_settings(settings: dict) -> dict[str, str]:
+    if not isinstance(settings, dict):
+        raise ValueError(f"settings must be a dict of setting names to values, got {settings!r}")
+    checked = {}
+    for name, value in settings.items():
+        if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
+            raise ValueError(f"settings: {name!r} is not a plain setting name")
+        if name in _OWN_SETTINGS:
+            hint = " (give PgServer(fsync=True) instead)" if name in ("fsync", "full_page_writes") else ""
+            raise ValueError(f"settings: {name} is set by PgServer itself{hint}")
+        text = str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+        if not _SETTING_VALUE.fullmatch(text):
+            raise ValueError(f"settings: the value of {name} must be a plain word or number, got {value!r}")
+        checked[name] = text
+    return checked
 
 
 def wait_ready(server: PgServer, timeout: float = 30.0) -> None:
