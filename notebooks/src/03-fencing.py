@@ -251,9 +251,12 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # check a fence itself.
 #
 # A random token cannot be compared for "newer or older", but `job.fence` can: it is
-# `(job id, attempts)`, and `attempts` grows by one with every claim. A store that
-# remembers, for each key, the highest fence it has accepted can refuse anything older,
-# in one conditional statement:
+# `(job id, attempts)`, and `attempts` grows by one with every claim, a claim the queue has
+# written to disk before the worker learns of it. A store that remembers, for each key, the
+# highest fence it has accepted, and the token of the claim that wrote it, can refuse
+# anything older in one conditional statement. It refuses an equal fence too, unless the
+# same claim is writing again: two claims can hold one fence only if a crash made the
+# queue hand it out twice, and a store that took either would trust a zombie.
 
 # %% [markdown] tags=["ru"]
 # ## Fencing для мира за пределами очереди
@@ -264,8 +267,12 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 #
 # Случайный токен нельзя сравнить по принципу «новее или старее», а `job.fence` можно:
 # это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате.
-# Хранилище, которое помнит для каждого ключа наибольший принятый fence, может отказать
-# всему, что старше, одним условным оператором:
+# Очередь записывает захват на диск раньше, чем воркер о нём узнаёт. Хранилище, которое помнит
+# для каждого ключа наибольший принятый fence и токен захвата, сделавшего эту запись, может
+# одним условным оператором отказать всему, что старше. Равный fence оно тоже отвергает,
+# если только пишет не тот же самый захват: один fence может оказаться у двух захватов,
+# только если после сбоя очередь выдала его дважды, и хранилище, принявшее любой из них,
+# поверило бы зомби.
 
 # %% tags=["nbval-check-output"]
 print(fence.FENCED_WRITE.strip())
@@ -351,8 +358,9 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #
 # **1. Write code.** Write `my_fenced_write(conn, key, value, fence)` for the store's
 # table `fenced(key, fence_job, fence_attempt, value)`: store the value unless the key
-# already holds a write with a *higher* fence. The stub below is the plain write, which
-# lets the zombie win. The check runs your function on a real SQLite table.
+# already holds a write with a fence *at least as high* (this table keeps no token, so an
+# equal fence may be another claim's). The stub below is the plain write, which lets the
+# zombie win. The check runs your function on a real SQLite table.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -373,8 +381,9 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #
 # **1. Напишите код.** Напишите `my_fenced_write(conn, key, value, fence)` для таблицы
 # хранилища `fenced(key, fence_job, fence_attempt, value)`: сохранить значение, если
-# только по этому ключу уже не лежит запись с *бо́льшим* fence. Заготовка ниже — простая
-# запись, при которой зомби побеждает. Проверка запустит вашу функцию на настоящей
+# только по этому ключу уже не лежит запись с *таким же или бо́льшим* fence (токенов эта
+# таблица не хранит, и равный fence может принадлежать другому захвату). Заготовка ниже —
+# простая запись, при которой зомби побеждает. Проверка запустит вашу функцию на настоящей
 # таблице SQLite.
 
 # %%
@@ -388,8 +397,9 @@ def my_fenced_write(conn, key, value, fence):
 # %% [markdown] tags=["en"]
 # <details><summary>Show the answer</summary>
 #
-# Add a `WHERE` to the upsert's `DO UPDATE`: it runs only when the stored fence is not
-# higher than the new one. Row values compare element by element, like tuples:
+# Add a `WHERE` to the upsert's `DO UPDATE`: it runs only when the stored fence is lower
+# than the new one (an equal fence may be another claim's, and this store keeps no token to
+# tell). Row values compare element by element, like tuples:
 #
 # ```python
 # def my_fenced_write(conn, key, value, fence):
@@ -398,7 +408,7 @@ def my_fenced_write(conn, key, value, fence):
 #         " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
 #         " fence_attempt = excluded.fence_attempt, value = excluded.value"
 #         " WHERE (fenced.fence_job, fenced.fence_attempt)"
-#         "    <= (excluded.fence_job, excluded.fence_attempt)",
+#         "    < (excluded.fence_job, excluded.fence_attempt)",
 #         (key, fence[0], fence[1], value))
 # ```
 # </details>
@@ -406,8 +416,9 @@ def my_fenced_write(conn, key, value, fence):
 # %% [markdown] tags=["ru"]
 # <details><summary>Показать ответ</summary>
 #
-# Добавьте `WHERE` к `DO UPDATE`: обновление выполнится, только если сохранённый fence не
-# больше нового. Значения-строки сравниваются поэлементно, как кортежи:
+# Добавьте `WHERE` к `DO UPDATE`: обновление выполнится, только если сохранённый fence
+# меньше нового (равный может принадлежать другому захвату, а токена, чтобы их различить,
+# это хранилище не хранит). Значения-строки сравниваются поэлементно, как кортежи:
 #
 # ```python
 # def my_fenced_write(conn, key, value, fence):
@@ -416,7 +427,7 @@ def my_fenced_write(conn, key, value, fence):
 #         " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
 #         " fence_attempt = excluded.fence_attempt, value = excluded.value"
 #         " WHERE (fenced.fence_job, fenced.fence_attempt)"
-#         "    <= (excluded.fence_job, excluded.fence_attempt)",
+#         "    < (excluded.fence_job, excluded.fence_attempt)",
 #         (key, fence[0], fence[1], value))
 # ```
 # </details>
