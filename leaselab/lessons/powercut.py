@@ -10,9 +10,9 @@ the operating system allows; a real cut may keep some unsynced writes, never few
 synced ones.
 
 ``Session`` runs leaselab's own statements on such a disk with the ``Queue``'s
-durability rule (README, "Durability"): an enqueue and a completion are acknowledged
-writes, synced before they return at ``durability="full"``; claims, heartbeats,
-failures and reaps never ask for a sync of their own. Make the file with ``Queue``
+durability rule (README, "Durability"): an enqueue, a claim and a completion are
+synced before they return at ``durability="full"`` (a claim, because its fence is what
+outside stores trust); heartbeats, failures and reaps never ask for a sync of their own. Make the file with ``Queue``
 first: it is an ordinary leaselab file before and after, read back with ``Queue``.
 APSW is needed here (the ``lab`` and ``test`` extras); nothing else imports this module.
 """
@@ -145,10 +145,10 @@ class Session:
         return rows[0][0]
 
     def claim(self, worker: str, lease: float = DEFAULT_LEASE) -> Job | None:
-        """Claim the next job with leaselab's single statement (never synced on its own)."""
+        """Claim the next job with leaselab's single statement (synced at "full": its fence must not come back)."""
         now = self.clock()
         rows = self._run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
-                                     "token": secrets.token_hex(16)}, acknowledged=False)
+                                     "token": secrets.token_hex(16)}, acknowledged=True)
         return Job.from_row(rows[0]) if rows else None
 
     def complete(self, job: Job, result: Any = None) -> None:
