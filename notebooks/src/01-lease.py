@@ -240,7 +240,7 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # committed is already in the operating system's hands and stays in the file; only work
 # in progress is lost. A power cut is harsher: a commit made at `synchronous=NORMAL` may
 # not have reached the disk yet and can roll back. leaselab's default,
-# `durability="full"`, syncs every enqueue and completion before it returns; at
+# `durability="full"`, syncs every enqueue, claim and completion before it returns; at
 # `durability="normal"` (see the README) a power cut can take back the last of those
 # too. Lesson 5 cuts the power for real.
 
@@ -257,7 +257,7 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # работа. Отключение питания суровее: транзакция, зафиксированная при
 # `synchronous=NORMAL`, могла ещё не дойти до диска и откатится. По умолчанию leaselab
 # работает с `durability="full"` и до возврата из вызова сбрасывает на диск каждую
-# постановку в очередь и каждое завершение; при `durability="normal"` (см. README)
+# постановку в очередь, каждый захват и каждое завершение; при `durability="normal"` (см. README)
 # отключение питания может отменить и последние из них. В уроке 5 мы отключим питание
 # по-настоящему.
 
