@@ -50,8 +50,8 @@ work = lessons.scratch("05-one-file")
 # SQLite decides when to sync with `synchronous`. In WAL mode at `NORMAL`, a commit is
 # not synced; the log is synced at the next checkpoint. At `FULL`, every commit is. The
 # README's "Durability" section says what leaselab does: with `durability="full"` (the
-# default), every enqueue and every completion is synced before the call returns; claims,
-# heartbeats, failures and reaps are not. With `durability="normal"`, nothing is.
+# default), every enqueue, every claim and every completion is synced before the call
+# returns; heartbeats, failures and reaps are not. With `durability="normal"`, nothing is.
 #
 # To cut the power without pulling a plug, `powercut.VolatileDisk` is a virtual file
 # system for SQLite (through APSW, a Python binding that can define one). Every write
@@ -74,9 +74,9 @@ work = lessons.scratch("05-one-file")
 # `NORMAL` фиксация транзакции не синхронизируется; журнал WAL синхронизируется при
 # следующей контрольной точке (checkpoint). При `FULL` синхронизируется каждая фиксация.
 # Что делает leaselab, сказано в разделе README «Durability»: при `durability="full"` (по
-# умолчанию) каждая постановка в очередь и каждое завершение синхронизируются до возврата
-# из вызова, а захваты, продления, ошибки и возвраты в очередь — нет. При
-# `durability="normal"` не синхронизируется ничего.
+# умолчанию) каждая постановка в очередь, каждый захват и каждое завершение
+# синхронизируются до возврата из вызова, а продления, ошибки и возвраты в очередь — нет.
+# При `durability="normal"` не синхронизируется ничего.
 #
 # Чтобы отключить питание, не выдёргивая вилку, `powercut.VolatileDisk` служит для
 # SQLite виртуальной файловой системой (через APSW — обвязку SQLite для Python, которая
@@ -107,9 +107,12 @@ for durability in ("normal", "full"):
 # told had succeeded, and the completion. Here nothing had been synced since the file was
 # made; in a queue that runs for a while, SQLite syncs at each checkpoint (by default
 # whenever the log grows past 1000 pages), so what a cut takes is everything since the
-# last one. At `"full"` every enqueue and the completion survived. The second claim did
-# not: job 2 is `pending` with 0 attempts, as if it had never been claimed. That costs
-# nothing but a retry, which at-least-once allows anyway (lesson 4).
+# last one. At `"full"` everything survived, the second claim too: job 2 is still
+# `running`, at attempt 1. A claim is synced because its fence, `(job id, attempts)`, is
+# what an outside store trusts (lesson 3). Had the cut taken the claim back, job 2 would
+# be `pending` at 0 attempts, and the next claim would get attempt 1 again: the fence of a
+# claim whose worker may already have written with it to an outside store, which could then
+# not tell the old claim's write from the new one's.
 #
 # Now the same work through the real `Queue` in a process of its own, which then kills
 # itself with `SIGKILL`, at `durability="normal"`:
@@ -120,9 +123,12 @@ for durability in ("normal", "full"):
 # было ни одной синхронизации; в очереди, которая работает долго, SQLite синхронизирует
 # журнал при каждой контрольной точке (по умолчанию — когда журнал вырастает больше 1000
 # страниц), так что отключение питания забирает всё, что было после последней из них. При
-# `"full"` все постановки и завершение уцелели. Второй захват — нет: задача 2 снова
-# `pending` и с нулём попыток, будто её никто не захватывал. Это стоит лишь повтора, а
-# повтор at-least-once и так допускает (урок 4).
+# `"full"` уцелело всё, и второй захват тоже: задача 2 по-прежнему `running`, попытка 1.
+# Захват синхронизируется потому, что его fence, `(id задачи, attempts)`, — то, чему верит
+# внешнее хранилище (урок 3). Откати отключение питания этот захват, задача 2 оказалась бы
+# `pending` с нулём попыток, и следующий захват снова получил бы попытку 1, то есть fence
+# захвата, воркер которого мог уже записать с ним что-то во внешнее хранилище. Отличить
+# запись старого захвата от записи нового хранилище тогда не смогло бы.
 #
 # Теперь та же работа через настоящий `Queue` в отдельном процессе, который потом убивает
 # себя сигналом `SIGKILL`, при `durability="normal"`:
@@ -332,8 +338,9 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # ## Summary
 #
 # - `SIGKILL` loses no committed transaction. A power cut loses what was not synced: at
-#   `durability="normal"` that includes acknowledged enqueues and completions; at
-#   `"full"` only claims, heartbeats and reaps, which costs a retry.
+#   `durability="normal"` that includes acknowledged enqueues, claims and completions; at
+#   `"full"` only heartbeats, failures and reaps, which costs a retry. A claim is synced
+#   at `"full"`: a fence handed out twice would let a zombie through.
 # - WAL's shared memory and file locks work on one machine only: every worker runs where
 #   the file is; never put the file on a network file system.
 # - Leases are wall-clock deadlines. A jump forward hands every running job out again (a
@@ -353,8 +360,9 @@ say("l5_histogram", rows=sorted(pauses.items()))
 #
 # - `SIGKILL` не теряет ни одной зафиксированной транзакции. Отключение питания теряет
 #   всё, что не синхронизировано: при `durability="normal"` это и подтверждённые
-#   постановки в очередь, и завершения; при `"full"` — только захваты, продления и
-#   возвраты в очередь, а это стоит лишь повтора.
+#   постановки в очередь, и захваты, и завершения; при `"full"` — только продления,
+#   ошибки и возвраты в очередь, а это стоит лишь повтора. Захват при `"full"`
+#   синхронизируется: fence, выданный дважды, пропустил бы зомби.
 # - Разделяемая память и блокировки файлов WAL работают только в пределах одной машины:
 #   все воркеры работают там, где лежит файл; никогда не кладите файл на сетевую файловую
 #   систему.
