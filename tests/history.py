@@ -249,10 +249,102 @@ def check_effects(jobs: list[dict], events: list[dict], effects: list[dict]) -> 
     return bad
 
 
-def check_all(jobs: list[dict], events: list[dict], effects: list[dict]) -> list[str]:
-    """Every rule above, in order; an empty list is a history with every promise kept."""
+def check_fences(events: list[dict], effects: list[dict]) -> list[str]:
+    """No fence held by two claims: each (job, attempt) belongs to one token, in the claims and in the runs.
+
+    An outside store trusts the fence (job, attempt); a claim lost in a server crash takes its
+    own ``claimed`` event with it, so the handler's record of the token it ran under
+    (``effects`` lines that carry one) is what still shows the first holder.
+    """
+    tokens: dict[tuple[int, int], set[str]] = defaultdict(set)
+    for e in events:
+        if e["kind"] == "claimed" and e["token"] is not None:
+            tokens[(e["job_id"], e["attempt"])].add(e["token"])
+    for line in effects:
+        if line.get("token") is not None:
+            tokens[(line["job"], line["attempt"])].add(line["token"])
+    return [f"job {job_id}: fence reused: attempt {attempt} held by {len(held)} claims "
+            f"(tokens {', '.join(sorted(t[:8] for t in held))})"
+            for (job_id, attempt), held in sorted(tokens.items()) if len(held) > 1]
+
+
+def check_false_losses(events: list[dict]) -> list[str]:
+    """No ``lease_lost`` for a token whose completion (or failure) went through.
+
+    A token that finished the job held it until then, so nothing it sent before was refused,
+    and the worker stops renewing before it finishes; a refusal recorded for it can only be its
+    own retried completion, after a lost reply, taken for a loss: a history falsified.
+    """
+    bad = []
+    for job_id, history in _by_job(events).items():
+        finished = {e["token"]: e["kind"] for e in history if e["kind"] in ("completed", "failed")}
+        for e in history:
+            if e["kind"] == "lease_lost" and e["token"] in finished:
+                bad.append(f"job {job_id}: false loss: lease_lost (event {e['id']}, {e['detail']!r}) for token "
+                           f"{e['token'][:8]}, whose attempt {e['attempt']} {finished[e['token']]} the job")
+    return bad
+
+
+def check_dead_ran(jobs: list[dict], events: list[dict], effects: list[dict],
+                   vanished: Iterable[str] = ()) -> list[str]:
+    """No job ``dead`` whose handler never ran under any of its attempts.
+
+    A job dies by failing (its handler ran and raised) or by its leases running out. A worker
+    runs every job it learns it claimed, so an attempt can end unrun only if its worker died
+    in between (``vanished``: the names of the workers the nemesis killed) or never learned of
+    its claim (a lost reply it did not look into by its token).
+    """
+    vanished = set(vanished)
+    ran = {line["job"] for line in effects}
+    grouped = _by_job(events)
+    bad = []
+    for j in jobs:
+        if j["status"] != "dead" or j["id"] in ran:
+            continue
+        claims = [e for e in grouped.get(j["id"], []) if e["kind"] == "claimed"]
+        survivors = sorted({e["worker"] for e in claims} - vanished)
+        if survivors or not claims:
+            bad.append(f"job {j['id']}: dead after {j['attempts']} attempts, but its handler never ran "
+                       f"(claimed by {', '.join(survivors) or 'no one'}, none of them killed)")
+    return bad
+
+
+REAP_SLACK = 1e-3  # seconds: a renewal's time and its lease are two readings of the server's clock
+
+
+def check_reaps(events: list[dict], lease: float, slack: float = REAP_SLACK) -> list[str]:
+    """No live holder reaped: a reap comes after the lease that the token's last renewal wrote ran out.
+
+    The events hold each renewal's time (``at`` of its ``claimed`` or ``heartbeat``), not the
+    ``lease_until`` it wrote, so ``lease`` (every worker's lease length) rebuilds it: at + lease.
+    A reap stamped earlier took the job from a holder whose lease still ran.
+    """
+    bad = []
+    for job_id, history in _by_job(events).items():
+        renewed: dict[str, float] = {}
+        for e in history:
+            if e["kind"] in ("claimed", "heartbeat"):
+                renewed[e["token"]] = e["at"]
+            elif e["kind"] == "reaped" and e["token"] in renewed:
+                until = renewed[e["token"]] + lease
+                if e["at"] < until - slack:
+                    bad.append(f"job {job_id}: live holder reaped: attempt {e['attempt']} reaped (event {e['id']}) "
+                               f"{until - e['at']:.3f}s before the lease its last renewal wrote ran out")
+    return bad
+
+
+def check_all(jobs: list[dict], events: list[dict], effects: list[dict], *, lease: float | None = None,
+              vanished: Iterable[str] = ()) -> list[str]:
+    """Every rule above, in order; an empty list is a history with every promise kept.
+
+    ``lease`` (the workers' lease length) turns on the reap rule; ``vanished`` names the workers
+    that were killed, whose claims may end without a run.
+    """
     return (check_final_states(jobs) + check_fencing(events) + check_attempts(jobs, events)
-            + check_events_agree(jobs, events) + check_links(jobs, events) + check_effects(jobs, events, effects))
+            + check_events_agree(jobs, events) + check_links(jobs, events) + check_effects(jobs, events, effects)
+            + check_fences(events, effects) + check_false_losses(events)
+            + check_dead_ran(jobs, events, effects, vanished)
+            + (check_reaps(events, lease) if lease is not None else []))
 
 
 def summary(jobs: list[dict], events: list[dict], effects: list[dict]) -> dict[str, int]:

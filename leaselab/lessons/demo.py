@@ -60,7 +60,9 @@ def task(job: Job) -> Any:
     """The all-purpose demo: record the effect, sleep, then maybe crash or fail, else return a result."""
     opts = _opts(job)
     if opts.get("effects"):
-        record_effect(opts["effects"], job, when="start")
+        # The token tells two claims of one attempt apart: a fence handed out twice shows here
+        # even when a server crash took the first claim's own row back.
+        record_effect(opts["effects"], job, when="start", token=job.token)
     time.sleep(float(opts.get("seconds", 0)))
     if _hits(opts.get("crash", False), job.attempts):
         os.kill(os.getpid(), signal.SIGKILL)
