@@ -149,6 +149,8 @@ class Worker:
         self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
         self.concurrency = integer("concurrency", concurrency, 1)
         self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
+        if self.queue.call_timeout is None:  # every call ends before the lease could: habit 25
+            self.queue.call_timeout = 0.9 * self.lease
         self.name = name or f"worker-{os.getpid()}"
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
