@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from datetime import datetime
 from typing import Sequence
 
@@ -84,7 +85,7 @@ def _jobs_phrase(ids: list[int]) -> tuple[str, str]:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from .worker import Worker, load_handler
+    from .worker import STOPPED, Worker, load_handler, outlast
 
     def log(message: str) -> None:
         # One line per message, whatever a handler's error or a job's text holds: a newline in
@@ -147,7 +148,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, stop)
     try:
         handler = load_handler(args.handler)  # a bad --handler is reported before a bad --db
-        opened = _open(args)
+        parent = os.getppid()
+        if parent > 1:  # from here on: a worker waiting for its server must not outlive who started it
+            threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
+        # A server not up yet, a first connection dropped, a full disk: waited out as they are
+        # mid-run, with the same log lines. Anything retrying cannot fix still exits 2 at once.
+        named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
+        opened = outlast("open the queue", lambda: _open(args), stop=stop_asked,
+                         log=lambda message: log(f"{named}: {message}"), state=types.SimpleNamespace(fault=None))
+        if opened is STOPPED:
+            log("stopped before the queue could be opened")
+            return 0
         try:
             worker = Worker(opened, handler, name=args.name, lease=args.lease, poll=args.poll,
                             max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log,
@@ -156,9 +167,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
             opened.close()
             raise
         queue = opened
-        parent = os.getppid()
-        if parent > 1:
-            threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
         if stop_asked.is_set():
             worker.stop()
         slots = f", {args.concurrency} at once" if args.concurrency > 1 else ""

@@ -90,6 +90,19 @@ class Queue:
             raise TypeError(f"tracer must be a callable taking (statement, params), got {tracer!r}")
         self.backend.tracer = tracer
 
+    @property
+    def call_timeout(self) -> float | None:
+        """The longest one call may wait for a server that does not answer, in seconds (None: no bound).
+
+        On PostgreSQL such a call raises ``DatabaseUnreachable`` and the next one reconnects;
+        a worker sets it below its lease. A file queue ignores it: its busy timeout bounds every wait.
+        """
+        return self.backend.call_timeout
+
+    @call_timeout.setter
+    def call_timeout(self, seconds: float | None) -> None:
+        self.backend.call_timeout = None if seconds is None else positive("call_timeout", seconds)
+
     # -- life cycle -------------------------------------------------------
 
     def close(self) -> None:

@@ -24,6 +24,7 @@ from .errors import HandlerError, InvalidPayload, LeaseLost, TransientError
 from .job import Job
 from .lease import Lease, Leases, wants_lease
 from .checks import integer, positive
+from .printable import has_unprintable
 from .pulse import Pulse
 from .queue import DEFAULT_LEASE, Queue, new_token
 
@@ -148,7 +149,11 @@ class Worker:
         self.max_poll = max(self.poll, positive("max_poll", max_poll))
         self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
         self.concurrency = integer("concurrency", concurrency, 1)
+        if name is not None and has_unprintable(name):  # it goes into every log line and row: one line each
+            raise ValueError(f"name must not hold control characters, got {name!r}")
         self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
+        if self.queue.call_timeout is None:  # every call ends before the lease could: habit 25
+            self.queue.call_timeout = 0.9 * self.lease
         self.name = name or f"worker-{os.getpid()}"
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()

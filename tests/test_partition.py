@@ -15,6 +15,7 @@ from polling import wait_until
 from leaselab import Status
 from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
 from leaselab.lab.fleet import Fleet
+from leaselab.lessons.demo import read_effects
 
 
 @pytest.fixture
@@ -101,3 +102,26 @@ def test_shutdown_ends_a_cut_off_worker_cleanly(server_fleet):
     fleet.partition("w1")
     fleet.shutdown()
     assert fleet.status()[0].state == "exited" and fleet.status()[0].returncode == 0
+
+
+def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before_its_side_effect(
+        server_fleet, tmp_path):
+    # Issue 19, row 6: lease.lost was set only by a refused heartbeat. Cut off, the heartbeat
+    # hangs and nothing is refused, so lease.check() never raised and the handler went on to act
+    # as a zombie. The worker's own clock on the lease now sets it.
+    fleet, q = server_fleet, server_fleet.queue
+    effects, lease = tmp_path / "effects.jsonl", 2.0
+    job_id = q.enqueue({"seconds": 30, "effects": str(effects)})
+    fleet.spawn(handler="leaselab.lessons.demo:careful", lease=lease, name="w1")
+    wait_until(lambda: [e["when"] for e in read_effects(effects)] == ["start"], message="w1 to start the job")
+    fleet.partition("w1")
+    # About one lease after the last acknowledged heartbeat; generous for a shared machine, and far
+    # short of the 30 s after which the handler would write its effect.
+    wait_until(lambda: len(read_effects(effects)) > 1, timeout=12, message="the cut-off handler to stop by itself")
+    assert [e["when"] for e in read_effects(effects)] == ["start", "stopped"]
+    assert f"lease of job {job_id} (attempt 1) may have run out" in fleet.log_tail("w1", lines=50)
+    # The worker writes nothing for that attempt (it could not, cut off); the job stays the queue's to reap.
+    wait_until(lambda: "ended without its lease" in fleet.log_tail("w1", lines=50),
+               message="w1 to give the attempt up")
+    assert q.get(job_id).status is Status.RUNNING and q.get(job_id).result is None
+    fleet.heal("w1")

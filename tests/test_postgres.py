@@ -23,7 +23,7 @@ from leaselab import (
     Status,
     Worker,
 )
-from leaselab.errors import DatabaseUnreachable, ServerRefused, TransientError
+from leaselab.errors import DatabaseBusy, DatabaseUnreachable, ServerRefused, TransientError
 
 try:
     import psycopg
@@ -578,3 +578,44 @@ def test_complete_many_and_claim_is_one_statement_on_a_server(pg_url):
         assert seen == [sql.COMPLETE_MANY_AND_CLAIM.strip()]
         assert refused == [] and [j.payload for j in claimed] == ["c", "d"]
         assert [q.get(j.id).result for j in (a, b)] == ["A", "B"]
+
+
+# -- every call bounded by the call timeout (issue 19, "must hold") ------------------------------
+
+def test_a_heartbeat_through_a_cut_link_raises_unreachable_within_the_call_timeout_and_the_next_call_reconnects(
+        pg_url):
+    from leaselab.lab.proxy import Proxy, server_address, through
+
+    with Queue(pg_url) as direct:
+        job_id = direct.enqueue("x")
+    with Proxy(server_address(pg_url)) as proxy, Queue(through(pg_url, proxy.port)) as q:
+        q.call_timeout = 1.0
+        job = q.claim("w", lease=30)
+        proxy.partition()
+        started = time.monotonic()
+        with pytest.raises(DatabaseUnreachable, match=r"no reply within the call timeout, 1s"):
+            q.heartbeat(job.id, job.token, lease=30)
+        # Cut at the call timeout, not hung until TCP gives up (minutes) or the link comes back.
+        assert time.monotonic() - started < 5
+        proxy.heal()
+        assert q.heartbeat(job.id, job.token, lease=30) > q.clock()  # a new connection, the same claim
+        assert q.get(job_id).status is Status.RUNNING and q.get(job_id).token == job.token
+
+
+def test_the_call_timeout_is_checked_and_its_server_limits_end_a_lock_wait_before_the_client_cuts(pg_url):
+    with Queue(pg_url, busy_timeout=30) as q, Queue(pg_url) as other:
+        assert q.call_timeout is None
+        with pytest.raises(ValueError, match="call_timeout"):
+            q.call_timeout = 0
+        q.call_timeout = 2.0
+        q.enqueue("x")
+        job = q.claim("w", lease=30)
+        limits = q.backend.run("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")[0]
+        assert limits == ("1800ms", "1800ms")  # 0.9 of the call timeout, below the busy timeout
+        conn = q.backend.connection
+        with other.backend.transaction(durable=False) as run:
+            run("SELECT id FROM jobs WHERE id = %(id)s FOR UPDATE", {"id": job.id})
+            with pytest.raises(DatabaseBusy):  # the server gave up waiting for the row lock
+                q.heartbeat(job.id, job.token, lease=30)
+        assert q.heartbeat(job.id, job.token, lease=30) > q.clock()
+        assert q.backend.connection is conn  # ended by the server, not cut by the client: no reconnect

@@ -292,3 +292,26 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
             parent.kill()
             parent.wait(10)
         parent.stdout.close()
+
+
+def test_a_killed_workers_job_comes_back_about_one_lease_later_while_every_live_worker_is_in_a_long_handler(
+        tmp_path, spawn_worker):
+    # Issue 19, row 5: the reaper ran only at the top of the worker loop, so with w1 busy for a
+    # minute the killed worker's job waited the whole minute. The pulse reaps on its own cadence.
+    db, lease = tmp_path / "jobs.db", 2.0
+    with Queue(db) as q:
+        long_job = q.enqueue({"seconds": 90})
+        w1 = spawn_worker(db, "w1", lease=lease)
+        wait_until(lambda: claimed_by(q, long_job, "w1"), message="w1 to claim the long job")
+        victim = q.enqueue({"seconds": 90})
+        w2 = spawn_worker(db, "w2", lease=lease)
+        wait_until(lambda: claimed_by(q, victim, "w2"), message="w2 to claim the second job")
+        w2.signal(signal.SIGKILL)
+        w2.wait()
+        # lease + reap interval (min(lease, 1)) + slack for a shared machine; the old code took
+        # the 90 s of w1's handler.
+        wait_until(lambda: any(e.kind == "reaped" for e in q.events(victim)), timeout=15,
+                   message="the killed worker's job to be reaped while w1 is still in its handler")
+        assert q.get(long_job).status is Status.RUNNING and q.get(long_job).worker == "w1"
+        assert w1.popen.poll() is None and "completed job" not in w1.stdout()
+    assert f"reaped expired leases of jobs [{victim}]" in w1.stdout()

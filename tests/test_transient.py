@@ -327,19 +327,60 @@ def test_the_command_on_a_full_disk_says_in_one_line_that_the_disk_is_full(small
     assert "the disk holding the queue file is full" in lines[0]
 
 
-# -- a server out of reach when the worker starts ----------------------------------------------
+# -- faults at start: waited out as they are mid-run (issue 19, row 7) ---------------------------
 
-@pytest.mark.xfail(strict=True, reason="bug: the worker CLI opens its queue once, outside outlast(), so a "
-                                       "server unreachable at that moment ends the worker (exit 2)")
-def test_a_worker_whose_first_connection_to_its_server_drops_waits_and_then_drains_the_queue(pg_url, tmp_path):
+def test_a_worker_whose_first_connections_are_dropped_waits_and_then_runs_the_job(pg_url, tmp_path):
     from leaselab.lab.proxy import Proxy, server_address, through
 
     with Queue(pg_url) as q:
         job_id = q.enqueue({"seconds": 0})
     log = tmp_path / "w1.log"
     with Proxy(server_address(pg_url)) as proxy:
-        proxy.drop_next_reply()  # the worker's start-up: a blip, as a server restarting would be
-        code = finish(start_worker(through(pg_url, proxy.port), log), timeout=60)
-    assert code == 0, log.read_text()
+        proxy.drop_replies(3)  # every connection made in the next 3 s fails at start-up
+        proc = start_worker(through(pg_url, proxy.port), log)
+        try:
+            wait_until(lambda: FAULT_WAITING in log.read_text(), message="the worker waiting for the server")
+            assert proc.poll() is None
+        finally:
+            code = finish(proc)
+    text = log.read_text()
+    assert code == 0, text
+    assert f"w1: {FAULT_WAITING} (open the queue)" in text and "cannot reach the server" in text
+    assert f"w1: {FAULT_CLEARED}: open the queue went through" in text and f"completed job {job_id}" in text
     with Queue(pg_url) as q:
-        assert q.get(job_id).status == "done"
+        assert q.get(job_id).status.value == "done"
+
+
+def test_a_stop_while_a_worker_waits_for_a_server_that_is_down_exits_zero(tmp_path):
+    import signal
+
+    from leaselab.lessons.pgserver import free_port
+
+    log = tmp_path / "w1.log"
+    proc = start_worker(f"postgresql://nobody@127.0.0.1:{free_port()}/none", log)  # nothing listens there
+    try:
+        wait_until(lambda: log.read_text().count(FAULT_WAITING) >= 2, message="the worker waiting for the server")
+        proc.send_signal(signal.SIGTERM)
+    finally:
+        code = finish(proc, timeout=30)
+    text = log.read_text()
+    assert code == 0, text
+    assert "stopped before the queue could be opened" in text and "Traceback" not in text
+
+
+def test_a_worker_started_on_a_full_disk_waits_and_drains_the_queue_once_there_is_room(small_disk, tmp_path):
+    db, log = small_disk / "old.db", tmp_path / "w1.log"
+    close_cleanly(db)  # its -wal and -shm must be made again at open: on a full disk, they cannot
+    ballast = fill(small_disk)
+    proc = start_worker(db, log)
+    try:
+        wait_until(lambda: FAULT_WAITING in log.read_text(), message="the worker waiting on the full disk")
+        assert proc.poll() is None
+        ballast.unlink()
+    finally:
+        code = finish(proc)
+    text = log.read_text()
+    assert code == 0, text
+    assert "disk holding the queue file is full" in text and f"w1: {FAULT_CLEARED}: open the queue" in text
+    with Queue(db) as q:
+        assert [(j.payload, j.status.value) for j in q.jobs()] == [("kept", "done")]

@@ -299,3 +299,19 @@ def test_process_called_by_hand_handles_exactly_one_job(queue):
     worker = Worker(queue, lambda job: job.payload, name="w1")
     assert worker.process(queue.claim("w1")) == "completed"
     assert queue.get(ids[1]).status == "pending"
+
+
+@pytest.mark.parametrize("name", ["w1\nclaimed job 9", "w\x1b[2J", "w\x00"])
+def test_a_worker_name_with_control_characters_is_refused_naming_the_argument(db_path, name):
+    with Queue(db_path) as q:
+        with pytest.raises(ValueError, match="name must not hold control characters"):
+            Worker(q, lambda job: None, name=name)
+
+
+@pytest.mark.parametrize("target", ["postgresql"], indirect=True)
+def test_a_worker_bounds_every_call_of_its_queue_below_its_lease_unless_the_queue_already_has_a_bound(target):
+    with Queue(target) as q:
+        assert Worker(q, lambda job: None, lease=10).queue.call_timeout == pytest.approx(9.0)
+    with Queue(target) as q:
+        q.call_timeout = 3.0
+        assert Worker(q, lambda job: None, lease=10).queue.call_timeout == 3.0

@@ -5,6 +5,7 @@ Payloads are numbers (seconds to sleep) or objects with any of these keys:
 ``crash`` (SIGKILL this process on the first N attempts, default every attempt),
 ``effects`` (a file to append one line per run to: the side effect lessons count).
 ``publish`` writes a page into a ``FencedStore`` and may first ask its lease whether it still holds the job.
+``careful`` asks its lease every tenth of a second and acts only while it still may hold the job.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import signal
 import time
 from typing import Any
 
+from ..errors import LeaseLost
 from ..job import Job
 from ..lease import Lease
 from .fence import FencedStore
@@ -122,3 +124,25 @@ def publish(job: Job, lease: Lease) -> Any:
         written = store.write(opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")),
                               token=job.token)
     return {"written": written, "value": value}
+
+
+def careful(job: Job, lease: Lease) -> Any:
+    """Work for ``seconds``, calling ``lease.check()`` every tenth of a second, then record the effect.
+
+    Payload: ``{"seconds": 30, "effects": path}``. Writes a ``when: "start"`` line, then a
+    ``when: "done"`` line (the side effect) only if the lease held to the end; on ``LeaseLost``
+    it writes ``when: "stopped"`` instead and raises, so the attempt ends without its effect.
+    """
+    opts = _opts(job)
+    record_effect(opts["effects"], job, when="start")
+    deadline = time.monotonic() + float(opts.get("seconds", 0))
+    try:
+        while time.monotonic() < deadline:
+            lease.check()
+            time.sleep(0.1)
+        lease.check()
+    except LeaseLost:
+        record_effect(opts["effects"], job, when="stopped")
+        raise
+    record_effect(opts["effects"], job, when="done")
+    return {"effect": "recorded", "attempt": job.attempts}

@@ -8,7 +8,9 @@ and translates the driver's errors into leaselab's (naming the server, never the
 
 from __future__ import annotations
 
+import os
 import re
+import socket
 import threading
 import time
 from contextlib import contextmanager
@@ -39,6 +41,7 @@ SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300
 CHANNEL_POLL = 0.1
 CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how often a worker waiting for a notification looks at its stop flag
+SERVER_SHARE = 0.9  # of the call timeout: the server's own limits end a wait first, so the connection survives
 
 Tracer = Callable[[str, Any], None]
 Run = Callable[..., "psycopg.Cursor"]
@@ -98,6 +101,7 @@ class PostgresBackend:
     it), another one opened only to LISTEN while a worker is idle.
 
     ``create=False`` refuses a database that holds no leaselab tables yet instead of making them.
+    ``call_timeout`` (seconds, or None for none) bounds each call: see its setter.
     """
 
     statements = sql
@@ -126,6 +130,11 @@ class PostgresBackend:
         self._listener: psycopg.Connection | None = None
         self._synchronous: bool | None = None
         self._clock_base: tuple[float, float] | None = None  # (server time, monotonic time) of the last reading
+        self._call_timeout: float | None = None
+        self._deadline: tuple[float, psycopg.Connection] | None = None  # of the call in flight, if bounded
+        self._cut = False  # the watchdog cut the call in flight
+        self._watch = threading.Condition()
+        self._watchdog: threading.Event | None = None  # set to stop the watchdog thread; None: none running
         with self._lock:
             conn = self._connection()
             try:
@@ -142,15 +151,115 @@ class PostgresBackend:
 
     # -- connections -------------------------------------------------------
 
+    def _limit(self) -> float:
+        """The longest any one wait may last: the busy timeout, or the call timeout if shorter."""
+        return self._busy_timeout if self._call_timeout is None else min(self._busy_timeout, self._call_timeout)
+
+    def _connect_params(self) -> dict[str, Any]:
+        """Timeouts for a new connection: a silent or dead peer is noticed within about ``_limit()``.
+
+        libpq waits at least 2 s for a connection whatever it is told. The keepalives find a
+        peer that is gone; ``tcp_user_timeout`` a link that takes data and never acknowledges it.
+        """
+        limit = self._limit()
+        probe = max(1, int(limit / 4))
+        return {"connect_timeout": max(2, min(30, int(limit))), "keepalives": 1, "keepalives_idle": probe,
+                "keepalives_interval": probe, "keepalives_count": 3, "tcp_user_timeout": int(limit * 1000)}
+
     def _open(self) -> psycopg.Connection:
+        params = self._connect_params()
+        limit, probe = self._limit(), params["keepalives_idle"]
+        if self._call_timeout is not None:
+            limit = min(self._busy_timeout, SERVER_SHARE * self._call_timeout)
         try:
-            conn = psycopg.connect(self.url, autocommit=True, application_name="leaselab",
-                                   connect_timeout=max(2, min(30, int(self._busy_timeout))))
-            # A write that waits on another transaction's row lock gives up after the busy timeout.
-            conn.execute("SELECT set_config('lock_timeout', %s, false)", (f"{int(self._busy_timeout * 1000)}ms",))
+            conn = psycopg.connect(self.url, autocommit=True, application_name="leaselab", **params)
+            # A write that waits on another transaction's row lock gives up after the busy timeout, or
+            # before the call timeout if that is shorter: the server ends the wait (DatabaseBusy, the
+            # connection intact) before the watchdog would cut the call.
+            # The server's own keepalives end this session's transaction, and free its locks, when
+            # this worker's host is cut off for good.
+            conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('tcp_keepalives_idle', %s, false),"
+                         " set_config('tcp_keepalives_interval', %s, false),"
+                         " set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', %s, false)",
+                         (f"{int(limit * 1000)}ms", str(probe), str(probe), str(int(limit * 1000))))
+            if self._call_timeout is not None:
+                conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(limit * 1000)}ms",))
         except psycopg.Error as exc:
             raise self._translate(exc) from exc
         return conn
+
+    # -- the call timeout --------------------------------------------------
+
+    @property
+    def call_timeout(self) -> float | None:
+        """The longest one call (a statement, or a whole transaction) may wait for the server, or None."""
+        return self._call_timeout
+
+    @call_timeout.setter
+    def call_timeout(self, seconds: float | None) -> None:
+        """Bound every later call: the server ends a statement or lock wait that runs past it, and a
+        watchdog thread cuts the connection of a call the server never answers (a partition), so the
+        call raises ``DatabaseUnreachable`` and the next one reconnects. The connection open now is
+        closed, so the next call opens one with the new limits."""
+        with self._lock:
+            self._call_timeout = seconds
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    @contextmanager
+    def _bounded(self, conn: psycopg.Connection) -> Iterator[None]:
+        """Arm the watchdog for one call on ``conn``; a call it cut raises ``DatabaseUnreachable``.
+        Caller holds the lock."""
+        if self._call_timeout is None:
+            yield
+            return
+        with self._watch:
+            if self._watchdog is None:
+                self._watchdog = threading.Event()
+                threading.Thread(target=self._watch_calls, args=(self._watchdog,), name="leaselab-call-timeout",
+                                 daemon=True).start()
+            self._cut = False
+            self._deadline = (time.monotonic() + self._call_timeout, conn)
+            self._watch.notify()
+        cut = False
+        try:
+            yield
+        except psycopg.Error as exc:
+            cut = self._disarm()
+            if not cut:
+                raise
+            self._translate(exc)  # drops the broken connection: the next call opens a new one
+            raise DatabaseUnreachable(f"{self.name}: cannot reach the server (no reply within the call timeout, "
+                                      f"{self._call_timeout:g}s; the connection was cut)") from exc
+        finally:
+            if not cut:
+                self._disarm()
+
+    def _disarm(self) -> bool:
+        """End the call's deadline; True if the watchdog cut the call."""
+        with self._watch:
+            self._deadline = None
+            cut, self._cut = self._cut, False
+            return cut
+
+    def _watch_calls(self, stop: threading.Event) -> None:
+        # One thread per backend, not one per call: it sleeps until the deadline of the call in
+        # flight and, if that call is still running then, shuts its socket down. libpq then
+        # reads end-of-file, psycopg raises, and the connection is marked broken.
+        with self._watch:
+            while not stop.is_set():
+                if self._deadline is None:
+                    self._watch.wait()
+                    continue
+                at, conn = self._deadline
+                left = at - time.monotonic()
+                if left > 0:
+                    self._watch.wait(left)
+                    continue
+                self._deadline = None
+                self._cut = True
+                _shut_down(conn)  # under the condition's lock: the call cannot end and a new one start meanwhile
 
     def _connection(self) -> psycopg.Connection:
         """The open connection, reconnecting first if the last one dropped; caller holds the lock."""
@@ -202,6 +311,11 @@ class PostgresBackend:
         return version
 
     def close(self) -> None:
+        with self._watch:
+            if self._watchdog is not None:
+                self._watchdog.set()
+                self._watchdog = None
+                self._watch.notify_all()
         with self._lock:
             for conn in (self._conn, self._listener):
                 if conn is not None:
@@ -250,8 +364,9 @@ class PostgresBackend:
         with self._lock:
             conn = self._connection()
             try:
-                self._sync(conn, durable)
-                return read(conn.execute(statement, params))
+                with self._bounded(conn):
+                    self._sync(conn, durable)
+                    return read(conn.execute(statement, params))
             except psycopg.Error as exc:
                 raise self._translate(exc) from exc
 
@@ -276,9 +391,10 @@ class PostgresBackend:
         with self._lock:
             conn = self._connection()
             try:
-                self._sync(conn, durable)
-                with conn.transaction():
-                    yield run
+                with self._bounded(conn):
+                    self._sync(conn, durable)
+                    with conn.transaction():
+                        yield run
             except psycopg.Error as exc:
                 raise self._translate(exc) from exc
 
@@ -291,7 +407,7 @@ class PostgresBackend:
         try:
             if self._listener is None or self._listener.closed:
                 self._listener = psycopg.connect(self.url, autocommit=True, application_name="leaselab-listen",
-                                                 connect_timeout=max(2, min(30, int(self._busy_timeout))))
+                                                 **self._connect_params())
                 self._listener.execute(sql.LISTEN)
             while (left := deadline - time.monotonic()) > 0 and not (stop is not None and stop.is_set()):
                 for _ in self._listener.notifies(timeout=min(left, CHANNEL_POLL), stop_after=1):
@@ -312,6 +428,20 @@ class PostgresBackend:
             self._conn.close()  # the next call opens a new connection
             self._conn = None
         return translate(exc, self.name, self.url)
+
+
+def _shut_down(conn: psycopg.Connection) -> None:
+    """Shut down ``conn``'s socket under libpq: a call blocked on it gets end-of-file at once."""
+    try:
+        sock = socket.socket(fileno=os.dup(conn.fileno()))
+    except (OSError, psycopg.Error):  # closed meanwhile: nothing left to cut
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    finally:
+        sock.close()  # the duplicate only; libpq still owns its descriptor
 
 
 def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:

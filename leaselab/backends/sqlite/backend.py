@@ -101,6 +101,7 @@ class SqliteBackend:
     statements = sql
     kind = "sqlite"
     clock = None  # a file has no clock of its own: the queue uses the caller's
+    call_timeout = None  # kept, never used: the busy timeout already bounds every wait on a file
 
     def __init__(
         self,
