@@ -297,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-poll", type=_positive_float, default=1.0)
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
     p.add_argument("--durability", choices=DURABILITIES, default="full",
-                   help="full: a completion is on disk before it counts; normal: faster, may lose the last on power loss")
+                   help="full: claims and completions are on disk before they count; normal: faster, may lose "
+                        "the last ones on power loss (SQLite) or a server crash (PostgreSQL)")
     p.add_argument("--concurrency", type=_positive_int, default=1,
                    help="how many jobs to run at once, on threads (default 1)")
     p.add_argument("--ignore-sigint", action="store_true",

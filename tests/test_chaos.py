@@ -124,9 +124,9 @@ def nemesis(rng: random.Random, pool: Pool, seconds: float, server=None,
     while time.monotonic() < end:
         time.sleep(rng.uniform(0.05, 0.4))
         now = time.monotonic()
-        # A worker still opening its first connection exits 2 when that connection fails (the CLI
-        # does not retry it: see test_transient's worker-start test), so crashes and drops wait
-        # for every worker to be past it. The loop is what a crash or a drop must outlast.
+        # A worker still opening its first connection now waits a fault out (test_transient's
+        # start-up tests prove that on its own); here crashes and drops wait for every worker to be
+        # past its start, so what they hit is the loop, which is what this run is about.
         booted = all(p.started() for p in pool.live())
         if server is not None and now >= next_crash and booted:
             # Down for less than a lease (recovery itself takes about 0.1 s here): every worker can
