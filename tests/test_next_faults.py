@@ -165,7 +165,10 @@ def test_a_worker_whose_completion_reply_is_lost_counts_it_done_and_runs_the_job
 
 LOCK_HELD = 7.5
 BUSY = 8.0
-LEASE = 6.0  # the first beat (at 2 s) waits out the lock, which ends after its old lease would have
+# The first beat (at 3.3 s) waits out the lock; its lease, written from when it was sent, would end
+# at 13.3 s, while one written from when it was applied ends after 17 s. The worker's call timeout
+# (0.9 of the lease, 9 s) is longer than the lock, as the busy timeout is.
+LEASE = 10.0
 
 
 def _hold_lock(target: str, job_id: int, seconds: float, ready: threading.Event) -> None:
@@ -203,7 +206,7 @@ def test_a_heartbeat_that_waited_on_a_lock_under_the_busy_timeout_writes_a_whole
         locker.join()
         released = other.clock()
         # The beat that waited is applied now, and its lease runs from now. Asked within a second (a
-        # beat interval is 2 s), before any later beat could have mended a lease written from the send.
+        # beat interval is 3.3 s), before any later beat could have mended a lease written from the send.
         wait_until(lambda: other.get(job_id).lease_until >= released + LEASE - 1, timeout=1.0,
                    message="the waiting beat to write a lease measured from when it was applied")
         time.sleep(max(0.0, released + 1.0 - other.clock()))

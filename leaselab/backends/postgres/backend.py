@@ -41,7 +41,10 @@ SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300
 CHANNEL_POLL = 0.1
 CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how often a worker waiting for a notification looks at its stop flag
-SERVER_SHARE = 0.9  # of the call timeout: the server's own limits end a wait first, so the connection survives
+# How much sooner than the client's call timeout the server's own limits end a wait, so the server
+# ends it first and the connection survives: a small, fixed head start, not a share, since a share
+# of a 27 s call timeout (a 30 s lease) would cut a 25 s lock wait that the busy timeout allows.
+SERVER_HEAD_START = 0.5
 
 Tracer = Callable[[str, Any], None]
 Run = Callable[..., "psycopg.Cursor"]
@@ -170,7 +173,7 @@ class PostgresBackend:
         params = self._connect_params()
         limit, probe = self._limit(), params["keepalives_idle"]
         if self._call_timeout is not None:
-            limit = min(self._busy_timeout, SERVER_SHARE * self._call_timeout)
+            limit = min(self._busy_timeout, max(self._call_timeout - SERVER_HEAD_START, 0.5 * self._call_timeout))
         try:
             conn = psycopg.connect(self.url, autocommit=True, application_name="leaselab", **params)
             # A write that waits on another transaction's row lock gives up after the busy timeout, or
