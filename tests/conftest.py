@@ -15,6 +15,7 @@ import pytest
 from leaselab import ManualClock, Queue, lessons
 
 from polling import DEFAULT_TIMEOUT, pid_gone, wait_until
+from servers import BACKENDS, fresh_database, start_pg_server
 
 
 @pytest.fixture
@@ -29,31 +30,31 @@ def db_path(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def pg_server():
-    """A throw-away PostgreSQL cluster for the whole run. Without PostgreSQL the tests that need it
-    skip with the reason, except in CI (``CI`` set), where they fail: CI must run them all."""
-    from leaselab.lessons.pgserver import PgServer, PgUnavailable
-
-    try:
-        import psycopg  # noqa: F401  (the postgres extra)
-        server = PgServer().start()
-    except (ImportError, PgUnavailable) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL tests cannot run in CI: {exc}")
-        pytest.skip(f"PostgreSQL tests need psycopg and the server binaries: {exc}")
+    """A throw-away PostgreSQL cluster for the whole run."""
+    server = start_pg_server()
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def crashable_server():
+    """A second throw-away server, for the tests that crash it (the session's server serves every
+    other test). Its WAL writer is lazy, so a crash loses each commit not made durable, as it can on
+    any busy server."""
+    from leaselab.lessons.pgserver import LAZY_WAL_WRITER
+
+    server = start_pg_server(settings=LAZY_WAL_WRITER)
+    yield server
+    server.stop()
+
+
 
 
 @pytest.fixture
 def pg_url(pg_server) -> str:
     """The URL of a new, empty database on the session's server: every test starts from nothing."""
-    pg_url.count += 1
-    return pg_server.create_database(f"t{os.getpid()}_{pg_url.count}")
+    return fresh_database(pg_server, "t")
 
-
-pg_url.count = 0
-
-BACKENDS = ("sqlite", "postgresql")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -24,7 +24,7 @@ import time
 import pytest
 
 import history
-from conftest import BACKENDS
+from servers import BACKENDS, fresh_database
 from leaselab import Queue
 from procs import Pool, wait_for
 
@@ -44,29 +44,12 @@ def seed() -> int:
     return value
 
 
-@pytest.fixture
-def crashable_server():
-    """A PostgreSQL server for this test alone, which the nemesis may crash: the session's server
-    serves every other test. Its WAL writer is lazy, so a crash loses each commit not made durable."""
-    from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgServer, PgUnavailable
-
-    try:
-        import psycopg  # noqa: F401  (the postgres extra)
-        server = PgServer(settings=LAZY_WAL_WRITER).start()
-    except (ImportError, PgUnavailable) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"the PostgreSQL chaos run cannot run in CI: {exc}")
-        pytest.skip(f"the PostgreSQL chaos run needs psycopg and the server binaries: {exc}")
-    yield server
-    server.stop()
-
-
 @pytest.fixture(params=BACKENDS)
 def target(request, db_path) -> str:
-    """As conftest's ``target``, except that the queue's server is this test's own, crashable one."""
+    """As conftest's ``target``, except that the queue's server is the crashable one (conftest)."""
     if request.param == "sqlite":
         return str(db_path)
-    return request.getfixturevalue("crashable_server").create_database("chaos")
+    return fresh_database(request.getfixturevalue("crashable_server"), "chaos")
 
 
 @pytest.fixture

@@ -17,29 +17,10 @@ import pytest
 from leaselab import Backoff, LeaseLost, Queue, Status, Worker
 from leaselab.errors import DatabaseUnreachable
 from leaselab.lab.proxy import Proxy, server_address, through
-from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgServer, PgUnavailable
 
+from servers import fresh_database
 from polling import wait_until
 
-
-@pytest.fixture(scope="module")
-def crashable():
-    """A server of its own whose WAL writer is lazy, so a commit that did not wait for the flush
-    is lost by a crash, as it can be on any busy server; crashing it disturbs no other test."""
-    try:
-        server = PgServer(settings=LAZY_WAL_WRITER).start()
-    except PgUnavailable as exc:
-        pytest.fail(f"these tests need a PostgreSQL server: {exc}")
-    yield server
-    server.stop()
-
-
-def _database(server: PgServer, name: str) -> str:
-    _database.count += 1
-    return server.create_database(f"{name}{_database.count}")
-
-
-_database.count = 0
 QUICK = Backoff(base=0.01, cap=0.05)
 
 
@@ -51,8 +32,10 @@ def _events(url: str, job_id: int) -> list[tuple]:
 
 # -- 1. a server crash must never hand one fence to two claims ------------------------------------
 
-def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_never_handed_out_again(crashable):
-    url = _database(crashable, "crash")
+def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_never_handed_out_again(
+        crashable_server):
+    crashable = crashable_server
+    url = fresh_database(crashable, "crash")
     for round_ in range(3):
         with Queue(url, durability="full", backoff=QUICK) as q:
             job_id = q.enqueue({"round": round_})
@@ -69,9 +52,10 @@ def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_neve
             q.complete(second.id, second.token, "ok")
 
 
-def test_at_normal_durability_a_server_crash_may_forget_a_claim_and_hand_its_fence_out_again(crashable):
+def test_at_normal_durability_a_server_crash_may_forget_a_claim_and_hand_its_fence_out_again(crashable_server):
     """What "normal" gives up on a server, shown, so the README's warning is a measured fact."""
-    url = _database(crashable, "normal")
+    crashable = crashable_server
+    url = fresh_database(crashable, "normal")
     with Queue(url, durability="full") as q:
         job_id = q.enqueue("x", max_attempts=100)
     forgotten = 0
