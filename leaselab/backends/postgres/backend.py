@@ -136,7 +136,7 @@ class PostgresBackend:
         self._call_timeout: float | None = None
         self._deadline: tuple[float, psycopg.Connection] | None = None  # of the call in flight, if bounded
         self._cut = False  # the watchdog cut the call in flight
-        self._watch = threading.Condition()
+        self._watch = threading.Lock()  # guards _deadline and _cut between a call and the watchdog
         self._watchdog: threading.Event | None = None  # set to stop the watchdog thread; None: none running
         with self._lock:
             conn = self._connection()
@@ -217,14 +217,13 @@ class PostgresBackend:
         if self._call_timeout is None:
             yield
             return
-        with self._watch:
-            if self._watchdog is None:
-                self._watchdog = threading.Event()
-                threading.Thread(target=self._watch_calls, args=(self._watchdog,), name="leaselab-call-timeout",
-                                 daemon=True).start()
+        if self._watchdog is None:
+            self._watchdog = threading.Event()
+            threading.Thread(target=self._watch_calls, args=(self._watchdog,), name="leaselab-call-timeout",
+                             daemon=True).start()
+        with self._watch:  # two assignments: arming a call wakes no thread, it is on every statement's path
             self._cut = False
             self._deadline = (time.monotonic() + self._call_timeout, conn)
-            self._watch.notify()
         cut = False
         try:
             yield
@@ -247,22 +246,15 @@ class PostgresBackend:
             return cut
 
     def _watch_calls(self, stop: threading.Event) -> None:
-        # One thread per backend, not one per call: it sleeps until the deadline of the call in
-        # flight and, if that call is still running then, shuts its socket down. libpq then
-        # reads end-of-file, psycopg raises, and the connection is marked broken.
-        with self._watch:
-            while not stop.is_set():
-                if self._deadline is None:
-                    self._watch.wait()
-                    continue
-                at, conn = self._deadline
-                left = at - time.monotonic()
-                if left > 0:
-                    self._watch.wait(left)
-                    continue
-                self._deadline = None
-                self._cut = True
-                _shut_down(conn)  # under the condition's lock: the call cannot end and a new one start meanwhile
+        # One thread per backend, not one per call, and no wake-up per call: it looks every tenth of
+        # the call timeout (so a cut comes at most a tenth late) and, if the call in flight is past
+        # its deadline, shuts its socket down. libpq then reads end-of-file, psycopg raises, and the
+        # connection is marked broken.
+        while not stop.wait(max(0.01, (self._call_timeout or 10.0) / 10)):
+            with self._watch:  # held while cutting: the call cannot end and a new one start meanwhile
+                if self._deadline is not None and time.monotonic() >= self._deadline[0]:
+                    conn, self._deadline, self._cut = self._deadline[1], None, True
+                    _shut_down(conn)
 
     def _connection(self) -> psycopg.Connection:
         """The open connection, reconnecting first if the last one dropped; caller holds the lock."""
@@ -314,11 +306,9 @@ class PostgresBackend:
         return version
 
     def close(self) -> None:
-        with self._watch:
-            if self._watchdog is not None:
-                self._watchdog.set()
-                self._watchdog = None
-                self._watch.notify_all()
+        if self._watchdog is not None:
+            self._watchdog.set()
+            self._watchdog = None
         with self._lock:
             for conn in (self._conn, self._listener):
                 if conn is not None:
