@@ -402,14 +402,10 @@ class Queue:
             return {}
         rows, now = self._renew(self._sql.HEARTBEAT_MANY, {"tokens": json.dumps([t for _, t in held])}, lease)
         renewed = {job_id: until for job_id, until in rows}
-        lost = [(job_id, token) for job_id, token in held if job_id not in renewed]
+        lost = [(job_id, token, None) for job_id, token in held if job_id not in renewed]
         if lost:
             with self.backend.transaction(durable=False) as run:
-                for job_id, token in lost:
-                    try:
-                        _record_lease_lost(self._sql, run, job_id, token, now, "heartbeat")
-                    except JobNotFound:
-                        pass  # nothing to write a refusal into; the caller still learns it lost the job
+                _refusals(self._sql, run, lost, "heartbeat", now)
         return renewed
 
     def complete_many(self, done: Iterable[tuple[int, str, Any]]) -> list[int]:
@@ -462,53 +458,29 @@ class Queue:
                                  durable=self._acknowledged)
                 completed = rows[0][0] or []
                 claimed = [row[1:] for row in rows if row[1] is not None]
-            return self._record_refusals(items, completed, now), claimed
-        refused, claimed, completed = [], [], set()
+            left = set(completed)
+            unchanged = []
+            for params in items:
+                if params["id"] in left:
+                    left.discard(params["id"])  # a second completion of one job in the same call is refused
+                else:
+                    unchanged.append(params)
+            if not unchanged:
+                return [], claimed
+            with self.backend.transaction(durable=False) as run:
+                return _refusals(self._sql, run, _writes(unchanged), "complete", now, done=set(completed)), claimed
+        claimed, completed, unchanged = [], set(), []
         with self.backend.transaction(durable=self._acknowledged) as run:
             for params in items:
                 params["now"] = now
                 if run(self._sql.COMPLETE, params).rowcount:
                     completed.add(params["id"])
                 else:
-                    if params["id"] not in completed and _went_through(run, self._sql, params["id"],
-                                                                       params["token"], "complete",
-                                                                       params["result"]):
-                        completed.add(params["id"])  # an earlier try whose reply was lost
-                        continue
-                    try:
-                        _record_lease_lost(self._sql, run, params["id"], params["token"], now, "complete")
-                    except JobNotFound:
-                        pass
-                    refused.append(params["id"])
+                    unchanged.append(params)
+            refused = _refusals(self._sql, run, _writes(unchanged), "complete", now, done=completed)
             if claim is not None and claim["n"] > 0:
                 claimed = run(self._sql.CLAIM_MANY, claim).fetchall()
         return refused, claimed
-
-    def _record_refusals(self, items: list[dict], completed: list[int], now: float) -> list[int]:
-        """After one statement completed ``completed``: the others were refused; write that into their histories."""
-        completed_ids = set(completed)
-        refused, seen = [], set()
-        for params in items:
-            if params["id"] in completed_ids:
-                completed_ids.discard(params["id"])  # a second completion of one job in the same call is refused
-                seen.add(params["id"])
-            else:
-                refused.append(params)
-        if refused:
-            with self.backend.transaction(durable=False) as run:
-                kept = []
-                for params in refused:
-                    if params["id"] not in seen and _went_through(run, self._sql, params["id"], params["token"],
-                                                                  "complete", params["result"]):
-                        seen.add(params["id"])
-                        continue
-                    kept.append(params)
-                    try:
-                        _record_lease_lost(self._sql, run, params["id"], params["token"], now, "complete")
-                    except JobNotFound:
-                        pass
-            refused = kept
-        return [params["id"] for params in refused]
 
     def _fence_args(self, job_id: Any, token: Any) -> tuple[int, str]:
         job_id = integer("job_id", job_id)
@@ -523,14 +495,10 @@ class Queue:
         else record the refusal in the job's history and raise ``LeaseLost``."""
         with self.backend.transaction(durable=False) as run:
             status = _went_through(run, self._sql, job_id, token, action, written) if went_through else None
-            if status is None:
-                status = _record_lease_lost(self._sql, run, job_id, token, now, action)
-                refused = True
-            else:
-                refused = False
-        if refused:
-            raise LeaseLost(job_id, token, status)
-        return status
+            if status is not None:
+                return status
+            status = _record_lease_lost(self._sql, run, job_id, token, now, action)
+        raise LeaseLost(job_id, token, status)
 
     # -- reading ----------------------------------------------------------
 
@@ -616,6 +584,33 @@ def _went_through(run: Callable[..., Any], sql: Any, job_id: int, token: str, ac
     if held_by == token and status in statuses and last_event == event and row[column] == written:
         return status
     return None
+
+
+def _writes(items: list[dict]) -> list[tuple[int, str, str]]:
+    """(job id, token, result) of each completion's parameters."""
+    return [(params["id"], params["token"], params["result"]) for params in items]
+
+
+def _refusals(sql: Any, run: Callable[..., Any], unchanged: list[tuple[int, str, str | None]], action: str,
+              now: float, done: set[int] | None = None) -> list[int]:
+    """Of fenced writes that changed no row (job id, token, what they wrote), inside a transaction:
+    one whose earlier try went through unseen is done (its id joins ``done``); every other is refused,
+    and the refusal written into its job's history. Returns the ids refused, in order.
+
+    A job in ``done`` already took a write in this very call, so another write of it is refused.
+    """
+    done = set() if done is None else done
+    refused = []
+    for job_id, token, written in unchanged:
+        if job_id not in done and _went_through(run, sql, job_id, token, action, written):
+            done.add(job_id)
+            continue
+        try:
+            _record_lease_lost(sql, run, job_id, token, now, action)
+        except JobNotFound:
+            pass  # nothing to write a refusal into; the caller still learns it lost the job
+        refused.append(job_id)
+    return refused
 
 
 def _record_lease_lost(sql: Any, run: Callable[..., Any], job_id: int, token: str, now: float, action: str) -> str:
