@@ -41,6 +41,8 @@ class Lease:
         self.seconds = seconds
         self.margin = (MARGIN * seconds if margin is None else margin) if seconds is not None else 0.0
         self._clock = clock
+        self._expiring = threading.Lock()  # whoever finds the deadline passed first announces it, once
+        self._on_expired: Callable[[Lease], None] | None = None  # set by the Leases that hold it
         self.deadline: float | None = None
         if seconds is not None:
             self.deadline = (clock() if sent is None else sent) + seconds - self.margin
@@ -70,9 +72,17 @@ class Lease:
         return None if self.deadline is None else self.deadline - self._clock()
 
     def expired(self) -> bool:
-        """True once the lease may have run out: refused, or past the worker's own deadline."""
+        """True once the lease may have run out: refused, or past the worker's own deadline.
+
+        The first call to find the deadline passed (the handler's ``check()`` or the worker's
+        watcher, whichever comes first) sets ``lost`` and tells the worker, once.
+        """
         if not self.lost.is_set() and self.deadline is not None and self._clock() >= self.deadline:
-            self.lost.set()
+            with self._expiring:
+                if not self.lost.is_set():
+                    self.lost.set()
+                    if self._on_expired is not None:
+                        self._on_expired(self)
         return self.lost.is_set()
 
     def check(self) -> None:
@@ -90,21 +100,27 @@ class Leases:
 
     The thread never touches the database, so a heartbeat hung on a cut connection cannot
     keep it from telling a handler that its lease may be gone. ``on_expired`` is called (on
-    that thread) once for each lease it gives up.
+    whichever thread finds the deadline passed first) once for each lease given up on the clock.
     """
 
     def __init__(self, on_expired: Callable[[Lease], None] | None = None):
         self._held: dict[str, Lease] = {}
         self._changed = threading.Condition()
         self._closed = False
+        self._idle = False  # the watcher sleeps with no deadline to wait for
         self._on_expired = on_expired
         self._thread = threading.Thread(target=self._watch, name="lease-deadlines", daemon=True)
         self._thread.start()
 
     def add(self, lease: Lease) -> None:
+        # Only an idle watcher is woken: one sleeping toward a deadline needs no wake for a new
+        # claim, whose deadline comes no sooner than any held lease's (less a beat's round trip).
+        # A worker with k slots claims thousands of jobs a second; each wake would cost a thread switch.
+        lease._on_expired = self._on_expired
         with self._changed:
             self._held[lease.token] = lease
-            self._changed.notify()
+            if self._idle:
+                self._changed.notify()
 
     def remove(self, lease: Lease) -> None:
         with self._changed:
@@ -116,10 +132,10 @@ class Leases:
             return [lease for lease in self._held.values() if not lease.refused]
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
+        # No wake: a renewal only moves deadlines later, and a watcher that wakes early looks again.
         with self._changed:
             for lease in leases:
                 lease.renewed(sent)
-            self._changed.notify()
 
     def __len__(self) -> int:
         with self._changed:
@@ -140,15 +156,15 @@ class Leases:
                 for token, lease in self._held.items():
                     if token in told:
                         continue
-                    if lease.expired():
+                    if lease.expired():  # tells the worker, if this is where the deadline was found passed
                         told.add(token)
-                        if not lease.refused and self._on_expired is not None:
-                            self._on_expired(lease)
                         continue
                     left = lease.left()
                     if left is not None and (soonest is None or left < soonest):
                         soonest = left
+                self._idle = soonest is None
                 self._changed.wait(None if soonest is None else max(soonest, 0.001))
+                self._idle = False
 
 
 def wants_lease(handler: Callable[..., Any]) -> bool:

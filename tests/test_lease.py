@@ -112,3 +112,27 @@ def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats
 
         stats = Worker(q, handler, name="w1", lease=1.0, concurrency=2).run(max_jobs=2)
         assert told == {"a": (True, True), "b": (True, True)} and stats.lost == 2
+
+
+def test_a_lease_past_its_deadline_is_announced_once_whether_the_handler_or_the_watcher_finds_it(tmp_path):
+    from leaselab.lease import Lease, Leases
+
+    with Queue(tmp_path / "q.db") as q:
+        q.enqueue("x")
+        job = q.claim("w1", lease=10)
+    now = [0.0]
+    told: list = []
+    leases = Leases(on_expired=told.append)
+    try:
+        lease = Lease(job, 10, sent=0.0, clock=lambda: now[0])
+        leases.add(lease)
+        lease.check()  # within its lease: nothing happens
+        now[0] = 9.5  # past the lease less its tenth, on the worker's own clock
+        with pytest.raises(LeaseLost):
+            lease.check()  # the handler finds it first; the worker is told all the same
+        with pytest.raises(LeaseLost):
+            lease.check()
+        assert lease.expired() and told == [lease]
+    finally:
+        leases.close()
+    assert told == [lease]
