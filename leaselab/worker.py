@@ -101,9 +101,7 @@ class _Inline:
         future: Future = Future()
         try:
             future.set_result(fn(*args))
-        except BaseException as exc:  # the attempt's failure, as a pool thread would report it
-            if not isinstance(exc, Exception):
-                raise
+        except Exception as exc:  # the attempt's failure, as a pool thread would report it
             future.set_exception(exc)
         return future
 
