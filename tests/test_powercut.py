@@ -26,10 +26,10 @@ def test_at_normal_durability_a_power_cut_rolls_back_acknowledged_enqueues_and_c
     assert jobs == []  # nothing was synced since the file was made
 
 
-def test_at_full_durability_every_acknowledged_write_survives_and_a_lost_claim_is_only_a_retry(tmp_path):
+def test_at_full_durability_every_acknowledged_write_and_every_claim_survives_so_no_fence_comes_back(tmp_path):
     jobs, syncs = _after_cut(tmp_path / "full.db", "full")
-    assert syncs >= 4  # three enqueues and a completion, each synced before it returned
-    assert jobs == [(1, "done", 1), (2, "pending", 0), (3, "pending", 0)]
+    assert syncs >= 6  # three enqueues, two claims and a completion, each synced before it returned
+    assert jobs == [(1, "done", 1), (2, "running", 1), (3, "pending", 0)]
 
 
 def test_sigkill_loses_nothing_committed_even_at_normal_durability(tmp_path):
