@@ -9,7 +9,6 @@ import signal
 import sys
 import threading
 import time
-import types
 from datetime import datetime
 from typing import Sequence
 
@@ -155,7 +154,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # mid-run, with the same log lines. Anything retrying cannot fix still exits 2 at once.
         named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
         opened = outlast("open the queue", lambda: _open(args), stop=stop_asked,
-                         log=lambda message: log(f"{named}: {message}"), state=types.SimpleNamespace(fault=None))
+                         log=lambda message: log(f"{named}: {message}"))
         if opened is STOPPED:
             log("stopped before the queue could be opened")
             return 0

@@ -71,11 +71,12 @@ def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Cal
     Tries after the first call ``again`` instead, when given: after a fault the first try may
     have gone through unseen (a reply lost with the connection), and ``again`` finds that out
     before it acts. Each wait is logged (``faults.WAITING``), and the end of the fault
-    (``faults.CLEARED``); ``state.fault`` (if given) names the fault while it lasts. Returns
+    (``faults.CLEARED``); ``state.fault`` (if given) names the fault while it lasts, for a reader
+    such as the lab. Returns
     ``faults.STOPPED`` if ``stop`` is set while waiting; any other error goes to the caller.
     """
     wait_for = faults.FIRST_WAIT
-    attempt = call
+    attempt, waited = call, False
     while True:
         try:
             result = attempt()
@@ -86,10 +87,11 @@ def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Cal
             if stop.wait(wait_for):
                 return STOPPED
             wait_for = min(wait_for * 2, faults.MAX_WAIT)
-            attempt = again or call
+            attempt, waited = again or call, True
             continue
-        if state is not None and state.fault is not None:
+        if waited:
             log(f"{faults.CLEARED}: {what} went through")
+        if state is not None:
             state.fault = None
         return result
 
