@@ -204,16 +204,6 @@ class Worker:
         """``call()`` retried through transient faults, logged; see ``leaselab.worker.outlast``."""
         return outlast(what, call, stop=self._stop, log=self._log, again=again, state=self)
 
-    def reap_if_due(self) -> list[int]:
-        """Reap expired leases now (the pulse also does, every ``reap_every`` seconds); the ids moved."""
-        moved = self.outlast("reap", self.queue.reap)
-        if moved is STOPPED:
-            return []
-        if moved:
-            self._reaped(moved)
-            self._log(f"reaped expired leases of jobs {moved}")
-        return moved
-
     # -- the loop -------------------------------------------------------------
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
