@@ -361,8 +361,10 @@ for p in skewed:
 # server there is a third fault, the one Jepsen made famous: the worker keeps running but
 # **cannot reach the database**, a **network partition**. `Fleet` runs each worker of a
 # server queue through a small proxy of its own on 127.0.0.1, and
-# `fleet.partition(name)` cuts that worker off: its packets go nowhere, its calls hang.
-# `fleet.heal(name)` reconnects it. (In the dashboard, `Lab`, these are the **Cut
+# `fleet.partition(name)` cuts that worker off: the proxy holds its bytes, nothing reaches
+# the server and nothing comes back, so its calls hang (until the worker itself gives up on
+# each, after 0.9 of its lease). `fleet.heal(name)` reconnects it, and what the proxy held
+# is delivered. (In the dashboard, `Lab`, these are the **Cut
 # network** and **Reconnect** buttons.)
 #
 # `w1` claims a job that takes 3 seconds, with a 2-second lease, and we cut it off. Once
@@ -376,8 +378,9 @@ for p in skewed:
 # воркер продолжает работать, но **не может достучаться до базы** — **разрыв сети**.
 # `Fleet` пускает каждого воркера очереди на сервере через собственного маленького
 # посредника (proxy) на 127.0.0.1, и `fleet.partition(name)` отрезает этого воркера от
-# сети: его пакеты уходят в никуда, его вызовы повисают. `fleet.heal(name)` возвращает
-# ему сеть. (На панели `Lab` это кнопки **«Отрезать сеть»** и **«Вернуть сеть»**.)
+# сети: посредник придерживает его байты, до сервера ничего не доходит и ничего не
+# возвращается, так что его вызовы повисают (пока сам воркер не бросит каждый из них через
+# 0,9 срока аренды). `fleet.heal(name)` возвращает ему сеть, и придержанное доставляется. (На панели `Lab` это кнопки **«Отрезать сеть»** и **«Вернуть сеть»**.)
 #
 # `w1` захватывает задачу на 3 секунды с арендой на 2 секунды, и мы отрезаем его от сети.
 # Когда его аренда истечёт, запустим `w2`.
@@ -401,16 +404,23 @@ say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.res
 # %% [markdown] tags=["en"]
 # `w1`'s heartbeats stopped reaching the server, so to the server `w1` looks exactly like
 # a dead worker: its lease ran out, `w2`'s reaper put the job back, and `w2` ran it to the
-# end. Meanwhile `w1` is not dead at all: its handler ran on and finished, and its
-# heartbeat hangs in the cut-off connection. It is the **zombie** of lesson 3, made by the
-# network instead of `SIGSTOP`. Now we reconnect it:
+# end. Meanwhile `w1` is not dead at all: its handler ran on and finished. No heartbeat
+# was acknowledged, so by its own clock `w1` knows its lease may be gone (its log says
+# "may have run out"), and a handler that asked `lease.check()` would have stopped. This
+# one did not ask, and `w1` keeps trying to write its result, waiting out the network:
+# only the server can say whether the lease held. It is the **zombie** of lesson 3, made
+# by the network instead of `SIGSTOP`. Now we reconnect it:
 
 # %% [markdown] tags=["ru"]
 # Heartbeat от `w1` перестали доходить до сервера, поэтому для сервера `w1` ничем не
 # отличается от мёртвого воркера: его аренда истекла, reaper воркера `w2` вернул задачу в
 # очередь, и `w2` выполнил её до конца. А `w1` вовсе не мёртв: его обработчик закончил
-# работу, а его heartbeat висит в отрезанном подключении. Это **зомби** из урока 3, только
-# сделанный не `SIGSTOP`, а сетью. Вернём ему сеть:
+# работу. Ни один heartbeat не был подтверждён, поэтому по своим часам `w1` знает, что
+# аренды у него, возможно, уже нет (в журнале воркера об этом строка «may have run out»),
+# и обработчик, который спрашивает `lease.check()`, остановился бы. Этот не спрашивал, и
+# `w1` пытается записать результат, пережидая сбой сети: удержалась ли аренда, может
+# сказать только сервер. Это **зомби** из урока 3, только сделанный не `SIGSTOP`, а сетью.
+# Вернём ему сеть:
 
 # %% tags=["nbval-check-output"]
 fleet.heal("w1")
@@ -424,23 +434,21 @@ say("l6_partitioned_now", names=[s.name for s in fleet.status() if s.partitioned
 print(lessons.history([e for e in cut.events(job_id) if e.kind != "heartbeat"], lang=lang))
 
 # %% [markdown] tags=["en"]
-# Once its connection came back, `w1`'s heartbeat reached the server with its old token,
-# matched no row, and `w1` got `LeaseLost`; knowing that, it did not write its result (its
-# log, `fleet.log_tail("w1")`, ends with "result not written"), and `w2`'s result stands.
-# In the history the refused heartbeat is dated before the reap, a third of the lease
-# after the claim: that is when `w1` sent it, and it then hung in the cut-off connection
-# for seconds. On the timeline the shaded interval on `w1`'s lane is the partition, as a
-# pause is shaded in lesson 3.
+# Once its connection came back, `w1`'s completion, retried until then, reached the server
+# with its old token, matched no row, and `w1` got `LeaseLost`:
+# its result was not written (its log, `fleet.log_tail("w1")`, says "result not written"),
+# and `w2`'s result stands. In the history the refused completion is dated when `w1` sent
+# that last try, after the heal. On the timeline the shaded interval on `w1`'s lane is the
+# partition, as a pause is shaded in lesson 3.
 
 # %% [markdown] tags=["ru"]
-# Как только подключение вернулось, heartbeat от `w1` дошёл до сервера со старым токеном,
-# не совпал ни с одной строкой, и `w1` получил `LeaseLost`; узнав об этом, он не стал
-# записывать результат (журнал воркера, `fleet.log_tail("w1")`, кончается словами
-# «result not written»), и результат `w2` остался в силе. В истории отклонённый heartbeat
-# помечен временем раньше возврата в очередь — через треть срока аренды после захвата:
-# именно тогда `w1` его отправил, а потом он несколько секунд висел в отрезанном
-# подключении. На временной шкале закрашенный интервал на дорожке `w1` — разрыв сети, так
-# же как в уроке 3 закрашена заморозка.
+# Как только подключение вернулось, завершение от `w1`, которое он повторял, пока не
+# вернулась сеть, дошло до сервера со старым токеном, не совпало ни с одной строкой, и `w1`
+# получил `LeaseLost`: результат записан не был (в журнале воркера, `fleet.log_tail("w1")`,
+# об этом строка «result not written»), и результат `w2` остался в силе. В истории
+# отклонённое завершение помечено временем последней попытки `w1`, уже после
+# восстановления сети. На временной шкале закрашенный интервал на дорожке `w1` — разрыв
+# сети, так же как в уроке 3 закрашена заморозка.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(cut.events(), fleet.actions), lang=lang)
