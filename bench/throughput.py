@@ -13,8 +13,9 @@ runs ``claim`` then ``complete`` as separate transactions. The ratio columns use
 - NORMAL (``synchronous=NORMAL`` in WAL: survives any process crash, may lose the
   last commits on power loss): leaselab ``durability="normal"``, the raw baseline
   at NORMAL, litequeue (its default).
-- FULL (every acknowledged write synced): leaselab's default ``"full"`` (enqueue and
-  complete synced; claims ride on the next sync), the raw baseline at FULL (every
+- FULL (every acknowledged write synced): leaselab's default ``"full"`` (enqueue, claim
+  and complete synced: the worker path's completion and next claim share one sync, "two
+  calls" pays one for each), the raw baseline at FULL (every
   statement synced), huey's ``SqliteStorage`` and persist-queue's ``SQLiteAckQueue``
   (both leave SQLite's default, FULL).
 
