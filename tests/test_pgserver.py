@@ -81,25 +81,32 @@ def test_a_bad_database_name_is_refused_before_any_command_runs(bin_dir):
 
 
 STARTER = r"""
-import sys
-from leaselab.lessons.pgserver import PgServer
-server = PgServer().start()
+import os, shutil, signal, sys
+from leaselab.lessons import pgserver
+server = pgserver.PgServer().start()
 if sys.argv[1:] == ["crash"]:
     server.crash()
     server.recover()
 print(server.folder, flush=True)
+if sys.argv[1:] == ["stopping"]:
+    # Killed in the middle of stop(), as a kernel is when JupyterLab's grace period runs out.
+    def half_then_killed(folder, ignore_errors=False):
+        shutil.rmtree(os.path.join(folder, "data", "base"), ignore_errors=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    pgserver.shutil.rmtree = half_then_killed
+    server.stop()
 sys.stdin.read()  # wait to be killed
 """
 
 
-@pytest.mark.parametrize("history", ["started", "crashed and recovered"])
+@pytest.mark.parametrize("history", ["started", "crashed and recovered", "killed while stopping it"])
 def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog(bin_dir, history):
-    argv = ["crash"] if history != "started" else []
+    argv = {"started": [], "crashed and recovered": ["crash"], "killed while stopping it": ["stopping"]}[history]
     starter = subprocess.Popen([sys.executable, "-c", STARTER, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
     try:
         folder = starter.stdout.readline().strip()
-        assert folder and _postmaster_alive(folder)
+        assert folder and (argv == ["stopping"] or _postmaster_alive(folder))
     finally:
         starter.send_signal(signal.SIGKILL)
         starter.wait(10)

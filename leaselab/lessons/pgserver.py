@@ -289,13 +289,15 @@ class PgServer:
         """Stop the server (immediately) and remove its folder. Safe to call twice."""
         if self.folder is None:
             return
+        if (self.data_dir / "postmaster.pid").exists():
+            self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w", check=False)
+        shutil.rmtree(self.folder, ignore_errors=True)
+        # The watchdog goes last: if this process is killed before the folder is gone (a kernel
+        # shut down while it cleans up), the watchdog, its parent gone, stops and removes it all.
         if self._watchdog is not None:
             self._watchdog.kill()
             self._watchdog.wait()
             self._watchdog = None
-        if (self.data_dir / "postmaster.pid").exists():
-            self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w", check=False)
-        shutil.rmtree(self.folder, ignore_errors=True)
         self.folder = None
 
     def __enter__(self) -> "PgServer":
