@@ -75,6 +75,7 @@ class Queue:
         self.backend = open_backend(self.path, busy_timeout=positive("busy_timeout", busy_timeout),
                                     backoff=self.backoff, tracer=tracer, create=create)
         self.clock: Clock = clock or self.backend.clock or system_clock
+        self.backend.use_clock(self.clock)
         self._sql = self.backend.statements
         self._run = self.backend.run
         self._changed = self.backend.changed
@@ -238,17 +239,16 @@ class Queue:
         return rows[0][0]
 
     def _renew(self, statement: str, params: dict, lease: float) -> tuple[list[tuple], float]:
-        """Run a lease renewal with "now" read once it holds its locks; (rows, the time it used)."""
-        if self.clock is self.backend.clock:
-            # The database's own clock: the statement reads it after taking its row locks.
-            rows = self._run(statement, {**params, "now": None, "lease": lease})
-            return rows, self._now()
-        # The caller's clock: read inside a write transaction, which on a file holds the write lock
-        # from BEGIN IMMEDIATE on, so a wait for that lock is over before the time is taken.
-        with self.backend.transaction(durable=False) as run:
-            now = self._now()
-            rows = run(statement, {**params, "now": now, "lease_until": now + lease, "lease": lease}).fetchall()
-        return rows, now
+        """Run a lease renewal, one statement that reads "now" once it holds its locks: SQLite's
+        ``leaselab_now()`` (this queue's clock), or the server's clock when the queue keeps none of
+        its own. Returns (rows, the time to date a refusal with).
+
+        One statement, not a transaction around it: a worker frozen (``SIGSTOP``) between a
+        ``BEGIN`` and its ``COMMIT`` would hold a file's one write lock, and stop every other worker.
+        """
+        now = None if self.clock is self.backend.clock else self._now()
+        rows = self._run(statement, {**params, "now": now, "lease": lease})
+        return rows, self._now() if now is None else now
 
     def complete(self, job_id: int, token: str, result: Any = None) -> None:
         """Mark the job done with a JSON ``result``; ``LeaseLost`` if ``token`` no longer holds it.

@@ -6,7 +6,8 @@ libpq ``host=… dbname=…`` string, another scheme's URL) is refused with ``In
 whose message never repeats the target: it may hold a password. Every backend offers the same
 small surface to ``leaselab.queue``: ``statements`` (the named SQL constants), ``run``,
 ``changed``, ``transaction``, ``clock`` (the database's own clock, or None),
-``wait_for_work``, ``connection``, ``name``, ``kind``, ``tracer``, ``call_timeout`` and ``close``.
+``wait_for_work``, ``connection``, ``name``, ``kind``, ``tracer``, ``call_timeout``, ``use_clock``
+(the queue's clock, for statements that read the time once they hold their locks) and ``close``.
 
 ``scrub(message, target)`` removes a target's password from any text; anything that builds
 a message from a URL or from a driver's error should pass it through.

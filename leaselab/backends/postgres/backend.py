@@ -305,6 +305,10 @@ class PostgresBackend:
                 f"{SCHEMA_VERSION}. Upgrade leaselab to open it.")
         return version
 
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Nothing to do: a renewal on the server reads the server's clock in the statement, or is
+        given the time when the queue keeps a clock of its own."""
+
     def close(self) -> None:
         if self._watchdog is not None:
             self._watchdog.set()

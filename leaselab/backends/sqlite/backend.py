@@ -125,6 +125,11 @@ class SqliteBackend:
             "leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter
         )
 
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Read ``clock`` inside the statements that need the time once they hold the write lock
+        (``leaselab_now()`` in the renewals)."""
+        self.connection.create_function("leaselab_now", 0, lambda: float(clock()))
+
     def close(self) -> None:
         with self._lock:
             self.connection.close()

@@ -38,8 +38,12 @@ RETURNING {JOB_COLUMNS}
 """
 
 # Fenced writes: only the holder of the current token may change a running job.
+# A renewal's lease runs from when SQLite applied it, not from when it was asked for:
+# leaselab_now() is the queue's clock, registered on the connection and read as the statement
+# runs, after SQLite granted it the write lock. A beat that waited for the lock (less than the
+# busy timeout, so no error) still gets a whole lease.
 HEARTBEAT = """
-UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'heartbeat'
+UPDATE jobs SET lease_until = leaselab_now() + :lease, updated_at = leaselab_now(), last_event = 'heartbeat'
  WHERE id = :id AND status = 'running' AND token = :token
 RETURNING lease_until
 """
@@ -47,7 +51,7 @@ RETURNING lease_until
 # Every lease one worker holds, renewed in one statement: :tokens is a JSON array of tokens
 # (each names one claim of one job). A job missing from the result was fenced off.
 HEARTBEAT_MANY = """
-UPDATE jobs SET lease_until = :lease_until, updated_at = :now, last_event = 'heartbeat'
+UPDATE jobs SET lease_until = leaselab_now() + :lease, updated_at = leaselab_now(), last_event = 'heartbeat'
  WHERE status = 'running' AND token IN (SELECT value FROM json_each(:tokens))
 RETURNING id, lease_until
 """
