@@ -29,10 +29,15 @@ class Pulse:
     """The heartbeat and reaper thread of one worker; a context manager that starts and stops it."""
 
     def __init__(self, queue: Queue, leases: Leases, lease: float, reap_every: float, log: Log,
-                 on_reaped: Callable[[list[int]], None] | None = None):
+                 on_reaped: Callable[[list[int]], None] | None = None, *,
+                 clock: Callable[[], float] = time.monotonic):
         self.queue, self.leases, self.lease, self.reap_every = queue, leases, lease, reap_every
         self.log = log
         self.on_reaped = on_reaped
+        self._clock = clock  # monotonic seconds; a test steps it and calls tick() itself
+        self._next_beat: float | None = None
+        self._next_reap = 0.0
+        self.reached = True  # the last beat reached the database (or had nothing to renew)
         self.beating = threading.Lock()  # held while a beat runs: see remove()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pulse", daemon=True)
@@ -52,23 +57,29 @@ class Pulse:
             self.leases.remove(lease)
 
     def _run(self) -> None:
+        while not self._stop.wait(self.tick()):
+            pass
+
+    def tick(self) -> float:
+        """One round: beat if a beat is due, then reap if a reap is due; the seconds until the next.
+
+        A beat that waited past its interval is followed by the next at once; a failed one is
+        tried again soon, since each missed beat eats into the lease. A worker whose own leases
+        could not be renewed does not reap: after a freeze its leases have run out on the server,
+        and its reaper would take its own live jobs before a beat got through. Other workers'
+        reapers still take those of a dead one.
+        """
         every = self.lease / 3
-        now = time.monotonic()
-        next_beat, next_reap = now + every, now
-        while True:
-            now = time.monotonic()
-            if self._stop.wait(max(0.0, min(next_beat, next_reap) - now)):
-                return
-            now = time.monotonic()
-            if now >= next_beat:
-                sent = now
-                ok = self.beat()
-                # A beat that waited past its interval is followed by the next at once; a failed
-                # one is tried again soon, since each missed beat eats into the lease.
-                next_beat = sent + every if ok else time.monotonic() + min(every, faults.MAX_WAIT)
-            if time.monotonic() >= next_reap:
-                self.reap()
-                next_reap = time.monotonic() + self.reap_every
+        now = self._clock()
+        if self._next_beat is None:  # the first round: reap at once, beat a third of a lease on
+            self._next_beat, self._next_reap = now + every, now
+        if now >= self._next_beat:
+            self.reached = self.beat()
+            self._next_beat = now + every if self.reached else self._clock() + min(every, faults.MAX_WAIT)
+        if self.reached and self._clock() >= self._next_reap:
+            self.reap()
+            self._next_reap = self._clock() + self.reap_every
+        return max(0.0, min(self._next_beat, self._next_reap) - self._clock())
 
     def beat(self) -> bool:
         """Renew every renewable lease in one statement; False when the database could not be asked."""
@@ -76,7 +87,7 @@ class Pulse:
             held = self.leases.renewable()
             if not held:
                 return True
-            sent = time.monotonic()
+            sent = self._clock()
             try:
                 renewed = self.queue.heartbeat_many([(lease.job.id, lease.token) for lease in held], self.lease)
             except LeaselabError as exc:  # a busy file or a lost server: the next beat tries again
