@@ -98,7 +98,9 @@ say("l1_w2_gets", job=q.claim("w2", lease=30))
 # the lease. Two missed beats are: the third one lands at 30 s, exactly when the lease
 # ends, and from then on any worker's reaper may take the job first. So a beat every
 # third of the lease tolerates **one** missed beat, not two. The renewal is a single
-# fenced statement (fencing is lesson 3):
+# fenced statement (fencing is lesson 3). In it, `leaselab_now()` is the queue's clock, read
+# as the statement runs, once SQLite has given it the write lock: a beat that had to wait
+# for another writer still gets a whole lease.
 
 # %% [markdown] tags=["ru"]
 # ## Heartbeat отодвигает срок
@@ -108,7 +110,10 @@ say("l1_w2_gets", job=q.claim("w2", lease=30))
 # ещё успевает до конца аренды. Два пропуска уже опасны: третий heartbeat приходит на
 # 30-й секунде, ровно когда аренда кончается, и с этого мгновения reaper любого воркера
 # может вернуть задачу в очередь раньше. Так что продление каждую треть срока переживает
-# **один** пропуск, а не два. Продление — один оператор с проверкой токена (о ней урок 3):
+# **один** пропуск, а не два. Продление — один оператор с проверкой токена (о ней урок 3).
+# `leaselab_now()` в нём — часы очереди; их читают во время выполнения оператора, когда
+# SQLite уже отдал ему блокировку записи, так что heartbeat, которому пришлось подождать
+# другого пишущего, всё равно получает аренду на полный срок.
 
 # %% tags=["nbval-check-output"]
 print(sql.HEARTBEAT.strip())
