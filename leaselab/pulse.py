@@ -37,7 +37,6 @@ class Pulse:
         self._clock = clock  # monotonic seconds; a test steps it and calls tick() itself
         self._next_beat: float | None = None
         self._next_reap = 0.0
-        self.reached = True  # the last beat reached the database (or had nothing to renew)
         self.beating = threading.Lock()  # held while a beat runs: see remove()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pulse", daemon=True)
@@ -57,26 +56,28 @@ class Pulse:
             self.leases.remove(lease)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.tick()):
-            pass
+        wait = 0.0
+        while not self._stop.wait(wait):
+            try:
+                wait = self.tick()
+            except Exception as exc:  # a bug in one round must not end every later beat
+                self.log(f"pulse failed, trying again: {type(exc).__name__}: {exc}")
+                wait = min(self.lease / 3, faults.MAX_WAIT)
 
     def tick(self) -> float:
         """One round: beat if a beat is due, then reap if a reap is due; the seconds until the next.
 
         A beat that waited past its interval is followed by the next at once; a failed one is
-        tried again soon, since each missed beat eats into the lease. A worker whose own leases
-        could not be renewed does not reap: after a freeze its leases have run out on the server,
-        and its reaper would take its own live jobs before a beat got through. Other workers'
-        reapers still take those of a dead one.
+        tried again soon, since each missed beat eats into the lease.
         """
         every = self.lease / 3
         now = self._clock()
         if self._next_beat is None:  # the first round: reap at once, beat a third of a lease on
             self._next_beat, self._next_reap = now + every, now
         if now >= self._next_beat:
-            self.reached = self.beat()
-            self._next_beat = now + every if self.reached else self._clock() + min(every, faults.MAX_WAIT)
-        if self.reached and self._clock() >= self._next_reap:
+            reached = self.beat()
+            self._next_beat = now + every if reached else self._clock() + min(every, faults.MAX_WAIT)
+        if self._clock() >= self._next_reap:
             self.reap()
             self._next_reap = self._clock() + self.reap_every
         return max(0.0, min(self._next_beat, self._next_reap) - self._clock())
@@ -104,9 +105,14 @@ class Pulse:
             return True
 
     def reap(self) -> list[int]:
-        """Reap expired leases once; a transient fault skips this round (the next one tries again)."""
+        """Reap expired leases once, except this worker's own; a transient fault skips this round.
+
+        Its own jobs are not reaped whatever their leases say: the worker is alive (this runs in
+        it), and a freeze (SIGSTOP, a suspended host) may have let them run out while it slept,
+        anywhere between a beat and this reap. Another worker's reaper takes them if it is not.
+        """
         try:
-            moved = self.queue.reap()
+            moved = self.queue.reap(keep=[lease.token for lease in self.leases.renewable()])
         except TransientError:
             return []
         except LeaselabError as exc:

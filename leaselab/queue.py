@@ -349,13 +349,16 @@ class Queue:
             return Status(self._lease_lost(job_id, token, now, "fail", error))
         return Status(rows[0][0])
 
-    def reap(self) -> list[int]:
+    def reap(self, keep: Iterable[str] = ()) -> list[int]:
         """Return every running job whose lease has expired to pending (with backoff) or to dead.
 
         Returns the ids it moved. A job whose holder is merely late but not yet
-        reaped can still be heartbeated or completed by that holder.
+        reaped can still be heartbeated or completed by that holder. ``keep`` are tokens
+        not to reap: a worker's own, since a worker that runs the reaper is alive, even if a
+        freeze let its leases run out (another worker's reaper decides about those).
         """
-        return [row[0] for row in self._run(self._sql.REAP, {"now": self._now()})]
+        keep = [_held_token("keep", token) for token in keep]
+        return [row[0] for row in self._run(self._sql.REAP, {"now": self._now(), "keep": json.dumps(keep)})]
 
     # -- batches: one statement or one transaction for many jobs ----------
 
@@ -551,6 +554,13 @@ def new_token() -> str:
     """A fresh claim token: 128 random bits in hex. A worker makes its own, so that after a claim
     whose reply never came it can ask which jobs that token holds (``Queue.held_by``)."""
     return secrets.token_hex(16)
+
+
+def _held_token(name: str, token: Any) -> str:
+    """A token some job holds: a claim's own, or a batch claim's (its token, a dash, the job id)."""
+    if not isinstance(token, str) or not token:
+        raise TypeError(f"{name} must hold the str tokens of claims, got {token!r}")
+    return token
 
 
 def _token(name: str, token: Any) -> str:

@@ -135,6 +135,8 @@ RETURNING status
 # The reaper: one conditional statement, never read-then-write. It steps over rows another
 # transaction holds (SKIP LOCKED): a holder frozen mid-write (SIGSTOP) must not stall every
 # worker's reaper behind its row lock; the next reap takes that row if it is still expired.
+# %(keep)s (a JSON array) are the tokens of the worker that reaps: it is alive, so its own jobs
+# are not a crashed worker's, whatever a freeze did to their leases.
 REAP = f"""
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
@@ -142,6 +144,7 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
        finished_at = CASE WHEN attempts >= max_attempts THEN %(now)s END,
        last_error = 'lease expired', lease_until = NULL, updated_at = %(now)s, last_event = 'reaped'
  WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < %(now)s
+                AND token NOT IN (SELECT jsonb_array_elements_text(%(keep)s::jsonb))
               FOR UPDATE SKIP LOCKED)
 RETURNING id
 """
@@ -151,7 +154,7 @@ WITH_BACKOFF = frozenset({FAIL, REAP})
 
 # Statements whose tokens arrive inside a JSON array (the parameter named here): the backend
 # checks those tokens for NUL itself, since JSON carries it as \u0000, which jsonb refuses.
-JSON_TOKENS = {HEARTBEAT_MANY: "tokens", COMPLETE_MANY: "done", COMPLETE_MANY_AND_CLAIM: "done"}
+JSON_TOKENS = {HEARTBEAT_MANY: "tokens", COMPLETE_MANY: "done", COMPLETE_MANY_AND_CLAIM: "done", REAP: "keep"}
 
 # A job's history is a linked list, as on SQLite: jobs.last_event_id is its newest event and
 # each event's prev the one before. Each step must go to a smaller id, so links damaged into

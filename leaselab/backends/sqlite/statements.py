@@ -90,7 +90,7 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
                      ELSE :now + leaselab_backoff(attempts) END,
        finished_at = CASE WHEN attempts >= max_attempts THEN :now END,
        last_error = 'lease expired', lease_until = NULL, updated_at = :now, last_event = 'reaped'
- WHERE status = 'running' AND lease_until < :now
+ WHERE status = 'running' AND lease_until < :now AND token NOT IN (SELECT value FROM json_each(:keep))
 RETURNING id
 """
 
