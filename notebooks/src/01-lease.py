@@ -128,7 +128,9 @@ say("l1_after_beat", seconds=new_deadline - clock())
 #
 # Now `w1` "dies": we simply stop calling heartbeat. The reaper is one statement that
 # returns every running job whose lease has expired to `pending` (or to `dead` when its
-# attempts are spent), with a backoff delay in `run_at`:
+# attempts are spent), with a backoff delay in `run_at`. It leaves alone the tokens in
+# `:keep`: a worker running the reaper passes its own, since it is plainly alive, even if a
+# freeze let its leases run out; another worker's reaper decides about those.
 
 # %% [markdown] tags=["ru"]
 # ## Воркер умер, reaper забирает задачу
@@ -136,7 +138,9 @@ say("l1_after_beat", seconds=new_deadline - clock())
 # Теперь `w1` «умирает»: мы просто перестаём вызывать heartbeat. Reaper — это один
 # оператор. Он возвращает в `pending` каждую задачу в статусе `running` с истёкшей
 # арендой (или переводит в `dead`, если попытки кончились) и записывает в `run_at`
-# отсрочку повтора:
+# отсрочку повтора. Токены из `:keep` он не трогает: воркер, который запускает reaper,
+# передаёт туда свои, ведь он явно жив, даже если из-за заморозки его аренды истекли;
+# о них решит reaper другого воркера.
 
 # %% tags=["nbval-check-output"]
 print(sql.REAP.strip())
