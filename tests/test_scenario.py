@@ -15,13 +15,15 @@ from leaselab.lab.scenario import (Scenario, enqueue, parse_line, pause, resume,
 from leaselab.lab.timeline import timeline_data
 
 ZOMBIE = """
-    # w1 freezes holding a job, w2 reaps it and does it again, w1 wakes and is fenced off
+    # w1 freezes holding a job, w2 reaps it and does it again, w1 wakes (only once w2 is done,
+    # so no timing decides who does the job) and is fenced off
     spawn w1
     enqueue 1 seconds=3
     wait running=1
     spawn w2
     pause w1
     wait leases=3
+    wait idle timeout=60
     resume w1
     wait idle timeout=60
 """
@@ -36,7 +38,7 @@ def fleet(tmp_path):
 
 def test_the_text_form_and_the_list_form_are_the_same_scenario():
     steps = [spawn("w1"), enqueue(1, seconds=3), wait_running(1), spawn("w2"), pause("w1"), wait_leases(3),
-             resume("w1"), wait_idle(timeout=60)]
+             wait_idle(timeout=60), resume("w1"), wait_idle(timeout=60)]
     assert Scenario.parse(ZOMBIE).steps == steps
 
 
