@@ -13,7 +13,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "leaselab"
 
 CORE_MODULES = ("leaselab", "leaselab.queue", "leaselab.worker", "leaselab.cli", "leaselab.job",
-                "leaselab.errors", "leaselab.clock", "leaselab.backoff", "leaselab.checks")
+                "leaselab.errors", "leaselab.clock", "leaselab.backoff", "leaselab.checks", "leaselab.words")
 FORBIDDEN_FOR_CORE = ("leaselab.lab", "leaselab.lessons", "pandas", "ipywidgets", "matplotlib", "psycopg")
 
 

@@ -6,6 +6,8 @@ arguments. A test checks that both languages have exactly the same keys.
 
 from __future__ import annotations
 
+from ..words import render
+
 LANGS = ("en", "ru")
 
 STRINGS: dict[str, dict[str, str]] = {
@@ -40,9 +42,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "log_of": "log of",
         "no_workers": "No workers yet: press “Spawn worker”.",
         "no_jobs": "No jobs yet: press “Enqueue”.",
-        "recent_jobs": "the latest {n} of {total} jobs",
+        "recent_jobs": "the latest {n} of {total} {total|job|jobs}",
         # results of actions
-        "enqueued": "enqueued {n} jobs",
+        "enqueued": "enqueued {n} {n|job|jobs}",
         "spawned": "spawned {name}",
         "paused_msg": "paused {name}",
         "resumed": "resumed {name}",
@@ -140,7 +142,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "log_of": "журнал",
         "no_workers": "Воркеров пока нет: нажмите «Запустить воркер».",
         "no_jobs": "Задач пока нет: нажмите «Поставить в очередь».",
-        "recent_jobs": "последние {n} из {total} задач",
+        "recent_jobs": "{n|последняя|последние|последние} {n} из {total} {total|задачи|задач|задач}",
         "enqueued": "поставлено задач: {n}",
         "spawned": "запущен {name}",
         "paused_msg": "заморожен {name}",
@@ -218,4 +220,4 @@ def check_lang(lang: str) -> str:
 def t(key: str, lang: str = "en", **values: object) -> str:
     """The string ``key`` in ``lang``, with ``{placeholders}`` filled from ``values``."""
     text = STRINGS[check_lang(lang)][key]
-    return text.format(**values) if values else text
+    return render(text, lang, **values) if values else text

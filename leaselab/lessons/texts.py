@@ -8,9 +8,10 @@ and the same placeholders, and that the Russian notebooks print no English sente
 
 from __future__ import annotations
 
-import string
 from typing import Callable
 
+from .. import words
+from ..words import render
 from .notebook import LANGUAGES
 
 MESSAGES: dict[str, dict[str, str]] = {
@@ -28,12 +29,12 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l0_ex_not_refused": "no write of {zombie} was refused after another worker completed its job",
         # lesson 1
         "l1_claim": "status: {status} | attempt: {attempt} | holder: {holder}",
-        "l1_lease_left": "lease left: {seconds:g} seconds",
+        "l1_lease_left": "lease left: {seconds:g} {seconds|second|seconds}",
         "l1_w2_gets": "w2 gets: {job}",
-        "l1_after_beat": "lease left after the heartbeat: {seconds:g} seconds",
+        "l1_after_beat": "lease left after the heartbeat: {seconds:g} {seconds|second|seconds}",
         "l1_reaped_at": "reaped at +{at} s: {ids}",
         "l1_reaped_status": "status: {status} | attempts used: {attempts} | last error: {error}",
-        "l1_run_again": "may run again in: {seconds:g} seconds",
+        "l1_run_again": "may run again in: {seconds:g} {seconds|second|seconds}",
         "l1_delays": "delays after attempts 1..7: {delays}",
         "l1_w2_now": "w2 right now gets: {job}",
         "l1_w2_later": "one second later w2 gets job {id} as attempt {attempt}",
@@ -62,7 +63,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_b_done": "B's complete: {status}",
         "l2_single_pair": "A gets job {a} | B gets job {b} | different jobs: {different}",
         "l2_honest": "duplicates per {jobs} jobs in five races without a pause: {counts}",
-        "l2_race": "{what}: {claims} claims, {dups} duplicates, {locked} times \"database is locked\"",
+        "l2_race": "{what}: {claims} claims, {dups} duplicates, {locked} {locked|time|times} \"database is locked\"",
         "l2_naive_2ms": "naive claim, 2 ms pause",
         "l2_single": "single statement",
         "l2_deferred": "naive claim in BEGIN DEFERRED",
@@ -71,7 +72,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_single_dups": "duplicates with the single statement: {dups}",
         "l2_single_once": "single statement: every one of {jobs} jobs claimed exactly once: {once}",
         "l2_deferred_fact": "DEFERRED: duplicates {dups}, losers failed with \"database is locked\": {locked}",
-        "l2_immediate_fact": "IMMEDIATE: duplicates {dups}, \"database is locked\" {locked} times",
+        "l2_immediate_fact": "IMMEDIATE: duplicates {dups}, \"database is locked\" {locked} {locked|time|times}",
         "l2_uses_index": "the claim uses the index jobs_claim: {yes}",
         "l2_temp_btree": "the claim sorts in a temporary B-tree: {yes}",
         "l2_steps": "steps past {n:,} delayed urgent jobs: {steps}",
@@ -100,7 +101,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l3_ex_error": "my_fenced_write raised {error}",
         # lesson 4
         "l4_status": "status: {status} | attempts: {attempts}",
-        "l4_ran": "the handler ran {n} times for job {id}: attempts {attempts}",
+        "l4_ran": "the handler ran {n} {n|time|times} for job {id}: attempts {attempts}",
         "l4_alive": "workers still alive: {n}",
         "l4_pay_attempts": "attempts: alice {alice} | bob {bob}",
         "l4_alice": "alice's balance: {balance} (deposited twice)",
@@ -198,20 +199,20 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_a_lost": "complete от A: LeaseLost (поздно: A уже отправил счёт)",
         "l2_b_done": "complete от B: {status}",
         "l2_single_pair": "A получает задачу {a} | B получает задачу {b} | задачи разные: {different}",
-        "l2_honest": "дублей на {jobs} задач в пяти гонках без паузы: {counts}",
-        "l2_race": "{what}: захватов {claims}, дублей {dups}, «database is locked» {locked} раз",
+        "l2_honest": "дублей на {jobs} {jobs|задачу|задачи|задач} в пяти гонках без паузы: {counts}",
+        "l2_race": "{what}: захватов {claims}, дублей {dups}, «database is locked» {locked} {locked|раз|раза|раз}",
         "l2_naive_2ms": "наивный захват, пауза 2 мс",
         "l2_single": "один оператор",
         "l2_deferred": "наивный захват внутри BEGIN DEFERRED",
         "l2_immediate": "наивный захват внутри BEGIN IMMEDIATE",
         "l2_naive_has_dups": "дубли у наивного захвата с паузой 2 мс > 0: {yes}",
         "l2_single_dups": "дублей у одного оператора: {dups}",
-        "l2_single_once": "один оператор: каждая из {jobs} задач захвачена ровно один раз: {once}",
+        "l2_single_once": "один оператор: каждая из {jobs} {jobs|задачи|задач|задач} захвачена ровно один раз: {once}",
         "l2_deferred_fact": "DEFERRED: дублей {dups}, проигравшие получили «database is locked»: {locked}",
-        "l2_immediate_fact": "IMMEDIATE: дублей {dups}, «database is locked» {locked} раз",
+        "l2_immediate_fact": "IMMEDIATE: дублей {dups}, «database is locked» {locked} {locked|раз|раза|раз}",
         "l2_uses_index": "захват использует индекс jobs_claim: {yes}",
         "l2_temp_btree": "захват сортирует во временном B-дереве: {yes}",
-        "l2_steps": "шагов мимо {n:,} отложенных срочных задач: {steps}",
+        "l2_steps": "шагов при {n:,} {n|отложенной срочной задаче|отложенных срочных задачах|отложенных срочных задачах}: {steps}",
         "l2_same_work": "отложенных задач в тысячу раз больше, а работы почти столько же: {yes}",
         "l2_order_now": "сейчас: {order}, потом {then}",
         "l2_order_later": "через сутки: {payload}",
@@ -235,7 +236,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l3_ex_case": "{case}: на странице {got}, а должно быть {want}",
         "l3_ex_error": "my_fenced_write бросила {error}",
         "l4_status": "статус: {status} | попыток: {attempts}",
-        "l4_ran": "обработчик задачи {id} запускался {n} раза: попытки {attempts}",
+        "l4_ran": "обработчик задачи {id} запускался {n} {n|раз|раза|раз}: попытки {attempts}",
         "l4_alive": "живых воркеров: {n}",
         "l4_pay_attempts": "попыток: у Алисы {alice} | у Боба {bob}",
         "l4_alice": "баланс Алисы: {balance} (зачислено дважды)",
@@ -292,8 +293,8 @@ MESSAGES: dict[str, dict[str, str]] = {
 
 
 def placeholders(text: str) -> set[str]:
-    """The names of the ``{placeholders}`` in ``text``."""
-    return {name for _, name, _, _ in string.Formatter().parse(text) if name}
+    """The names of the ``{placeholders}`` in ``text`` (a plural's number included)."""
+    return words.placeholders(text)
 
 
 def text(key: str, lang: str = "en", **values: object) -> str:
@@ -304,7 +305,7 @@ def text(key: str, lang: str = "en", **values: object) -> str:
         template = MESSAGES[lang][key]
     except KeyError:
         raise KeyError(f"no lesson text named {key!r}") from None
-    return template.format(**values)
+    return render(template, lang, **values)
 
 
 def speaker(lang: str) -> Callable[..., None]:
