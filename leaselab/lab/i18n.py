@@ -33,6 +33,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "reap": "Reap now",
         "refresh": "Refresh",
         "timeline": "Draw timeline",
+        "check": "Check this run",
         "pause": "Pause",
         "resume": "Resume",
         "kill": "Kill",
@@ -111,6 +112,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "tl_mark_lease_lost": "refused zombie write",
         "tl_empty": "No attempts recorded yet.",
         "tl_bar_text": "in a bar: job·attempt",
+        "tl_anomaly": "a broken promise (the checker's report names it)",
     },
     "ru": {
         "title": "leaselab — {path}",
@@ -133,6 +135,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "reap": "Вернуть просроченные",
         "refresh": "Обновить",
         "timeline": "Нарисовать временную шкалу",
+        "check": "Проверить этот запуск",
         "pause": "Заморозить",
         "resume": "Разморозить",
         "kill": "Убить",
@@ -206,6 +209,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "tl_mark_lease_lost": "отвергнутая запись зомби",
         "tl_empty": "Попыток пока нет.",
         "tl_bar_text": "в полосе: задача·попытка",
+        "tl_anomaly": "нарушенное обещание (его называет отчёт проверки)",
     },
 }
 
