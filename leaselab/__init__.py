@@ -16,16 +16,21 @@ from .clock import ManualClock
 from .errors import (
     DatabaseBusy,
     DatabaseMissing,
+    DatabaseUnreachable,
     DatabaseUnwritable,
     DiskFull,
     HandlerError,
     InvalidPayload,
+    InvalidTarget,
     JobNotFound,
     LeaselabError,
     LeaseLost,
     NotALeaselabDatabase,
+    PartitionUnsupported,
+    ProxyError,
     ScenarioTimeout,
     SchemaTooNew,
+    ServerRefused,
     SignalsUnsupported,
     TransientError,
     UnknownWorker,
@@ -41,8 +46,9 @@ from .worker import Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnwritable", "DiskFull", "Event", "HandlerError", "InvalidPayload",
-    "Job", "JobNotFound", "Lease", "LeaseLost", "LeaselabError", "ManualClock", "NotALeaselabDatabase",
-    "Queue", "ScenarioTimeout", "SchemaTooNew", "SignalsUnsupported", "Status", "TransientError", "UnknownWorker",
-    "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
+    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull",
+    "Event", "HandlerError", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
+    "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "Queue",
+    "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError",
+    "UnknownWorker", "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]

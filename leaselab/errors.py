@@ -31,7 +31,7 @@ class JobNotFound(LeaselabError, LookupError):
 
 
 class InvalidPayload(LeaselabError, ValueError):
-    """Raised when a payload or result cannot be stored as strict JSON (NaN, sets, objects, too big)."""
+    """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too deep or too big)."""
 
 
 class InvalidTarget(LeaselabError, ValueError):

@@ -67,6 +67,11 @@ def faults_path(db: str | os.PathLike) -> Path:
     return Path(files_prefix(db) + ".faults.jsonl")
 
 
+def logs_path(db: str | os.PathLike) -> Path:
+    """Where a fleet's workers write their output by default: ``<db>.logs/`` (see ``files_prefix``)."""
+    return Path(files_prefix(db) + ".logs")
+
+
 def read_actions(db: str | os.PathLike) -> list["Action"]:
     """The actions recorded next to ``db``, oldest first; none when no fleet ever ran on it."""
     try:
@@ -229,7 +234,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         path = os.fspath(path)
         self.path = path if is_server_url(path) else os.path.abspath(path)
         self.queue = queue if queue is not None else Queue(self.path)
-        self.log_dir = Path(log_dir) if log_dir is not None else Path(files_prefix(self.path) + ".logs")
+        self.log_dir = Path(log_dir) if log_dir is not None else logs_path(self.path)
         self.grace = positive("grace", grace)
         self.start_timeout = positive("start_timeout", start_timeout)
         self.clock = clock
