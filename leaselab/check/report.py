@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..printable import printable
 from .texts import LANGS, REPORT, SENTENCES, TITLES, check_lang, fill
 
 # The stable machine names of every anomaly, in the order a report lists them.
@@ -77,7 +78,8 @@ class Report:
         for anomaly in self.anomalies:
             lines += ["", f"{anomaly.title(lang)}: {anomaly.sentence(lang)}"]
             lines += ["    " + line for line in anomaly.witness]
-        return "\n".join(lines)
+        # Worker names, keys and details are whatever some program wrote: shown escaped, one line each.
+        return "\n".join(printable(line) for line in lines)
 
     def to_json(self) -> dict[str, Any]:
         """The report for a program: plain dicts, lists, strings and numbers, ready for ``json.dumps``."""

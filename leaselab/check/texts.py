@@ -35,7 +35,7 @@ TITLES: dict[str, dict[str, str]] = {
         "fence_reused": "попытка выдана дважды",
         "stale_write_accepted": "принята устаревшая запись",
         "overlapping_leases": "аренды перекрылись",
-        "completed_twice": "задача завершена дважды",
+        "completed_twice": "двойное завершение",
         "claimed_after_completion": "захват после завершения",
         "false_loss": "ложная потеря аренды",
         "effect_repeated": "действие повторилось",
@@ -117,7 +117,7 @@ SENTENCES: dict[str, dict[str, str]] = {
                        "{finished}: история утверждает, что он потерял то, что сам довёл до конца"),
         "effect.repeated": "задача {job}: её действие выполнено {times} (попытки {attempts})",
         "effect.repeated_key": "задача {job}: действие с ключом «{key}» выполнено {times} (попытки {attempts})",
-        "disagree.field": "задача {job}: по событиям {field} — {expected}, а в таблице задач — {actual}",
+        "disagree.field": "задача {job}: по событиям {field} — «{expected}», а в таблице задач — «{actual}»",
         "disagree.start": "задача {job}: её история начинается не с постановки в очередь",
         "disagree.enqueued_twice": "задача {job}: в её истории две постановки в очередь",
         "disagree.numbering": "задача {job}: захваты пронумерованы {claims}, а не от 1 до {n}",
@@ -242,6 +242,8 @@ def fill(template: str, lang: str, facts: dict[str, Any]) -> str:
             value = words[value]
         elif isinstance(value, float):
             value = f"{value:.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.3f}"
+            if lang == "ru":  # a decimal comma, as Russian writes numbers
+                value = value.replace(".", ",")
         elif isinstance(value, (list, tuple)):
             value = ", ".join(map(str, value))
         values[name] = value
