@@ -20,6 +20,7 @@ from .errors import (
     DatabaseUnwritable,
     DiskFull,
     HandlerError,
+    InvalidEffects,
     InvalidPayload,
     InvalidTarget,
     JobNotFound,
@@ -47,7 +48,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull",
-    "Event", "HandlerError", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
+    "Event", "HandlerError", "InvalidEffects", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
     "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "Queue",
     "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError",
     "UnknownWorker", "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",

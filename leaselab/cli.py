@@ -1,4 +1,4 @@
-"""The leaselab command: enqueue, worker, reap, stats, jobs, events."""
+"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check."""
 
 from __future__ import annotations
 
@@ -14,11 +14,14 @@ from datetime import datetime
 from typing import Sequence
 
 from .backends import is_server_url
-from .errors import LeaselabError
+from .backends.sqlite.backend import nearest_queue_file
+from .check.texts import LANGS
+from .errors import DatabaseMissing, LeaselabError
 from .job import Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 
+EXIT_ANOMALY = 1  # check: the run broke a promise
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (128 + SIGINT)
 
@@ -252,6 +255,20 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import check
+
+    # Read-only, so nothing could be created anyway; but a mistyped path deserves the hint the
+    # other commands give.
+    if not is_server_url(args.db) and not os.path.exists(args.db):
+        raise DatabaseMissing(args.db, nearest_queue_file(args.db))
+    if args.effects is not None and not os.path.isfile(args.effects):
+        raise ValueError(f"--effects: no effects file at {args.effects}")
+    report = check(args.db, effects=args.effects, lease=args.lease, idle=not args.still_running)
+    print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang))
+    return 0 if report.clean else EXIT_ANOMALY
+
+
 # The argparse types below raise ArgumentTypeError for every bad value, so argparse prints
 # "argument --lease: must be ..." and never "invalid _positive_float value" (a Python name).
 INT64 = (-(2**63), 2**63 - 1)  # what both backends store in an integer column
@@ -375,6 +392,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="list at most this many jobs, in id order (default 100)")
     p = command("events", "show the history of transitions", cmd_events)
     p.add_argument("--job", type=_any_int, default=None, metavar="ID", help="only this job's history")
+
+    p = command("check", "check that a run kept every promise: exit 0 clean, 1 if it found an anomaly", cmd_check)
+    p.add_argument("--effects", default=None, metavar="FILE",
+                   help="the handlers' effects file (what record_effect wrote), to find repeated effects")
+    p.add_argument("--lease", type=_positive_float, default=None, metavar="SECONDS",
+                   help="the lease the workers used, to time the reaps (default: what the history shows)")
+    p.add_argument("--still-running", action="store_true",
+                   help="the workers may still be at work: a job not finished is not lost, and only a lease "
+                        "that ran out a minute ago is stuck (default: the run ended with the workers idle)")
+    p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
+    p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
     return parser
 
 

@@ -52,6 +52,10 @@ class DatabaseMissing(LeaselabError, FileNotFoundError):
         super().__init__(f"no queue file at {path}{hint}")
 
 
+class InvalidEffects(LeaselabError, ValueError):
+    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the checker can read."""
+
+
 class SchemaTooNew(LeaselabError):
     """Raised when the file was written by a newer leaselab whose schema this version does not know."""
 

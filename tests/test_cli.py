@@ -150,7 +150,7 @@ def test_a_missing_folder_is_one_line_exit_2(capsys, tmp_path):
 def test_help_exits_0(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    for command in ("enqueue", "worker", "reap", "stats", "jobs", "events"):
+    for command in ("enqueue", "worker", "reap", "stats", "jobs", "events", "check"):
         assert command in out
 
 

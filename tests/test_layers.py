@@ -62,27 +62,49 @@ def _imports(path: Path) -> set[str]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("lab", "lessons", "backends"):
+    if len(parts) > 1 and parts[1] in ("lab", "lessons", "backends", "check"):
         return parts[1]
     return "core"
 
 
-# Which layer may import which: the core sees the backends (to open one), the backends see
-# the core's plain parts (errors, job, backoff), the lessons and the lab see the core.
+# Which layer may import which: the core sees the backends (to open one) and the checker (the
+# CLI runs it), the backends see the core's plain parts (errors, job, backoff), the lessons
+# and the lab see the core and the checker. The checker sees the core and, of the backends,
+# only their package (how a target is told apart and a password scrubbed): never a backend's
+# own SQL or connection, so a bug there cannot hide itself from the checker.
 ALLOWED = {
-    "core": {"core", "backends"},
+    "core": {"core", "backends", "check"},
     "backends": {"core", "backends"},
-    "lessons": {"core", "backends", "lessons"},
-    "lab": {"core", "lab"},
+    "lessons": {"core", "backends", "lessons", "check"},
+    "lab": {"core", "lab", "check"},
+    "check": {"core", "check", "backends"},
 }
+CHECK_MAY_IMPORT_OF_THE_BACKENDS = {"leaselab.backends"}
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
 def test_each_module_imports_only_from_the_layers_beneath_it(path):
     module = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
     layer = _layer(module)
-    wrong = sorted(n for n in _imports(path) if _layer(n) not in ALLOWED[layer])
+    wrong = sorted(n for n in _imports(path) if _layer(n) not in ALLOWED[layer]
+                   or (layer == "check" and _layer(n) == "backends"
+                       and n.rsplit(".", 1)[0] not in CHECK_MAY_IMPORT_OF_THE_BACKENDS
+                       and n not in CHECK_MAY_IMPORT_OF_THE_BACKENDS))
     assert wrong == [], f"{module} ({layer}) imports {wrong}"
+
+
+def test_checking_a_file_imports_no_backend_of_the_queue_nor_the_lab_nor_the_lessons_nor_a_driver(tmp_path):
+    # (leaselab's own __init__ imports Queue's module; the checker never opens a backend through it.)
+    db = str(tmp_path / "q.db")
+    make = f"import leaselab; q = leaselab.Queue({db!r}); q.enqueue(1); q.close()"
+    assert subprocess.run([sys.executable, "-c", make], capture_output=True, timeout=60).returncode == 0
+    code = (f"import sys, leaselab.check; r = leaselab.check.check({db!r}, idle=False); "
+            "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith(("
+            "'leaselab.backends.', 'leaselab.lab', 'leaselab.lessons', "
+            "'psycopg', 'pandas', 'ipywidgets', 'matplotlib')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == []
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -113,12 +113,12 @@ def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before
     effects, lease = tmp_path / "effects.jsonl", 2.0
     job_id = q.enqueue({"seconds": 30, "effects": str(effects)})
     fleet.spawn(handler="leaselab.lessons.demo:careful", lease=lease, name="w1")
-    wait_until(lambda: [e["when"] for e in read_effects(effects)] == ["start"], message="w1 to start the job")
+    wait_until(lambda: [e["detail"]["when"] for e in read_effects(effects)] == ["start"], message="w1 to start the job")
     fleet.partition("w1")
     # About one lease after the last acknowledged heartbeat; generous for a shared machine, and far
     # short of the 30 s after which the handler would write its effect.
     wait_until(lambda: len(read_effects(effects)) > 1, timeout=12, message="the cut-off handler to stop by itself")
-    assert [e["when"] for e in read_effects(effects)] == ["start", "stopped"]
+    assert [e["detail"]["when"] for e in read_effects(effects)] == ["start", "stopped"]
     assert f"lease of job {job_id} (attempt 1) may have run out" in fleet.log_tail("w1", lines=50)
     # The worker writes nothing for that attempt (it could not, cut off); the job stays the queue's to reap.
     wait_until(lambda: "ended without its lease" in fleet.log_tail("w1", lines=50),
