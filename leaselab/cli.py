@@ -1,4 +1,4 @@
-"""The leaselab command: enqueue, worker, reap, stats, jobs, events."""
+"""The leaselab command: enqueue, worker, reap, stats, jobs, events, chaos."""
 
 from __future__ import annotations
 
@@ -233,6 +233,13 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    # Imported here: the lab and the lessons it drives must not load with every worker's start.
+    from .chaos.command import main as chaos
+
+    return chaos(args)
+
+
 def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0 or value == float("inf"):
@@ -312,6 +319,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=100)
     p = command("events", "show the history of transitions", cmd_events)
     p.add_argument("--job", type=int, default=None)
+
+    p = command("chaos", "run real workers under a seeded fault schedule, then check what the queue kept "
+                         "(exit 0 clean, 1 broken)", cmd_chaos)
+    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
+    p.add_argument("--workers", type=_positive_int, default=4, help="worker processes kept running (default 4)")
+    p.add_argument("--concurrency", type=_positive_int, default=1, help="jobs each worker runs at once (default 1)")
+    p.add_argument("--jobs", type=_positive_int, default=500, help="how many jobs (default 500)")
+    p.add_argument("--seconds", type=_positive_float, default=60.0, help="how long the faults go on (default 60)")
+    p.add_argument("--lease", type=_positive_float, default=None, help="the workers' lease (default 1 s)")
+    p.add_argument("--faults", default=None,
+                   help="comma-separated faults (default: every one this queue can have); an unknown one "
+                        "is refused with the list")
+    p.add_argument("--seed", type=int, default=None, help="replay a run's schedule (default: a random seed)")
+    p.add_argument("--payload", default="{}", help="every job's JSON payload (default {})")
+    p.add_argument("--out", default=None, help="the run's folder: logs, effects (default: beside the queue)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")
+    p.add_argument("--lang", default="en", help="the language it speaks: en or ru")
     return parser
 
 

@@ -62,7 +62,9 @@ def _imports(path: Path) -> set[str]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("lab", "lessons", "backends"):
+    if module in ("leaselab.cli", "leaselab.__main__"):
+        return "cli"
+    if len(parts) > 1 and parts[1] in ("lab", "lessons", "backends", "check", "chaos"):
         return parts[1]
     return "core"
 
@@ -74,6 +76,11 @@ ALLOWED = {
     "backends": {"core", "backends"},
     "lessons": {"core", "backends", "lessons"},
     "lab": {"core", "lab"},
+    "check": {"core", "backends", "check"},
+    # chaos is the top layer: it drives the lab's fleet, the lessons' servers, and calls the checker.
+    "chaos": {"core", "backends", "check", "lab", "lessons", "chaos"},
+    # The command line reaches every command; it loads a layer above the core only inside that command.
+    "cli": {"core", "backends", "check", "chaos", "cli"},
 }
 
 
