@@ -33,7 +33,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "label_server-crash": "server-crash",
     },
     "ru": {
-        "seed": "seed хаоса {seed} (те же сбои в те же моменты ещё раз: --seed {seed})",
+        "seed": "зерно хаоса {seed} (те же сбои в те же моменты ещё раз: --seed {seed})",
         "schedule": "расписание: {n} сбоев за {seconds:g} с на {workers} воркерах, аренда {lease:g} с",
         "server": "одноразовый сервер PostgreSQL на 127.0.0.1:{port}, в конце он будет удалён",
         "progress": "{elapsed:6.1f} с  выполнено задач {done}/{total}  сбоев {faults}{detail}",
