@@ -252,8 +252,12 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
                 pass
             return last
 
-        def report_progress() -> None:
-            if progress is not None:
+        reported = [0.0]
+
+        def report_progress(last: bool = False) -> None:
+            # The closing line is skipped when one was just printed: it would say the same.
+            if progress is not None and not (last and time.monotonic() - reported[0] < 0.5):
+                reported[0] = time.monotonic()
                 counts = look()
                 applied = [a.step.fault for a in list(nemesis.applied) if a.missed is None]
                 progress(Progress(time.monotonic() - t0, counts.get("done", 0) + counts.get("dead", 0),
@@ -283,7 +287,7 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
             if time.monotonic() >= next_report:
                 report_progress()
                 next_report += progress_every
-        report_progress()
+        report_progress(last=True)
     finally:
         stop.set()
         nemesis.stop()
