@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
 from leaselab.errors import FaultNotApplicable, UnknownFault
 from leaselab.lab.fleet import Fleet
-from polling import wait_until
+from polling import pid_gone, wait_until
 from procs import shut_down
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,3 +182,33 @@ def test_a_queue_that_already_holds_jobs_is_refused(tmp_path):
         q.enqueue({})
     done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "leaselab.lessons.demo:task")
     assert done.returncode == 2 and "already holds 1 jobs" in done.stderr
+
+
+def test_ctrl_c_stops_every_worker_and_removes_the_throw_away_server(tmp_path):
+    pytest.importorskip("psycopg")
+    from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
+
+    try:
+        find_bin_dir()
+    except PgUnavailable as exc:
+        pytest.skip(str(exc))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "leaselab", "chaos", "--db", "postgresql", "--handler",
+                             "leaselab.lessons.demo:task", "--seconds", "120", "--payload", '{"seconds": 0.05}'],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Gated on the run's own word: the first progress line comes once workers are running.
+        first = proc.stderr.readline()
+        assert "jobs done" in first, first
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, out + err
+    assert "interrupted" in err
+    port = int(re.search(r"127\.0\.0\.1:(\d+)", out).group(1))
+    assert not _listening(port), "the throw-away server outlived Ctrl-C"
+    actions = [json.loads(line) for line in (tmp_path / "leaselab-chaos" / "actions.jsonl").read_text().splitlines()]
+    spawned = [a["pid"] for a in actions if a["action"] == "spawn"]
+    assert spawned and all(pid_gone(pid) for pid in spawned), "a worker outlived Ctrl-C"
