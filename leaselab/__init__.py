@@ -19,6 +19,7 @@ from .errors import (
     DatabaseUnreachable,
     DatabaseUnwritable,
     DiskFull,
+    FaultNotApplicable,
     HandlerError,
     InvalidEffects,
     InvalidPayload,
@@ -29,11 +30,13 @@ from .errors import (
     NotALeaselabDatabase,
     PartitionUnsupported,
     ProxyError,
+    QueueNotEmpty,
     ScenarioTimeout,
     SchemaTooNew,
     ServerRefused,
     SignalsUnsupported,
     TransientError,
+    UnknownFault,
     UnknownWorker,
     UnsupportedSQLite,
     WorkerExists,
@@ -47,9 +50,9 @@ from .worker import Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull",
+    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull", "FaultNotApplicable",
     "Event", "HandlerError", "InvalidEffects", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
-    "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "Queue",
-    "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError",
+    "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "QueueNotEmpty", "Queue",
+    "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError", "UnknownFault",
     "UnknownWorker", "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]

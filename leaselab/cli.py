@@ -1,4 +1,4 @@
-"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check."""
+"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check, chaos."""
 
 from __future__ import annotations
 
@@ -269,6 +269,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0 if report.clean else EXIT_ANOMALY
 
 
+def cmd_chaos(args: argparse.Namespace) -> int:
+    # Imported here: the lab and the lessons it drives must not load with every worker's start.
+    from .chaos.command import main as chaos
+
+    return chaos(args)
+
+
 # The argparse types below raise ArgumentTypeError for every bad value, so argparse prints
 # "argument --lease: must be ..." and never "invalid _positive_float value" (a Python name).
 INT64 = (-(2**63), 2**63 - 1)  # what both backends store in an integer column
@@ -403,6 +410,24 @@ def build_parser() -> argparse.ArgumentParser:
                         "that ran out a minute ago is stuck (default: the run ended with the workers idle)")
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
+
+    p = command("chaos", "run real workers under a seeded fault schedule, then check what the queue kept "
+                         "(exit 0 clean, 1 broken)", cmd_chaos)
+    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
+    p.add_argument("--workers", type=_positive_int, metavar="N", default=4, help="worker processes kept running (default 4)")
+    p.add_argument("--concurrency", type=_positive_int, metavar="N", default=1, help="jobs each worker runs at once (default 1)")
+    p.add_argument("--jobs", type=_positive_int, metavar="N", default=500, help="how many jobs (default 500)")
+    p.add_argument("--seconds", type=_positive_float, metavar="SECONDS", default=60.0, help="how long the faults go on (default 60)")
+    p.add_argument("--lease", type=_positive_float, default=None, metavar="SECONDS",
+                   help="the workers' lease in seconds (default 1)")
+    p.add_argument("--faults", default=None,
+                   help="comma-separated faults (default: every one this queue can have); an unknown one "
+                        "is refused with the list")
+    p.add_argument("--seed", type=_any_int, default=None, metavar="N", help="replay a run's schedule (default: a random seed)")
+    p.add_argument("--payload", default="{}", help="every job's JSON payload (default {})")
+    p.add_argument("--out", default=None, help="the run's folder: logs, effects (default: beside the queue)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")
+    p.add_argument("--lang", choices=LANGS, default="en", help="the language it speaks (default en)")
     return parser
 
 

@@ -119,3 +119,15 @@ class SignalsUnsupported(LeaselabError):
 
 class ScenarioTimeout(LeaselabError, TimeoutError):
     """Raised when a scenario's ``wait idle`` or ``wait running=N`` step did not see that within its timeout."""
+
+
+class UnknownFault(LeaselabError, ValueError):
+    """Raised when ``leaselab chaos`` is asked for a fault it does not know; the message lists those it does."""
+
+
+class FaultNotApplicable(LeaselabError, ValueError):
+    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash of a server it did not start)."""
+
+
+class QueueNotEmpty(LeaselabError, ValueError):
+    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""

@@ -353,7 +353,8 @@ def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effect
     db, effects = tmp_path / "q.db", tmp_path / "effects.jsonl"
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0}] * 3)
-    w = spawn_worker(db, "w1", lease=LEASE, exit_when_idle=True, env={"LEASELAB_EFFECTS": str(effects)})
+    w = spawn_worker(db, "w1", lease=LEASE, handler="leaselab.lessons.demo:effect", exit_when_idle=True,
+                     env={"LEASELAB_EFFECTS": str(effects)})
     assert w.wait() == 0, w.stderr()
     lines = read_effects(effects)
     assert sorted(line["job"] for line in lines) == [1, 2, 3]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -284,3 +285,24 @@ def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someo
     bar = next(b for b in data.bars if b.worker == "w1")
     down = next(f for f in data.faults if f.kind == "kill")
     assert bar.end == down.start == exit_.at
+
+
+def test_a_worker_gets_the_extra_environment_and_launcher_it_was_spawned_with(fleet, tmp_path):
+    # The launcher runs before leaselab's command line, as chaos's clock-jumping worker does.
+    launcher = (sys.executable, "-c", "import os, sys; print('launched with', os.environ['CHAOS_TEST_MARK']); "
+                "from leaselab.cli import main; sys.exit(main(sys.argv[1:]))")
+    name = fleet.spawn(lease=2.0, env={"CHAOS_TEST_MARK": "m-42"}, launcher=launcher)
+    wait_until(lambda: "launched with m-42" in fleet.log_tail(name), message="the launcher's line")
+    assert fleet.state(name) == "running"
+
+
+def test_a_fleet_given_an_actions_file_records_there_and_not_beside_the_queue(tmp_path):
+    record = tmp_path / "run" / "actions.jsonl"
+    record.parent.mkdir()
+    fleet = Fleet(tmp_path / "lab.db", grace=5.0, actions_file=record)
+    try:
+        fleet.kill(fleet.spawn(lease=2.0))
+    finally:
+        shut_down(fleet)
+    assert [json.loads(line)["action"] for line in record.read_text().splitlines()][:2] == ["spawn", "kill"]
+    assert not faults_path(fleet.path).exists()

@@ -62,22 +62,27 @@ def _imports(path: Path) -> set[str]:
 
 def _layer(module: str) -> str:
     parts = module.split(".")
-    if len(parts) > 1 and parts[1] in ("lab", "lessons", "backends", "check"):
+    if module in ("leaselab.cli", "leaselab.__main__"):
+        return "cli"
+    if len(parts) > 1 and parts[1] in ("lab", "lessons", "backends", "check", "chaos"):
         return parts[1]
     return "core"
 
 
-# Which layer may import which: the core sees the backends (to open one) and the checker (the
-# CLI runs it), the backends see the core's plain parts (errors, job, backoff), the lessons
+# Which layer may import which: the core sees the backends (to open one), the backends see the core's plain parts (errors, job, backoff), the lessons
 # and the lab see the core and the checker. The checker sees the core and, of the backends,
 # only their package (how a target is told apart and a password scrubbed): never a backend's
 # own SQL or connection, so a bug there cannot hide itself from the checker.
 ALLOWED = {
-    "core": {"core", "backends", "check"},
+    "core": {"core", "backends"},
     "backends": {"core", "backends"},
     "lessons": {"core", "backends", "lessons", "check"},
     "lab": {"core", "lab", "check"},
     "check": {"core", "check", "backends"},
+    # chaos is the top layer: it drives the lab's fleet, the lessons' servers, and calls the checker.
+    "chaos": {"core", "backends", "check", "lab", "lessons", "chaos"},
+    # The command line reaches every command; it loads a layer above the core only inside that command.
+    "cli": {"core", "backends", "check", "chaos", "cli"},
 }
 CHECK_MAY_IMPORT_OF_THE_BACKENDS = {"leaselab.backends"}
 

@@ -125,3 +125,24 @@ def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before
                message="w1 to give the attempt up")
     assert q.get(job_id).status is Status.RUNNING and q.get(job_id).result is None
     fleet.heal("w1")
+
+
+def test_a_dropped_reply_cuts_the_worker_once_and_it_carries_on_with_its_jobs(server_fleet):
+    fleet, q = server_fleet, server_fleet.queue
+    fleet.spawn(lease=5.0, name="w1")
+    fleet.drop_reply("w1")  # the next statement it sends (an idle poll, most likely) runs, unanswered
+    wait_until(lambda: fleet.status()[0].replies_dropped == 1, message="the reply to be dropped")
+    job = q.enqueue({"seconds": 0})
+    wait_until(lambda: q.get(job).status is Status.DONE, message="the job to be done after the cut")
+    assert fleet.state("w1") == "running"
+    assert [a.action for a in fleet.actions] == ["spawn", "drop-reply"]
+
+
+def test_a_worker_of_a_sqlite_queue_has_no_reply_to_drop(tmp_path):
+    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
+    try:
+        fleet.spawn(lease=5.0, name="w1")
+        with pytest.raises(PartitionUnsupported, match="SQLite file"):
+            fleet.drop_reply("w1")
+    finally:
+        fleet.shutdown()

@@ -119,6 +119,7 @@ class WorkerStatus:
     concurrency: int = 1       # how many jobs it runs at once
     partitioned_for: float | None = None  # seconds since its network was cut (server queues), while cut
     partitioned_jobs: tuple[int, ...] = ()  # the jobs it held when it was cut off, while cut
+    replies_dropped: int = 0   # replies its proxy threw away (``drop_reply``), since it started
 
     @property
     def partitioned(self) -> bool:
@@ -229,6 +230,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
         proxies: bool = True,
+        actions_file: str | os.PathLike | None = None,
     ):
         # Absolute, so a notebook that changes folder later still finds its workers' files.
         path = os.fspath(path)
@@ -241,6 +243,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         # On a server queue each worker talks to the server through a proxy of its own, so one
         # worker can be cut off the network (partition) while the others carry on.
         self.proxies = proxies
+        # A throw-away server's fleet (leaselab chaos) keeps its record with its run, not in the current folder.
+        self.actions_file = Path(actions_file) if actions_file is not None else faults_path(self.path)
         self.actions: list[Action] = []
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.RLock()
@@ -278,6 +282,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         exit_when_idle: bool = False,
         busy_timeout: float = 30.0,
         concurrency: int = 1,
+        env: dict[str, str] | None = None,
+        launcher: tuple[str, ...] | None = None,
     ) -> str:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
@@ -287,7 +293,9 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         to a live worker raises ``WorkerExists``; a dead one's name may be reused. A worker
         that waits longer than ``busy_timeout`` for the write lock logs it and tries again
         (its badge says ``waiting``). ``concurrency`` > 1 runs that many jobs at once on
-        threads (``leaselab worker --concurrency``).
+        threads (``leaselab worker --concurrency``). ``env`` adds to the worker's environment;
+        ``launcher`` replaces the ``python -m leaselab`` that the worker's arguments follow (a
+        program that changes the process before it runs ``leaselab.cli.main``, as a skewed clock does).
         """
         load_handler(handler)
         lease = positive("lease", lease)
@@ -306,7 +314,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
             # The queue goes by environment, not argv: a server URL may hold a password, and ps shows argv.
-            argv = [sys.executable, "-m", "leaselab", "worker", "--handler", handler,
+            argv = [*(launcher or (sys.executable, "-m", "leaselab")), "worker", "--handler", handler,
                     "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
                     "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
             if exit_when_idle:
@@ -319,7 +327,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 # Its own proxy, so the fleet can cut this worker off the network and no other.
                 proxy = Proxy(server_address(self.path))
                 db = through(self.path, proxy.port)
-            env = dict(os.environ, PYTHONUNBUFFERED="1", LEASELAB_DB=db)
+            env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1", LEASELAB_DB=db)
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
             try:
@@ -426,6 +434,17 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             if proc.partitioned_at is not None:
                 proc.partitioned_at = None
                 self._record(name, "heal", proc.popen.pid)
+
+    def drop_reply(self, name: str) -> None:
+        """Let the worker's next statement reach the server and run, then throw its reply away and cut it.
+
+        The worker's driver raises, not knowing whether the statement went through (it did):
+        the fault a worker must find out by its token, never guess. Server queues only.
+        """
+        with self._lock:
+            proc = self._alive(name, "drop a reply of")
+            self._proxy_of(proc).drop_next_reply()
+            self._record(name, "drop-reply", proc.popen.pid)
 
     def _proxy_of(self, proc: _Proc) -> Proxy:
         if proc.proxy is None:
@@ -546,6 +565,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 fault=_fault(p.log_path) if states[p.name] in ALIVE else None,
                 jobs=tuple(sorted(j.id for j in mine)),
                 concurrency=p.concurrency,
+                replies_dropped=p.proxy.replies_dropped if p.proxy is not None else 0,
             ))
         return out
 
@@ -624,7 +644,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         entry = Action(at=self.clock(), worker=name, action=action, pid=pid, detail=detail)
         self.actions.append(entry)
         try:
-            with open(faults_path(self.path), "a", encoding="utf-8") as fh:
+            with open(self.actions_file, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(asdict(entry)) + "\n")
         except OSError:
             pass  # the in-memory record still serves this kernel's timeline

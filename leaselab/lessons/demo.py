@@ -44,8 +44,10 @@ def task(job: Job) -> Any:
     opts = _opts(job)
     # Unkeyed: a re-run repeats it, as a handler that is not idempotent would. The line's token
     # tells two claims of one attempt apart: a fence handed out twice shows here even when a
-    # server crash took the first claim's own row back.
-    record_effect(job, path=opts.get("effects") or None, when="start")
+    # server crash took the first claim's own row back. Only into the file the payload names:
+    # run by `leaselab chaos` without one, the demo has no outside effect to repeat.
+    if opts.get("effects"):
+        record_effect(job, path=opts["effects"], when="start")
     time.sleep(float(opts.get("seconds", 0)))
     if _hits(opts.get("crash", False), job.attempts):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -62,9 +64,10 @@ def sleepy(job: Job) -> Any:
 
 
 def effect(job: Job) -> Any:
-    """Record a side effect in the payload's ``effects`` file, then sleep: not idempotent on purpose."""
+    """Record a side effect, then sleep: not idempotent on purpose. The effect goes into the
+    payload's ``effects`` file, else into ``$LEASELAB_EFFECTS`` (as ``leaselab chaos`` sets it)."""
     opts = _opts(job)
-    record_effect(job, path=opts["effects"])
+    record_effect(job, path=opts.get("effects"))
     time.sleep(float(opts.get("seconds", 0)))
     return {"effect": "recorded", "attempt": job.attempts}
 
