@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from typing import Callable
 
 import pytest
@@ -65,6 +66,31 @@ def wait_nothing_left(leftovers: Callable[[], list[str]], timeout: float = 60.0)
         wait_until(lambda: not leftovers(), timeout, interval=0.1, message="the server to leave nothing behind")
     except pytest.fail.Exception:
         pytest.fail(f"still there {timeout:g}s after the server's owner ended: {leftovers()}")
+
+
+def labelled_servers(label: str) -> list[tuple[int, str]]:
+    """(pid, data folder) of every live postmaster named ``label`` (``LEASELAB_PG_LABEL``) or a label below it."""
+    found = []
+    for pid, argv in _processes():
+        names = [b.partition("=")[2] for a, b in zip(argv, argv[1:]) if a == "-c" and b.startswith("cluster_name=")]
+        if any(n == label or n.startswith(label + ".") for n in names) and "-D" in argv[:-1]:
+            found.append((pid, argv[argv.index("-D") + 1]))
+    return found
+
+
+def servers_left_running(label: str, timeout: float) -> list[tuple[int, str]]:
+    """The servers named ``label`` still running after ``timeout`` (their watchdogs may be ending them);
+    each is then ended and its folder removed, so that nothing stays."""
+    from leaselab.lessons.pgwatchdog import end_server, remove_folder
+
+    deadline = time.monotonic() + timeout
+    while (left := labelled_servers(label)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for _, data in left:
+        end_server(data, grace=0)
+        if os.path.basename(os.path.dirname(data)).startswith("leaselab-pg-"):
+            remove_folder(os.path.dirname(data))
+    return left
 
 
 def _argv(pid: int) -> list[str]:

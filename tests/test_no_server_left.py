@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from browser_support import descendants
-from leaselab.lessons.pgserver import PgNotRunning, PgServer, PgStartFailed, PgUnavailable, find_bin_dir
+from leaselab.lessons.pgserver import LABEL_VARIABLE, PgNotRunning, PgServer, PgStartFailed, PgUnavailable, find_bin_dir
 from polling import pid_gone, wait_until
-from servers import server_leftovers, wait_nothing_left
+from servers import labelled_servers, server_leftovers, servers_left_running, wait_nothing_left
 
 # What an owner does: start a server, make a database (a connection's backend), say where it all is.
 OWNER = r"""
@@ -223,3 +223,23 @@ def test_an_owner_killed_while_initdb_runs_leaves_no_folder_and_no_initdb(open_d
         owner.wait(60)
     wait_nothing_left(lambda: server_leftovers(folder, None, initdb))
     assert servers_folders(open_dir) == []
+
+
+# -- the run's own check ----------------------------------------------------------------------------
+
+def test_the_end_of_run_check_finds_and_ends_a_server_the_run_left_running_and_no_other(bin_dir, open_dir,
+                                                                                        monkeypatch):
+    label = os.environ[LABEL_VARIABLE] + ".check"
+    monkeypatch.setenv(LABEL_VARIABLE, label)
+    monkeypatch.setattr(tempfile, "tempdir", str(open_dir))
+    server = PgServer(bin_dir).start()
+    os.kill(server.watchdog_pid, signal.SIGSTOP)  # a watchdog that cannot act: only the check ends the server
+    try:
+        assert server.setting("cluster_name") == label
+        assert labelled_servers(label + "x") == [] and labelled_servers("pytest-0") == []
+        left = servers_left_running(label, timeout=0.5)
+        assert [data for _, data in left] == [str(server.data_dir)]
+        assert not server.folder.exists() and labelled_servers(label) == []
+    finally:
+        os.kill(server.watchdog_pid, signal.SIGCONT)
+        server.stop()
