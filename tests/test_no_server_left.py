@@ -24,14 +24,27 @@ from servers import labelled_servers, server_leftovers, servers_left_running, wa
 
 # What an owner does: start a server, make a database (a connection's backend), say where it all is.
 OWNER = r"""
-import json, os, sys
+import json, sys, threading
 from leaselab.lessons.pgserver import PgServer
-server = PgServer().start()
-server.create_database("owned")
-postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
-print(json.dumps({"folder": str(server.folder), "port": server.port, "postmaster": postmaster,
-                  "watchdog": server.watchdog_pid}), flush=True)
-if sys.argv[1:] != ["exit"]:
+
+said = threading.Event()
+
+def own():
+    server = PgServer().start()
+    server.create_database("owned")
+    postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+    print(json.dumps({"folder": str(server.folder), "port": server.port, "postmaster": postmaster,
+                      "watchdog": server.watchdog_pid}), flush=True)
+    said.set()
+    if "thread" in sys.argv:
+        threading.Event().wait()  # a daemon thread that holds the server while the interpreter exits
+
+if "thread" in sys.argv:
+    threading.Thread(target=own, daemon=True).start()
+    said.wait()
+else:
+    own()
+if "exit" not in sys.argv:
     sys.stdin.read()  # wait to be killed
 """
 
@@ -81,6 +94,8 @@ ENDINGS = {
     "SIGKILL of the owner and all its descendants": lambda owner, server: kill_tree(owner.pid),
     "SIGKILL of the watchdog, then of the owner": lambda owner, server: (os.kill(server["watchdog"], signal.SIGKILL),
                                                                          owner.kill()),
+    "SIGKILL of the watchdog's process group, then of the owner": lambda owner, server: (
+        os.killpg(os.getpgid(server["watchdog"]), signal.SIGKILL), owner.kill()),
 }
 
 
@@ -97,8 +112,9 @@ def test_a_server_whose_owner_is_killed_leaves_no_process_no_folder_and_no_port(
     assert list(open_dir.iterdir()) == []
 
 
-def test_a_server_whose_owner_exits_without_stopping_it_leaves_nothing(bin_dir, open_dir):
-    owner, server = start_owner(open_dir, "exit")
+@pytest.mark.parametrize("holder", ["main", "thread"], ids=["started by the main thread", "held by a daemon thread"])
+def test_a_server_whose_owner_exits_without_stopping_it_leaves_nothing(bin_dir, open_dir, holder):
+    owner, server = start_owner(open_dir, "exit", holder)
     assert owner.wait(60) == 0, owner.stderr.read()
     wait_nothing_left(lambda: left_by(server))
     assert list(open_dir.iterdir()) == []

@@ -286,7 +286,9 @@ class _WatchdogProcess:
             if os.getppid() != me:  # the watchdog ended before the tie was made
                 os._exit(1)
 
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.folder, env=self.env,
+        # A session of its own: a kill of this process's group leaves it to the SIGQUIT above,
+        # a clean immediate shutdown, rather than a SIGKILL that leaves shared memory behind.
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.folder, env=self.env, start_new_session=True,
                                 preexec_fn=tie_to_watchdog, **self.user, **streams)
 
     def do_run(self, command: dict) -> dict:
