@@ -394,7 +394,7 @@ lessons.wait_until(lambda: cut.get(job_id).worker == "w1", what=lessons.text("wa
 first = cut.get(job_id)
 fleet.partition("w1")
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
-lessons.wait_until(lambda: fleet.status()[0].badge == "zombie", what=lessons.text("l6_wait_expired", lang))
+lessons.wait_until(lambda: fleet.status()[0].badge == "lease_expired", what=lessons.text("l6_wait_expired", lang))
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
 fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease
 lessons.wait_until(lambda: cut.get(job_id).status == "done", timeout=30, what=lessons.text("wait_done", lang))
