@@ -159,7 +159,7 @@ say("l1_reaped_at", at=29, ids=q.reap())
 clock.advance(2)
 say("l1_reaped_at", at=31, ids=q.reap())
 job = q.get(job_id)
-say("l1_reaped_status", status=job.status, attempts=job.attempts, error=job.last_error)
+say("l1_reaped_status", status=job.status, attempts=job.attempts, error=lessons.stored_detail(job.last_error, lang))
 say("l1_run_again", seconds=job.run_at - clock())
 
 # %% [markdown] tags=["en"]
