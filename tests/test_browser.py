@@ -232,10 +232,12 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     nb.screenshot("spawned-running")
 
     lab.locator(f".leaselab-pause-{name}").click()
-    # Paused past its lease, the badge turns to zombie: either is the truth on screen.
-    paused = lab.locator(f".leaselab-worker-{name} :is(.leaselab-state-paused, .leaselab-state-zombie)")
+    # Paused past its lease, the badge turns to "lease expired" (then "zombie" once its job is reaped):
+    # any of them is the truth on screen.
+    paused = lab.locator(f".leaselab-worker-{name} :is(.leaselab-state-paused, .leaselab-state-lease_expired,"
+                         " .leaselab-state-zombie)")
     paused.wait_for(timeout=30_000)
-    assert paused.inner_text().strip() in (t("paused", lang), t("zombie", lang))
+    assert paused.inner_text().strip() in (t("paused", lang), t("lease_expired", lang), t("zombie", lang))
     assert process_state(pid) == "T", f"worker {name} (pid {pid}) is shown paused but is not stopped"
     see_message(lab, t("paused_msg", lang, name=name), name)
     nb.screenshot("paused")
@@ -326,9 +328,10 @@ def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(ch
         other = {"w1": "w2", "w2": "w1"}[holder]
 
         lab.locator(f".leaselab-partition-{holder}").click()
-        cut_off = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-zombie)")
+        cut_off = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-lease_expired,"
+                              " .leaselab-state-zombie)")
         cut_off.wait_for(timeout=30_000)
-        assert cut_off.inner_text().strip() in (t("cut_off", lang), t("zombie", lang))
+        assert cut_off.inner_text().strip() in (t("cut_off", lang), t("lease_expired", lang), t("zombie", lang))
         see_message(lab, t("partitioned_msg", lang, name=holder), holder)
         assert lab.locator(f".leaselab-heal-{holder}").is_enabled()
         assert lab.locator(f".leaselab-partition-{holder}").is_disabled()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from leaselab import ManualClock, Queue
 from leaselab.lessons import exercises
 
@@ -11,6 +13,26 @@ from leaselab.lessons import exercises
 def test_the_queue_tolerates_one_missed_beat_at_a_third_of_the_lease_not_two():
     assert exercises.misses_the_queue_tolerates(30, 10) == 1
     assert exercises.misses_the_queue_tolerates(30, 7.5) == 2
+
+
+def test_a_beat_due_exactly_at_lease_until_is_left_out_as_a_margin_though_reap_would_still_wait_then():
+    clock = ManualClock(start=0.0)
+    with Queue(":memory:", clock=clock) as q:
+        q.enqueue("beat")
+        job = q.claim("w", lease=30)
+        clock.advance(30)
+        assert q.reap() == []  # REAP is lease_until < :now: at the deadline itself the job stays
+        clock.advance(math.nextafter(30, math.inf) - 30)
+        assert q.reap() == [job.id]  # an instant later any reaper takes it
+    # So the third beat of a 30 s lease, due at 30 s, is not counted on: one miss, not two.
+    assert exercises.misses_the_queue_tolerates(30, 10) == 1
+    assert exercises.misses_the_queue_tolerates(10, 1) == 8
+    assert exercises.misses_the_queue_tolerates(10, 10) == -1  # not even the first beat lands inside
+
+
+def test_the_misses_check_names_a_beat_interval_that_is_not_positive():
+    with pytest.raises(ValueError, match="every=0"):
+        exercises.misses_the_queue_tolerates(30, 0)
 
 
 def test_the_lease_check_accepts_the_right_formula_and_names_the_first_wrong_case():

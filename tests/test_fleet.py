@@ -57,7 +57,8 @@ def test_pause_stops_the_process_and_its_lease_runs_out_then_resume_continues(fl
     assert fleet.state(name) == "paused"
     status = wait_until(lambda: [s for s in fleet.status() if s.lease_left is not None and s.lease_left < 0],
                         message="w1's lease to run out while paused")[0]
-    assert status.job_id == job.id and status.badge == "zombie"
+    # Nobody reaped it: its token is still in the job, so it is late, not a zombie.
+    assert status.job_id == job.id and status.badge == "lease_expired"
     fleet.resume(name)
     wait_until(lambda: process_state(fleet.pid(name)) not in ("T", None), message="w1 to run again")
     assert fleet.state(name) == "running"
@@ -229,6 +230,21 @@ def test_a_server_queues_files_go_to_the_current_folder_named_without_the_passwo
     url = "postgresql://alice:s3cret@db.example:6543/jobs"
     assert faults_path(url) == tmp_path / "pg-db.example-6543-jobs.faults.jsonl"
     assert faults_path(tmp_path / "lab.db") == tmp_path / "lab.db.faults.jsonl"
+
+
+def test_a_paused_worker_is_a_zombie_only_once_its_expired_job_was_reaped(fleet):
+    fleet.queue.enqueue({"seconds": 30})
+    name = fleet.spawn(lease=1.0)
+    job = wait_until(claimed_by(fleet.queue, name), message="w1 to claim")[0]
+    fleet.pause(name)
+    assert fleet.status()[0].badge == "paused"
+    wait_until(lambda: fleet.status()[0].lease_left < 0, message="w1's lease to run out while paused")
+    assert fleet.status()[0].badge == "lease_expired"
+    assert fleet.queue.reap() == [job.id]  # the job is taken from it: now it acts on a lease it lost
+    [status] = fleet.status()
+    assert (status.badge, status.job_id, status.paused_job) == ("zombie", None, job.id)
+    fleet.resume(name)
+    wait_until(lambda: fleet.status()[0].badge == "running", message="the thawed worker to let go of the job")
 
 
 def test_a_worker_paused_while_idle_is_paused_not_a_zombie(fleet):

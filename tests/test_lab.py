@@ -52,16 +52,18 @@ def test_clicking_spawn_starts_a_worker_that_appears_running_in_the_table(make_l
     assert "spawned w1" in lab.message.value
 
 
-def test_clicking_pause_freezes_the_process_and_the_badge_turns_zombie_past_the_lease(make_lab):
+def test_clicking_pause_freezes_the_process_and_the_badge_turns_zombie_once_its_job_is_reaped(make_lab):
     lab = make_lab(lease=1.0)
     lab.enqueue(1, seconds=30)
     lab.spawn_button.click()
     wait_until(lambda: lab.refresh().counts["running"] == 1, message="w1 to claim")
     lab.row("w1").buttons["pause"].click()
     wait_until(lambda: process_state(lab.fleet.pid("w1")) == "T", message="the OS to report w1 stopped")
-    assert badge(lab, "w1") in ("paused", "zombie")
+    assert badge(lab, "w1") in ("paused", "lease_expired")
     assert lab.row("w1").buttons["pause"].disabled and not lab.row("w1").buttons["resume"].disabled
-    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be paused past its lease")
+    wait_until(lambda: badge(lab, "w1") == "lease_expired", message="w1 to be paused past its lease")
+    lab.reap_button.click()  # only now is the job taken from it
+    assert badge(lab, "w1") == "zombie"
     lab.row("w1").buttons["resume"].click()
     assert process_state(lab.fleet.pid("w1")) != "T"
     assert badge(lab, "w1") in ("running", "lease_expired")
@@ -257,9 +259,12 @@ def test_on_a_server_queue_each_worker_row_cuts_and_restores_its_network(make_la
     assert not row.buttons["partition"].disabled and row.buttons["heal"].disabled
     row.buttons["partition"].click()
     assert lab.fleet.status()[0].partitioned
-    assert badge(lab, "w1") in ("cut_off", "zombie")
+    assert badge(lab, "w1") in ("cut_off", "lease_expired")
     assert row.buttons["partition"].disabled and not row.buttons["heal"].disabled
-    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be cut off past its lease")
+    wait_until(lambda: badge(lab, "w1") == "lease_expired", message="w1 to be cut off past its lease")
+    assert t("lease_expired", lang) in lab.row("w1").cells.value
+    lab.reap_button.click()  # the job is taken from it: a zombie made by the network
+    assert badge(lab, "w1") == "zombie"
     assert t("zombie", lang) in lab.row("w1").cells.value
     row.buttons["heal"].click()
     assert not lab.fleet.status()[0].partitioned

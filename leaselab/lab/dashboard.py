@@ -55,8 +55,8 @@ BADGE_COLOURS = {
     "running": "#2e7d32",        # green: all is well
     "paused": "#f9a825",         # amber: frozen, lease still good
     "stopping": "#1565c0",       # blue: finishing its job
-    "zombie": "#c62828",         # red: frozen past its lease
-    "lease_expired": "#ef6c00",  # orange: alive, lease gone
+    "zombie": "#c62828",         # red: frozen or cut off, and its job was taken from it
+    "lease_expired": "#ef6c00",  # orange: its lease ran out, nobody has reaped the job yet
     "waiting": "#6a1b9a",        # purple: alive, waiting out a locked or full database
     "cut_off": "#00838f",        # teal: alive, cut off the network from the server
     "killed": "#212121",         # black: crashed

@@ -4,7 +4,7 @@
 
     fleet = Fleet("lab.db")
     name = fleet.spawn(handler="leaselab.lessons.demo:sleepy", lease=3.0)   # "w1"
-    fleet.pause(name)     # SIGSTOP: frozen; its lease runs out and it becomes a zombie
+    fleet.pause(name)     # SIGSTOP: frozen; its lease runs out, and once its job is reaped it is a zombie
     fleet.resume(name)    # SIGCONT
     fleet.kill(name)      # SIGKILL: a crash, no clean-up
     fleet.stop(name)      # SIGTERM: finish the current job, then exit
@@ -128,28 +128,35 @@ class WorkerStatus:
 
     @property
     def zombie(self) -> bool:
-        """Paused or cut off past its lease: it still believes it holds a job the queue may give to someone else."""
+        """Paused or cut off, and the job it held then is no longer its own: reaped, or handed on.
+
+        It still believes it holds that job, and will act on it when it wakes or is reconnected:
+        the zombie of lesson 3. A lease that merely ran out makes no zombie: until a reaper takes
+        the job, the holder's token is still in it and its writes are accepted (``lease_expired``).
+        """
         if self.state == PAUSED and self.paused_job is not None:
-            expired = self.lease_left is not None and self.lease_left < 0
-            return expired or (self.paused_for is not None and self.paused_for > self.lease)
+            return self.paused_job not in self.jobs
         if self.partitioned and self.state in ALIVE and self.partitioned_jobs:
             # Cut off, it cannot let go of what it held: it believes it holds those jobs until it
             # is reconnected, even after the queue has handed them to someone else.
-            expired = self.lease_left is not None and self.lease_left < 0
-            handed_on = not set(self.partitioned_jobs) <= set(self.jobs)
-            return expired or handed_on or self.partitioned_for > self.lease
+            return not set(self.partitioned_jobs) <= set(self.jobs)
         return False
 
     @property
+    def lease_expired(self) -> bool:
+        """Alive or paused, it still holds a job whose lease has run out, and nobody has reaped it yet."""
+        return self.state in ALIVE and self.lease_left is not None and self.lease_left < 0
+
+    @property
     def badge(self) -> str:
-        """The state the dashboard shows: the process state, or ``zombie`` / ``cut_off`` / ``lease_expired`` / ``waiting``."""
+        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` / ``waiting``."""
         if self.zombie:
             return "zombie"
         if self.partitioned and self.state in ALIVE:
-            return "cut_off"
+            return "lease_expired" if self.lease_expired else "cut_off"
         if self.state == RUNNING and self.fault is not None:
             return "waiting"
-        if self.state == RUNNING and self.lease_left is not None and self.lease_left < 0:
+        if self.lease_expired:
             return "lease_expired"
         return self.state
 

@@ -6,8 +6,9 @@ or a reminder to write the answer first. Tests feed each check a right and a wro
 
 from __future__ import annotations
 
-import time
+import math
 import sqlite3
+import time
 from typing import Any, Callable, Iterable
 
 from ..clock import ManualClock
@@ -22,20 +23,26 @@ MISS_CASES = ((30.0, 10.0), (30.0, 7.5), (30.0, 12.0), (10.0, 1.0), (60.0, 20.0)
 
 
 def misses_the_queue_tolerates(lease: float, every: float) -> int:
-    """Ask a real queue: how many heartbeats in a row can be missed so the next still lands inside the lease?
+    """Ask a real queue's reaper: how many heartbeats in a row can be missed so the next still lands inside the lease?
 
-    A beat landing exactly at ``lease_until`` is not counted: from then on any reaper may win.
+    For each number of misses, a fresh job is claimed and the reaper runs at the very next
+    instant after the next beat is due (the next float). By the letter of REAP
+    (``lease_until < :now``) a beat landing exactly at ``lease_until`` still wins, but an
+    instant later any reaper may take the job, and no beat is exactly on time: the safety
+    margin counts only beats that land strictly inside the lease. -1: not even the first beat does.
     """
-    clock = ManualClock()
-    with Queue(":memory:", clock=clock) as q:
-        q.enqueue("beat")
-        job = q.claim("w", lease=lease)
-        missed = 0
-        while True:
-            clock.advance(every)
-            if q.get(job.id).lease_until <= clock():
-                return missed - 1 if missed else -1
-            missed += 1
+    if not every > 0 or not lease > 0:
+        raise ValueError(f"lease and every must be > 0, got lease={lease!r}, every={every!r}")
+    missed = 0
+    while True:
+        clock = ManualClock(start=0.0)  # the claim at 0 puts lease_until at exactly ``lease``
+        with Queue(":memory:", clock=clock) as q:
+            q.enqueue("beat")
+            q.claim("w", lease=lease)
+            clock.advance(math.nextafter((missed + 1) * every, math.inf))  # just after the beat that got through
+            if q.reap():
+                return missed - 1
+        missed += 1
 
 
 def _verdict(results: list[tuple[Any, Any, str]], lang: str) -> str:
