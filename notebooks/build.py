@@ -108,12 +108,28 @@ def target(source: Path, lang: str) -> Path:
     return HERE / lang / (source.stem + ".ipynb")
 
 
+def _kernel_config():
+    """Kernel manager settings: provision CurveZMQ keys where the kernel says it supports them.
+
+    ipykernel 7.4 warns on every start, on stderr, that a kernel on TCP without encryption can be
+    overheard; the kernelspec it installs says it supports CurveZMQ, and jupyter_client 8.10's
+    ``transport_encryption`` then hands it keys. A jupyter_client without the setting is left as it is.
+    """
+    from jupyter_client.manager import KernelManager
+    from traitlets.config import Config
+
+    config = Config()
+    if KernelManager.class_traits().get("transport_encryption") is not None:
+        config.KernelManager.transport_encryption = "auto"
+    return config
+
+
 def execute(nb: nbformat.NotebookNode, folder: Path) -> None:
     """Run every cell in a fresh kernel started in ``folder``; a failing cell raises."""
     from nbclient import NotebookClient
 
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(folder)}})
+                            resources={"metadata": {"path": str(folder)}}, config=_kernel_config())
     client.execute()
     nb.metadata["kernelspec"] = dict(KERNELSPEC)  # keep it stable whatever the local kernel calls itself
 
