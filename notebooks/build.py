@@ -5,9 +5,18 @@ languages; every markdown cell carries the tag ``en`` or ``ru`` and goes only to
 that language. So the two notebooks of a lesson have the same code cells, in the
 same order, and differ only in prose.
 
-    python notebooks/build.py              # build and run every lesson, both languages
-    python notebooks/build.py 02 03        # only the lessons whose names start so
+    python notebooks/build.py              # build and run every lesson whose inputs changed
+    python notebooks/build.py 02 03        # rebuild these lessons, changed or not
+    python notebooks/build.py --force      # rebuild every lesson
     python notebooks/build.py --no-execute # write the cells without running them
+
+A notebook is rebuilt only when its inputs changed since it was built, so building an
+unchanged checkout executes nothing and leaves every file as it was. Its inputs are
+its own cells as the source makes them (code, prose in its language, tags), the
+leaselab package (every ``.py`` and ``.sql`` file under ``leaselab/``) and this
+script; their digest is stored in the notebook's metadata (``leaselab.built_from``).
+Not inputs: the versions of Python, Jupyter and matplotlib, and PostgreSQL's
+binaries. After upgrading those, ``--force`` rebuilds everything.
 
 Each notebook runs in a fresh kernel whose working folder is the notebook's own
 folder, as in JupyterLab and under nbval; lessons keep their databases in a
@@ -17,6 +26,7 @@ temporary folder and remove it in their last cell.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import sys
 from pathlib import Path
 
@@ -25,18 +35,22 @@ import nbformat
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE / "src"
+PACKAGE = HERE.parent / "leaselab"
+PACKAGE_SUFFIXES = (".py", ".sql")  # what the package is made of; test_build checks no other kind is tracked
 LANGUAGES = ("en", "ru")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT = 120
+STAMP = "leaselab"  # the notebook metadata key under which the build records its inputs' digest
+
 
 
 class SourceError(ValueError):
     """A lesson source breaks the rules that keep the languages in step."""
 
 
-def sources() -> list[Path]:
-    """Every lesson source, in lesson order."""
-    return sorted(SRC.glob("[0-9][0-9]-*.py"))
+def sources(folder: Path = SRC) -> list[Path]:
+    """Every lesson source in ``folder``, in lesson order."""
+    return sorted(Path(folder).glob("[0-9][0-9]-*.py"))
 
 
 def cell_language(cell) -> str | None:
@@ -104,8 +118,38 @@ def stale(source: Path, lang: str, committed: nbformat.NotebookNode) -> list[str
     return problems
 
 
-def target(source: Path, lang: str) -> Path:
-    return HERE / lang / (source.stem + ".ipynb")
+def target(source: Path, lang: str, out: Path = HERE) -> Path:
+    return out / lang / (source.stem + ".ipynb")
+
+
+def package_files(package: Path = PACKAGE) -> list[Path]:
+    """The files of the leaselab package that a lesson's outputs depend on, in a stable order."""
+    return sorted(p for p in package.rglob("*")
+                  if p.suffix in PACKAGE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts)
+
+
+def digest(nb: nbformat.NotebookNode, package: Path = PACKAGE) -> str:
+    """The digest of everything a built notebook depends on: its unexecuted cells, the package and this script."""
+    h = hashlib.sha256()
+
+    def part(name: str, data: bytes) -> None:
+        h.update(f"{name}\0{len(data)}\0".encode())
+        h.update(data)
+
+    part("notebook", nbformat.writes(nb).encode())
+    part("build.py", Path(__file__).read_bytes())
+    for path in package_files(package):
+        part(path.relative_to(package).as_posix(), path.read_bytes())
+    return h.hexdigest()
+
+
+def built_from(path: Path) -> str | None:
+    """The digest a notebook was built from, or None if it is missing, unreadable or was never run by this build."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):
+        return None
+    return nb.metadata.get(STAMP, {}).get("built_from")
 
 
 def _kernel_config():
@@ -149,31 +193,62 @@ def coalesce_streams(nb: nbformat.NotebookNode) -> None:
         cell.outputs = merged
 
 
-def build(source: Path, run: bool = True) -> list[Path]:
-    written = []
+def build(source: Path, run: bool = True, force: bool = False, out: Path = HERE) -> list[tuple[Path, str]]:
+    """Build both languages of one lesson into ``out``; for each notebook, its path and what happened to it.
+
+    What happened is ``current`` (its inputs are unchanged since its last build: not run, not touched),
+    ``written`` or ``same`` (rebuilt, and every byte came out as before, so the file was left alone).
+    """
+    done = []
     for lang, nb in split(source).items():
-        path = target(source, lang)
-        path.parent.mkdir(exist_ok=True)
+        path = target(source, lang, out)
+        inputs = digest(nb)
+        if run and not force and built_from(path) == inputs:
+            done.append((path, "current"))
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
         if run:
             execute(nb, path.parent)
             coalesce_streams(nb)
+            nb.metadata[STAMP] = {"built_from": inputs}
         nbformat.validate(nb)
-        nbformat.write(nb, path)
-        written.append(path)
-    return written
+        text = nbformat.writes(nb)
+        text += "" if text.endswith("\n") else "\n"  # as nbformat.write ends a file
+        if path.exists() and path.read_text(encoding="utf-8") == text:
+            done.append((path, "same"))
+            continue
+        path.write_text(text, encoding="utf-8")
+        done.append((path, "written"))
+    return done
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("lessons", nargs="*", help="lesson name prefixes, e.g. 01 or 02-claim")
+    parser.add_argument("lessons", nargs="*",
+                        help="lesson name prefixes, e.g. 01 or 02-claim; a lesson named is rebuilt even if unchanged")
+    parser.add_argument("--force", action="store_true", help="rebuild every chosen lesson, changed or not")
     parser.add_argument("--no-execute", action="store_true", help="write the cells without running them")
+    parser.add_argument("--src", type=Path, default=SRC, help="the folder of lesson sources (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=HERE,
+                        help="the folder that holds en/ and ru/ (default: %(default)s)")
     args = parser.parse_args(argv)
-    chosen = [s for s in sources() if not args.lessons or any(s.stem.startswith(p) for p in args.lessons)]
+    if not args.src.is_dir():
+        parser.error(f"--src {args.src}: no such folder")
+    chosen = [s for s in sources(args.src) if not args.lessons or any(s.stem.startswith(p) for p in args.lessons)]
     if not chosen:
-        parser.error(f"no lesson source matches {args.lessons}")
+        parser.error(f"no lesson source in {args.src} matches {args.lessons}")
+    current = 0
     for source in chosen:
-        for path in build(source, run=not args.no_execute):
-            print(f"wrote {path.relative_to(HERE.parent)}", flush=True)
+        for path, what in build(source, run=not args.no_execute, force=args.force or bool(args.lessons),
+                                out=args.out):
+            if what == "current":
+                current += 1
+                continue
+            shown = path.relative_to(HERE.parent) if path.is_relative_to(HERE.parent) else path
+            print(f"{'wrote' if what == 'written' else 'rebuilt, unchanged:'} {shown}", flush=True)
+    if current:
+        print(f"{current} notebook{'s' if current != 1 else ''} already built from the current sources and "
+              "leaselab, left as they are (--force or naming a lesson rebuilds it)", flush=True)
     return 0
 
 
