@@ -20,14 +20,21 @@ binaries. After upgrading those, ``--force`` rebuilds everything.
 
 Each notebook runs in a fresh kernel whose working folder is the notebook's own
 folder, as in JupyterLab and under nbval; lessons keep their databases in a
-temporary folder and remove it in their last cell.
+temporary folder and remove it in their last cell. What a run stores is made to be
+the same on every run where it can be: widget model ids are numbered in order, and
+the random parts of a run's temporary folder and server port are masked. What can
+only vary (timings, race counts, timelines of real processes) is in cells that nbval
+does not compare.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
+import json
+import re
 import sys
+import uuid
 from pathlib import Path
 
 import jupytext
@@ -41,7 +48,16 @@ LANGUAGES = ("en", "ru")
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 CELL_TIMEOUT = 120
 STAMP = "leaselab"  # the notebook metadata key under which the build records its inputs' digest
-
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+WIDGET_REF = re.compile(r"IPY_MODEL_([0-9a-f]{32})")
+# What a run prints that is random by construction and means nothing to a reader, with what is
+# stored instead. Each occurs only in outputs nbval does not compare (the dashboards' headers).
+RUN_SPECIFIC = (
+    # tempfile.mkdtemp's eight random characters after lessons.scratch's prefix
+    (re.compile(r"(leaselab-\d\d-[a-z0-9-]+-)[a-z0-9_]{8}(?![a-z0-9_])"), r"\1XXXXXXXX"),
+    # the port a throw-away PostgreSQL server (lessons.pgserver) was given by the system
+    (re.compile(r"(postgresql://[^\s@/'\"]+@127\.0\.0\.1:)\d+"), r"\1PORT"),
+)
 
 
 class SourceError(ValueError):
@@ -193,6 +209,48 @@ def coalesce_streams(nb: nbformat.NotebookNode) -> None:
         cell.outputs = merged
 
 
+def _widget_order(nb: nbformat.NotebookNode) -> list[str]:
+    """The notebook's widget model ids in an order that does not depend on the random ids themselves:
+    the displayed widgets in cell order, each followed depth-first by the models it refers to."""
+    state = nb.metadata.get("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
+    order: list[str] = []
+
+    def visit(model_id: str) -> None:
+        if model_id in state and model_id not in order:
+            order.append(model_id)
+            for ref in WIDGET_REF.findall(json.dumps(state[model_id], sort_keys=True)):
+                visit(ref)
+
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            view = out.get("data", {}).get("application/vnd.jupyter.widget-view+json")
+            if view:
+                visit(view["model_id"])
+    # Models no output shows (created but never displayed): by their content with the ids masked.
+    rest = sorted((m for m in state if m not in order),
+                  key=lambda m: WIDGET_REF.sub("IPY_MODEL_", json.dumps(state[m], sort_keys=True)))
+    for model_id in rest:
+        visit(model_id)
+    return order
+
+
+def stabilize(nb: nbformat.NotebookNode, name: str) -> nbformat.NotebookNode:
+    """The run's notebook with what is random by construction made the same on every run.
+
+    Widget model ids (random UUIDs) become ids derived from ``name`` and their order; the random
+    parts of ``RUN_SPECIFIC`` are masked. Cell sources are never changed.
+    """
+    text = nbformat.writes(nb)
+    for n, model_id in enumerate(_widget_order(nb)):
+        text = text.replace(model_id, uuid.uuid5(uuid.NAMESPACE_URL, f"leaselab:{name}#{n}").hex)
+    for pattern, replacement in RUN_SPECIFIC:
+        text = pattern.sub(replacement, text)
+    stable = nbformat.reads(text, as_version=4)
+    if [c.source for c in stable.cells] != [c.source for c in nb.cells]:
+        raise SourceError(f"{name}: a cell's source contains what looks like a run's random id or port")
+    return stable
+
+
 def build(source: Path, run: bool = True, force: bool = False, out: Path = HERE) -> list[tuple[Path, str]]:
     """Build both languages of one lesson into ``out``; for each notebook, its path and what happened to it.
 
@@ -210,6 +268,7 @@ def build(source: Path, run: bool = True, force: bool = False, out: Path = HERE)
         if run:
             execute(nb, path.parent)
             coalesce_streams(nb)
+            nb = stabilize(nb, f"{lang}/{path.name}")
             nb.metadata[STAMP] = {"built_from": inputs}
         nbformat.validate(nb)
         text = nbformat.writes(nb)

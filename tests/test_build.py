@@ -96,6 +96,49 @@ def test_every_file_the_package_is_made_of_is_an_input_of_the_build():
     assert tracked and tracked <= set(build.package_files())
 
 
+def _with_widgets(ids: list[str]) -> nbformat.NotebookNode:
+    """A notebook whose one output shows a box holding a slider, under the given model ids (box, slider, layout)."""
+    box, slider, layout = ids
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("box", outputs=[nbformat.v4.new_output(
+        "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": box, "version_major": 2,
+                                                                            "version_minor": 0},
+                              "text/plain": "VBox(children=(IntSlider(value=3),))"})])])
+    nb.cells[0].id = "x-000"  # as build.split numbers them
+    state = {
+        layout: {"model_name": "LayoutModel", "state": {}},
+        slider: {"model_name": "IntSliderModel", "state": {"layout": f"IPY_MODEL_{layout}", "value": 3}},
+        box: {"model_name": "VBoxModel", "state": {"children": [f"IPY_MODEL_{slider}"]}},
+    }
+    nb.metadata["widgets"] = {build.WIDGET_STATE: {"state": state, "version_major": 2, "version_minor": 0}}
+    return nb
+
+
+def test_widget_model_ids_are_numbered_by_the_widgets_and_not_by_the_random_ids():
+    one = _with_widgets(["f" * 32, "0" * 32, "7" * 32])
+    other = _with_widgets(["1" * 32, "e" * 32, "3" * 32])
+    assert nbformat.writes(one) != nbformat.writes(other)
+    stable = build.stabilize(one, "en/x.ipynb")
+    assert nbformat.writes(stable) == nbformat.writes(build.stabilize(other, "en/x.ipynb"))
+    state = stable.metadata["widgets"][build.WIDGET_STATE]["state"]
+    box = stable.cells[0].outputs[0].data["application/vnd.jupyter.widget-view+json"]["model_id"]
+    slider = state[box]["state"]["children"][0].removeprefix("IPY_MODEL_")
+    assert state[slider]["model_name"] == "IntSliderModel"
+    assert state[slider]["state"]["layout"].removeprefix("IPY_MODEL_") in state
+
+
+def test_a_runs_scratch_folder_name_and_server_port_are_masked_and_nothing_else():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("lab", outputs=[nbformat.v4.new_output(
+        "stream", name="stdout",
+        text="/tmp/leaselab-00-introduction-fow1_xh9/playground.db\n"
+             "postgresql://leaselab@127.0.0.1:52007/lesson7\n"
+             "leaselab-05-one-file is a name, 127.0.0.1:80 an address\n")])])
+    nb.cells[0].id = "x-000"
+    text = build.stabilize(nb, "en/x.ipynb").cells[0].outputs[0].text
+    assert text == ("/tmp/leaselab-00-introduction-XXXXXXXX/playground.db\n"
+                    "postgresql://leaselab@127.0.0.1:PORT/lesson7\n"
+                    "leaselab-05-one-file is a name, 127.0.0.1:80 an address\n")
+
+
 @pytest.mark.build
 def test_building_twice_changes_no_byte_and_a_changed_source_rebuilds_only_its_notebook(tree):
     src, out = tree
@@ -110,10 +153,16 @@ def test_building_twice_changes_no_byte_and_a_changed_source_rebuilds_only_its_n
     assert _runs(out) == {"en": 1, "ru": 1}
     assert _notebooks(out) == built
 
+    # Run again for real: the figure, the widgets' ids and the scratch folder's name come out the same.
+    forced = _build(src, out, "--force")
+    assert forced.stdout.count("rebuilt, unchanged") == 2, forced.stdout
+    assert _runs(out) == {"en": 2, "ru": 2}
+    assert _notebooks(out) == built
+
     source = src / TINY.name
     source.write_text(source.read_text().replace("# # Урок для тестов сборки", "# # Урок для тестов сборки, второй"))
     changed = _build(src, out)
-    assert _runs(out) == {"en": 1, "ru": 2}
+    assert _runs(out) == {"en": 2, "ru": 3}
     assert "1 notebook already built" in changed.stdout
     after = _notebooks(out)
     assert after["en"] == built["en"] and after["ru"] != built["ru"]
