@@ -286,7 +286,7 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
         ax.text(f.at - t0, y - 0.44, f" {f.job_id}: {f.title}", color=ANOMALY_COLOUR, fontsize=8,
                 fontweight="bold", ha="left", va="bottom", zorder=6, clip_on=False)
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    ax.set_ylim(len(lanes) - 0.5, -0.5 - (0.4 if drawn else 0.0))  # room above the top lane for a flag
     ax.set_xlim(0, max(data.t1 - t0, 1.0) * 1.02)
     ax.grid(axis="x", alpha=0.3)
     used = {b.outcome for b in data.bars}
