@@ -454,7 +454,9 @@ class Lab:
         what already happened is judged (a lease long expired and never reaped is ``stuck``)."""
         from ..check import check
 
-        report = check(self.path, idle=False)
+        # The reaps can be timed only against one lease: the one every worker of this fleet got.
+        leases = {w.lease for w in self.fleet.status()}
+        report = check(self.path, idle=False, lease=leases.pop() if len(leases) == 1 else None)
         self.last_report = report
         _set(self.report, "value", report_html(report, self.lang))
         self._show_timeline(report)
