@@ -166,7 +166,8 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
         seconds: float = 60.0, lease: float = DEFAULT_LEASE, faults: Iterable[str] | str | None = None,
         seed: int | None = None, server: Any = None, folder: str | os.PathLike | None = None,
         drain_timeout: float | None = None, on_start: Callable[[Schedule], None] | None = None,
-        progress: Callable[[Progress], None] | None = None, progress_every: float = 2.0) -> ChaosResult:
+        progress: Callable[[Progress], None] | None = None, progress_every: float = 2.0,
+        env: dict[str, str] | None = None) -> ChaosResult:
     """Run ``handler`` on real workers under a seeded fault schedule, then check what the queue kept.
 
     ``target`` is an empty queue: a SQLite path or a ``postgresql://`` URL (a queue that already
@@ -176,7 +177,8 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
     the caller started for this run, which ``server-crash`` may crash. ``on_start`` gets the
     schedule before any worker starts; ``progress`` gets a ``Progress`` every ``progress_every``
     seconds. The drain after the faults waits at most ``drain_timeout`` (default: the longer of
-    60 s and ``seconds``).
+    60 s and ``seconds``). ``env`` adds to every worker's environment (a ``PYTHONPATH`` to the
+    folder of a handler of one's own, say).
     """
     target = os.fspath(target)
     load_handler(handler)  # a handler that does not import fails here, before anything starts
@@ -211,7 +213,7 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
         clock_dir = folder / "clock"
         clock_dir.mkdir()
     pool = Slots(fleet, slots(workers), handler=handler, lease=lease, concurrency=concurrencies,
-                 env={EFFECTS_ENV: str(effects)}, clock_dir=clock_dir)
+                 env={**(env or {}), EFFECTS_ENV: str(effects)}, clock_dir=clock_dir)
     nemesis = Nemesis(schedule, pool, server=server, server_lock=server_lock)
     first, rest = job_list[: max(1, int(len(job_list) * UP_FRONT))], job_list[max(1, int(len(job_list) * UP_FRONT)):]
     enqueued = [0]
