@@ -8,6 +8,7 @@ import pytest
 
 from leaselab import ManualClock, Queue
 from leaselab.lessons import exercises
+from leaselab.lessons.texts import text
 
 
 def test_the_queue_tolerates_one_missed_beat_at_a_third_of_the_lease_not_two():
@@ -115,3 +116,49 @@ def test_the_idempotency_check_wants_one_deposit_per_job_not_per_attempt(tmp_pat
     assert exercises.check_idempotent_deposit(keyed, tmp_path / "a.db").startswith("Right:")
     assert "dave has 40" in exercises.check_idempotent_deposit(per_attempt, tmp_path / "b.db")
     assert "dave has 10" in exercises.check_idempotent_deposit(one_key_for_all, tmp_path / "c.db")
+
+
+# -- lesson 7: a rule of the checker -----------------------------------------------------------------
+
+def _overlapping(events, lease):
+    held, found = {}, set()
+    for e in sorted(events, key=lambda e: e["at"]):
+        job, token = e["job"], e["token"]
+        if e["kind"] == "claimed":
+            if job in held and held[job][0] != token and e["at"] < held[job][1]:
+                found.add(job)
+            held[job] = (token, e["at"] + lease)
+        elif e["kind"] == "heartbeat" and held.get(job, (None,))[0] == token:
+            held[job] = (token, e["at"] + lease)
+        elif e["kind"] in ("completed", "failed", "dead"):
+            held.pop(job, None)
+    return found
+
+
+def _ignores_heartbeats(events, lease):
+    last, found = {}, set()
+    for e in events:
+        if e["kind"] == "claimed":
+            if e["job"] in last and e["at"] < last[e["job"]] + lease:
+                found.add(e["job"])
+            last[e["job"]] = e["at"]
+    return found
+
+
+def test_the_planted_history_moves_two_reaps_inside_a_live_lease_and_the_clean_one_is_a_real_queue_s():
+    clean, planted, want = exercises.overlap_histories()
+    assert want == {2, 3}
+    assert _overlapping(clean, exercises.RULE_LEASE) == set() and _overlapping(planted, exercises.RULE_LEASE) == want
+    assert [e["kind"] for e in clean if e["job"] == 3] == ["enqueued", "claimed", "heartbeat", "reaped", "claimed",
+                                                           "completed"]
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_rule_check_passes_a_right_rule_and_names_what_a_wrong_one_missed(lang):
+    assert exercises.check_overlap_rule(_overlapping, lang).startswith(text("check_right", lang, detail=""))
+    missed = exercises.check_overlap_rule(_ignores_heartbeats, lang)  # job 3's renewed lease is missed
+    assert missed.startswith(text("check_wrong", lang, detail="")) and "[2]" in missed
+    everything = exercises.check_overlap_rule(lambda events, lease: {e["job"] for e in events}, lang)
+    assert everything.startswith(text("check_wrong", lang, detail=""))  # it fails the clean history
+    assert exercises.check_overlap_rule(lambda events, lease: None, lang) == text("check_todo", lang)
+    assert "ZeroDivisionError" in exercises.check_overlap_rule(lambda events, lease: 1 / 0, lang)

@@ -50,6 +50,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "folder_removed": "temporary folder removed: {removed}",
         "check_right": "Right: {detail}",
         "check_wrong": "Not yet: {detail}",
+        # lesson 7
+        "l7_ex_rule_planted": "in the planted history your rule found jobs {got}; the overlaps are in {want}",
+        "l7_ex_rule_clean": "in the clean history your rule found jobs {got}; it has none",
+        "l7_ex_rule_error": "overlapping raised {error}",
         "check_todo": "Write your answer in the cell above, run it, then run this one.",
         "l1_ex_misses": "misses_tolerated({lease:g}, {every:g}) = {got}, the queue says {want}",
         "l1_ex_dead_after": "seconds from the first expiry to dead: {seconds:g}",
@@ -188,6 +192,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "folder_removed": "временная папка удалена: {removed}",
         "check_right": "Верно: {detail}",
         "check_wrong": "Пока нет: {detail}",
+        # урок 7
+        "l7_ex_rule_planted": "в подброшенной истории ваше правило нашло задачи {got}, а перекрытия у задач {want}",
+        "l7_ex_rule_clean": "в чистой истории ваше правило нашло задачи {got}, а в ней их нет",
+        "l7_ex_rule_error": "overlapping выбросила {error}",
         "check_todo": "Напишите ответ в ячейке выше, выполните её, потом выполните эту.",
         "l1_ex_misses": "misses_tolerated({lease:g}, {every:g}) = {got}, а очередь отвечает {want}",
         "l1_ex_dead_after": "секунд от первого истечения аренды до dead: {seconds:g}",
