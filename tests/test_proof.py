@@ -55,3 +55,11 @@ def test_a_source_without_pay_or_an_unknown_fault_is_refused_by_name(tmp_path):
         proof.trial("def handle(job):\n    pass\n", tmp_path / "x")
     with pytest.raises(ValueError, match="fault must be one of after, before"):
         proof.trial(PLAIN, tmp_path / "y", fault="during")
+
+
+def test_a_fix_that_fails_every_first_attempt_on_purpose_is_over_its_budget_of_attempts(tmp_path):
+    # Right in money (the key keeps the payment to once) but each job now costs two attempts.
+    wasteful = KEYED.replace("def pay(job):\n", "def pay(job):\n    if job.attempts == 1:\n"
+                                                 "        raise RuntimeError('not yet')\n")
+    line = proof.grade(wasteful, tmp_path, "en")
+    assert line.startswith(text("proof_wrong", "en", detail=text("proof_after", "en"))) and "over the budget" in line

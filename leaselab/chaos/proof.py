@@ -29,9 +29,9 @@ ACCOUNTS = ("a1", "a2", "a3", "a4")
 AMOUNT = 10
 LEASE = 1.0
 SEED = 7
-# Every job once, plus the one retry the fault in the handler forces, plus one more for a pause of
-# the schedule landing on a holder: a fix that makes attempts fail on purpose is over budget.
-ATTEMPTS_BUDGET = len(ACCOUNTS) + 2
+# Every job once, plus the one retry the fault in the handler forces, plus one for each fault of the
+# schedule (a pause past the lease may land on a holder): a fix that fails attempts on purpose is over.
+BASE_BUDGET = len(ACCOUNTS) + 1
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,11 @@ class Trial:
     @property
     def attempts(self) -> int:
         return self.report.counts.get("attempts", 0)
+
+    @property
+    def budget(self) -> int:
+        """The attempts this trial may take: every job once, the forced retry, one per fault of the schedule."""
+        return BASE_BUDGET + len(self.chaos.schedule.steps)
 
 
 def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed: int = SEED) -> Trial:
@@ -92,9 +97,9 @@ def verdict(trials: list[Trial], lang: str = "en") -> str:
             account, got = next((acc, b) for acc, b in t.balances.items() if b != AMOUNT)
             return text("proof_wrong", lang, detail=text("proof_money", lang, where=where, account=account,
                                                          got=got, want=AMOUNT))
-        if t.attempts > ATTEMPTS_BUDGET:
+        if t.attempts > t.budget:
             return text("proof_wrong", lang, detail=text("proof_budget", lang, where=where, n=t.attempts,
-                                                         budget=ATTEMPTS_BUDGET))
+                                                         budget=t.budget))
     return text("proof_right", lang, n=len(ACCOUNTS), amount=AMOUNT)
 
 

@@ -51,6 +51,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "check_right": "Right: {detail}",
         "check_wrong": "Not yet: {detail}",
         # lesson 7
+        "l7_queue_clean": "the queue's own history, checked: every promise held: {clean}",
+        "l7_repeated": "the ledger, checked: job 1's payment was made more than once: {repeated}",
+        "l7_overpaid": "account a1 was to get 10 and got more: {overpaid}",
         "l7_ex_rule_planted": "in the planted history your rule found jobs {got}; the overlaps are in {want}",
         "l7_ex_rule_clean": "in the clean history your rule found jobs {got}; it has none",
         "l7_ex_rule_error": "overlapping raised {error}",
@@ -193,6 +196,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "check_right": "Верно: {detail}",
         "check_wrong": "Пока нет: {detail}",
         # урок 7
+        "l7_queue_clean": "история самой очереди после проверки: все обещания сдержаны: {clean}",
+        "l7_repeated": "реестр после проверки: платёж задачи 1 проведён больше одного раза: {repeated}",
+        "l7_overpaid": "счёт a1 должен был получить 10, а получил больше: {overpaid}",
         "l7_ex_rule_planted": "в подброшенной истории ваше правило нашло задачи {got}, а перекрытия у задач {want}",
         "l7_ex_rule_clean": "в чистой истории ваше правило нашло задачи {got}, а в ней их нет",
         "l7_ex_rule_error": "overlapping выбросила {error}",
