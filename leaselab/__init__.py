@@ -14,6 +14,7 @@ process starts fast and small. Beside it:
 from .backoff import Backoff
 from .clock import ManualClock
 from .errors import (
+    CrashKeptTheClaim,
     DatabaseBusy,
     DatabaseMissing,
     DatabaseUnreachable,
@@ -50,7 +51,7 @@ from .worker import Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull", "FaultNotApplicable",
+    "Backoff", "CrashKeptTheClaim", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull", "FaultNotApplicable",
     "Event", "HandlerError", "InvalidEffects", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
     "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "QueueNotEmpty", "Queue",
     "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError", "UnknownFault",

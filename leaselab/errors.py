@@ -121,6 +121,10 @@ class ScenarioTimeout(LeaselabError, TimeoutError):
     """Raised when a scenario's ``wait idle`` or ``wait running=N`` step did not see that within its timeout."""
 
 
+class CrashKeptTheClaim(LeaselabError):
+    """Raised when ``lessons.wrong.claim_until_a_crash_forgets`` crashed its server every round and no crash forgot the claim (a server not started with ``LAZY_WAL_WRITER``)."""
+
+
 class UnknownFault(LeaselabError, ValueError):
     """Raised when ``leaselab chaos`` is asked for a fault it does not know; the message lists those it does."""
 

@@ -93,3 +93,54 @@ def test_an_unknown_transaction_is_refused_by_name(tmp_path):
         wrong.race(tmp_path / "x.db", transaction="exclusive")
     with pytest.raises(ValueError, match="transaction must be"):
         wrong.NaiveClaimer(tmp_path / "y.db", "A", transaction="serializable")
+
+
+# -- a claim not made durable: a server crash hands its fence out again (lesson 6) -----------------
+
+def test_a_crash_forgets_a_forgetful_claim_and_the_next_claim_gets_its_fence_while_a_durable_one_is_kept(
+        crashable_server):
+    from servers import fresh_database
+
+    url = fresh_database(crashable_server, "forgetful")
+    first, rounds = wrong.claim_until_a_crash_forgets(crashable_server, url, worker="A")
+    assert 1 <= rounds <= 10
+    with Queue(url) as q:
+        assert (q.get(first.id).status, q.get(first.id).attempts) == ("pending", 0)
+        second = q.claim("B", lease=600)
+        assert second.id == first.id and second.fence == first.fence and second.token != first.token
+        with pytest.raises(LeaseLost):
+            q.complete(first.id, first.token, "A")
+        q.complete(second.id, second.token, "B")
+        durable_id = q.enqueue("kept")
+        held = q.claim("A", lease=600)
+    crashable_server.crash()
+    crashable_server.recover()
+    with Queue(url) as q:
+        kept = q.get(durable_id)
+        assert (kept.status, kept.attempts, kept.token) == ("running", 1, held.token)
+        assert q.claim("B") is None
+        q.complete(held.id, held.token, "A")
+
+
+def test_claim_until_a_crash_forgets_refuses_a_file_and_a_bad_round_count(tmp_path):
+    with pytest.raises(ValueError, match="postgresql:// URL"):
+        wrong.claim_until_a_crash_forgets(None, str(tmp_path / "jobs.db"))
+    with pytest.raises(ValueError, match="rounds"):
+        wrong.claim_until_a_crash_forgets(None, "postgresql://x@127.0.0.1/db", rounds=0)
+
+
+def test_when_no_crash_forgets_the_claim_the_error_names_the_setting_that_makes_one_forget(pg_server):
+    """A real server cannot be made to keep an unsynced claim on demand, so the "crash" here is one
+    that changes nothing; the queue and the database are real."""
+    from leaselab import CrashKeptTheClaim
+
+    class Survives:  # a "crash" that changes nothing: every claim is kept
+        def crash(self):
+            pass
+
+        def recover(self):
+            pass
+
+    from servers import fresh_database
+    with pytest.raises(CrashKeptTheClaim, match="none of 2 crashes forgot the claim.*LAZY_WAL_WRITER"):
+        wrong.claim_until_a_crash_forgets(Survives(), fresh_database(pg_server, "kept"), rounds=2)

@@ -1,9 +1,12 @@
-"""The wrong ways, for lessons only: the two-statement claim and the unfenced write.
+"""The wrong ways, for lessons only: the two-statement claim, the unfenced write, the claim not made durable.
 
 Nothing in the library uses this module. Each piece reproduces a bug the real queue
 is built to prevent, so a lesson can show the failure before the mechanism.
 ``race`` runs real processes against one file and counts how often a job was given
 out twice, for the naive claim and for the library's single statement alike.
+``forgetful_queue`` acknowledges its claims before they are durable, so a server crash
+can forget a claim whose worker is already acting on it, and the next claim gets the
+same fence (lesson 6).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from ..clock import Clock, system_clock
+from ..errors import CrashKeptTheClaim
 from ..job import JOB_COLUMNS, Job
-from ..checks import positive, text
+from ..checks import integer, positive, text
 from ..queue import Queue
 
 # Step one of the naive claim: look for the next job...
@@ -146,6 +150,46 @@ def unfenced_complete(path: str | os.PathLike, job_id: int, result: object = Non
         }).rowcount
     conn.close()
     return changed > 0
+
+
+def forgetful_queue(target: str | os.PathLike, clock: Clock | None = None) -> Queue:
+    """A queue whose claims are acknowledged before they reach the disk: ``durability="normal"``.
+
+    On a server its claims commit with ``synchronous_commit = off``: the worker has its job
+    and its fence while the claim still lives only in the server's memory, and a crash then
+    forgets it. The job is pending again with its old ``attempts``, so the next claim gets
+    the very fence the first worker is still writing with. Wrong for any queue whose fences
+    an outside store trusts; leaselab's default, ``durability="full"``, waits for the disk.
+    """
+    return Queue(target, clock=clock, durability="normal")
+
+
+def claim_until_a_crash_forgets(server: Any, target: str, worker: str = "A", lease: float = 600.0,
+                                rounds: int = 10, clock: Clock | None = None) -> tuple[Job, int]:
+    """Claim a fresh job through ``forgetful_queue``, crash ``server`` and recover it, until a crash forgets the claim.
+
+    ``server`` is a ``PgServer`` (``crash()``, ``recover()``) that holds ``target``, started
+    with ``settings=LAZY_WAL_WRITER`` so that a crash loses what was not written; even so
+    the server may write a claim on its own before the crash, so the claim is tried again
+    on a new job, up to ``rounds`` times. Each job is enqueued durably, so only the claim
+    can be lost. Returns the forgotten claim (its worker still holds it, as far as it
+    knows) and the number of rounds it took; ``CrashKeptTheClaim`` if every crash kept it.
+    """
+    if not str(target).startswith(("postgresql://", "postgres://")):
+        raise ValueError(f"target must be the postgresql:// URL of a database on the server to crash, got {target!r}")
+    rounds = integer("rounds", rounds, 1)
+    for round_ in range(1, rounds + 1):
+        with Queue(target, clock=clock) as durable:
+            job_id = durable.enqueue({"round": round_})
+        with forgetful_queue(target, clock=clock) as forgetful:
+            claim = forgetful.claim(worker, lease=lease)
+        server.crash()  # at once: nothing else commits between the claim and the crash
+        server.recover()
+        with Queue(target, clock=clock) as durable:
+            if claim is not None and claim.id == job_id and durable.get(job_id).attempts == claim.attempts - 1:
+                return claim, round_
+    raise CrashKeptTheClaim(f"none of {rounds} crashes forgot the claim; start the server with "
+                            f"PgServer(settings=LAZY_WAL_WRITER) so a crash loses what was not made durable")
 
 
 @dataclass(frozen=True)

@@ -305,9 +305,13 @@ with FencedStore(work / "fenced-pages.db") as pages:
 # A store that checks fences is the real fix, but many outside systems cannot (an email
 # is sent, whatever its fence). The handler can at least stop early. A handler that takes
 # a second argument gets its `Lease`: `lease.lost` is a `threading.Event` the worker sets
-# the moment a heartbeat is refused, and `lease.check()` raises `LeaseLost` then.
-# `publish` with `check_lease` calls `lease.check()` between its steps and before the
-# write:
+# the moment a heartbeat is refused, and `lease.check()` raises `LeaseLost` then. The
+# worker also sets it without asking anyone: it keeps its own deadline on the lease,
+# counted on its monotonic clock from when it sent the last heartbeat the database
+# acknowledged, and gives the lease up a tenth of its length before the database could
+# reap the job. So a worker whose heartbeats hang, with nothing refused, still learns that
+# it may be a zombie (lesson 6 shows one cut off by the network). `publish` with
+# `check_lease` calls `lease.check()` between its steps and before the write:
 
 # %% [markdown] tags=["ru"]
 # Fence сравним только в пределах одной задачи. Хранилище сравнивает `(id задачи,
@@ -322,7 +326,12 @@ with FencedStore(work / "fenced-pages.db") as pages:
 # умеют (письмо уходит, какой бы fence у него ни был). Обработчик может хотя бы вовремя
 # остановиться. Обработчик, принимающий второй аргумент, получает свою аренду, `Lease`:
 # `lease.lost` — это `threading.Event`, который воркер устанавливает, как только
-# heartbeat отклонён, а `lease.check()` тогда бросает `LeaseLost`. `publish` с
+# heartbeat отклонён, а `lease.check()` тогда бросает `LeaseLost`. Устанавливает его воркер
+# и сам, ни у кого не спрашивая: он ведёт собственный срок аренды по монотонным часам,
+# считая от отправки последнего heartbeat, который база подтвердила, и отказывается от
+# аренды за десятую часть её срока до того, как база могла бы вернуть задачу в очередь.
+# Поэтому даже воркер, чьи heartbeat просто повисают и никто их не отклоняет, узнаёт, что
+# он, возможно, уже зомби (в уроке 6 так узнаёт воркер, отрезанный от сети). `publish` с
 # `check_lease` вызывает `lease.check()` между шагами работы и перед записью:
 
 # %% tags=["nbval-check-output"]
@@ -338,12 +347,26 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 # But the check is only as fresh as the last heartbeat: a worker that freezes *after*
 # `lease.check()` and *before* its write is a zombie again when it wakes. The check makes
 # the window small; only a fence at the receiving end closes it.
+#
+# What the check can close, then: every case in which the handler is awake when the lease
+# goes, whether the database refused a heartbeat or the worker's own deadline passed. What
+# it cannot: a pause between the check and the write (a garbage collection, `SIGSTOP`, a
+# slow link to the store), after which the write lands with the old fence while the job
+# already belongs to someone else. Nothing the handler does can see that pause coming;
+# the store that compares the fence refuses that write all the same.
 
 # %% [markdown] tags=["ru"]
 # Зомби узнал, что задачу у него забрали, и ничего не записал — в хранилище, которое
 # ничего не проверяет. Но проверка свежа ровно настолько, насколько свеж последний
 # heartbeat: воркер, замерший *после* `lease.check()` и *до* записи, проснувшись, снова
 # окажется зомби. Проверка сужает окно, а закрывает его только fence на принимающей стороне.
+#
+# Итак, проверка закрывает все случаи, когда аренда пропадает, пока обработчик не спит:
+# база отклонила heartbeat или истёк собственный срок воркера. Не закрывает она паузу
+# между проверкой и записью (сборку мусора, `SIGSTOP`, медленный канал до хранилища):
+# после такой паузы запись приходит со старым fence, хотя задача уже принадлежит другому.
+# Заметить такую паузу заранее обработчик не может никак, а хранилище, которое сравнивает
+# fence, отклонит эту запись всё равно.
 
 # %% [markdown] tags=["en"]
 # ## Summary
@@ -355,9 +378,13 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #   refusal is recorded as a `lease_lost` event.
 # - A write that matches only the id silently replaces a newer result with a stale one.
 # - For systems outside the queue, pass `job.fence = (job id, attempts)`: it only rises
-#   within a job, so the outside system can refuse writes from an older attempt.
+#   within a job as long as every claim reaches the disk before its worker acts (lesson 6
+#   shows a server crash that hands one fence out twice), so the outside system can refuse
+#   writes from an older attempt.
 # - A handler taking `(job, lease)` can stop before its side effect once `lease.lost` is
-#   set; that narrows the window, the fence closes it.
+#   set, by a refused heartbeat or by the worker's own deadline; that narrows the window,
+#   and only the fence closes it: a pause between the check and the write still lets a
+#   stale write through to a store that does not compare fences.
 #
 # ## Exercises
 #
@@ -377,10 +404,13 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #   а отказ записывается в историю событием `lease_lost`.
 # - Запись, которая проверяет только id, молча заменяет новый результат устаревшим.
 # - Системам вне очереди передавайте `job.fence = (id задачи, attempts)`: в пределах
-#   задачи он только растёт, и внешняя система может отклонять записи более старой
-#   попытки.
+#   задачи он только растёт, пока каждый захват попадает на диск раньше, чем воркер
+#   начинает действовать (в уроке 6 сбой сервера выдаёт один fence дважды), и внешняя
+#   система может отклонять записи более старой попытки.
 # - Обработчик с сигнатурой `(job, lease)` может остановиться до побочного эффекта, как
-#   только установлен `lease.lost`; это сужает окно, а закрывает его fence.
+#   только установлен `lease.lost` — после отклонённого heartbeat или по собственному
+#   сроку воркера; это сужает окно, а закрывает его только fence: пауза между проверкой и
+#   записью всё равно пропустит устаревшую запись в хранилище, которое fence не сравнивает.
 #
 # ## Упражнения
 #

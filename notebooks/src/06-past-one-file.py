@@ -523,19 +523,321 @@ lab
 # проверяет `job.fence` (урок 3).
 
 # %% [markdown] tags=["en"]
-# ## 5. What stays the same
+# ### A cut-off handler that asks
+#
+# `w1`'s handler never asked whether it still held the job. Here is one that does:
+# `leaselab.lessons.demo:careful` works for a minute, calls `lease.check()` every tenth of
+# a second, and records its side effect only if the lease held to the end. A new worker,
+# `w3`, on a queue of its own, claims one such job with a 2-second lease, and we cut it
+# off. Nobody will refuse it anything: its heartbeats just hang in the proxy. But the
+# worker keeps its own deadline on the lease, on its monotonic clock, which the network
+# cannot stop: counted from when it *sent* the last heartbeat the server acknowledged
+# (before the server applied it), less a tenth of the lease. Once that passes,
+# `lease.lost` is set and the handler's next `check()` raises `LeaseLost`.
+
+# %% [markdown] tags=["ru"]
+# ### Отрезанный от сети обработчик, который проверяет аренду
+#
+# Обработчик `w1` так и не спросил, держит ли он ещё задачу. Вот тот, который спрашивает:
+# `leaselab.lessons.demo:careful` работает минуту, каждую десятую долю секунды вызывает
+# `lease.check()` и записывает свой побочный эффект, только если аренда продержалась до
+# конца. Новый воркер `w3` со своей очередью захватывает такую задачу с арендой на 2
+# секунды, и мы отрезаем его от сети. Отклонять ему никто ничего не будет: его heartbeat
+# просто повисают в посреднике. Но воркер сам следит за сроком аренды по монотонным
+# часам, которые сеть остановить не может: отсчитывает его от момента, когда *отправил*
+# последний heartbeat, подтверждённый сервером (сервер применил его чуть позже), и
+# сдаётся на десятую часть срока раньше. Как только этот срок проходит, воркер
+# устанавливает `lease.lost`, и следующий `check()` в обработчике бросает `LeaseLost`.
+
+# %% tags=["nbval-check-output"]
+from leaselab.check import read_effects
+
+own = Queue(next(databases))
+own_fleet = Fleet(own.path, queue=own, log_dir=work / "own-logs")
+own_fleet.spawn(handler="leaselab.lessons.demo:careful", lease=2.0, name="w3")
+own_effects = work / "own-effects.jsonl"
+own_id = own.enqueue({"seconds": 60, "effects": str(own_effects)})
+lessons.wait_until(lambda: own.get(own_id).worker == "w3", what=lessons.text("wait_claim", lang))
+own_fleet.partition("w3")
+lessons.wait_until(lambda: any(e["detail"].get("when") == "stopped" for e in read_effects(own_effects))
+                   and "may have run out" in own_fleet.log_tail("w3", lines=50),
+                   timeout=30, what=lessons.text("l6_wait_own_stop", lang))
+whens = [e["detail"].get("when") for e in read_effects(own_effects)]
+say("l6_own_stopped", stopped=whens == ["start", "stopped"])
+say("l6_own_effect", done="done" in whens)
+say("l6_own_log", said="may have run out" in own_fleet.log_tail("w3", lines=50))
+say("l6_own_server", status=own.get(own_id).status, held=own.get(own_id).worker == "w3")
+own_fleet.heal("w3")
+own_fleet.shutdown()
+own.close()
+
+# %% [markdown] tags=["en"]
+# The handler stopped by itself, before its side effect, while the server still listed
+# the job as running and held by `w3`: nobody told `w3` anything, its own clock did. It
+# stops early on purpose: the server counts the same lease from a moment a little later
+# (when it applied the heartbeat), so the worker's deadline always comes first, with a
+# tenth of the lease to spare, and it gives the job up before anyone could take it. What
+# this cannot stop is a handler already past its last check when it pauses (lesson 3):
+# for that write, the fence.
+
+# %% [markdown] tags=["ru"]
+# Обработчик остановился сам, до побочного эффекта, хотя на сервере задача всё ещё
+# числилась за `w3` в статусе `running`: `w3` никто ничего не сообщал, ему подсказали
+# его собственные часы. Раньше времени он сдаётся нарочно: сервер отсчитывает ту же аренду от
+# чуть более позднего момента (когда применил heartbeat), поэтому срок воркера всегда
+# наступает первым, да ещё с запасом в десятую часть аренды, и воркер отказывается от
+# задачи прежде, чем её может забрать кто-то другой. Чего это не остановит, так это
+# обработчик, который замер уже после последней проверки (урок 3): против такой записи
+# нужен fence.
+
+# %% [markdown] tags=["en"]
+# ## 5. A reply that never came
+#
+# The network can fail in one more way, after the statement instead of before it: the
+# request reaches the server, the statement commits, and the reply is lost on its way
+# back. The client gets an error, and the error does not mean that the write failed; it
+# means that the client does not know. Jepsen records such an outcome as *info*, beside
+# *ok* and *fail*, and a history that writes it down as a failure is false. The proxy does
+# this on demand: `drop_next_reply()` lets the next request through, throws its reply
+# away and cuts the connection.
+#
+# A worker, driven here by hand from the kernel, claims a job through a proxy of its own
+# (with a long lease: nothing expires in this section), and the reply to its completion
+# is dropped:
+
+# %% [markdown] tags=["ru"]
+# ## 5. Ответ, который не пришёл
+#
+# Сеть может подвести ещё одним способом — уже после оператора, а не до него: запрос
+# доходит до сервера, оператор фиксируется, а ответ теряется на обратном пути. Клиент
+# получает ошибку, но эта ошибка не значит, что запись не удалась; она значит, что клиент
+# не знает, удалась ли она. Jepsen записывает такой исход как *info*, наряду с *ok* и
+# *fail*, а история, где он записан как отказ, лжёт. Посредник умеет делать это по
+# команде: `drop_next_reply()` пропускает следующий запрос к серверу, выбрасывает ответ на
+# него и обрывает подключение.
+#
+# Воркер, которым мы здесь управляем вручную из ядра, захватывает задачу через своего
+# посредника (с долгим сроком аренды: в этом разделе ничего не истекает), и ответ на его
+# завершение теряется:
+
+# %% tags=["nbval-check-output"]
+from leaselab.errors import DatabaseUnreachable
+from leaselab.lab.proxy import Proxy, server_address, through
+
+direct = next(databases)
+link = Proxy(server_address(direct))
+unsure = Queue(through(direct, link.port))
+unsure_id = unsure.enqueue({"page": "home"})
+unsure_job = unsure.claim("w1", lease=600)
+link.drop_next_reply()
+try:
+    unsure.complete(unsure_job.id, unsure_job.token, {"worker": "w1"})
+    say("l6_info_first", error=None)
+except DatabaseUnreachable as exc:
+    say("l6_info_first", error=type(exc).__name__)
+unsure.complete(unsure_job.id, unsure_job.token, {"worker": "w1"})   # the retry: the same write, the same token
+say("l6_info_retry", status=unsure.get(unsure_id).status, worker=unsure.get(unsure_id).result["worker"])
+say("l6_info_history", kinds=[e.kind for e in unsure.events(unsure_id)])
+say("l6_info_refusals", n=sum(e.kind == "lease_lost" for e in unsure.events(unsure_id)))
+unsure.close()
+link.close()
+
+# %% [markdown] tags=["en"]
+# The first try raised `DatabaseUnreachable`: to the worker, the outcome of its completion
+# is unknown, and it does not guess. It tries again (a `Worker` does so by itself, until
+# the server answers), with the same write and the same token. This time the fenced
+# `UPDATE` changes no row, since the job is no longer running; but before it raises
+# `LeaseLost`, the queue reads the row and finds the job done under this very token, with
+# this very result. A token belongs to one claim, and only its holder completes the job,
+# so that row can only be the first try's: the retry is a success, not a lost lease. The
+# history holds one completion and no refusal; the server never knew that a reply was
+# lost, and nothing false was written into it. A *different* result under the same token
+# is refused: that is another write, not the same one again.
+
+# %% [markdown] tags=["ru"]
+# Первая попытка закончилась исключением `DatabaseUnreachable`: для воркера исход его
+# завершения неизвестен, и гадать он не станет. Он повторяет запрос (`Worker` делает это сам, пока
+# сервер не ответит) — ту же запись с тем же токеном. На этот раз `UPDATE` с проверкой
+# токена не меняет ни одной строки: задача уже не в статусе `running`. Но прежде чем
+# бросить `LeaseLost`, очередь читает строку и видит, что задача выполнена именно с этим
+# токеном и именно с этим результатом. Токен принадлежит одному захвату, а завершает
+# задачу только его держатель, значит, такая строка могла остаться только от первой
+# попытки: повтор — это успех, а не потерянная аренда. В истории одно завершение и ни
+# одного отказа: сервер так и не узнал, что ответ потерялся, и ничего ложного в историю
+# не попало. *Другой* результат с тем же токеном будет отклонён: это уже другая запись, а
+# не повтор той же.
+
+# %% [markdown] tags=["en"]
+# ## 6. When the server itself crashes
+#
+# The fence of lesson 3 rests on one promise: a job's `attempts` only rises, so a newer
+# claim always carries a higher fence. Martin Kleppmann's fencing token comes from a
+# counter that is **durable and strictly increasing**; a token that a crash can hand out
+# again fences nothing. On a server the promise holds only if a claim is on disk before its
+# worker acts on it. PostgreSQL can acknowledge a commit before its WAL is written
+# (`synchronous_commit = off`): faster, and a crash forgets the last such commits.
+# leaselab's `durability="normal"` commits claims that way, and
+# `leaselab.lessons.wrong.forgetful_queue` is such a queue, kept for this section.
+#
+# We start a second throw-away server whose WAL writer is lazy (`LAZY_WAL_WRITER`: it
+# writes what is not yet written every 10 seconds instead of every 0.2), so a crash right
+# after a claim loses it. Worker A claims a job through the forgetful queue, and at once
+# the server crashes, is started again and replays its WAL. It may still have written the
+# claim on its own before the crash; `claim_until_a_crash_forgets` then tries again with a
+# new job, and says how many crashes it took. Each job is enqueued durably, so only the
+# claim can be lost. A itself is alive: as far as it knows, it holds the job, its fence
+# and its token.
+
+# %% [markdown] tags=["ru"]
+# ## 6. Когда падает сам сервер
+#
+# Fence из урока 3 держится на одном обещании: `attempts` задачи только растёт, поэтому у
+# более нового захвата всегда больший fence. Fencing-токен у Мартина Клеппмана берётся из
+# счётчика, который **надёжно хранится и строго возрастает**; токен, который после сбоя
+# можно выдать ещё раз, ничего не ограждает. На сервере это обещание выполняется, только
+# если захват попадает на диск раньше, чем воркер начинает по нему действовать.
+# PostgreSQL умеет подтверждать фиксацию до того, как она записана в файл WAL
+# (`synchronous_commit = off`): так быстрее, но при сбое сервера последние такие
+# фиксации пропадают. `durability="normal"` в leaselab фиксирует захваты именно так, и
+# `leaselab.lessons.wrong.forgetful_queue` — как раз такая очередь, сделанная для этого
+# раздела.
+#
+# Запустим второй временный сервер с ленивым процессом записи WAL (`LAZY_WAL_WRITER`: он
+# дописывает незаписанное раз в 10 секунд, а не раз в 0,2 секунды), чтобы сбой сразу
+# после захвата этот захват терял. Воркер A захватывает задачу через забывчивую очередь,
+# и сервер тут же падает, запускается снова и восстанавливается по файлу WAL. Сервер мог успеть
+# записать захват сам ещё до сбоя; тогда `claim_until_a_crash_forgets` повторяет всё с
+# новой задачей и сообщает, сколько сбоев для этого понадобилось. Каждую задачу ставят в
+# очередь надёжно, так что пропасть может только захват. Сам A жив: насколько ему
+# известно, задача, её fence и токен по-прежнему у него.
+
+# %% tags=["nbval-ignore-output"]
+from leaselab.lessons import wrong
+from leaselab.lessons.fence import FencedStore
+from leaselab.lessons.pgserver import LAZY_WAL_WRITER
+
+crashable = PgServer(settings=LAZY_WAL_WRITER).start()
+crash_db = crashable.create_database("crash")
+a_claim, rounds = wrong.claim_until_a_crash_forgets(crashable, crash_db, worker="A", lease=600)
+say("l6_crash_rounds", rounds=rounds)
+
+# %% tags=["nbval-check-output"]
+after = Queue(crash_db)
+say("l6_crash_forgot", status=after.get(a_claim.id).status, attempts=after.get(a_claim.id).attempts,
+    attempt=a_claim.attempts)
+b_claim = after.claim("B", lease=600)
+say("l6_same_fence", attempt=b_claim.attempts, same=b_claim.fence == a_claim.fence, token=b_claim.token == a_claim.token)
+with FencedStore(work / "crash-pages.db") as pages:
+    a_page = pages.write("home.html", {"worker": "A"}, fence=a_claim.fence, token=a_claim.token)
+    b_page = pages.write("home.html", {"worker": "B"}, fence=b_claim.fence, token=b_claim.token)
+    say("l6_store_writes", a=a_page, b=b_page, page=pages.read("home.html")[0]["worker"])
+try:
+    after.complete(a_claim.id, a_claim.token, {"worker": "A"})
+    say("l6_queue_after", refused=False, worker=after.get(a_claim.id).result["worker"])
+except LeaseLost:
+    after.complete(b_claim.id, b_claim.token, {"worker": "B"})
+    say("l6_queue_after", refused=True, worker=after.get(a_claim.id).result["worker"])
+say("l6_crash_claimers", workers=[e.worker for e in after.events(a_claim.id) if e.kind == "claimed"])
+
+# %% [markdown] tags=["en"]
+# The crash took A's claim back: the job is pending with no attempt used, and B's claim
+# counts attempt 1 again. One fence, two live claims. The fenced store of lesson 3 keeps
+# the first write of a fence and refuses an equal fence from another token, so A's page,
+# written first, stands, and B's, the real holder's, is refused. The queue knows only B:
+# A's completion is refused with `LeaseLost`, the result is B's, and A's claim is not even
+# in the history any more. The store and the queue now disagree about who did the job,
+# and no store can settle it: two claims with one fence look the same to anything that
+# compares fences, so whichever write the store keeps may be the stale one. (A store that
+# let an equal fence through would keep the last writer instead, which is no better.)
+#
+# Now the same crash with leaselab's default, `durability="full"`: the claim returns
+# only once the server has written it to its WAL.
+
+# %% [markdown] tags=["ru"]
+# Сбой забрал захват у A: задача снова в `pending`, ни одна попытка не израсходована, и
+# захват B снова считается попыткой 1. Один fence — два живых захвата. Хранилище с
+# проверкой fence из урока 3 сохраняет первую запись с данным fence и отклоняет такой же
+# fence с другим токеном, поэтому осталась страница A, записанная первой, а страница B,
+# настоящего держателя, отклонена. Очередь же знает только B: завершение от A отклонено с
+# `LeaseLost`, результат записал B, а захвата A нет даже в истории. Теперь хранилище и
+# очередь расходятся в том, кто выполнил задачу, и никакое хранилище этого не рассудит:
+# для всякого, кто сравнивает fence, два захвата с одним fence неразличимы, так что
+# сохранённая запись вполне может оказаться устаревшей. (Хранилище, которое пропускало бы
+# равный fence, оставило бы вместо первой записи последнюю, и это ничуть не лучше.)
+#
+# Теперь тот же сбой с настройкой leaselab по умолчанию, `durability="full"`: захват
+# возвращается, только когда сервер записал его в файл WAL.
+
+# %% tags=["nbval-check-output"]
+with Queue(crash_db) as durable:
+    kept_id = durable.enqueue({"page": "home"})
+    held = durable.claim("A", lease=600)
+crashable.crash()
+crashable.recover()
+kept_q = Queue(crash_db)
+kept = kept_q.get(kept_id)
+say("l6_crash_kept", status=kept.status, attempts=kept.attempts, same=kept.token == held.token)
+say("l6_kept_b", nothing=kept_q.claim("B", lease=600) is None)
+with FencedStore(work / "kept-pages.db") as pages:
+    kept_page = pages.write("home.html", {"worker": "A"}, fence=held.fence, token=held.token)
+kept_q.complete(held.id, held.token, {"worker": "A"})
+say("l6_kept_writes", written=kept_page, done=kept_q.get(kept_id).status == "done")
+kept_q.close(); after.close()
+crashed_folder = crashable.folder
+crashable.stop()
+say("l6_crash_server_removed", removed=not crashed_folder.exists())
+
+# %% [markdown] tags=["en"]
+# The claim outlived the crash: the job is still running under A's token, B finds nothing
+# to take, and A's page and completion are both accepted. Had A died instead, its lease
+# would run out, and the next claim would be attempt 2, with a higher fence. The price is
+# one WAL write per claim, before the claim returns (on a production server, with
+# `fsync = on`, a flush to the disk).
+#
+# **Failover is the same hazard.** When a primary fails and a replica fed by asynchronous
+# replication takes its place, the replica may lack the last commits the primary had
+# acknowledged: a claim that never reached it is forgotten exactly as in the crash above,
+# and its fence is handed out again. A claim durable on the old primary's disk does not
+# help, because the queue goes on from the replica. So fail over only to a replica that
+# confirms each commit before it is acknowledged (synchronous replication,
+# `synchronous_standby_names`, with `synchronous_commit = on` or `remote_apply`), or treat
+# every fence given out before a failover as suspect.
+
+# %% [markdown] tags=["ru"]
+# Захват пережил сбой: задача по-прежнему выполняется с токеном A, захвату B нечего
+# взять, а страница и завершение от A приняты. Если бы A вместо этого умер, его аренда
+# истекла бы, и следующий захват стал бы попыткой 2, с большим fence. Плата — одна
+# запись в файл WAL на каждый захват до того, как он вернётся (на рабочем сервере с
+# `fsync = on` — ещё и сброс на диск).
+#
+# **Переключение на реплику — та же опасность.** Когда основной сервер падает и его место
+# занимает реплика с асинхронной репликацией, на ней может не оказаться последних
+# фиксаций, которые основной сервер уже подтвердил: захват, не дошедший до реплики,
+# забыт точно так же, как при сбое выше, и его fence выдадут ещё раз. То, что захват
+# надёжно лежал на диске старого основного сервера, не спасает: очередь продолжает
+# работу уже на реплике. Поэтому переключайтесь только на реплику, которая подтверждает
+# каждую фиксацию раньше, чем её подтвердят клиенту (синхронная репликация,
+# `synchronous_standby_names` при `synchronous_commit = on` или `remote_apply`), или
+# считайте подозрительным каждый fence, выданный до переключения.
+
+# %% [markdown] tags=["en"]
+# ## 7. What stays the same
 #
 # Lease, heartbeat, reaper, fencing, at-least-once: the ideas of lessons 1–4 moved to the
 # server unchanged, and so did the `Queue` and `Worker` you call. Only the claim statement
-# (`FOR UPDATE SKIP LOCKED`) and the clock (the server's) moved. The fenced completion, for
-# one, is the same statement on both backends; only the way parameters are written differs:
+# (`FOR UPDATE SKIP LOCKED`) and the clock (the server's) moved, and one promise became
+# the server's to keep: a claim is on its disk before the worker acts on it (section 6),
+# or the fence is no fence. The fenced completion, for one, is the same statement on both
+# backends; only the way parameters are written differs:
 
 # %% [markdown] tags=["ru"]
-# ## 5. Что остаётся прежним
+# ## 7. Что остаётся прежним
 #
 # Аренда, heartbeat, reaper, fencing, at-least-once: идеи уроков 1–4 переехали на сервер
 # без изменений, как и `Queue` и `Worker`, которые вы вызываете. Изменились только
-# оператор захвата (`FOR UPDATE SKIP LOCKED`) и часы (теперь это часы сервера).
+# оператор захвата (`FOR UPDATE SKIP LOCKED`) и часы (теперь это часы сервера), а одно
+# обещание теперь должен держать сервер: захват лежит у него на диске раньше, чем воркер
+# начинает по нему действовать (раздел 6), иначе fence ничего не ограждает.
 # Завершение с проверкой fencing-токена, например, — один и тот же оператор на обеих базах;
 # отличается только то, как записаны параметры:
 
@@ -560,7 +862,14 @@ print(pg_sql.COMPLETE.strip())
 #   clock, neither does. A pause is still a pause, and the server's own clock can still jump.
 # - A worker cut off by the network is a zombie made by the network: its lease expires, the
 #   job goes to another worker, and its late write is refused with `LeaseLost`. The fence,
-#   checked where the write lands, is what saves the result.
+#   checked where the write lands, is what saves the result. A handler that checks its
+#   lease stops by itself once its worker's own deadline passes, even while nothing is
+#   refused.
+# - A reply lost after its statement committed is an unknown outcome, not a failure: the
+#   retry under the same token finds the write already made and counts it a success.
+# - A fence is only as good as its durability: a claim a server crash can forget (or a
+#   failover to an asynchronous replica) hands one fence to two live workers. Claims must
+#   reach the disk before they return, as they do at `durability="full"`.
 #
 # ## Exercises
 #
@@ -585,7 +894,15 @@ print(pg_sql.COMPLETE.strip())
 #   Пауза остаётся паузой, а часы самого сервера всё ещё могут прыгнуть.
 # - Воркер, отрезанный от сети, — зомби, которого сделала сеть: его аренда истекает,
 #   задача уходит другому воркеру, а его запоздалая запись отклоняется с `LeaseLost`.
-#   Спасает результат fence, который проверяют там, куда попадает запись.
+#   Спасает результат fence, который проверяют там, куда попадает запись. Обработчик,
+#   который проверяет свою аренду, останавливается сам, как только истекает собственный
+#   срок воркера, даже если никто ничего не отклонял.
+# - Ответ, потерянный после того, как оператор зафиксирован, — неизвестный исход, а не
+#   отказ: повтор с тем же токеном находит запись уже сделанной и считает её успехом.
+# - Fence надёжен ровно настолько, насколько надёжно хранится захват: захват, который
+#   может забыть сбой сервера (или переключение на асинхронную реплику), отдаёт один
+#   fence двум живым воркерам. Захват должен попасть на диск прежде, чем вернётся, как
+#   это и происходит при `durability="full"`.
 #
 # ## Упражнения
 #
