@@ -20,6 +20,7 @@ from .errors import (
     DatabaseUnreachable,
     DatabaseUnwritable,
     DiskFull,
+    FaultMissed,
     FaultNotApplicable,
     HandlerError,
     InvalidEffects,
@@ -51,7 +52,7 @@ from .worker import Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "CrashKeptTheClaim", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull", "FaultNotApplicable",
+    "Backoff", "CrashKeptTheClaim", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull", "FaultMissed", "FaultNotApplicable",
     "Event", "HandlerError", "InvalidEffects", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
     "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "QueueNotEmpty", "Queue",
     "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError", "UnknownFault",

@@ -133,5 +133,9 @@ class FaultNotApplicable(LeaselabError, ValueError):
     """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash of a server it did not start)."""
 
 
+class FaultMissed(LeaselabError, RuntimeError):
+    """Raised when a fault a lesson's trial put into a handler never struck, so its verdict would prove nothing."""
+
+
 class QueueNotEmpty(LeaselabError, ValueError):
     """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..check import Report, check
+from ..errors import FaultMissed
 from ..lessons.effects import Ledger
 from .run import ChaosResult, run
 from .texts import text
@@ -32,6 +33,13 @@ SEED = 7
 # Every job once, plus the one retry the fault in the handler forces, plus one for each fault of the
 # schedule (a pause past the lease may land on a holder): a fix that fails attempts on purpose is over.
 BASE_BUDGET = len(ACCOUNTS) + 1
+
+
+def _jobs_of(path: Path):
+    from ..queue import Queue
+
+    with Queue(path) as q:
+        return q.jobs()
 
 
 @dataclass(frozen=True)
@@ -78,6 +86,11 @@ def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed:
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop(module, None)
+    attempts_of_1 = next((j.attempts for j in _jobs_of(folder / "queue.db") if j.id == 1), 0)
+    if attempts_of_1 < 2:
+        logs = "\n".join(f"{p.name}: {p.read_text(errors='replace')[-1500:]}" for p in sorted((folder / "run" / "logs").glob("*.log")))
+        raise FaultMissed(f"the fault {fault!r} put into job 1's handler did not strike (job 1 ran {attempts_of_1} "
+                          f"time(s)); does the handler call gates.fault_point(job, {fault!r})? worker logs:\n{logs}")
     with Ledger(ledger) as book:
         report = check(folder / "queue.db", effects=book.effects, lease=LEASE)
         balances = {a: book.balance(a) for a in ACCOUNTS}
