@@ -146,6 +146,9 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # Now `w1` takes a 2-second job and we freeze it (`pause` sends `SIGSTOP`; a long
 # garbage-collection pause or a suspended laptop stops a process the same way). Once the
 # lease has run out, `w2` takes the job and runs it from the start. Then we thaw `w1`.
+# The job's first attempt waits at a gate after its 2 seconds (`hold`: a file we create
+# only once `w2` is done), so however slow the machine is, `w1` cannot finish before the
+# freeze.
 
 # %% [markdown] tags=["ru"]
 # ## Беда вторая: воркер замирает и возвращается
@@ -153,19 +156,22 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # Теперь `w1` берёт двухсекундную задачу, и мы его замораживаем (`pause` посылает
 # `SIGSTOP`; долгая сборка мусора или уснувший ноутбук останавливают процесс так же).
 # Когда аренда истекает, задачу берёт `w2` и выполняет её с самого начала. Потом
-# размораживаем `w1`.
+# размораживаем `w1`. Первая попытка после своих двух секунд ждёт у шлагбаума (`hold`:
+# файл, который мы создаём, только когда `w2` закончит), поэтому, как бы ни тормозила
+# машина, `w1` не успеет закончить до заморозки.
 
 # %% tags=["nbval-ignore-output"]
 freeze = Fleet(work / "freeze.db")
+freeze.queue.enqueue({"seconds": 2, "hold": str(work / "freeze.gate")})  # attempt 1 waits there
 Scenario.parse("""
     spawn w1
-    enqueue 1 seconds=2
     wait running=1
     pause w1
     spawn w2
     wait idle
-    resume w1
 """, lease=3).run(freeze)
+(work / "freeze.gate").touch()  # only now may w1's attempt finish, once it is thawed
+freeze.resume("w1")
 lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"],
                    what=lessons.text("wait_refused", lang));
 
@@ -265,7 +271,8 @@ lab
 #
 # **1. Predict.** Freeze the only worker while it holds a job, for one and a half
 # leases, then thaw it. Nobody else was there to reap. Does `w1` finish its job, and
-# with which attempt? Run the cell; watch the badge it prints while `w1` is frozen.
+# with which attempt? Run the cell; watch the badge it prints while `w1` is frozen. (The
+# job waits at a gate, as above, which the cell opens just before the thaw.)
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -285,18 +292,20 @@ lab
 # **1. Предскажите.** Заморозьте единственного воркера, пока он держит задачу, на
 # полтора срока аренды и разморозьте. Вернуть задачу в очередь было некому. Закончит ли
 # `w1` свою задачу и какой попыткой? Запустите ячейку и посмотрите, какой значок она
-# напечатает, пока `w1` заморожен.
+# напечатает, пока `w1` заморожен. (Задача, как и выше, ждёт у шлагбаума; ячейка открывает
+# его перед самой разморозкой.)
 
 # %% tags=["nbval-check-output"]
 alone = Fleet(work / "exercise-alone.db")
+alone.queue.enqueue({"seconds": 1, "hold": str(work / "exercise-alone.gate")})  # finishes only after the thaw
 Scenario.parse("""
     spawn w1
-    enqueue 1 seconds=1
     wait running=1
     pause w1
     wait leases=1.5
 """, lease=3).run(alone)
 say("l0_badge", badge=t(alone.status()[0].badge, lang))
+(work / "exercise-alone.gate").touch()
 Scenario.parse("""
     resume w1
     wait idle
