@@ -322,11 +322,13 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # taken its job. Lesson 1 shows the reaper; lesson 3, what happens when it did run.
 # </details>
 #
-# **2. Write code.** Write a scenario in the same small language in which the frozen
-# `w1` comes back after another worker has finished its job, so that `w1`'s write is
-# refused. Verbs: `spawn NAME`, `enqueue N seconds=S`, `wait running=N`, `pause NAME`,
-# `resume NAME`, `wait leases=N`, `wait idle`. The check runs it on fresh workers and
-# reads the job's history.
+# **2. Write code.** Write a scenario in the same small language in which `w1`'s write is
+# refused, with `w1` alone: no other worker may ever take its job (the demonstration above
+# needed `w2`; the check turns down any scenario in which another worker claims the job).
+# Verbs: `spawn NAME`, `enqueue N seconds=S`, `wait running=N`, `pause NAME`,
+# `resume NAME`, `reap`, `wait leases=N`, `wait idle`. Think about what exercise 1 says
+# takes a job away. The check runs your scenario on fresh workers and reads the job's
+# history.
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
@@ -338,11 +340,13 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # сработать, — в уроке 3.
 # </details>
 #
-# **2. Напишите код.** Напишите сценарий на том же маленьком языке, в котором
-# замерший `w1` возвращается, когда другой воркер уже закончил его задачу, и запись
-# `w1` отклоняют. Команды: `spawn ИМЯ`, `enqueue N seconds=S`, `wait running=N`,
-# `pause ИМЯ`, `resume ИМЯ`, `wait leases=N`, `wait idle`. Проверка запустит сценарий на
-# новых воркерах и прочитает историю задачи.
+# **2. Напишите код.** Напишите сценарий на том же маленьком языке, в котором запись
+# `w1` отклоняют, хотя `w1` работает один: никакой другой воркер его задачу брать не
+# должен (демонстрации выше понадобился `w2`, а проверка отвергнет любой сценарий, где
+# задачу захватывает кто-то ещё). Команды: `spawn ИМЯ`, `enqueue N seconds=S`,
+# `wait running=N`, `pause ИМЯ`, `resume ИМЯ`, `reap`, `wait leases=N`, `wait idle`.
+# Вспомните, что, согласно упражнению 1, отнимает у воркера задачу. Проверка запустит
+# сценарий на новых воркерах и прочитает историю задачи.
 
 # %%
 my_scenario = """
@@ -359,16 +363,21 @@ my_scenario = """
 # <details><summary>Show the answer</summary>
 #
 # The scenario above only freezes and thaws `w1`: nobody takes its job, so nothing is
-# refused. Someone else must reap the job and finish it while `w1` is frozen:
+# refused. Exercise 1 says what would: an expired lease takes nothing away until someone
+# runs the reaper. So run it yourself (`reap`: the kernel calls `queue.reap()`) once the
+# lease has run out while `w1` is frozen. Its token is gone from the job, so when `w1`
+# wakes, its heartbeat and its completion are refused; then `w1` claims the job again
+# itself, as attempt 2. (A 3-second job leaves the freeze a margin on a slow machine.)
 #
 # ```
 # spawn w1
-# enqueue 1 seconds=2
+# enqueue 1 seconds=3
 # wait running=1
 # pause w1
-# spawn w2
-# wait idle
+# wait leases=1.5
+# reap
 # resume w1
+# wait idle
 # ```
 # </details>
 
@@ -376,17 +385,22 @@ my_scenario = """
 # <details><summary>Показать ответ</summary>
 #
 # Сценарий выше только замораживает и размораживает `w1`: задачу никто не забирает,
-# поэтому и отклонять нечего. Нужно, чтобы, пока `w1` заморожен, кто-то другой вернул
-# задачу в очередь и выполнил её:
+# поэтому и отклонять нечего. Что её отнимает, сказано в упражнении 1: истёкшая аренда сама
+# по себе ничего не отнимает, пока кто-нибудь не запустит reaper. Так запустите его сами
+# (`reap`: ядро вызывает `queue.reap()`), когда аренда замороженного `w1` уже истекла.
+# Токена `w1` в задаче больше нет, поэтому, проснувшись, `w1` получит отказ и на
+# heartbeat, и на завершение, а потом сам снова захватит задачу второй попыткой.
+# (Трёхсекундная задача оставляет заморозке запас на медленной машине.)
 #
 # ```
 # spawn w1
-# enqueue 1 seconds=2
+# enqueue 1 seconds=3
 # wait running=1
 # pause w1
-# spawn w2
-# wait idle
+# wait leases=1.5
+# reap
 # resume w1
+# wait idle
 # ```
 # </details>
 
@@ -395,7 +409,7 @@ from leaselab.lessons import exercises
 tried = Fleet(work / "exercise-zombie.db")
 Scenario.parse(my_scenario, lease=3).run(tried)
 lessons.wait_until(lambda: tried.queue.stats()["running"] == 0, what=lessons.text("wait_done", lang))
-print(exercises.check_refused_zombie(tried.queue.events, "w1", lang))
+print(exercises.check_refused_alone(tried.queue.events, "w1", lang))
 
 # %% [markdown] tags=["en"]
 # The last cell ends the workers of the demonstrations and the exercises. The playground
