@@ -27,7 +27,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "wait_refused": "w1's refused write",
         "l0_ex_refused_alone": "{zombie}'s write was refused and no other worker ever took its job: "
                                "the reaper alone made it a zombie",
-        "l0_ex_not_refused": "no write of {zombie} was refused: while it is frozen, its job must stop being its own",
+        "l0_ex_not_refused": "no write of {zombie} was refused: while it is frozen, its job must be taken from it",
         "l0_ex_not_alone": "{zombie}'s write was refused, but {other} took the job too: do it with {zombie} alone",
         # lesson 1
         "l1_claim": "status: {status} | attempt: {attempt} | holder: {holder}",
@@ -168,8 +168,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "wait_refused": "отклонённой записи w1",
         "l0_ex_refused_alone": "запись {zombie} отклонена, а его задачу больше никто не брал: "
                                "зомби его сделал один только reaper",
-        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили: пока он заморожен, задача должна перестать "
-                             "быть его",
+        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили: пока он заморожен, задачу у него нужно "
+                             "отнять",
         "l0_ex_not_alone": "запись {zombie} отклонена, но задачу брал и {other}: добейтесь того же, не запуская "
                            "никого, кроме {zombie}",
         "l1_claim": "статус: {status} | попытка: {attempt} | держатель: {holder}",
