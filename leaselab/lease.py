@@ -16,7 +16,8 @@ from __future__ import annotations
 import inspect
 import threading
 import time
-from typing import Any, Callable, Iterable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator
 
 from .errors import LeaseLost
 from .job import Job
@@ -105,6 +106,7 @@ class Leases:
 
     def __init__(self, on_expired: Callable[[Lease], None] | None = None):
         self._held: dict[str, Lease] = {}
+        self._claiming: list[str] = []  # tokens of claims sent whose leases are not recorded yet
         self._changed = threading.Condition()
         self._closed = False
         self._idle = False  # the watcher sleeps with no deadline to wait for
@@ -130,6 +132,25 @@ class Leases:
         """The leases a heartbeat should renew now: held, and not refused."""
         with self._changed:
             return [lease for lease in self._held.values() if not lease.refused]
+
+    @contextmanager
+    def claiming(self, token: str) -> Iterator[None]:
+        """Count the jobs a claim made with ``token`` as this worker's from before it is sent until
+        its leases are added: a freeze that falls after the claim commits and before ``add``
+        must not leave them to the worker's own reaper (see ``keep``)."""
+        with self._changed:
+            self._claiming.append(token)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._claiming.remove(token)
+
+    def keep(self) -> list[str]:
+        """The tokens this worker's reaper must not reap: its renewable leases' and those of its
+        claims in flight (a batch claim's token keeps every job it took, ``Queue.reap``)."""
+        with self._changed:
+            return [lease.token for lease in self._held.values() if not lease.refused] + self._claiming
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
         # No wake: a renewal only moves deadlines later, and a watcher that wakes early looks again.

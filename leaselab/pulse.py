@@ -109,10 +109,11 @@ class Pulse:
 
         Its own jobs are not reaped whatever their leases say: the worker is alive (this runs in
         it), and a freeze (SIGSTOP, a suspended host) may have let them run out while it slept,
-        anywhere between a beat and this reap. Another worker's reaper takes them if it is not.
+        anywhere between a beat and this reap, or between a claim's commit and the worker recording
+        it. Another worker's reaper takes them if it is not.
         """
         try:
-            moved = self.queue.reap(keep=[lease.token for lease in self.leases.renewable()])
+            moved = self.queue.reap(keep=self.leases.keep())
         except TransientError:
             return []
         except LeaselabError as exc:

@@ -356,7 +356,9 @@ class Queue:
         Returns the ids it moved. A job whose holder is merely late but not yet
         reaped can still be heartbeated or completed by that holder. ``keep`` are tokens
         not to reap: a worker's own, since a worker that runs the reaper is alive, even if a
-        freeze let its leases run out (another worker's reaper decides about those).
+        freeze let its leases run out (another worker's reaper decides about those). A batch
+        claim's token (``claim_many(token=...)``) keeps every job that claim took, so a worker
+        can keep a claim it sent before it knows which jobs it got.
         """
         keep = [_held_token("keep", token) for token in keep]
         return [row[0] for row in self._run(self._sql.REAP, {"now": self._now(), "keep": json.dumps(keep)})]

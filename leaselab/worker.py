@@ -339,16 +339,17 @@ class Worker:
 
     def _claim(self, n: int) -> list[Lease]:
         token, sent = new_token(), _monotonic()
-        try:
-            jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
-                                again=lambda: self.queue.held_by(token) or self.queue.claim_many(
-                                    n, self.name, self.lease, token=token))
-        except InvalidPayload as exc:  # the queue already failed that job; take the next
-            self._log(f"skipped a damaged job: {exc}")
-            return []
-        if jobs is STOPPED:
-            return []
-        return [self._hold(job, sent) for job in jobs]
+        with self._leases.claiming(token):  # from the send to _hold, the pulse's reap keeps these jobs
+            try:
+                jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
+                                    again=lambda: self.queue.held_by(token) or self.queue.claim_many(
+                                        n, self.name, self.lease, token=token))
+            except InvalidPayload as exc:  # the queue already failed that job; take the next
+                self._log(f"skipped a damaged job: {exc}")
+                return []
+            if jobs is STOPPED:
+                return []
+            return [self._hold(job, sent) for job in jobs]
 
     def _hold(self, job: Job, sent: float | None) -> Lease:
         self.stats.claimed += 1
@@ -382,8 +383,14 @@ class Worker:
         return [outcomes[id(lease)] for _, lease in finished], claimed
 
     def _complete(self, completions: list[tuple[Lease, Any]], free: int) -> tuple[dict[int, str], list[Lease]]:
+        token = new_token()
+        with self._leases.claiming(token):  # the refill's claims, as in _claim
+            return self._complete_and_claim(completions, free, token)
+
+    def _complete_and_claim(self, completions: list[tuple[Lease, Any]], free: int,
+                            token: str) -> tuple[dict[int, str], list[Lease]]:
         items = [(lease.job.id, lease.token, result) for lease, result in completions]
-        token, sent = new_token(), _monotonic()
+        sent = _monotonic()
 
         def first():
             return self.queue.complete_many_and_claim(items, free, self.name, self.lease, token=token)

@@ -43,16 +43,18 @@ def test_the_lease_check_accepts_the_right_formula_and_names_the_first_wrong_cas
     assert "Напишите ответ" in exercises.check_misses(lambda lease, every: None, "ru")
 
 
-def _history(tmp_path, zombie_refused: bool):
+def _history(tmp_path, zombie_refused: bool, other: bool):
+    """w1 claims and falls behind; a reaper takes its job; with ``other``, w2 runs it; w1 then writes."""
     clock = ManualClock()
     q = Queue(tmp_path / "h.db", clock=clock)
     q.enqueue("x")
     first = q.claim("w1", lease=3)
     clock.advance(4)
     q.reap()
-    clock.advance(5)
-    second = q.claim("w2", lease=3)
-    q.complete(second.id, second.token)
+    if other:
+        clock.advance(5)
+        second = q.claim("w2", lease=3)
+        q.complete(second.id, second.token)
     if zombie_refused:
         try:
             q.heartbeat(first.id, first.token, 3)
@@ -61,12 +63,21 @@ def _history(tmp_path, zombie_refused: bool):
     return q
 
 
-def test_the_zombie_scenario_check_wants_the_zombie_refused_after_another_finished(tmp_path):
-    right = _history(tmp_path, zombie_refused=True)
-    assert exercises.check_refused_zombie(right.events, "w1").startswith("Right: w1's write was refused after w2")
-    (tmp_path / "x").mkdir()
-    wrong = _history(tmp_path / "x", zombie_refused=False)
-    assert exercises.check_refused_zombie(wrong.events, "w1", "ru", timeout=0.2).startswith("Пока нет:")
+def test_the_zombie_scenario_check_wants_w1_refused_with_no_other_worker(tmp_path):
+    for folder in ("right", "not-alone", "not-refused"):
+        (tmp_path / folder).mkdir()
+    right = _history(tmp_path / "right", zombie_refused=True, other=False)
+    assert exercises.check_refused_alone(right.events, "w1").startswith(
+        "Right: w1's write was refused and no other worker ever took its job")
+    assert "зомби его сделал один только reaper" in exercises.check_refused_alone(right.events, "w1", "ru")
+    with_w2 = _history(tmp_path / "not-alone", zombie_refused=True, other=True)  # the lesson's own demonstration
+    assert exercises.check_refused_alone(with_w2.events, "w1").startswith(
+        "Not yet: w1's write was refused, but w2 took the job too")
+    assert exercises.check_refused_alone(with_w2.events, "w1", "ru").startswith("Пока нет: запись w1 отклонена, но")
+    wrong = _history(tmp_path / "not-refused", zombie_refused=False, other=False)
+    assert exercises.check_refused_alone(wrong.events, "w1", "ru", timeout=0.2).startswith(
+        "Пока нет: ни одну запись w1 не отклонили")
+    assert "no write of w1 was refused" in exercises.check_refused_alone(wrong.events, "w1", timeout=0.2)
 
 
 def test_the_safe_claim_check_accepts_only_immediate(tmp_path):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, lessons
+from leaselab.lessons import demo
 
 
 def test_scratch_makes_a_fresh_folder_and_cleanup_removes_it():
@@ -142,3 +144,24 @@ def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp
     with pytest.raises(ValueError, match="lang must be one of en, ru"):
         lessons.history([], lang="fr")
     q.close()
+
+
+def test_a_held_demo_job_finishes_its_first_attempt_only_once_the_gate_file_exists_and_later_ones_at_once(tmp_path):
+    """What lets a lesson freeze, kill or cut off the first worker however late it gets to it."""
+    gate, clock = tmp_path / "gate", ManualClock()
+    with Queue(tmp_path / "q.db", clock=clock) as q:
+        job_id = q.enqueue({"seconds": 0, "hold": str(gate)})
+        first, results = q.claim("w1", lease=5), []
+        thread = threading.Thread(target=lambda: results.append(demo.task(first)))
+        thread.start()
+        thread.join(0.5)
+        assert thread.is_alive() and not results  # held at the gate
+        gate.touch()
+        thread.join(20)
+        assert results == [{"job": job_id, "attempt": 1, "worker": "w1"}]
+        gate.unlink()
+        clock.advance(6)
+        q.reap()
+        clock.advance(3600)  # past any backoff
+        second = q.claim("w2", lease=5)
+        assert second.attempts == 2 and demo.task(second)["attempt"] == 2  # no gate, no wait

@@ -245,6 +245,17 @@ def test_reap_leaves_unexpired_leases_and_returns_only_what_it_moved(queue, cloc
     assert queue.get(long_).status is Status.RUNNING
 
 
+def test_reap_keeps_every_job_a_batch_claim_took_when_kept_by_that_claims_own_token(queue, clock):
+    """A worker keeps a claim it has sent before it knows which jobs it took, and no other claim's."""
+    queue.enqueue_many(["a", "b", "c"])
+    mine = queue.claim_many(2, "w1", lease=5, token="f" * 32)
+    theirs = queue.claim("w2", lease=5)
+    clock.advance(6)
+    assert queue.reap(keep=["f" * 32]) == [theirs.id]
+    assert [queue.get(job.id).status for job in mine] == [Status.RUNNING, Status.RUNNING]
+    assert sorted(queue.reap(keep=["f" * 31])) == sorted(job.id for job in mine)  # a prefix alone keeps nothing
+
+
 def test_reap_on_the_last_attempt_makes_the_job_dead(queue, clock):
     job_id = queue.enqueue("x", max_attempts=1)
     queue.claim("w1", lease=5)

@@ -315,3 +315,42 @@ def test_a_worker_bounds_every_call_of_its_queue_below_its_lease_unless_the_queu
     with Queue(target) as q:
         q.call_timeout = 3.0
         assert Worker(q, lambda job: None, lease=10).queue.call_timeout == 3.0
+
+
+def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_own_fresh_claim(tmp_path):
+    """Lesson 0's exercise 1 once ended at attempt 2: SIGSTOP landed after the claim committed and
+    before the worker recorded its lease, so on waking, its own reaper (keeping only recorded
+    leases) took the expired claim, and the same worker ran the job again."""
+    clock = ManualClock()
+    claimed, release, reaped_at = threading.Event(), threading.Event(), []
+
+    class FreezesAfterTheClaim(Queue):  # the real queue; the stall is the freeze's timing, held open
+        def claim_many(self, *args, **kwargs):
+            jobs = super().claim_many(*args, **kwargs)
+            if jobs and not claimed.is_set():
+                claimed.set()
+                assert release.wait(60)
+            return jobs
+
+        def reap(self, keep=()):
+            now = self.clock()
+            moved = super().reap(keep)
+            reaped_at.append(now)
+            return moved
+
+    q = FreezesAfterTheClaim(tmp_path / "q.db", clock=clock)
+    job_id = q.enqueue("x")
+    worker = Worker(q, lambda job: "done", name="w1", lease=30, reap_every=0.05)
+    thread = threading.Thread(target=worker.run, kwargs={"max_jobs": 1})
+    thread.start()
+    try:
+        assert claimed.wait(20)
+        woke = clock.advance(31)  # the freeze outlasted the lease on the queue's clock
+        wait_until(lambda: any(t >= woke for t in reaped_at), message="the worker's own reaper to run after waking")
+    finally:
+        release.set()
+        thread.join(20)
+    job = q.get(job_id)
+    assert (job.status, job.attempts) == (Status.DONE, 1), [e.kind for e in q.events(job_id)]
+    assert "reaped" not in [e.kind for e in q.events(job_id)]
+    q.close()

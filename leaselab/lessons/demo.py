@@ -5,6 +5,10 @@ Payloads are numbers (seconds to sleep) or objects with any of these keys:
 ``crash`` (SIGKILL this process on the first N attempts, default every attempt),
 ``effects`` (a file to append one line per run to: the side effect lessons count; without it,
 the file ``$LEASELAB_EFFECTS`` names, if any). The lines are ``leaselab.check``'s effects.
+``hold`` (a file path): the first attempt, after its sleep, waits until that file exists before it
+goes on, so a lesson that freezes, kills or cuts off the first worker can do so whenever it
+gets round to it and open the gate (create the file) afterwards; no stall of the machine can
+let the first attempt finish before the fault. Later attempts never wait.
 ``publish`` writes a page into a ``FencedStore`` and may first ask its lease whether it still holds the job.
 ``careful`` asks its lease every tenth of a second and acts only while it still may hold the job.
 """
@@ -39,6 +43,14 @@ def _hits(rule: Any, attempt: int) -> bool:
     return False
 
 
+def hold(job: Job) -> None:
+    """On the first attempt, wait until the file the payload's ``hold`` names exists; else return at once."""
+    gate = _opts(job).get("hold")
+    if gate and job.attempts == 1:
+        while not os.path.exists(gate):
+            time.sleep(0.05)
+
+
 def task(job: Job) -> Any:
     """The all-purpose demo: record the effect, sleep, then maybe crash or fail, else return a result."""
     opts = _opts(job)
@@ -49,6 +61,7 @@ def task(job: Job) -> Any:
     if opts.get("effects"):
         record_effect(job, path=opts["effects"], when="start")
     time.sleep(float(opts.get("seconds", 0)))
+    hold(job)
     if _hits(opts.get("crash", False), job.attempts):
         os.kill(os.getpid(), signal.SIGKILL)
     if _hits(opts.get("fail", False), job.attempts):
@@ -93,7 +106,8 @@ def publish(job: Job, lease: Lease) -> Any:
     Payload: ``{"store": path, "key": "home.html", "seconds": 2, "fenced": false, "check_lease": false}``.
     ``fenced`` makes the store refuse a write from an older attempt; ``check_lease`` makes the
     handler call ``lease.check()`` between steps and before the write, so a worker whose
-    heartbeat was refused raises ``LeaseLost`` and writes nothing.
+    heartbeat was refused raises ``LeaseLost`` and writes nothing. ``hold`` holds the first
+    attempt after its steps, before that last check and the write (see the module's docstring).
     """
     opts = _opts(job)
     steps = max(1, round(float(opts.get("seconds", 0)) / 0.1))
@@ -101,6 +115,7 @@ def publish(job: Job, lease: Lease) -> Any:
         time.sleep(0.1)
         if opts.get("check_lease"):
             lease.check()
+    hold(job)
     if opts.get("check_lease"):
         lease.check()
     value = {"worker": job.worker, "attempt": job.attempts}

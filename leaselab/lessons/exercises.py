@@ -63,22 +63,22 @@ def check_misses(misses_tolerated: Callable[[float, float], Any], lang: str = "e
     return _verdict(results, lang)
 
 
-def check_refused_zombie(events: Callable[[], Iterable[Event]], zombie: str = "w1", lang: str = "en",
-                         timeout: float = 8.0) -> str:
-    """Lesson 0: did ``zombie``'s write get refused after another worker completed its job?
+def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1", lang: str = "en",
+                        timeout: float = 8.0) -> str:
+    """Lesson 0: was ``zombie``'s write refused, with no other worker ever claiming its job?
 
-    ``events`` is read again until that shows or ``timeout`` seconds pass: the refusal
+    Only a reaper (the scenario's ``reap``) can take the job from a frozen worker that is
+    alone. ``events`` is read again until the refusal shows or ``timeout`` seconds pass: it
     comes a moment after the zombie is thawed.
     """
     deadline = time.monotonic() + timeout
     while True:
         history = list(events())
-        refused = [e for e in history if e.kind == "lease_lost" and e.worker == zombie]
-        done_by = {e.job_id: e.worker for e in history if e.kind == "completed"}
-        for e in refused:
-            if done_by.get(e.job_id) not in (None, zombie):
-                return text("check_right", lang, detail=text("l0_ex_refused", lang, zombie=zombie,
-                                                              other=done_by[e.job_id]))
+        others = sorted({e.worker for e in history if e.kind == "claimed" and e.worker != zombie})
+        if any(e.kind == "lease_lost" and e.worker == zombie for e in history):
+            if others:
+                return text("check_wrong", lang, detail=text("l0_ex_not_alone", lang, zombie=zombie, other=others[0]))
+            return text("check_right", lang, detail=text("l0_ex_refused_alone", lang, zombie=zombie))
         if time.monotonic() > deadline:
             return text("check_wrong", lang, detail=text("l0_ex_not_refused", lang, zombie=zombie))
         time.sleep(0.1)

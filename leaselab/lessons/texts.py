@@ -25,8 +25,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l0_alive": "demonstration workers alive: {names}",
         "wait_w1_crash": "w1 to crash",
         "wait_refused": "w1's refused write",
-        "l0_ex_refused": "{zombie}'s write was refused after {other} completed the job",
-        "l0_ex_not_refused": "no write of {zombie} was refused after another worker completed its job",
+        "l0_ex_refused_alone": "{zombie}'s write was refused and no other worker ever took its job: "
+                               "the reaper alone made it a zombie",
+        "l0_ex_not_refused": "no write of {zombie} was refused: while it is frozen, its job must be taken from it",
+        "l0_ex_not_alone": "{zombie}'s write was refused, but {other} took the job too: do it with {zombie} alone",
         # lesson 1
         "l1_claim": "status: {status} | attempt: {attempt} | holder: {holder}",
         "l1_lease_left": "lease left: {seconds:g} {seconds|second|seconds}",
@@ -190,8 +192,12 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l0_alive": "живые воркеры демонстраций: {names}",
         "wait_w1_crash": "падения w1",
         "wait_refused": "отклонённой записи w1",
-        "l0_ex_refused": "запись {zombie} отклонена после того, как {other} завершил задачу",
-        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили после того, как задачу завершил другой воркер",
+        "l0_ex_refused_alone": "запись {zombie} отклонена, а его задачу больше никто не брал: "
+                               "зомби его сделал один только reaper",
+        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили: пока он заморожен, задачу у него нужно "
+                             "отнять",
+        "l0_ex_not_alone": "запись {zombie} отклонена, но задачу брал и {other}: добейтесь того же, не запуская "
+                           "никого, кроме {zombie}",
         "l1_claim": "статус: {status} | попытка: {attempt} | держатель: {holder}",
         "l1_lease_left": "до конца аренды: {seconds:g} с",
         "l1_w2_gets": "w2 получает: {job}",

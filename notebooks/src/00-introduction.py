@@ -146,6 +146,9 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # Now `w1` takes a 2-second job and we freeze it (`pause` sends `SIGSTOP`; a long
 # garbage-collection pause or a suspended laptop stops a process the same way). Once the
 # lease has run out, `w2` takes the job and runs it from the start. Then we thaw `w1`.
+# The job's first attempt waits at a gate after its 2 seconds (`hold`: a file we create
+# only once `w2` is done), so however slow the machine is, `w1` cannot finish before the
+# freeze.
 
 # %% [markdown] tags=["ru"]
 # ## Беда вторая: воркер замирает и возвращается
@@ -153,19 +156,22 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # Теперь `w1` берёт двухсекундную задачу, и мы его замораживаем (`pause` посылает
 # `SIGSTOP`; долгая сборка мусора или уснувший ноутбук останавливают процесс так же).
 # Когда аренда истекает, задачу берёт `w2` и выполняет её с самого начала. Потом
-# размораживаем `w1`.
+# размораживаем `w1`. Первая попытка после своих двух секунд ждёт у шлагбаума (`hold`:
+# файл, который мы создаём, только когда `w2` закончит), поэтому, как бы ни тормозила
+# машина, `w1` не успеет закончить до заморозки.
 
 # %% tags=["nbval-ignore-output"]
 freeze = Fleet(work / "freeze.db")
+freeze.queue.enqueue({"seconds": 2, "hold": str(work / "freeze.gate")})  # attempt 1 waits there
 Scenario.parse("""
     spawn w1
-    enqueue 1 seconds=2
     wait running=1
     pause w1
     spawn w2
     wait idle
-    resume w1
 """, lease=3).run(freeze)
+(work / "freeze.gate").touch()  # only now may w1's attempt finish, once it is thawed
+freeze.resume("w1")
 lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"],
                    what=lessons.text("wait_refused", lang));
 
@@ -265,7 +271,8 @@ lab
 #
 # **1. Predict.** Freeze the only worker while it holds a job, for one and a half
 # leases, then thaw it. Nobody else was there to reap. Does `w1` finish its job, and
-# with which attempt? Run the cell; watch the badge it prints while `w1` is frozen.
+# with which attempt? Run the cell; watch the badge it prints while `w1` is frozen. (The
+# job waits at a gate, as above, which the cell opens just before the thaw.)
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -285,18 +292,20 @@ lab
 # **1. Предскажите.** Заморозьте единственного воркера, пока он держит задачу, на
 # полтора срока аренды и разморозьте. Вернуть задачу в очередь было некому. Закончит ли
 # `w1` свою задачу и какой попыткой? Запустите ячейку и посмотрите, какой значок она
-# напечатает, пока `w1` заморожен.
+# напечатает, пока `w1` заморожен. (Задача, как и выше, ждёт у шлагбаума; ячейка открывает
+# его перед самой разморозкой.)
 
 # %% tags=["nbval-check-output"]
 alone = Fleet(work / "exercise-alone.db")
+alone.queue.enqueue({"seconds": 1, "hold": str(work / "exercise-alone.gate")})  # finishes only after the thaw
 Scenario.parse("""
     spawn w1
-    enqueue 1 seconds=1
     wait running=1
     pause w1
     wait leases=1.5
 """, lease=3).run(alone)
 say("l0_badge", badge=t(alone.status()[0].badge, lang))
+(work / "exercise-alone.gate").touch()
 Scenario.parse("""
     resume w1
     wait idle
@@ -313,11 +322,13 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # taken its job. Lesson 1 shows the reaper; lesson 3, what happens when it did run.
 # </details>
 #
-# **2. Write code.** Write a scenario in the same small language in which the frozen
-# `w1` comes back after another worker has finished its job, so that `w1`'s write is
-# refused. Verbs: `spawn NAME`, `enqueue N seconds=S`, `wait running=N`, `pause NAME`,
-# `resume NAME`, `wait leases=N`, `wait idle`. The check runs it on fresh workers and
-# reads the job's history.
+# **2. Write code.** Write a scenario in the same small language in which `w1`'s write is
+# refused, with `w1` alone: no other worker may ever take its job (the demonstration above
+# needed `w2`; the check turns down any scenario in which another worker claims the job).
+# Verbs: `spawn NAME`, `enqueue N seconds=S`, `wait running=N`, `pause NAME`,
+# `resume NAME`, `reap`, `wait leases=N`, `wait idle`. Think about what exercise 1 says
+# takes a job away. The check runs your scenario on fresh workers and reads the job's
+# history.
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
@@ -329,11 +340,13 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 # сработать, — в уроке 3.
 # </details>
 #
-# **2. Напишите код.** Напишите сценарий на том же маленьком языке, в котором
-# замерший `w1` возвращается, когда другой воркер уже закончил его задачу, и запись
-# `w1` отклоняют. Команды: `spawn ИМЯ`, `enqueue N seconds=S`, `wait running=N`,
-# `pause ИМЯ`, `resume ИМЯ`, `wait leases=N`, `wait idle`. Проверка запустит сценарий на
-# новых воркерах и прочитает историю задачи.
+# **2. Напишите код.** Напишите сценарий на том же маленьком языке, в котором запись
+# `w1` отклоняют, хотя `w1` работает один: никакой другой воркер его задачу брать не
+# должен (демонстрации выше понадобился `w2`, а проверка не примет ни одного сценария, где
+# задачу захватывает кто-то ещё). Команды: `spawn ИМЯ`, `enqueue N seconds=S`,
+# `wait running=N`, `pause ИМЯ`, `resume ИМЯ`, `reap`, `wait leases=N`, `wait idle`.
+# Вспомните, что, согласно упражнению 1, отнимает у воркера задачу. Проверка запустит
+# сценарий на новых воркерах и прочитает историю задачи.
 
 # %%
 my_scenario = """
@@ -350,16 +363,21 @@ my_scenario = """
 # <details><summary>Show the answer</summary>
 #
 # The scenario above only freezes and thaws `w1`: nobody takes its job, so nothing is
-# refused. Someone else must reap the job and finish it while `w1` is frozen:
+# refused. Exercise 1 says what would: an expired lease takes nothing away until someone
+# runs the reaper. So run it yourself (`reap`: the kernel calls `queue.reap()`) once the
+# lease has run out while `w1` is frozen. Its token is gone from the job, so when `w1`
+# wakes, its heartbeat and its completion are refused; then `w1` claims the job again
+# itself, as attempt 2. (A 3-second job leaves the freeze a margin on a slow machine.)
 #
 # ```
 # spawn w1
-# enqueue 1 seconds=2
+# enqueue 1 seconds=3
 # wait running=1
 # pause w1
-# spawn w2
-# wait idle
+# wait leases=1.5
+# reap
 # resume w1
+# wait idle
 # ```
 # </details>
 
@@ -367,17 +385,22 @@ my_scenario = """
 # <details><summary>Показать ответ</summary>
 #
 # Сценарий выше только замораживает и размораживает `w1`: задачу никто не забирает,
-# поэтому и отклонять нечего. Нужно, чтобы, пока `w1` заморожен, кто-то другой вернул
-# задачу в очередь и выполнил её:
+# поэтому и отклонять нечего. Что её отнимает, сказано в упражнении 1: истёкшая аренда сама
+# по себе ничего не отнимает, пока кто-нибудь не запустит reaper. Так запустите его сами
+# (`reap`: ядро вызывает `queue.reap()`), когда аренда замороженного `w1` уже истекла.
+# Токена `w1` в задаче больше нет, поэтому, проснувшись, `w1` получит отказ и на
+# heartbeat, и на завершение, а потом сам снова захватит задачу второй попыткой.
+# (Трёхсекундная задача оставляет заморозке запас на медленной машине.)
 #
 # ```
 # spawn w1
-# enqueue 1 seconds=2
+# enqueue 1 seconds=3
 # wait running=1
 # pause w1
-# spawn w2
-# wait idle
+# wait leases=1.5
+# reap
 # resume w1
+# wait idle
 # ```
 # </details>
 
@@ -386,7 +409,7 @@ from leaselab.lessons import exercises
 tried = Fleet(work / "exercise-zombie.db")
 Scenario.parse(my_scenario, lease=3).run(tried)
 lessons.wait_until(lambda: tried.queue.stats()["running"] == 0, what=lessons.text("wait_done", lang))
-print(exercises.check_refused_zombie(tried.queue.events, "w1", lang))
+print(exercises.check_refused_alone(tried.queue.events, "w1", lang))
 
 # %% [markdown] tags=["en"]
 # The last cell ends the workers of the demonstrations and the exercises. The playground

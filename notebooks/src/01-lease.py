@@ -251,7 +251,9 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # processes; each heartbeats every third of its lease and, on the same thread, runs the
 # reaper every second, even while its handler is busy.
 # The lease is 3 seconds, the job 2. As soon as `w1` has claimed the job we kill it
-# with `SIGKILL`: no clean-up, no goodbye. Then we start `w2`.
+# with `SIGKILL`: no clean-up, no goodbye. Then we start `w2`. The job's first attempt
+# waits at a gate after its 2 seconds (`hold`: a file it waits for, which we never
+# create), so however slow the machine is today, `w1` cannot finish before the kill.
 #
 # `SIGKILL` is a crash of the *process*, not of the machine. Everything the process
 # committed is already in the operating system's hands and stays in the file; only work
@@ -268,6 +270,9 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # `python -m leaselab worker`; каждый продлевает аренду раз в треть срока и в том же
 # потоке раз в секунду запускает reaper, даже пока его обработчик занят. Аренда — 3 секунды, задача — 2. Как только `w1` захватил задачу,
 # убиваем его сигналом `SIGKILL`: без уборки и без прощаний. Затем запускаем `w2`.
+# Первая попытка после своих двух секунд ждёт у шлагбаума (`hold`: файл, появления
+# которого она ждёт, а мы его так и не создадим), поэтому, как бы ни тормозила сегодня
+# машина, `w1` не успеет закончить до того, как его убьют.
 #
 # `SIGKILL` роняет *процесс*, а не машину. Всё, что процесс успел зафиксировать, уже
 # передано операционной системе и останется в файле; пропадает только незаконченная
@@ -281,7 +286,7 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # %% tags=["nbval-ignore-output"]
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
-real_id = real.enqueue({"seconds": 2})
+real_id = real.enqueue({"seconds": 2, "hold": str(work / "real.gate")})  # attempt 1 waits there: no gate, no finish
 fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what=lessons.text("wait_claim", lang))
 fleet.kill("w1")

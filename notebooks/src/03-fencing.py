@@ -66,7 +66,9 @@ work = lessons.scratch("03-fencing")
 # `w1` claims the job with a 3-second lease, and we freeze it with `SIGSTOP` (that is
 # what `fleet.pause` does); its heartbeat thread freezes with it. We start `w2`: its
 # reaper finds the expired lease, and `w2` runs the job from the start and writes the
-# page. Then we thaw `w1` with `SIGCONT`.
+# page. Then we thaw `w1` with `SIGCONT`. The first attempt waits at a gate before it
+# writes (`hold`: a file we create only once `w2` is done), so however late the freeze
+# comes on a slow machine, `w1` cannot have written first.
 
 # %% [markdown] tags=["ru"]
 # ## Настоящий зомби затирает более новый результат
@@ -80,14 +82,19 @@ work = lessons.scratch("03-fencing")
 # `w1` захватывает задачу с арендой на 3 секунды, и мы замораживаем его сигналом
 # `SIGSTOP` (это и делает `fleet.pause`); его поток heartbeat замирает вместе с ним.
 # Запускаем `w2`: его reaper находит истёкшую аренду, `w2` выполняет задачу с самого
-# начала и записывает страницу. Потом размораживаем `w1` сигналом `SIGCONT`.
+# начала и записывает страницу. Потом размораживаем `w1` сигналом `SIGCONT`. Перед
+# записью первая попытка ждёт у шлагбаума (`hold`: файл, который мы создаём, только когда
+# `w2` закончит), поэтому, как бы поздно ни пришла заморозка на медленной машине, `w1` не
+# успеет записать страницу первым.
 
 # %%
 def zombie_run(name, **options):
     """w1 claims a publish job and is frozen; w2 does the job; w1 is thawed. Returns the queue and fleet."""
     queue = Queue(work / f"{name}.db")
     fleet = Fleet(queue.path)
-    job_id = queue.enqueue({"store": str(work / f"{name}-pages.db"), "key": "home.html", "seconds": 3, **options})
+    gate = work / f"{name}.gate"  # w1's attempt writes only once this file exists
+    job_id = queue.enqueue({"store": str(work / f"{name}-pages.db"), "key": "home.html", "seconds": 3,
+                            "hold": str(gate), **options})
     fleet.spawn(handler="leaselab.lessons.demo:publish", lease=3.0, name="w1")
     lessons.wait_until(lambda: queue.get(job_id).status == "running", what=lessons.text("wait_claim", lang))
     fleet.pause("w1")
@@ -95,6 +102,7 @@ def zombie_run(name, **options):
     lessons.wait_until(lambda: queue.get(job_id).status == "done", what=lessons.text("wait_done", lang))
     with FencedStore(work / f"{name}-pages.db") as pages:
         say("l3_page_before", **pages.read("home.html")[0])
+    gate.touch()
     fleet.resume("w1")
     lessons.wait_until(lambda: any(end in fleet.log_tail("w1") for end in ("without its lease", "not written")),
                        what=lessons.text("l3_wait_zombie", lang))

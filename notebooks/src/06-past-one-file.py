@@ -390,7 +390,9 @@ for p in skewed:
 # network** and **Reconnect** buttons.)
 #
 # `w1` claims a job that takes 3 seconds, with a 2-second lease, and we cut it off. Once
-# its lease has run out, we start `w2`.
+# its lease has run out, we start `w2`. The first attempt waits at a gate after its 3
+# seconds (`hold`: a file we create only once `w2` is done), so however slow the machine
+# is, `w1` cannot finish before it is cut off.
 
 # %% [markdown] tags=["ru"]
 # ## 4. Воркер, отрезанный от сети
@@ -405,13 +407,15 @@ for p in skewed:
 # 0,9 срока аренды). `fleet.heal(name)` возвращает ему сеть, и придержанное доставляется. (На панели `Lab` это кнопки **«Отрезать сеть»** и **«Вернуть сеть»**.)
 #
 # `w1` захватывает задачу на 3 секунды с арендой на 2 секунды, и мы отрезаем его от сети.
-# Когда его аренда истечёт, запустим `w2`.
+# Когда его аренда истечёт, запустим `w2`. Первая попытка после своих трёх секунд ждёт у
+# шлагбаума (`hold`: файл, который мы создаём, только когда `w2` закончит), поэтому, как бы
+# ни тормозила машина, `w1` не успеет закончить до того, как его отрежут.
 
 # %% tags=["nbval-check-output"]
 cut = Queue(next(databases))
 fleet = Fleet(cut.path, queue=cut, log_dir=work / "cut-logs")
 fleet.spawn(lease=2.0, name="w1")
-job_id = cut.enqueue({"seconds": 3})
+job_id = cut.enqueue({"seconds": 3, "hold": str(work / "cut.gate")})  # attempt 1 finishes once the file exists
 lessons.wait_until(lambda: cut.get(job_id).worker == "w1", what=lessons.text("wait_claim", lang))
 first = cut.get(job_id)
 fleet.partition("w1")
@@ -420,6 +424,7 @@ lessons.wait_until(lambda: fleet.status()[0].badge == "lease_expired", what=less
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
 fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease
 lessons.wait_until(lambda: cut.get(job_id).status == "done", timeout=30, what=lessons.text("wait_done", lang))
+(work / "cut.gate").touch()                                 # only now may w1's handler finish
 done = cut.get(job_id)
 say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.result["worker"])
 

@@ -136,7 +136,8 @@ RETURNING status
 # transaction holds (SKIP LOCKED): a holder frozen mid-write (SIGSTOP) must not stall every
 # worker's reaper behind its row lock; the next reap takes that row if it is still expired.
 # %(keep)s (a JSON array) are the tokens of the worker that reaps: it is alive, so its own jobs
-# are not a crashed worker's, whatever a freeze did to their leases.
+# are not a crashed worker's, whatever a freeze did to their leases; a batch claim's own token
+# keeps every job it took (their tokens are it, a dash and the id), as on SQLite.
 REAP = f"""
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
@@ -145,6 +146,7 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
        last_error = 'lease expired', lease_until = NULL, updated_at = %(now)s, last_event = 'reaped'
  WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < %(now)s
                 AND token NOT IN (SELECT jsonb_array_elements_text(%(keep)s::jsonb))
+                AND split_part(token, '-', 1) NOT IN (SELECT jsonb_array_elements_text(%(keep)s::jsonb))
               FOR UPDATE SKIP LOCKED)
 RETURNING id
 """

@@ -83,7 +83,9 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
 RETURNING status
 """
 
-# The reaper: one conditional statement, never read-then-write.
+# The reaper: one conditional statement, never read-then-write. A token in :keep keeps its job,
+# and every job a batch claim took with it (their tokens are it, a dash and the id): a worker
+# keeps the claim it has sent before it knows which jobs that claim took.
 REAP = """
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
@@ -91,6 +93,7 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
        finished_at = CASE WHEN attempts >= max_attempts THEN :now END,
        last_error = 'lease expired', lease_until = NULL, updated_at = :now, last_event = 'reaped'
  WHERE status = 'running' AND lease_until < :now AND token NOT IN (SELECT value FROM json_each(:keep))
+   AND substr(token, 1, instr(token || '-', '-') - 1) NOT IN (SELECT value FROM json_each(:keep))
 RETURNING id
 """
 
