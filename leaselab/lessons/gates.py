@@ -10,10 +10,11 @@ the job's first attempt:
 - ``"after"`` freezes the worker's own process with ``SIGSTOP`` until another attempt has
   finished the job (or a minute has passed): the pause after the effect and before ``complete``,
   so the effect is done and its attempt's lease runs out; the next attempt runs the handler again.
+  The stop is sent only while no write of the worker is under way (see ``FREEZER``).
 
 A nemesis outside the process (``leaselab chaos``'s pauses) can hit any instant; these hit the
-one instant that matters, every time. The freeze is ended by a small watcher process that reads
-the queue file with raw ``sqlite3`` (it needs ``$LEASELAB_DB``, which the lab's workers carry).
+one instant that matters, every time. The freeze is made and ended by a small watcher process that
+uses the queue file with raw ``sqlite3`` (it needs ``$LEASELAB_DB``, which the lab's workers carry).
 """
 
 from __future__ import annotations
@@ -32,9 +33,12 @@ FREEZE_FOR_AT_MOST = 60.0
 # Has an attempt after ``attempt`` finished job ``id``? Read with raw sqlite3, never through leaselab.
 DONE_BY_ANOTHER = "SELECT status = 'done' AND attempts > ? FROM jobs WHERE id = ?"
 
-# The watcher: sends SIGCONT to the frozen worker once another attempt has finished the job (a few
-# times, in case the first lands before the worker has stopped itself), or when the minute is up.
-THAW = r"""
+# The watcher. It stops the worker only while it holds the queue file's write lock itself, so the
+# worker cannot be frozen in the middle of a write (its heartbeat thread may be in one): a worker
+# stopped holding SQLite's write lock would stall every other worker, and nobody could take its
+# job. It stops the worker again whenever someone else (a nemesis's resume) has let it run, until
+# another attempt has finished the job (or the minute is up); then it sends SIGCONT (a few times).
+FREEZER = r"""
 import os, signal, sqlite3, sys, time
 pid, db, job, attempt, until, sql = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
 def done_by_another():
@@ -46,8 +50,23 @@ def done_by_another():
             conn.close()
     except sqlite3.Error:
         return False
+def stopped():
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            text = fh.read()
+    except OSError:
+        return True  # gone: nothing left to freeze
+    return text[text.rfind(")") + 2:].split(" ", 1)[0] == "T"
+lock = sqlite3.connect(db, timeout=60, isolation_level=None)
 while not done_by_another() and time.time() < until:
+    if not stopped():  # the first time, or after someone else's SIGCONT (a nemesis's resume)
+        lock.execute("BEGIN IMMEDIATE")
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        finally:
+            lock.execute("ROLLBACK")
     time.sleep(0.05)
+lock.close()
 for _ in range(25):
     try:
         os.kill(pid, signal.SIGCONT)
@@ -77,16 +96,21 @@ def _done_by_another(db: str, job: Any) -> bool:
 
 
 def freeze_until_done_by_another(job: Any) -> None:
-    """SIGSTOP this worker until another attempt has finished ``job`` (a SQLite queue), a minute at most."""
+    """Freeze this worker until another attempt has finished ``job`` (a SQLite queue), a minute at most.
+
+    A watcher process sends the SIGSTOP, at a moment no write of this worker is under way, and
+    the SIGCONT once another attempt is done; meanwhile this handler waits for that. A SIGCONT
+    from anyone else (a nemesis's resume) is undone by the watcher at once, and the handler never
+    returns before another attempt has finished the job, or the minute is up. Linux only (/proc).
+    """
     db = os.environ.get("LEASELAB_DB")
     if not db:
         raise RuntimeError("freezing until another attempt is done needs $LEASELAB_DB (the lab's workers carry it)")
     until = time.time() + FREEZE_FOR_AT_MOST
-    subprocess.Popen([sys.executable, "-c", THAW, str(os.getpid()), db, str(job.id), str(job.attempts), repr(until),
-                      DONE_BY_ANOTHER], start_new_session=True, stdin=subprocess.DEVNULL)
-    # Any SIGCONT before that (a nemesis's resume) finds the job unfinished and freezes again.
+    subprocess.Popen([sys.executable, "-c", FREEZER, str(os.getpid()), db, str(job.id), str(job.attempts),
+                      repr(until), DONE_BY_ANOTHER], start_new_session=True, stdin=subprocess.DEVNULL)
     while not _done_by_another(db, job) and time.time() < until:
-        os.kill(os.getpid(), signal.SIGSTOP)
+        time.sleep(0.05)
 
 
 def fault_point(job: Any, where: str) -> None:
