@@ -7,7 +7,8 @@ owns its strategy behind them: its statements, its transactions, and what its en
 one statement. A new engine is a new folder whose class satisfies ``Backend``; the type checker run
 in the suite (``tests/test_types.py``) proves that it does.
 
-Times are unix seconds from the queue's clock; payloads, results and errors arrive already encoded
+The values that cross it are named tuples (typed, immutable, and cheap to make on a worker's hot
+path); times are unix seconds from the queue's clock; payloads, results and errors arrive already encoded
 (JSON text, checked by the queue). ``durable`` asks for the write to reach the disk before the call
 returns (the queue's ``durability="full"``). A fenced write that changed no row reports it (``False``,
 ``None``, or an id left out of a list); deciding what that means is the queue's job.
@@ -18,15 +19,14 @@ from __future__ import annotations
 import threading
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, Sequence, Union
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, Union
 
 from ..job import Event, Job, Status
 
 Tracer = Callable[[str, Any], None]
 
 
-@dataclass(frozen=True)
-class NewJob:
+class NewJob(NamedTuple):
     """One job to enqueue, its payload already JSON text."""
 
     payload: str
@@ -35,8 +35,7 @@ class NewJob:
     max_attempts: int
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(NamedTuple):
     """Who claims, with which token, when, and until when the lease runs."""
 
     worker: str
@@ -45,8 +44,7 @@ class Claim:
     lease_until: float
 
 
-@dataclass(frozen=True)
-class Completion:
+class Completion(NamedTuple):
     """One fenced completion: the job, the token that should hold it, and its result as JSON text."""
 
     id: int
@@ -54,8 +52,7 @@ class Completion:
     result: str
 
 
-@dataclass(frozen=True)
-class Unreadable:
+class Unreadable(NamedTuple):
     """A claimed row whose stored payload cannot be read (damaged outside leaselab): the queue fails
     that attempt with ``reason`` instead of handing it to a handler."""
 
@@ -68,8 +65,7 @@ class Unreadable:
 Claimed = Union[Job, Unreadable]
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What a job's row says now, read after a fenced write changed no row: enough to tell a write
     that went through unseen (same token, same last event, same value) from a refusal."""
 
