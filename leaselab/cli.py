@@ -1,9 +1,10 @@
-"""The leaselab command: enqueue, worker, reap, stats, jobs, events."""
+"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check, chaos."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import signal
 import sys
@@ -13,11 +14,14 @@ from datetime import datetime
 from typing import Sequence
 
 from .backends import is_server_url
-from .errors import LeaselabError
+from .backends.sqlite.backend import nearest_queue_file
+from .check.texts import LANGS
+from .errors import DatabaseMissing, LeaselabError
 from .job import Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 
+EXIT_ANOMALY = 1  # check: the run broke a promise
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (128 + SIGINT)
 
@@ -31,9 +35,18 @@ def _stamp(t: float | None) -> str:
         return f"{t:.3f}"
 
 
-def _short(value: object, width: int) -> str:
-    """``value`` on one line of at most ``width`` characters, its control characters shown escaped."""
-    text = "-" if value is None else (value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+def _short(value: object, width: int, as_json: bool = False) -> str:
+    """``value`` on one line of at most ``width`` characters, its control characters shown escaped.
+
+    ``as_json`` shows a string as JSON too (``"str"``, quoted), as a payload or a result is stored;
+    otherwise a string (a worker's name, a handler's error) is shown as it is.
+    """
+    if value is None:
+        text = "-"
+    elif isinstance(value, str) and not as_json:
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False)
     text = printable(text)
     return text if len(text) <= width else text[: width - 1] + "…"
 
@@ -203,20 +216,29 @@ def cmd_stats(args: argparse.Namespace) -> int:
     return 0
 
 
+def _lease_left(lease_until: float | None, now: float) -> str:
+    """``12.3s`` left, or ``expired 0.8s ago`` once the reaper may take the job back; ``-`` for no lease."""
+    if lease_until is None:
+        return "-"
+    left = lease_until - now
+    return f"{left:.1f}s" if left >= 0 else f"expired {-left:.1f}s ago"
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     with _open(args) as q:
         jobs = q.jobs(status=args.status, limit=args.limit)
         now = q.clock()
-    header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>10}  {'payload':<24} result/error"
+    header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  {'payload':<24} result/error"
     print(header)
     for j in jobs:
         if j.damage:  # listed, never hidden: the rest of the table stays readable
             print(f"{j.id:>6}  {'DAMAGED':<8} {printable(j.damage)}")
             continue
-        left = "-" if j.lease_until is None else f"{j.lease_until - now:.1f}s"
-        outcome = j.last_error if j.status in ("pending", "dead") and j.last_error else j.result
+        left = _lease_left(j.lease_until, now)
+        failed = j.status in ("pending", "dead") and j.last_error
+        outcome = _short(j.last_error, 40) if failed else _short(j.result, 40, as_json=True)
         print(f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
-              f"{_short(j.worker, 12):<12} {left:>10}  {_short(j.payload, 24):<24} {_short(outcome, 40)}")
+              f"{_short(j.worker, 12):<12} {left:>16}  {_short(j.payload, 24, as_json=True):<24} {outcome}")
     return 0
 
 
@@ -233,11 +255,74 @@ def cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, got {text!r}")
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import check
+
+    # Read-only, so nothing could be created anyway; but a mistyped path deserves the hint the
+    # other commands give.
+    if not is_server_url(args.db) and not os.path.exists(args.db):
+        raise DatabaseMissing(args.db, nearest_queue_file(args.db))
+    if args.effects is not None and not os.path.isfile(args.effects):
+        raise ValueError(f"--effects: no effects file at {args.effects}")
+    report = check(args.db, effects=args.effects, lease=args.lease, idle=not args.still_running)
+    print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang))
+    return 0 if report.clean else EXIT_ANOMALY
+
+
+def cmd_chaos(args: argparse.Namespace) -> int:
+    # Imported here: the lab and the lessons it drives must not load with every worker's start.
+    from .chaos.command import main as chaos
+
+    return chaos(args)
+
+
+# The argparse types below raise ArgumentTypeError for every bad value, so argparse prints
+# "argument --lease: must be ..." and never "invalid _positive_float value" (a Python name).
+INT64 = (-(2**63), 2**63 - 1)  # what both backends store in an integer column
+
+
+def _seconds(text: str, minimum: float, inclusive: bool) -> float:
+    bound = f"{'>=' if inclusive else '>'} {minimum:g}"
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not math.isfinite(value) or value < minimum or (value == minimum and not inclusive):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds {bound}, got {text!r}")
     return value
+
+
+def _whole(text: str, minimum: int | None) -> int:
+    bound = "" if minimum is None else f" >= {minimum}"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number{bound}, got {text!r}") from None
+    if minimum is not None and value < minimum:
+        raise argparse.ArgumentTypeError(f"must be a whole number{bound}, got {text!r}")
+    if not INT64[0] <= value <= INT64[1]:
+        raise argparse.ArgumentTypeError(f"must fit in 64 bits ({INT64[0]} to {INT64[1]}), got {text!r}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    return _seconds(text, 0, inclusive=False)
+
+
+def _non_negative_float(text: str) -> float:
+    return _seconds(text, 0, inclusive=True)
+
+
+def _positive_int(text: str) -> int:
+    return _whole(text, 1)
+
+
+def _non_negative_int(text: str) -> int:
+    return _whole(text, 0)
+
+
+def _any_int(text: str) -> int:
+    return _whole(text, None)
 
 
 def _worker_name(text: str) -> str:
@@ -245,16 +330,6 @@ def _worker_name(text: str) -> str:
     if not text or has_unprintable(text):
         raise argparse.ArgumentTypeError(f"must be a non-empty name without control characters, got {text!r}")
     return text
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -281,19 +356,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("enqueue", "add jobs with a JSON payload", cmd_enqueue)
     p.add_argument("payload", help='JSON, e.g. \'{"seconds": 2}\'')
-    p.add_argument("--priority", type=int, default=0)
-    p.add_argument("--delay", type=float, default=0.0)
-    p.add_argument("--max-attempts", type=int, default=5)
-    p.add_argument("--count", type=_positive_int, default=1, help="how many identical jobs")
-    p.add_argument("--durability", choices=DURABILITIES, default="full")
+    p.add_argument("--priority", type=_any_int, default=0, metavar="N",
+                   help="a whole number; the highest runs first (default 0)")
+    p.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="SECONDS",
+                   help="seconds from now before the jobs may be claimed (default 0)")
+    p.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N",
+                   help="claims a job gets before it is dead (default 5)")
+    p.add_argument("--count", type=_positive_int, default=1, metavar="N", help="how many identical jobs (default 1)")
+    p.add_argument("--durability", choices=DURABILITIES, default="full",
+                   help="full: the jobs are on disk before their ids are printed; normal: faster, may lose "
+                        "the last ones on power loss (SQLite) or a server crash (PostgreSQL)")
 
     p = command("worker", "run one worker process", cmd_worker)
-    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
+    p.add_argument("--handler", required=True, metavar="MODULE:FUNCTION",
+                   help="the function that runs each job, e.g. leaselab.lessons.demo:task, or myh:work for "
+                        "myh.py in the current folder")
     p.add_argument("--name", type=_worker_name, default=None,
                    help="the name in the queue's rows and the log (default: worker-PID)")
-    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE)
-    p.add_argument("--poll", type=_positive_float, default=0.05)
-    p.add_argument("--max-poll", type=_positive_float, default=1.0)
+    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE, metavar="SECONDS",
+                   help="how long a claim holds a job without a heartbeat; renewed every third of it "
+                        f"(default {DEFAULT_LEASE:g})")
+    p.add_argument("--poll", type=_positive_float, default=0.05, metavar="SECONDS",
+                   help="seconds between looks for a job while idle, at first (default 0.05)")
+    p.add_argument("--max-poll", type=_positive_float, default=1.0, metavar="SECONDS",
+                   help="while idle the wait doubles up to this many seconds (default 1)")
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
     p.add_argument("--durability", choices=DURABILITIES, default="full",
                    help="full: claims and completions are on disk before they count; normal: faster, may lose "
@@ -306,12 +392,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     command("reap", "move expired leases back to pending (or dead)", cmd_reap)
     p = command("stats", "count jobs by status", cmd_stats)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     p = command("jobs", "list jobs as a table", cmd_jobs)
-    p.add_argument("--status", choices=[s.value for s in Status])
-    p.add_argument("--limit", type=int, default=100)
+    p.add_argument("--status", choices=[s.value for s in Status], help="only the jobs in this status")
+    p.add_argument("--limit", type=_non_negative_int, default=100, metavar="N",
+                   help="list at most this many jobs, in id order (default 100)")
     p = command("events", "show the history of transitions", cmd_events)
-    p.add_argument("--job", type=int, default=None)
+    p.add_argument("--job", type=_any_int, default=None, metavar="ID", help="only this job's history")
+
+    p = command("check", "check that a run kept every promise: exit 0 clean, 1 if it found an anomaly", cmd_check)
+    p.add_argument("--effects", default=None, metavar="FILE",
+                   help="the handlers' effects file (what record_effect wrote), to find repeated effects")
+    p.add_argument("--lease", type=_positive_float, default=None, metavar="SECONDS",
+                   help="the lease the workers used, to time the reaps (default: what the history shows)")
+    p.add_argument("--still-running", action="store_true",
+                   help="the workers may still be at work: a job not finished is not lost, and only a lease "
+                        "that ran out a minute ago is stuck (default: the run ended with the workers idle)")
+    p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
+    p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
+
+    p = command("chaos", "run real workers under a seeded fault schedule, then check what the queue kept "
+                         "(exit 0 clean, 1 broken)", cmd_chaos)
+    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
+    p.add_argument("--workers", type=_positive_int, metavar="N", default=4, help="worker processes kept running (default 4)")
+    p.add_argument("--concurrency", type=_positive_int, metavar="N", default=1, help="jobs each worker runs at once (default 1)")
+    p.add_argument("--jobs", type=_positive_int, metavar="N", default=500, help="how many jobs (default 500)")
+    p.add_argument("--seconds", type=_positive_float, metavar="SECONDS", default=60.0, help="how long the faults go on (default 60)")
+    p.add_argument("--lease", type=_positive_float, default=None, metavar="SECONDS",
+                   help="the workers' lease in seconds (default 1)")
+    p.add_argument("--faults", default=None,
+                   help="comma-separated faults (default: every one this queue can have); an unknown one "
+                        "is refused with the list")
+    p.add_argument("--seed", type=_any_int, default=None, metavar="N", help="replay a run's schedule (default: a random seed)")
+    p.add_argument("--payload", default="{}", help="every job's JSON payload (default {})")
+    p.add_argument("--out", default=None, help="the run's folder: logs, effects (default: beside the queue)")
+    p.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")
+    p.add_argument("--lang", choices=LANGS, default="en", help="the language it speaks (default en)")
     return parser
 
 

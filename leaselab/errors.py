@@ -31,7 +31,7 @@ class JobNotFound(LeaselabError, LookupError):
 
 
 class InvalidPayload(LeaselabError, ValueError):
-    """Raised when a payload or result cannot be stored as strict JSON (NaN, sets, objects, too big)."""
+    """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too deep or too big)."""
 
 
 class InvalidTarget(LeaselabError, ValueError):
@@ -50,6 +50,10 @@ class DatabaseMissing(LeaselabError, FileNotFoundError):
         self.nearest = nearest
         hint = f" (did you mean {nearest}?)" if nearest else ""
         super().__init__(f"no queue file at {path}{hint}")
+
+
+class InvalidEffects(LeaselabError, ValueError):
+    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the checker can read."""
 
 
 class SchemaTooNew(LeaselabError):
@@ -115,3 +119,15 @@ class SignalsUnsupported(LeaselabError):
 
 class ScenarioTimeout(LeaselabError, TimeoutError):
     """Raised when a scenario's ``wait idle`` or ``wait running=N`` step did not see that within its timeout."""
+
+
+class UnknownFault(LeaselabError, ValueError):
+    """Raised when ``leaselab chaos`` is asked for a fault it does not know; the message lists those it does."""
+
+
+class FaultNotApplicable(LeaselabError, ValueError):
+    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash of a server it did not start)."""
+
+
+class QueueNotEmpty(LeaselabError, ValueError):
+    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""

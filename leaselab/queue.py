@@ -136,7 +136,8 @@ class Queue:
         try:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
-            raise InvalidPayload(f"{what} must be JSON (no NaN, no sets, no objects): {exc}") from None
+            raise InvalidPayload(f"{what} must be JSON: numbers, strings, true/false/null, arrays and objects "
+                                 f"(no NaN or Infinity, no sets, no Python objects): {exc}") from None
         except RecursionError:  # nested past the interpreter's limit, so far past ours too
             raise InvalidPayload(f"{what} nests arrays or objects more than {MAX_JSON_DEPTH} deep") from None
         check_json_depth(what, text)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import threading
 from contextlib import contextmanager
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -36,12 +37,29 @@ T = TypeVar("T")
 
 
 def load_handler(path: str) -> Handler:
-    """Import a handler named ``module:function``; ``HandlerError`` says what went wrong."""
+    """Import a handler named ``module:function``; ``HandlerError`` says what went wrong.
+
+    The current folder is importable, first, as it is for ``python -m leaselab`` (and for celery's
+    and rq's workers): the ``leaselab`` command starts with its own folder on ``sys.path`` instead,
+    and ``myh:work`` must find the ``myh.py`` the user is standing beside. It stays importable, so
+    a handler may import its neighbours later. A module that cannot be found is reported with the
+    folders searched; a file path (``pkg/mod.py:work``) with the dotted name to give instead.
+    """
     if not isinstance(path, str) or path.count(":") != 1 or not all(path.split(":")):
         raise HandlerError(f"handler must look like 'module:function', got {path!r}")
     module_name, attr = path.split(":")
+    _current_folder_first()
+    if "/" in module_name or os.sep in module_name:  # never a module name: do not even try it
+        raise HandlerError(f"handler {path!r} is a file path, not a module: {_dotted_hint(module_name, attr)}")
     try:
         module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module_name == exc.name or module_name.startswith(exc.name + ".")):
+            # The handler's module was found; something it imports was not.
+            raise HandlerError(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from exc
+        hint = f"; {_dotted_hint(module_name, attr)}" if module_name.endswith(".py") else ""
+        raise HandlerError(f"cannot import handler module {module_name!r}: no module named {exc.name!r} in "
+                           f"{', '.join(_searched())}{hint}") from exc
     except Exception as exc:  # any failure while importing user code is the user's to see
         raise HandlerError(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     try:
@@ -51,6 +69,45 @@ def load_handler(path: str) -> Handler:
     if not callable(handler):
         raise HandlerError(f"handler {path!r} is not callable")
     return handler
+
+
+def _folders() -> list[str]:
+    """The folders on ``sys.path`` as absolute paths (``''`` is the current folder), each once."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the current folder was deleted under us: nothing in it to import
+        here = None
+    folders = [os.path.join(here, entry) if here and not os.path.isabs(entry) else entry
+               for entry in sys.path if isinstance(entry, str) and (here or os.path.isabs(entry))]
+    return list(dict.fromkeys(os.path.normpath(f) for f in folders))
+
+
+def _current_folder_first() -> None:
+    try:
+        here = os.getcwd()
+    except OSError:
+        return
+    if here not in _folders():
+        sys.path.insert(0, here)
+
+
+def _searched() -> list[str]:
+    """The folders an import looks in that exist, as paths a reader can check."""
+    return [f for f in _folders() if os.path.isdir(f)]
+
+
+def _dotted_hint(file: str, attr: str) -> str:
+    """What to write instead of a handler's file path: its dotted module name from a folder on
+    ``sys.path`` (the current one is there), or else the file's own folder to run from."""
+    absolute = os.path.abspath(file[: -len(".py")] if file.endswith(".py") else file)
+    for root in _folders():
+        parts = os.path.relpath(absolute, root).split(os.sep)
+        if parts[-1] == "__init__":
+            parts.pop()
+        if parts and all(part.isidentifier() for part in parts):  # never "..": it is no identifier
+            return f"name its module instead: {'.'.join(parts)}:{attr}"
+    folder, name = os.path.split(absolute)
+    return f"name its module instead, run from the folder that holds it: cd {folder} and use {name}:{attr}"
 
 
 @dataclass

@@ -1,4 +1,5 @@
-"""Shared fixtures: a queue on a manual clock, worker processes that never outlive a test, and polling."""
+"""Shared fixtures: a queue on a manual clock, worker processes that never outlive a test, and polling;
+and the check that no PostgreSQL server outlives the run."""
 
 from __future__ import annotations
 
@@ -13,9 +14,37 @@ from pathlib import Path
 import pytest
 
 from leaselab import ManualClock, Queue, lessons
+from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import DEFAULT_TIMEOUT, pid_gone, wait_until
-from servers import BACKENDS, fresh_database, start_pg_server
+from servers import BACKENDS, fresh_database, servers_left_running, start_pg_server
+
+# -- no PostgreSQL server outlives the run ---------------------------------------------------------
+# Every server the run starts, in any process below it, is named after the run (its cluster_name,
+# from LEASELAB_PG_LABEL; a nested run's is named below it). One still running at the end, once
+# the watchdogs had this long to end theirs, fails the run, and is ended.
+SERVERS_END_WITHIN = 15.0
+
+
+def pytest_configure(config):
+    outer = os.environ.get(LABEL_VARIABLE)
+    os.environ[LABEL_VARIABLE] = f"{outer}.{os.getpid()}" if outer else f"pytest-{os.getpid()}"
+
+
+def pytest_sessionfinish(session):
+    left = servers_left_running(os.environ[LABEL_VARIABLE], SERVERS_END_WITHIN)
+    if left:
+        lines = [f"{len(left)} PostgreSQL server(s) this run started still ran at its end; ended now:",
+                 *(f"  postmaster pid {pid}, data folder {data}" for pid, data in left)]
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line("")  # the progress line is still open
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line, red=True, bold=True)
+            else:
+                print(line, file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Throw-away PostgreSQL servers for the tests, and where a queue lives.
+"""Throw-away PostgreSQL servers for the tests, where a queue lives, and what a server left behind.
 
 A module of its own, not conftest: ``notebooks/conftest.py`` shares that module name, and a
 test module's ``from conftest import ...`` may get the lessons' one.
@@ -7,8 +7,13 @@ test module's ``from conftest import ...`` may get the lessons' one.
 from __future__ import annotations
 
 import os
+import socket
+import time
+from typing import Callable
 
 import pytest
+
+from polling import pid_gone, wait_until
 
 BACKENDS = ("sqlite", "postgresql")
 
@@ -34,3 +39,72 @@ def fresh_database(server, prefix: str) -> str:
 
 
 fresh_database.count = 0
+
+
+# -- what a server leaves behind ------------------------------------------------------------------
+
+def server_leftovers(folder: str | os.PathLike, port: int | None, *pids: int) -> list[str]:
+    """What a server that lived in ``folder`` on ``port`` left behind: processes that name its folder
+    (the postmaster), any of ``pids`` still alive, the folder itself, and a port that still answers."""
+    folder = str(folder)
+    left = [f"pid {pid} ({' '.join(argv)})" for pid, argv in _processes() if any(folder in a for a in argv)]
+    left += [f"pid {pid} ({' '.join(_argv(pid)) or '?'})" for pid in pids if not pid_gone(pid)]
+    if os.path.lexists(folder):
+        left.append(f"the folder {folder} (holding {sorted(os.listdir(folder)) if os.path.isdir(folder) else '?'})")
+    try:
+        if port is not None:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            left.append(f"port {port}, which accepts connections")
+    except OSError:
+        pass
+    return left
+
+
+def wait_nothing_left(leftovers: Callable[[], list[str]], timeout: float = 60.0) -> None:
+    """Wait until ``leftovers()`` is empty; fail the test with what is still there after ``timeout``."""
+    try:
+        wait_until(lambda: not leftovers(), timeout, interval=0.1, message="the server to leave nothing behind")
+    except pytest.fail.Exception:
+        pytest.fail(f"still there {timeout:g}s after the server's owner ended: {leftovers()}")
+
+
+def labelled_servers(label: str) -> list[tuple[int, str]]:
+    """(pid, data folder) of every live postmaster named ``label`` (``LEASELAB_PG_LABEL``) or a label below it."""
+    found = []
+    for pid, argv in _processes():
+        names = [b.partition("=")[2] for a, b in zip(argv, argv[1:]) if a == "-c" and b.startswith("cluster_name=")]
+        if any(n == label or n.startswith(label + ".") for n in names) and "-D" in argv[:-1]:
+            found.append((pid, argv[argv.index("-D") + 1]))
+    return found
+
+
+def servers_left_running(label: str, timeout: float) -> list[tuple[int, str]]:
+    """The servers named ``label`` still running after ``timeout`` (their watchdogs may be ending them);
+    each is then ended and its folder removed, so that nothing stays."""
+    from leaselab.lessons.pgwatchdog import end_server, remove_folder
+
+    deadline = time.monotonic() + timeout
+    while (left := labelled_servers(label)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for _, data in left:
+        end_server(data, grace=0)
+        if os.path.basename(os.path.dirname(data)).startswith("leaselab-pg-"):
+            remove_folder(os.path.dirname(data))
+    return left
+
+
+def _argv(pid: int) -> list[str]:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return [os.fsdecode(a) for a in fh.read().split(b"\0")[:-1]]
+    except OSError:
+        return []
+
+
+def _processes() -> list[tuple[int, list[str]]]:
+    """(pid, argv) of every live process on the machine (zombies have no argv)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (argv := _argv(int(entry))):
+            found.append((int(entry), argv))
+    return found

@@ -26,6 +26,7 @@ from browser_support import (
     CHROMIUM_ARGS, CHROMIUM_CANDIDATES, LabServer, NotebookPage, chromium_path, copy_notebooks, kill_all,
     leaselab_workers, process_state, wait_for,
 )
+from leaselab.check.texts import REPORT
 from leaselab.lab.i18n import t
 
 pytestmark = pytest.mark.browser
@@ -33,6 +34,8 @@ pytestmark = pytest.mark.browser
 REPO = Path(__file__).resolve().parent.parent
 SHOTS = REPO / "artifacts" / "browser"
 LEASE = 3.0       # short, so the killed worker's job comes back quickly
+# The clean report's first words, as leaselab.check.texts says them in each language.
+CHECK_CLEAN = {lang: REPORT[lang]["clean"].split("{", 1)[0] for lang in ("en", "ru")}
 JOB_SECONDS = 60  # longer than the whole test needs, so the job is still running when the worker dies
 JOB_PRIORITY = 9  # ahead of anything the playground itself enqueued
 # The reader runs the playground from the top down to the cell that shows the dashboard.
@@ -232,10 +235,12 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     nb.screenshot("spawned-running")
 
     lab.locator(f".leaselab-pause-{name}").click()
-    # Paused past its lease, the badge turns to zombie: either is the truth on screen.
-    paused = lab.locator(f".leaselab-worker-{name} :is(.leaselab-state-paused, .leaselab-state-zombie)")
+    # Paused past its lease, the badge turns to "lease expired" (then "zombie" once its job is reaped):
+    # any of them is the truth on screen.
+    paused = lab.locator(f".leaselab-worker-{name} :is(.leaselab-state-paused, .leaselab-state-lease_expired,"
+                         " .leaselab-state-zombie)")
     paused.wait_for(timeout=30_000)
-    assert paused.inner_text().strip() in (t("paused", lang), t("zombie", lang))
+    assert paused.inner_text().strip() in (t("paused", lang), t("lease_expired", lang), t("zombie", lang))
     assert process_state(pid) == "T", f"worker {name} (pid {pid}) is shown paused but is not stopped"
     see_message(lab, t("paused_msg", lang, name=name), name)
     nb.screenshot("paused")
@@ -271,6 +276,17 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     assert job[t("col_attempts", lang)].startswith("2/"), job
     assert job[t("col_status", lang)] == t("running", lang), job
     nb.screenshot("job-retried")
+
+    # "Check this run" after the pause and the kill: every promise held, said in the reader's
+    # language, and the timeline drawn under the report.
+    lab.locator(".leaselab-check").click()
+    verdict = lab.locator(".leaselab-report .leaselab-verdict")
+    verdict.wait_for(timeout=60_000)
+    clean = CHECK_CLEAN[lang]
+    assert verdict.inner_text().strip().startswith(clean), verdict.inner_text()
+    assert "rgb(46, 125, 50)" in verdict.evaluate("e => getComputedStyle(e).color")
+    lab.locator(".leaselab-timeline-image").wait_for(state="visible", timeout=60_000)
+    nb.screenshot("checked")
     page.screenshot(path=str(SHOTS / f"{lang}-page.png"), full_page=True)
     # A laptop screen with the file browser open: the dashboard must still be readable.
     page.set_viewport_size({"width": 1100, "height": 800})
@@ -326,9 +342,10 @@ def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(ch
         other = {"w1": "w2", "w2": "w1"}[holder]
 
         lab.locator(f".leaselab-partition-{holder}").click()
-        cut_off = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-zombie)")
+        cut_off = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-lease_expired,"
+                              " .leaselab-state-zombie)")
         cut_off.wait_for(timeout=30_000)
-        assert cut_off.inner_text().strip() in (t("cut_off", lang), t("zombie", lang))
+        assert cut_off.inner_text().strip() in (t("cut_off", lang), t("lease_expired", lang), t("zombie", lang))
         see_message(lab, t("partitioned_msg", lang, name=holder), holder)
         assert lab.locator(f".leaselab-heal-{holder}").is_enabled()
         assert lab.locator(f".leaselab-partition-{holder}").is_disabled()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -12,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from leaselab import ManualClock, Queue, Status
-from leaselab.cli import main
+from leaselab.cli import build_parser, main
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -128,8 +131,8 @@ def test_a_file_that_is_not_sqlite_is_one_line_exit_2_and_unchanged(capsys, tmp_
     (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "0"], "lease"),
     (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "nan"], "lease"),
     (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "soon"], "lease"),
-    (["enqueue", "1", "--max-attempts", "0"], "max_attempts"),
-    (["enqueue", "1", "--delay", "-5"], "delay"),
+    (["enqueue", "1", "--max-attempts", "0"], "--max-attempts"),
+    (["enqueue", "1", "--delay", "-5"], "--delay"),
     (["enqueue", "1", "--priority", "high"], "priority"),
     (["jobs", "--status", "sleeping"], "status"),
     (["frobnicate"], "frobnicate"),
@@ -147,7 +150,7 @@ def test_a_missing_folder_is_one_line_exit_2(capsys, tmp_path):
 def test_help_exits_0(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0
-    for command in ("enqueue", "worker", "reap", "stats", "jobs", "events"):
+    for command in ("enqueue", "worker", "reap", "stats", "jobs", "events", "check"):
         assert command in out
 
 
@@ -224,3 +227,100 @@ def test_help_is_plain_text_without_restructuredtext_markup(capsys):
     code, out, _ = run(capsys, "--help")
     assert code == 0 and "``" not in out
     assert "The leaselab command" in out
+
+
+# -- what a user reads: flags by their names, units, JSON shown as JSON ------------------------------
+
+@pytest.mark.parametrize("argv, message", [
+    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "abc"],
+     "argument --lease: must be a number of seconds > 0, got 'abc'"),
+    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "inf"],
+     "argument --lease: must be a number of seconds > 0, got 'inf'"),
+    (["worker", "--handler", "leaselab.lessons.demo:task", "--poll", "0"],
+     "argument --poll: must be a number of seconds > 0, got '0'"),
+    (["enqueue", "1", "--max-attempts", "0"], "argument --max-attempts: must be a whole number >= 1, got '0'"),
+    (["enqueue", "1", "--max-attempts", "2.5"], "argument --max-attempts: must be a whole number >= 1, got '2.5'"),
+    (["enqueue", "1", "--delay", "-1"], "argument --delay: must be a number of seconds >= 0, got '-1'"),
+    (["enqueue", "1", "--delay", "nan"], "argument --delay: must be a number of seconds >= 0, got 'nan'"),
+    (["enqueue", "1", "--priority", "high"], "argument --priority: must be a whole number, got 'high'"),
+    (["enqueue", "1", "--priority", str(2**63)], "argument --priority: must fit in 64 bits"),
+    (["jobs", "--limit", "-1"], "argument --limit: must be a whole number >= 0, got '-1'"),
+    (["events", "--job", "first"], "argument --job: must be a whole number, got 'first'"),
+])
+def test_a_bad_number_is_refused_naming_the_flag_and_what_it_must_be(capsys, db_path, argv, message):
+    code, out, err = run(capsys, *argv, "--db", str(db_path))
+    assert_one_clean_error_line(code, out, err, message)
+    # No Python name leaks out: neither a function of the CLI nor a keyword argument.
+    assert not re.search(r"_positive|_float|_int\b|max_attempts|invalid \w+ value", err), err
+    assert not db_path.exists()
+
+
+def test_a_nan_payload_says_what_json_cannot_hold_and_not_that_objects_are_refused(capsys, db_path):
+    code, out, err = run(capsys, "enqueue", "NaN", "--db", str(db_path))
+    assert_one_clean_error_line(code, out, err, "no NaN or Infinity", "no sets", "no Python objects")
+    assert "no objects" not in err
+    code, out, _ = run(capsys, "enqueue", '{"an": {"object": [1, 2]}}', "--db", str(db_path))
+    assert code == 0 and out.strip().isdigit()
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("command", sorted(_subcommands()))
+def test_every_option_of_every_command_says_what_it_does(command):
+    parser = _subcommands()[command]
+    silent = [a.option_strings[0] if a.option_strings else a.dest for a in parser._actions
+              if not (a.help or "").strip() and a.help is not argparse.SUPPRESS]
+    assert silent == [], f"leaselab {command}: no help text for {silent}"
+    # A value in seconds says so, in its help or its metavar.
+    for action in parser._actions:
+        if action.option_strings and action.option_strings[0] in ("--lease", "--delay", "--poll", "--max-poll",
+                                                                  "--busy-timeout"):
+            assert "second" in action.help.lower() or action.metavar == "SECONDS", (command, action.option_strings)
+
+
+def test_jobs_shows_a_string_payload_and_result_as_json_and_an_error_as_text(capsys, db_path):
+    with Queue(db_path) as q:
+        done = q.enqueue("str")
+        job = q.claim("w", lease=30)
+        q.complete(job.id, job.token, "ok")
+        failed = q.enqueue("again")
+        job = q.claim("w", lease=30)
+        q.fail(job.id, job.token, "smtp timeout")
+    code, out, _ = run(capsys, "jobs", "--db", str(db_path))
+    rows = {int(line.split()[0]): line for line in out.splitlines()[1:]}
+    assert code == 0
+    assert '"str"' in rows[done] and rows[done].rstrip().endswith('"ok"'), rows[done]
+    assert '"again"' in rows[failed] and rows[failed].rstrip().endswith("smtp timeout"), rows[failed]
+    assert '"smtp timeout"' not in rows[failed]
+
+
+def test_jobs_says_how_long_ago_an_expired_lease_ran_out_never_a_negative_time_left(capsys, db_path):
+    past = ManualClock(start=time.time() - 100)
+    with Queue(db_path, clock=past) as q:
+        expired = q.enqueue("x")
+        q.claim("gone", lease=10)  # ran out 90 seconds ago
+    with Queue(db_path) as q:
+        alive = q.enqueue("y")
+        q.claim("here", lease=600)
+    code, out, _ = run(capsys, "jobs", "--db", str(db_path))
+    rows = {int(line.split()[0]): line for line in out.splitlines()[1:]}
+    ago = re.search(r"expired (\d+\.\d)s ago", rows[expired])
+    assert ago and 89 <= float(ago.group(1)) <= 200, rows[expired]
+    left = re.search(r" (\d+\.\d)s ", rows[alive])
+    assert left and 500 <= float(left.group(1)) <= 600, rows[alive]
+    assert not re.search(r"-\d+\.\ds", out), out
+
+
+def test_a_refused_server_connection_reads_as_sentences_not_run_together(capsys):
+    pytest.importorskip("psycopg")
+    with socket.socket() as s:  # a port nothing listens on: bound, never listened, then released
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code, out, err = run(capsys, "stats", "--db", f"postgresql://app@127.0.0.1:{port}/jobs")
+    assert_one_clean_error_line(code, out, err, f"postgresql://app@127.0.0.1:{port}/jobs", "cannot reach the server")
+    assert "Connection refused. Is the server running" in err, err
+    assert not re.search(r"[a-z] [A-Z][a-z]+ the server", err), err

@@ -4,13 +4,36 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from leaselab import ManualClock, Queue
 from leaselab.lessons import exercises
+from leaselab.lessons.texts import text
 
 
 def test_the_queue_tolerates_one_missed_beat_at_a_third_of_the_lease_not_two():
     assert exercises.misses_the_queue_tolerates(30, 10) == 1
     assert exercises.misses_the_queue_tolerates(30, 7.5) == 2
+
+
+def test_a_beat_due_exactly_at_lease_until_is_left_out_as_a_margin_though_reap_would_still_wait_then():
+    clock = ManualClock(start=0.0)
+    with Queue(":memory:", clock=clock) as q:
+        q.enqueue("beat")
+        job = q.claim("w", lease=30)
+        clock.advance(30)
+        assert q.reap() == []  # REAP is lease_until < :now: at the deadline itself the job stays
+        clock.advance(math.nextafter(30, math.inf) - 30)
+        assert q.reap() == [job.id]  # an instant later any reaper takes it
+    # So the third beat of a 30 s lease, due at 30 s, is not counted on: one miss, not two.
+    assert exercises.misses_the_queue_tolerates(30, 10) == 1
+    assert exercises.misses_the_queue_tolerates(10, 1) == 8
+    assert exercises.misses_the_queue_tolerates(10, 10) == -1  # not even the first beat lands inside
+
+
+def test_the_misses_check_names_a_beat_interval_that_is_not_positive():
+    with pytest.raises(ValueError, match="every=0"):
+        exercises.misses_the_queue_tolerates(30, 0)
 
 
 def test_the_lease_check_accepts_the_right_formula_and_names_the_first_wrong_case():
@@ -93,3 +116,49 @@ def test_the_idempotency_check_wants_one_deposit_per_job_not_per_attempt(tmp_pat
     assert exercises.check_idempotent_deposit(keyed, tmp_path / "a.db").startswith("Right:")
     assert "dave has 40" in exercises.check_idempotent_deposit(per_attempt, tmp_path / "b.db")
     assert "dave has 10" in exercises.check_idempotent_deposit(one_key_for_all, tmp_path / "c.db")
+
+
+# -- lesson 7: a rule of the checker -----------------------------------------------------------------
+
+def _overlapping(events, lease):
+    held, found = {}, set()
+    for e in sorted(events, key=lambda e: e["at"]):
+        job, token = e["job"], e["token"]
+        if e["kind"] == "claimed":
+            if job in held and held[job][0] != token and e["at"] < held[job][1]:
+                found.add(job)
+            held[job] = (token, e["at"] + lease)
+        elif e["kind"] == "heartbeat" and held.get(job, (None,))[0] == token:
+            held[job] = (token, e["at"] + lease)
+        elif e["kind"] in ("completed", "failed", "dead"):
+            held.pop(job, None)
+    return found
+
+
+def _ignores_heartbeats(events, lease):
+    last, found = {}, set()
+    for e in events:
+        if e["kind"] == "claimed":
+            if e["job"] in last and e["at"] < last[e["job"]] + lease:
+                found.add(e["job"])
+            last[e["job"]] = e["at"]
+    return found
+
+
+def test_the_planted_history_moves_two_reaps_inside_a_live_lease_and_the_clean_one_is_a_real_queue_s():
+    clean, planted, want = exercises.overlap_histories()
+    assert want == {2, 3}
+    assert _overlapping(clean, exercises.RULE_LEASE) == set() and _overlapping(planted, exercises.RULE_LEASE) == want
+    assert [e["kind"] for e in clean if e["job"] == 3] == ["enqueued", "claimed", "heartbeat", "reaped", "claimed",
+                                                           "completed"]
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_rule_check_passes_a_right_rule_and_names_what_a_wrong_one_missed(lang):
+    assert exercises.check_overlap_rule(_overlapping, lang).startswith(text("check_right", lang, detail=""))
+    missed = exercises.check_overlap_rule(_ignores_heartbeats, lang)  # job 3's renewed lease is missed
+    assert missed.startswith(text("check_wrong", lang, detail="")) and "[2]" in missed
+    everything = exercises.check_overlap_rule(lambda events, lease: {e["job"] for e in events}, lang)
+    assert everything.startswith(text("check_wrong", lang, detail=""))  # it fails the clean history
+    assert exercises.check_overlap_rule(lambda events, lease: None, lang) == text("check_todo", lang)
+    assert "ZeroDivisionError" in exercises.check_overlap_rule(lambda events, lease: 1 / 0, lang)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -56,7 +57,8 @@ def test_pause_stops_the_process_and_its_lease_runs_out_then_resume_continues(fl
     assert fleet.state(name) == "paused"
     status = wait_until(lambda: [s for s in fleet.status() if s.lease_left is not None and s.lease_left < 0],
                         message="w1's lease to run out while paused")[0]
-    assert status.job_id == job.id and status.badge == "zombie"
+    # Nobody reaped it: its token is still in the job, so it is late, not a zombie.
+    assert status.job_id == job.id and status.badge == "lease_expired"
     fleet.resume(name)
     wait_until(lambda: process_state(fleet.pid(name)) not in ("T", None), message="w1 to run again")
     assert fleet.state(name) == "running"
@@ -230,6 +232,21 @@ def test_a_server_queues_files_go_to_the_current_folder_named_without_the_passwo
     assert faults_path(tmp_path / "lab.db") == tmp_path / "lab.db.faults.jsonl"
 
 
+def test_a_paused_worker_is_a_zombie_only_once_its_expired_job_was_reaped(fleet):
+    fleet.queue.enqueue({"seconds": 30})
+    name = fleet.spawn(lease=1.0)
+    job = wait_until(claimed_by(fleet.queue, name), message="w1 to claim")[0]
+    fleet.pause(name)
+    assert fleet.status()[0].badge == "paused"
+    wait_until(lambda: fleet.status()[0].lease_left < 0, message="w1's lease to run out while paused")
+    assert fleet.status()[0].badge == "lease_expired"
+    assert fleet.queue.reap() == [job.id]  # the job is taken from it: now it acts on a lease it lost
+    [status] = fleet.status()
+    assert (status.badge, status.job_id, status.paused_job) == ("zombie", None, job.id)
+    fleet.resume(name)
+    wait_until(lambda: fleet.status()[0].badge == "running", message="the thawed worker to let go of the job")
+
+
 def test_a_worker_paused_while_idle_is_paused_not_a_zombie(fleet):
     name = fleet.spawn(lease=0.5)
     fleet.pause(name)
@@ -284,3 +301,24 @@ def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someo
     bar = next(b for b in data.bars if b.worker == "w1")
     down = next(f for f in data.faults if f.kind == "kill")
     assert bar.end == down.start == exit_.at
+
+
+def test_a_worker_gets_the_extra_environment_and_launcher_it_was_spawned_with(fleet, tmp_path):
+    # The launcher runs before leaselab's command line, as chaos's clock-jumping worker does.
+    launcher = (sys.executable, "-c", "import os, sys; print('launched with', os.environ['CHAOS_TEST_MARK']); "
+                "from leaselab.cli import main; sys.exit(main(sys.argv[1:]))")
+    name = fleet.spawn(lease=2.0, env={"CHAOS_TEST_MARK": "m-42"}, launcher=launcher)
+    wait_until(lambda: "launched with m-42" in fleet.log_tail(name), message="the launcher's line")
+    assert fleet.state(name) == "running"
+
+
+def test_a_fleet_given_an_actions_file_records_there_and_not_beside_the_queue(tmp_path):
+    record = tmp_path / "run" / "actions.jsonl"
+    record.parent.mkdir()
+    fleet = Fleet(tmp_path / "lab.db", grace=5.0, actions_file=record)
+    try:
+        fleet.kill(fleet.spawn(lease=2.0))
+    finally:
+        shut_down(fleet)
+    assert [json.loads(line)["action"] for line in record.read_text().splitlines()][:2] == ["spawn", "kill"]
+    assert not faults_path(fleet.path).exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 import signal
 
@@ -52,16 +53,18 @@ def test_clicking_spawn_starts_a_worker_that_appears_running_in_the_table(make_l
     assert "spawned w1" in lab.message.value
 
 
-def test_clicking_pause_freezes_the_process_and_the_badge_turns_zombie_past_the_lease(make_lab):
+def test_clicking_pause_freezes_the_process_and_the_badge_turns_zombie_once_its_job_is_reaped(make_lab):
     lab = make_lab(lease=1.0)
     lab.enqueue(1, seconds=30)
     lab.spawn_button.click()
     wait_until(lambda: lab.refresh().counts["running"] == 1, message="w1 to claim")
     lab.row("w1").buttons["pause"].click()
     wait_until(lambda: process_state(lab.fleet.pid("w1")) == "T", message="the OS to report w1 stopped")
-    assert badge(lab, "w1") in ("paused", "zombie")
+    assert badge(lab, "w1") in ("paused", "lease_expired")
     assert lab.row("w1").buttons["pause"].disabled and not lab.row("w1").buttons["resume"].disabled
-    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be paused past its lease")
+    wait_until(lambda: badge(lab, "w1") == "lease_expired", message="w1 to be paused past its lease")
+    lab.reap_button.click()  # only now is the job taken from it
+    assert badge(lab, "w1") == "zombie"
     lab.row("w1").buttons["resume"].click()
     assert process_state(lab.fleet.pid("w1")) != "T"
     assert badge(lab, "w1") in ("running", "lease_expired")
@@ -257,9 +260,12 @@ def test_on_a_server_queue_each_worker_row_cuts_and_restores_its_network(make_la
     assert not row.buttons["partition"].disabled and row.buttons["heal"].disabled
     row.buttons["partition"].click()
     assert lab.fleet.status()[0].partitioned
-    assert badge(lab, "w1") in ("cut_off", "zombie")
+    assert badge(lab, "w1") in ("cut_off", "lease_expired")
     assert row.buttons["partition"].disabled and not row.buttons["heal"].disabled
-    wait_until(lambda: badge(lab, "w1") == "zombie", message="w1 to be cut off past its lease")
+    wait_until(lambda: badge(lab, "w1") == "lease_expired", message="w1 to be cut off past its lease")
+    assert t("lease_expired", lang) in lab.row("w1").cells.value
+    lab.reap_button.click()  # the job is taken from it: a zombie made by the network
+    assert badge(lab, "w1") == "zombie"
     assert t("zombie", lang) in lab.row("w1").cells.value
     row.buttons["heal"].click()
     assert not lab.fleet.status()[0].partitioned
@@ -272,3 +278,73 @@ def test_a_file_queue_has_no_network_buttons(make_lab):
     lab.spawn(name="w1")
     lab.refresh()
     assert set(lab.row("w1").buttons) == {"pause", "resume", "kill", "stop"}
+
+
+# -- "Check this run" ------------------------------------------------------------------------------
+
+def _zombie_and_crash(lab: Lab) -> None:
+    """What a reader does in the playground: freeze a worker past its lease until another worker has
+    done its job, thaw it (its late write is refused), then kill a worker holding a job."""
+    job = lab.enqueue(1, seconds=1.0)[0]
+    lab.spawn("w1")
+    wait_until(lambda: lab.queue.get(job).status == "running", message="w1 to claim")
+    lab.pause("w1")
+    lab.spawn("w2")
+    wait_until(lambda: lab.queue.get(job).status == "done", timeout=60, message="w2 to do the frozen w1's job")
+    lab.resume("w1")
+    wait_until(lambda: any(e.kind == "lease_lost" for e in lab.queue.events(job)), timeout=60,
+               message="the thawed w1's write to be refused")
+    lab.stop("w1")
+    crashed = lab.enqueue(1, seconds=60.0)[0]
+    wait_until(lambda: lab.queue.get(crashed).status == "running", message="w2 to claim the long job")
+    lab.kill("w2")
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_check_this_run_after_a_pause_and_a_kill_says_every_promise_held_with_the_counts(make_lab, lang):
+    lab = make_lab(lang=lang, lease=1.0)
+    _zombie_and_crash(lab)
+    lab.check_button.click()
+    report = lab.last_report
+    assert report is not None and report.clean, report.render()
+    assert report.counts["repeated_runs"] >= 1 and report.counts["refused_zombies"] >= 1
+    assert report.headline(lang) in html.unescape(lab.report.value) and "#2e7d32" in lab.report.value
+    assert lab.report.value.count("leaselab-verdict") == 1
+    assert report.notes == ["no_effects"]  # every worker had the same lease, so the reaps were timed against it
+    assert bytes(lab.timeline_image.value).startswith(b"\x89PNG") and lab.timeline_image.layout.display is None
+    assert lab.check().clean  # headless, the same
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_check_this_run_names_a_broken_promise_and_marks_it_on_its_jobs_lane(make_lab, lang):
+    import sqlite3
+
+    from leaselab.lab import timeline
+
+    lab = make_lab(lang=lang, lease=1.0)
+    job = lab.enqueue(1, seconds=0)[0]
+    lab.spawn("w1")
+    wait_until(lambda: lab.queue.get(job).status == "done", message="w1 to do the job")
+    # Another program completes the job a second time, behind the queue's back.
+    conn = sqlite3.connect(lab.fleet.path, isolation_level=None)
+    try:
+        conn.execute("UPDATE jobs SET token = ?, last_event = 'completed' WHERE id = ?",
+                     (lab.queue.get(job).token, job))
+    finally:
+        conn.close()
+    report = lab.check()
+    assert not report.clean and "completed_twice" in [a.kind for a in report.anomalies]
+    shown = html.unescape(lab.report.value)
+    assert "#c62828" in lab.report.value and report.headline(lang) in shown
+    anomaly = next(a for a in report.anomalies if a.kind == "completed_twice")
+    assert anomaly.sentence(lang) in shown and anomaly.title(lang) in shown
+    data = timeline.timeline_data(lab.queue.events(), lab.fleet.actions)
+    flags = timeline.flags(data, report, lang)
+    assert [(f.worker, f.job_id, f.kind) for f in flags if f.kind == "completed_twice"] == [("w1", job, "completed_twice")]
+    fig = lab.timeline(report)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert f" {job}: {anomaly.title(lang)}" in texts
+    assert t("tl_anomaly", lang) in [x.get_text() for x in fig.axes[0].get_legend().get_texts()]
+    assert " 1: " not in "".join(x.get_text() for x in lab.timeline().axes[0].texts)  # no report, no flag

@@ -66,12 +66,15 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     return {n for n in found if n in MODULES and n != module}
 
 
-# The package's layers below the top: each a folder. Every other module is the core.
-LAYERS = ("backends", "lab", "lessons")
+# The package's layers below the top: each a folder; the command line is one of its own. Every
+# other module is the core.
+LAYERS = ("backends", "lab", "lessons", "check", "chaos")
 
 
 def _layer(module: str) -> str:
     parts = module.split(".")
+    if module in ("leaselab.cli", "leaselab.__main__"):
+        return "cli"
     if len(parts) > 1 and parts[1] in LAYERS:
         return parts[1]
     return "core"
@@ -79,16 +82,26 @@ def _layer(module: str) -> str:
 
 # Exactly what each layer may import from outside itself, module by module: the core opens a
 # backend through the contract; the backends see only the core's plain parts; the lessons show the
-# statements and schema of both dialects; the lab tells a server URL from a file with the backends'
-# is_server_url, and otherwise sees the core.
+# statements of both dialects; the lab tells a server URL from a file with the backends'
+# is_server_url. The checker sees, of the backends, only their package (how a target is told apart
+# and a password scrubbed): never a backend's own SQL or connection, so a bug there cannot hide
+# itself from the checker. chaos is the top layer: it drives the lab's fleet, the lessons'
+# servers, and calls the checker. The command line reaches every command.
 ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
     "lessons": {"leaselab.backends.postgres.statements", "leaselab.backends.sqlite.statements", "leaselab.backoff",
-                "leaselab.checks", "leaselab.clock", "leaselab.errors", "leaselab.job", "leaselab.lease",
-                "leaselab.queue", "leaselab.words"},
-    "lab": {"leaselab.backends", "leaselab.checks", "leaselab.errors", "leaselab.faults", "leaselab.job",
-            "leaselab.queue", "leaselab.words", "leaselab.worker"},
+                "leaselab.check", "leaselab.checks", "leaselab.clock", "leaselab.errors", "leaselab.job",
+                "leaselab.lease", "leaselab.queue", "leaselab.words"},
+    "lab": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.faults",
+            "leaselab.job", "leaselab.queue", "leaselab.words", "leaselab.worker"},
+    "check": {"leaselab.backends", "leaselab.checks", "leaselab.errors", "leaselab.printable"},
+    "chaos": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.lab.fleet",
+              "leaselab.lab.i18n", "leaselab.lessons.effects", "leaselab.lessons.pgserver", "leaselab.queue",
+              "leaselab.words", "leaselab.worker"},
+    "cli": {"leaselab.backends", "leaselab.backends.sqlite.backend", "leaselab.chaos.command", "leaselab.check",
+            "leaselab.check.texts", "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue",
+            "leaselab.worker"},
 }
 
 
@@ -134,6 +147,22 @@ def test_no_modules_import_each_other_in_a_cycle():
 
     for module in sorted(graph):
         visit(module, ())
+
+
+def test_checking_a_file_imports_no_backend_of_the_queue_nor_the_lab_nor_the_lessons_nor_a_driver(tmp_path):
+    # (leaselab's own __init__ imports Queue's module, and with it the backends' contract: the
+    # Protocol and the values that cross it, no SQL and no connection. The checker never opens a
+    # backend through it.)
+    db = str(tmp_path / "q.db")
+    make = f"import leaselab; q = leaselab.Queue({db!r}); q.enqueue(1); q.close()"
+    assert subprocess.run([sys.executable, "-c", make], capture_output=True, timeout=60).returncode == 0
+    code = (f"import sys, leaselab.check; r = leaselab.check.check({db!r}, idle=False); "
+            "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith(("
+            "'leaselab.backends.', 'leaselab.lab', 'leaselab.lessons', "
+            "'psycopg', 'pandas', 'ipywidgets', 'matplotlib')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == ["leaselab.backends.contract"]
 
 
 @pytest.mark.parametrize("path", sorted(PACKAGE.rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))

@@ -29,6 +29,17 @@ def test_wait_until_returns_the_value_and_times_out_with_a_message():
         lessons.wait_until(lambda: False, timeout=0.05, interval=0.01, what="the moon")
 
 
+def test_a_russian_lessons_wait_times_out_wholly_in_russian(tmp_path, monkeypatch):
+    what = lessons.text("wait_claim", "ru")
+    with pytest.raises(TimeoutError) as raised:
+        lessons.wait_until(lambda: False, timeout=0.05, interval=0.01, what=what, lang="ru")
+    assert str(raised.value) == "за 0,05 с так и не дождались захвата задачи воркером w1"
+    (tmp_path / "ru").mkdir()
+    monkeypatch.chdir(tmp_path / "ru")  # a Russian notebook's kernel runs in notebooks/ru
+    with pytest.raises(TimeoutError, match="^за 0,05 с так и не дождались захвата"):
+        lessons.wait_until(lambda: False, timeout=0.05, interval=0.01, what=what)
+
+
 def test_history_shows_seconds_since_the_first_event_kind_attempt_and_worker(tmp_path):
     clock = ManualClock()
     q = Queue(tmp_path / "h.db", clock=clock)
@@ -122,8 +133,11 @@ def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp
     with pytest.raises(LeaseLost):
         q.complete(old.id, old.token)
     lines = lessons.history(q.events(job_id), lang="ru").splitlines()
-    assert lines[2].split()[1:] == ["задача", "1", "reaped", "попытка", "1", "w1", "аренда", "истекла"]
-    assert lines[3].endswith("complete отклонён: токен больше не держит задачу")
+    assert lines[2].split() == ["6,00", "с", "задача", "1", "reaped", "попытка", "1", "w1", "аренда", "истекла"]
+    assert lines[3].endswith("complete: отклонено, у задачи уже другой токен")
+    # The same stored error, printed on its own, is in the same language as in the table.
+    assert lessons.stored_detail(q.get(job_id).last_error, "ru") == "аренда истекла"
+    assert lessons.stored_detail(q.get(job_id).last_error, "en") == "lease expired"
     assert lessons.history([], lang="ru") == "(событий нет)"
     with pytest.raises(ValueError, match="lang must be one of en, ru"):
         lessons.history([], lang="fr")

@@ -113,15 +113,36 @@ def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before
     effects, lease = tmp_path / "effects.jsonl", 2.0
     job_id = q.enqueue({"seconds": 30, "effects": str(effects)})
     fleet.spawn(handler="leaselab.lessons.demo:careful", lease=lease, name="w1")
-    wait_until(lambda: [e["when"] for e in read_effects(effects)] == ["start"], message="w1 to start the job")
+    wait_until(lambda: [e["detail"]["when"] for e in read_effects(effects)] == ["start"], message="w1 to start the job")
     fleet.partition("w1")
     # About one lease after the last acknowledged heartbeat; generous for a shared machine, and far
     # short of the 30 s after which the handler would write its effect.
     wait_until(lambda: len(read_effects(effects)) > 1, timeout=12, message="the cut-off handler to stop by itself")
-    assert [e["when"] for e in read_effects(effects)] == ["start", "stopped"]
+    assert [e["detail"]["when"] for e in read_effects(effects)] == ["start", "stopped"]
     assert f"lease of job {job_id} (attempt 1) may have run out" in fleet.log_tail("w1", lines=50)
     # The worker writes nothing for that attempt (it could not, cut off); the job stays the queue's to reap.
     wait_until(lambda: "ended without its lease" in fleet.log_tail("w1", lines=50),
                message="w1 to give the attempt up")
     assert q.get(job_id).status is Status.RUNNING and q.get(job_id).result is None
     fleet.heal("w1")
+
+
+def test_a_dropped_reply_cuts_the_worker_once_and_it_carries_on_with_its_jobs(server_fleet):
+    fleet, q = server_fleet, server_fleet.queue
+    fleet.spawn(lease=5.0, name="w1")
+    fleet.drop_reply("w1")  # the next statement it sends (an idle poll, most likely) runs, unanswered
+    wait_until(lambda: fleet.status()[0].replies_dropped == 1, message="the reply to be dropped")
+    job = q.enqueue({"seconds": 0})
+    wait_until(lambda: q.get(job).status is Status.DONE, message="the job to be done after the cut")
+    assert fleet.state("w1") == "running"
+    assert [a.action for a in fleet.actions] == ["spawn", "drop-reply"]
+
+
+def test_a_worker_of_a_sqlite_queue_has_no_reply_to_drop(tmp_path):
+    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
+    try:
+        fleet.spawn(lease=5.0, name="w1")
+        with pytest.raises(PartitionUnsupported, match="SQLite file"):
+            fleet.drop_reply("w1")
+    finally:
+        fleet.shutdown()

@@ -81,19 +81,19 @@ def test_a_bad_database_name_is_refused_before_any_command_runs(bin_dir):
 
 
 STARTER = r"""
-import os, shutil, signal, sys
-from leaselab.lessons import pgserver
+import os, signal, sys
+from leaselab.lessons import pgserver, pgwatchdog
 server = pgserver.PgServer().start()
 if sys.argv[1:] == ["crash"]:
     server.crash()
     server.recover()
 print(server.folder, flush=True)
 if sys.argv[1:] == ["stopping"]:
-    # Killed in the middle of stop(), as a kernel is when JupyterLab's grace period runs out.
-    def half_then_killed(folder, ignore_errors=False):
-        shutil.rmtree(os.path.join(folder, "data", "base"), ignore_errors=True)
+    # Killed in the middle of stop(), as a kernel is when JupyterLab's grace period runs out:
+    # the watchdog has the command, the owner dies before the reply.
+    def killed_before_the_reply(self, timeout):
         os.kill(os.getpid(), signal.SIGKILL)
-    pgserver.shutil.rmtree = half_then_killed
+    pgwatchdog.Watchdog._reply = killed_before_the_reply
     server.stop()
 sys.stdin.read()  # wait to be killed
 """

@@ -411,7 +411,7 @@ def test_the_readmes_postgresql_commands_work_as_written_against_a_real_server(p
     section = readme.split("### Past one machine: PostgreSQL", 1)[1]
     block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
     lines = [line for line in block.splitlines() if line.strip()]
-    assert lines[0].startswith("pip install 'leaselab[postgres]'") and README_URL in block
+    assert lines[0].startswith("pip install -e '.[postgres]'") and README_URL in block
     bin_dir = Path(sys.executable).parent  # where this environment's `leaselab` script is
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
     script = [line.replace(README_URL, pg_url) for line in lines[1:]]

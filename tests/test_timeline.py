@@ -120,7 +120,7 @@ def test_the_russian_picture_has_russian_labels(history):
     fig = draw(path=path, lang="ru")
     ax = fig.axes[0]
     assert ax.get_title().startswith("Временная шкала")
-    assert "отвергнутая запись зомби" in [text.get_text() for text in ax.get_legend().get_texts()]
+    assert "отклонённая запись зомби" in [text.get_text() for text in ax.get_legend().get_texts()]
 
 
 def test_an_empty_file_draws_an_empty_picture_that_says_so(tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leaselab import words
+from leaselab.chaos.texts import STRINGS as CHAOS
 from leaselab.lab.i18n import STRINGS
 from leaselab.lessons.texts import MESSAGES
 
@@ -60,7 +61,7 @@ def test_placeholders_name_the_number_a_plural_follows():
 
 
 def _templates():
-    for table_name, table in (("lab", STRINGS), ("lessons", MESSAGES)):
+    for table_name, table in (("lab", STRINGS), ("lessons", MESSAGES), ("chaos", CHAOS)):
         for lang, strings in table.items():
             for key, text in strings.items():
                 yield table_name, lang, key, text

@@ -24,6 +24,7 @@ from ..errors import InvalidTarget
 from .contract import Backend
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
+PSYCOPG = "psycopg[binary]>=3.2"  # pyproject.toml's postgres extra, which a test keeps equal to this
 _SERVER_SCHEME = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
 # libpq's connection keywords (the ones a person writes; libpq knows a few more) at the start of
 # the text, after a space, or after a slash: a Fleet makes a relative target absolute before
@@ -119,7 +120,8 @@ def open_backend(
         try:
             from .postgres import PostgresBackend
         except ImportError as exc:
-            raise ImportError(f"a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})") from exc
+            raise ImportError(f"a PostgreSQL queue needs {PSYCOPG}: pip install '{PSYCOPG}', or in a clone of "
+                              f"leaselab: pip install -e '.[postgres]' ({exc})") from exc
         return PostgresBackend(server_url(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer,
                                create=create)
     from .sqlite import SqliteBackend

@@ -56,8 +56,8 @@ BADGE_COLOURS = {
     "running": "#2e7d32",        # green: all is well
     "paused": "#f9a825",         # amber: frozen, lease still good
     "stopping": "#1565c0",       # blue: finishing its job
-    "zombie": "#c62828",         # red: frozen past its lease
-    "lease_expired": "#ef6c00",  # orange: alive, lease gone
+    "zombie": "#c62828",         # red: frozen or cut off, and its job was taken from it
+    "lease_expired": "#ef6c00",  # orange: its lease ran out, nobody has reaped the job yet
     "waiting": "#6a1b9a",        # purple: alive, waiting out a locked or full database
     "cut_off": "#00838f",        # teal: alive, cut off the network from the server
     "killed": "#212121",         # black: crashed
@@ -154,6 +154,16 @@ def legend_html(lang: str) -> str:
     return f"<details><summary>{esc(t('legend', lang))}</summary>{items}</details>"
 
 
+def report_html(report, lang: str) -> str:
+    """A checker report as the dashboard shows it: the headline in green (clean) or red, then the
+    rest of the report (counts, each anomaly's sentence and witness lines) as plain text."""
+    colour = "#2e7d32" if report.clean else "#c62828"
+    lines = report.render(lang).split("\n")
+    rest = "\n".join(lines[1:]).strip("\n")
+    return (f"<div class='leaselab-verdict' style='color:{colour};font-weight:bold'>{esc(lines[0])}</div>"
+            + (f"<pre style='max-height:260px;overflow:auto;font-size:85%'>{esc(rest)}</pre>" if rest else ""))
+
+
 @dataclass(frozen=True)
 class View:
     """Everything one refresh shows: counts, workers, the newest jobs, and when it was read."""
@@ -231,6 +241,7 @@ class Lab:
         self.queue = self.fleet.queue
         self.path = self.fleet.path
         self.view: View | None = None
+        self.last_report = None  # what "Check this run" found last
         self._rows: dict[str, _WorkerRow] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -281,6 +292,7 @@ class Lab:
         self.reap_button = button("reap", "leaselab-reap", self.reap)
         self.refresh_button = button("refresh", "leaselab-refresh", self.refresh)
         self.timeline_button = button("timeline", "leaselab-timeline", self._show_timeline)
+        self.check_button = button("check", "leaselab-check", self.check)
 
         self.message = named(W.HTML(), "leaselab-message")
         self.counts = named(W.HTML(), "leaselab-counts")
@@ -291,6 +303,7 @@ class Lab:
         self.log_worker = named(W.Dropdown(options=[], description=t("log_of", L)), "leaselab-log-worker")
         self.log = named(W.HTML(), "leaselab-log")
         self.log_worker.observe(lambda _: self._show_log(), names="value")
+        self.report = named(W.HTML(), "leaselab-report")
         self.timeline_image = named(W.Image(format="png", layout=W.Layout(display="none", max_width="100%")),
                                     "leaselab-timeline-image")
 
@@ -325,7 +338,8 @@ class Lab:
             self.jobs,
             W.HBox([self.log_worker]),
             self.log,
-            self.timeline_button,
+            W.HBox([self.timeline_button, self.check_button]),
+            self.report,
             self.timeline_image,
         ]), "leaselab-lab")
 
@@ -424,12 +438,30 @@ class Lab:
         self._say(t("reaped", self.lang, n=len(moved)))
         return moved
 
-    def timeline(self):
-        """The history so far as a matplotlib Figure, with this fleet's pauses and kills shaded."""
+    def timeline(self, report=None):
+        """The history so far as a matplotlib Figure, with this fleet's pauses and kills shaded
+        (and, given a checker ``report``, each broken promise marked on its job's lane)."""
         from .timeline import draw, timeline_data
 
         return draw(timeline_data(self.queue.events(), self.fleet.actions or None, now=self.fleet.clock()),
-                    lang=self.lang)
+                    lang=self.lang, report=report)
+
+    def check(self):
+        """Check everything this queue's history holds, now: either every promise held (with the
+        counts) or which job broke which promise. Shows the report and the timeline with each
+        anomaly on its job's lane, and returns the ``leaselab.check`` report.
+
+        Workers may still be busy, so a job still pending or running is not called lost: only
+        what already happened is judged (a lease long expired and never reaped is ``stuck``)."""
+        from ..check import check
+
+        # The reaps can be timed only against one lease: the one every worker of this fleet got.
+        leases = {w.lease for w in self.fleet.status()}
+        report = check(self.path, idle=False, lease=leases.pop() if len(leases) == 1 else None)
+        self.last_report = report
+        _set(self.report, "value", report_html(report, self.lang))
+        self._show_timeline(report)
+        return report
 
     def _enqueue_from_inputs(self) -> None:
         self.enqueue(self.n_input.value, priority=self.priority_input.value, delay=self.delay_input.value,
@@ -438,11 +470,11 @@ class Lab:
     def _spawn_from_inputs(self) -> None:
         self.spawn()
 
-    def _show_timeline(self) -> None:
+    def _show_timeline(self, report=None) -> None:
         # A PNG in an Image widget, not a figure in an Output: it shows the same with or without a
         # frontend capturing output, so tests and the browser see the same thing.
         buffer = io.BytesIO()
-        self.timeline().savefig(buffer, format="png", dpi=90)
+        self.timeline(report).savefig(buffer, format="png", dpi=90)
         self.timeline_image.value = buffer.getvalue()
         self.timeline_image.layout.display = None
 

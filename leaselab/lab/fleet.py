@@ -4,7 +4,7 @@
 
     fleet = Fleet("lab.db")
     name = fleet.spawn(handler="leaselab.lessons.demo:sleepy", lease=3.0)   # "w1"
-    fleet.pause(name)     # SIGSTOP: frozen; its lease runs out and it becomes a zombie
+    fleet.pause(name)     # SIGSTOP: frozen; its lease runs out, and once its job is reaped it is a zombie
     fleet.resume(name)    # SIGCONT
     fleet.kill(name)      # SIGKILL: a crash, no clean-up
     fleet.stop(name)      # SIGTERM: finish the current job, then exit
@@ -68,6 +68,11 @@ def faults_path(db: str | os.PathLike) -> Path:
     return Path(files_prefix(db) + ".faults.jsonl")
 
 
+def logs_path(db: str | os.PathLike) -> Path:
+    """Where a fleet's workers write their output by default: ``<db>.logs/`` (see ``files_prefix``)."""
+    return Path(files_prefix(db) + ".logs")
+
+
 def read_actions(db: str | os.PathLike) -> list["Action"]:
     """The actions recorded next to ``db``, oldest first; none when no fleet ever ran on it."""
     try:
@@ -115,6 +120,7 @@ class WorkerStatus:
     concurrency: int = 1       # how many jobs it runs at once
     partitioned_for: float | None = None  # seconds since its network was cut (server queues), while cut
     partitioned_jobs: tuple[int, ...] = ()  # the jobs it held when it was cut off, while cut
+    replies_dropped: int = 0   # replies its proxy threw away (``drop_reply``), since it started
 
     @property
     def partitioned(self) -> bool:
@@ -123,28 +129,35 @@ class WorkerStatus:
 
     @property
     def zombie(self) -> bool:
-        """Paused or cut off past its lease: it still believes it holds a job the queue may give to someone else."""
+        """Paused or cut off, and the job it held then is no longer its own: reaped, or handed on.
+
+        It still believes it holds that job, and will act on it when it wakes or is reconnected:
+        the zombie of lesson 3. A lease that merely ran out makes no zombie: until a reaper takes
+        the job, the holder's token is still in it and its writes are accepted (``lease_expired``).
+        """
         if self.state == PAUSED and self.paused_job is not None:
-            expired = self.lease_left is not None and self.lease_left < 0
-            return expired or (self.paused_for is not None and self.paused_for > self.lease)
+            return self.paused_job not in self.jobs
         if self.partitioned and self.state in ALIVE and self.partitioned_jobs:
             # Cut off, it cannot let go of what it held: it believes it holds those jobs until it
             # is reconnected, even after the queue has handed them to someone else.
-            expired = self.lease_left is not None and self.lease_left < 0
-            handed_on = not set(self.partitioned_jobs) <= set(self.jobs)
-            return expired or handed_on or self.partitioned_for > self.lease
+            return not set(self.partitioned_jobs) <= set(self.jobs)
         return False
 
     @property
+    def lease_expired(self) -> bool:
+        """Alive or paused, it still holds a job whose lease has run out, and nobody has reaped it yet."""
+        return self.state in ALIVE and self.lease_left is not None and self.lease_left < 0
+
+    @property
     def badge(self) -> str:
-        """The state the dashboard shows: the process state, or ``zombie`` / ``cut_off`` / ``lease_expired`` / ``waiting``."""
+        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` / ``waiting``."""
         if self.zombie:
             return "zombie"
         if self.partitioned and self.state in ALIVE:
-            return "cut_off"
+            return "lease_expired" if self.lease_expired else "cut_off"
         if self.state == RUNNING and self.fault is not None:
             return "waiting"
-        if self.state == RUNNING and self.lease_left is not None and self.lease_left < 0:
+        if self.lease_expired:
             return "lease_expired"
         return self.state
 
@@ -225,18 +238,21 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         queue: Queue | None = None,
         clock: Callable[[], float] = time.time,
         proxies: bool = True,
+        actions_file: str | os.PathLike | None = None,
     ):
         # Absolute, so a notebook that changes folder later still finds its workers' files.
         path = os.fspath(path)
         self.path = path if is_server_url(path) else os.path.abspath(path)
         self.queue = queue if queue is not None else Queue(self.path)
-        self.log_dir = Path(log_dir) if log_dir is not None else Path(files_prefix(self.path) + ".logs")
+        self.log_dir = Path(log_dir) if log_dir is not None else logs_path(self.path)
         self.grace = positive("grace", grace)
         self.start_timeout = positive("start_timeout", start_timeout)
         self.clock = clock
         # On a server queue each worker talks to the server through a proxy of its own, so one
         # worker can be cut off the network (partition) while the others carry on.
         self.proxies = proxies
+        # A throw-away server's fleet (leaselab chaos) keeps its record with its run, not in the current folder.
+        self.actions_file = Path(actions_file) if actions_file is not None else faults_path(self.path)
         self.actions: list[Action] = []
         self._procs: dict[str, _Proc] = {}
         self._lock = threading.RLock()
@@ -274,6 +290,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         exit_when_idle: bool = False,
         busy_timeout: float = 30.0,
         concurrency: int = 1,
+        env: dict[str, str] | None = None,
+        launcher: tuple[str, ...] | None = None,
     ) -> str:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
@@ -283,7 +301,9 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         to a live worker raises ``WorkerExists``; a dead one's name may be reused. A worker
         that waits longer than ``busy_timeout`` for the write lock logs it and tries again
         (its badge says ``waiting``). ``concurrency`` > 1 runs that many jobs at once on
-        threads (``leaselab worker --concurrency``).
+        threads (``leaselab worker --concurrency``). ``env`` adds to the worker's environment;
+        ``launcher`` replaces the ``python -m leaselab`` that the worker's arguments follow (a
+        program that changes the process before it runs ``leaselab.cli.main``, as a skewed clock does).
         """
         load_handler(handler)
         lease = positive("lease", lease)
@@ -302,7 +322,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
             # The queue goes by environment, not argv: a server URL may hold a password, and ps shows argv.
-            argv = [sys.executable, "-m", "leaselab", "worker", "--handler", handler,
+            argv = [*(launcher or (sys.executable, "-m", "leaselab")), "worker", "--handler", handler,
                     "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
                     "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
             if exit_when_idle:
@@ -315,7 +335,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 # Its own proxy, so the fleet can cut this worker off the network and no other.
                 proxy = Proxy(server_address(self.path))
                 db = through(self.path, proxy.port)
-            env = dict(os.environ, PYTHONUNBUFFERED="1", LEASELAB_DB=db)
+            env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1", LEASELAB_DB=db)
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
             try:
@@ -422,6 +442,17 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             if proc.partitioned_at is not None:
                 proc.partitioned_at = None
                 self._record(name, "heal", proc.popen.pid)
+
+    def drop_reply(self, name: str) -> None:
+        """Let the worker's next statement reach the server and run, then throw its reply away and cut it.
+
+        The worker's driver raises, not knowing whether the statement went through (it did):
+        the fault a worker must find out by its token, never guess. Server queues only.
+        """
+        with self._lock:
+            proc = self._alive(name, "drop a reply of")
+            self._proxy_of(proc).drop_next_reply()
+            self._record(name, "drop-reply", proc.popen.pid)
 
     def _proxy_of(self, proc: _Proc) -> Proxy:
         if proc.proxy is None:
@@ -542,6 +573,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 fault=_fault(p.log_path) if states[p.name] in ALIVE else None,
                 jobs=tuple(sorted(j.id for j in mine)),
                 concurrency=p.concurrency,
+                replies_dropped=p.proxy.replies_dropped if p.proxy is not None else 0,
             ))
         return out
 
@@ -620,7 +652,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         entry = Action(at=self.clock(), worker=name, action=action, pid=pid, detail=detail)
         self.actions.append(entry)
         try:
-            with open(faults_path(self.path), "a", encoding="utf-8") as fh:
+            with open(self.actions_file, "a", encoding="utf-8") as fh:
                 fh.write(json.dumps(asdict(entry)) + "\n")
         except OSError:
             pass  # the in-memory record still serves this kernel's timeline

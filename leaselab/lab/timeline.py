@@ -8,6 +8,7 @@ one, so it works after the fact on any leaselab file::
 
     fig = draw(path="lab.db", lang="ru")          # a matplotlib Figure
     data = timeline_data(queue.events(), fleet.actions)   # lanes, bars, marks, faults
+    fig = draw(data, report=leaselab.check.check("lab.db"))   # each broken promise on its job's lane
 
 Without a fleet record, faults are derived from the events: an attempt that went
 silent and was reaped is shaded from its last sign of life to the reap.
@@ -33,6 +34,8 @@ OUTCOME_COLOURS = {
     "running": "#1565c0",     # blue
 }
 FAULT_COLOURS = {"pause": "#ffb300", "partition": "#00acc1", "kill": "#424242", "silent": "#bdbdbd"}
+ANOMALY_COLOUR = "#d50000"  # a broken promise, as the checker names it
+ANOMALY_STYLE = dict(marker="*", color=ANOMALY_COLOUR, markersize=13, markeredgecolor="white")
 FAULT_LABELS = {"pause": "tl_pause", "partition": "tl_partition", "kill": "tl_kill", "silent": "tl_silent"}
 
 
@@ -66,6 +69,18 @@ class Fault:
     kind: str  # pause, partition, kill or silent
     start: float
     end: float
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A broken promise on a lane: the checker's anomaly ``kind`` (titled ``title``) for ``job_id``,
+    at the end of that job's last attempt, where the promise was seen broken."""
+
+    worker: str
+    at: float
+    kind: str
+    title: str
+    job_id: int
 
 
 @dataclass
@@ -175,6 +190,22 @@ def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = No
     return Timeline(lanes=sorted(names, key=_natural), bars=bars, marks=marks, faults=faults, t0=t0, t1=t1)
 
 
+def flags(data: Timeline, report, lang: str = "en") -> list[Flag]:
+    """Where each of a checker report's anomalies goes on the picture: one flag per anomalous job
+    that has an attempt drawn (a job lost before any claim has no lane; the report lists it)."""
+    check_lang(lang)
+    out: list[Flag] = []
+    seen: set[tuple[str, int]] = set()
+    for anomaly in getattr(report, "anomalies", None) or []:
+        bars = [b for b in data.bars if b.job_id == anomaly.job]
+        if anomaly.job is None or not bars or (anomaly.kind, anomaly.job) in seen:
+            continue
+        seen.add((anomaly.kind, anomaly.job))
+        last = max(bars, key=lambda b: (b.end, b.attempt))
+        out.append(Flag(last.worker, last.end, anomaly.kind, anomaly.title(lang), anomaly.job))
+    return out
+
+
 def bar_text(bar: Bar) -> str:
     """What is written inside a bar: its job and attempt, as the legend's title says (``3·2``)."""
     return f"{bar.job_id}·{bar.attempt}"
@@ -190,9 +221,11 @@ def load(path: str | os.PathLike) -> Timeline:
 
 
 def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None, lang: str = "en",
-         ax=None, width: float = 11.0):
+         ax=None, width: float = 11.0, report=None):
     """Draw a timeline as a matplotlib Figure, from ``data`` or from the file at ``path``.
 
+    With ``report`` (a ``leaselab.check`` report) every attempt of a job that broke a promise
+    is framed in red and flagged with the anomaly's name on the lane of its last attempt.
     Uses the Agg backend when no display backend was chosen, so it works headless.
     """
     check_lang(lang)
@@ -240,8 +273,20 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
     for m in data.marks:
         ax.plot([m.at - t0], [row[m.worker] + (0.38 if m.kind == "reaped" else 0.0)], linestyle="none",
                 zorder=4, **styles[m.kind])
+    drawn = flags(data, report, lang) if report is not None else []
+    broken = {f.job_id for f in drawn}
+    for b in data.bars:
+        if b.job_id in broken:
+            ax.add_patch(matplotlib.patches.Rectangle(
+                (b.start - t0, row[b.worker] - 0.3), max(b.end - b.start, 0.02), 0.6, fill=False,
+                edgecolor=ANOMALY_COLOUR, linewidth=2.0, zorder=5))
+    for f in drawn:
+        y = row[f.worker]
+        ax.plot([f.at - t0], [y - 0.36], linestyle="none", zorder=6, **ANOMALY_STYLE)
+        ax.text(f.at - t0, y - 0.44, f" {f.job_id}: {f.title}", color=ANOMALY_COLOUR, fontsize=8,
+                fontweight="bold", ha="left", va="bottom", zorder=6, clip_on=False)
     ax.set_yticks(range(len(lanes)), lanes)
-    ax.set_ylim(len(lanes) - 0.5, -0.5)
+    ax.set_ylim(len(lanes) - 0.5, -0.5 - (0.4 if drawn else 0.0))  # room above the top lane for a flag
     ax.set_xlim(0, max(data.t1 - t0, 1.0) * 1.02)
     ax.grid(axis="x", alpha=0.3)
     used = {b.outcome for b in data.bars}
@@ -251,6 +296,8 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
     for kind, key in (("reaped", "tl_mark_reaped"), ("lease_lost", "tl_mark_lease_lost")):
         if any(m.kind == kind for m in data.marks):
             handles.append(Line2D([], [], linestyle="none", label=t(key, lang), **styles[kind]))
+    if drawn:
+        handles.append(Line2D([], [], linestyle="none", label=t("tl_anomaly", lang), **ANOMALY_STYLE))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
               title=t("tl_bar_text", lang), title_fontsize=8)
     return fig

@@ -21,11 +21,12 @@ from .notebook import (
     history,
     language,
     scratch,
+    stored_detail,
     wait_until,
 )
 from .texts import speaker, text
 
 __all__ = [
     "LANGUAGES", "claim_plan", "claim_steps", "cleanup", "cleanup_at_exit", "history", "language",
-    "scratch", "speaker", "text", "wait_until",
+    "scratch", "speaker", "stored_detail", "text", "wait_until",
 ]

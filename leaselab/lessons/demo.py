@@ -3,19 +3,20 @@
 Payloads are numbers (seconds to sleep) or objects with any of these keys:
 ``seconds`` (sleep), ``fail`` (raise on every attempt, or on the first N when a number),
 ``crash`` (SIGKILL this process on the first N attempts, default every attempt),
-``effects`` (a file to append one line per run to: the side effect lessons count).
+``effects`` (a file to append one line per run to: the side effect lessons count; without it,
+the file ``$LEASELAB_EFFECTS`` names, if any). The lines are ``leaselab.check``'s effects.
 ``publish`` writes a page into a ``FencedStore`` and may first ask its lease whether it still holds the job.
 ``careful`` asks its lease every tenth of a second and acts only while it still may hold the job.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
 from typing import Any
 
+from ..check import read_effects, record_effect
 from ..errors import LeaseLost
 from ..job import Job
 from ..lease import Lease
@@ -38,33 +39,15 @@ def _hits(rule: Any, attempt: int) -> bool:
     return False
 
 
-def record_effect(path: str, job: Job, **extra: Any) -> None:
-    """Append one JSON line saying this job's handler ran: the outside world's record of side effects."""
-    line = json.dumps({"job": job.id, "attempt": job.attempts, "worker": job.worker, "pid": os.getpid(), **extra})
-    # One write() of a short line to an O_APPEND file is atomic between processes.
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
-
-
-def read_effects(path: str) -> list[dict[str, Any]]:
-    """The lines ``record_effect`` wrote, oldest first (an absent file means no effects)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return [json.loads(line) for line in fh if line.strip()]
-    except FileNotFoundError:
-        return []
-
-
 def task(job: Job) -> Any:
     """The all-purpose demo: record the effect, sleep, then maybe crash or fail, else return a result."""
     opts = _opts(job)
+    # Unkeyed: a re-run repeats it, as a handler that is not idempotent would. The line's token
+    # tells two claims of one attempt apart: a fence handed out twice shows here even when a
+    # server crash took the first claim's own row back. Only into the file the payload names:
+    # run by `leaselab chaos` without one, the demo has no outside effect to repeat.
     if opts.get("effects"):
-        # The token tells two claims of one attempt apart: a fence handed out twice shows here
-        # even when a server crash took the first claim's own row back.
-        record_effect(opts["effects"], job, when="start", token=job.token)
+        record_effect(job, path=opts["effects"], when="start")
     time.sleep(float(opts.get("seconds", 0)))
     if _hits(opts.get("crash", False), job.attempts):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -81,9 +64,10 @@ def sleepy(job: Job) -> Any:
 
 
 def effect(job: Job) -> Any:
-    """Record a side effect in the payload's ``effects`` file, then sleep: not idempotent on purpose."""
+    """Record a side effect, then sleep: not idempotent on purpose. The effect goes into the
+    payload's ``effects`` file, else into ``$LEASELAB_EFFECTS`` (as ``leaselab chaos`` sets it)."""
     opts = _opts(job)
-    record_effect(opts["effects"], job)
+    record_effect(job, path=opts.get("effects"))
     time.sleep(float(opts.get("seconds", 0)))
     return {"effect": "recorded", "attempt": job.attempts}
 
@@ -134,7 +118,8 @@ def careful(job: Job, lease: Lease) -> Any:
     it writes ``when: "stopped"`` instead and raises, so the attempt ends without its effect.
     """
     opts = _opts(job)
-    record_effect(opts["effects"], job, when="start")
+    # The start and the stop mark a run (one of each per attempt); "done" is the effect itself.
+    record_effect(job, f"attempt {job.attempts} start", path=opts["effects"], when="start")
     deadline = time.monotonic() + float(opts.get("seconds", 0))
     try:
         while time.monotonic() < deadline:
@@ -142,7 +127,7 @@ def careful(job: Job, lease: Lease) -> Any:
             time.sleep(0.1)
         lease.check()
     except LeaseLost:
-        record_effect(opts["effects"], job, when="stopped")
+        record_effect(job, f"attempt {job.attempts} stopped", path=opts["effects"], when="stopped")
         raise
-    record_effect(opts["effects"], job, when="done")
+    record_effect(job, path=opts["effects"], when="done")
     return {"effect": "recorded", "attempt": job.attempts}

@@ -79,6 +79,16 @@ class Ledger:
         cols = ("key", "account", "amount", "job_id", "attempt")
         return [dict(zip(cols, row)) for row in self._conn.execute(ENTRIES)]
 
+    def effects(self) -> list[dict[str, Any]]:
+        """The deposits made by jobs, as ``leaselab.check`` reads effects: ``check(db, effects=ledger.effects)``.
+
+        Each deposit is one effect of its job, keyed by its idempotency key (None for an
+        unkeyed one): two rows of one job with one key are the money counted twice.
+        """
+        return [{"job": e["job_id"], "attempt": e["attempt"], "key": e["key"],
+                 "detail": {"account": e["account"], "amount": e["amount"]}}
+                for e in self.entries() if e["job_id"] is not None]
+
     def close(self) -> None:
         self._conn.close()
 

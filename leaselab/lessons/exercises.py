@@ -6,8 +6,9 @@ or a reminder to write the answer first. Tests feed each check a right and a wro
 
 from __future__ import annotations
 
-import time
+import math
 import sqlite3
+import time
 from typing import Any, Callable, Iterable
 
 from ..clock import ManualClock
@@ -22,20 +23,26 @@ MISS_CASES = ((30.0, 10.0), (30.0, 7.5), (30.0, 12.0), (10.0, 1.0), (60.0, 20.0)
 
 
 def misses_the_queue_tolerates(lease: float, every: float) -> int:
-    """Ask a real queue: how many heartbeats in a row can be missed so the next still lands inside the lease?
+    """Ask a real queue's reaper: how many heartbeats in a row can be missed so the next still lands inside the lease?
 
-    A beat landing exactly at ``lease_until`` is not counted: from then on any reaper may win.
+    For each number of misses, a fresh job is claimed and the reaper runs at the very next
+    instant after the next beat is due (the next float). By the letter of REAP
+    (``lease_until < :now``) a beat landing exactly at ``lease_until`` still wins, but an
+    instant later any reaper may take the job, and no beat is exactly on time: the safety
+    margin counts only beats that land strictly inside the lease. -1: not even the first beat does.
     """
-    clock = ManualClock()
-    with Queue(":memory:", clock=clock) as q:
-        q.enqueue("beat")
-        job = q.claim("w", lease=lease)
-        missed = 0
-        while True:
-            clock.advance(every)
-            if q.get(job.id).lease_until <= clock():
-                return missed - 1 if missed else -1
-            missed += 1
+    if not every > 0 or not lease > 0:
+        raise ValueError(f"lease and every must be > 0, got lease={lease!r}, every={every!r}")
+    missed = 0
+    while True:
+        clock = ManualClock(start=0.0)  # the claim at 0 puts lease_until at exactly ``lease``
+        with Queue(":memory:", clock=clock) as q:
+            q.enqueue("beat")
+            q.claim("w", lease=lease)
+            clock.advance(math.nextafter((missed + 1) * every, math.inf))  # just after the beat that got through
+            if q.reap():
+                return missed - 1
+        missed += 1
 
 
 def _verdict(results: list[tuple[Any, Any, str]], lang: str) -> str:
@@ -209,3 +216,72 @@ def check_server_claim(statement: str, url: str, lang: str = "en") -> str:
     detail = text("l6_ex_race", lang, a=a, b=b, waited=waited)
     ok = a is not None and b is not None and a != b and not waited
     return text("check_right" if ok else "check_wrong", lang, detail=detail)
+
+
+# -- lesson 7: a rule of the checker, written by the reader ------------------------------------------
+
+RULE_LEASE = 10.0
+
+
+def _plain_events(events: list[Event]) -> list[dict[str, Any]]:
+    return [{"job": e.job_id, "kind": e.kind, "at": e.at, "worker": e.worker, "token": e.token} for e in events]
+
+
+def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[int]]:
+    """Lesson 7: a clean history from a real queue on a manual clock, the same history with two
+    reaps moved early (a reaper that did not wait out the lease), and the jobs whose leases then overlap.
+
+    Job 1 is claimed, beaten and done. Job 2's holder goes silent; it is reaped after its lease and
+    claimed again. Job 3's holder beats once, then goes silent; it is reaped after the renewed lease
+    and claimed again. In the planted copy job 2 is reaped and claimed again at 19 s (its lease ran
+    to 22 s), and job 3 at 55 s: past the claim's 10 s, but inside the lease its heartbeat renewed.
+    """
+    clock = ManualClock(start=0.0)
+    with Queue(":memory:", clock=clock) as q:
+        j1, j2 = q.enqueue_many(["one", "two"])
+        a = q.claim("w1", lease=RULE_LEASE)            # job 1 at 0
+        clock.advance(8)
+        q.heartbeat(a.id, a.token, lease=RULE_LEASE)   # its lease now runs to 18
+        clock.advance(4)
+        q.complete(a.id, a.token, "done")             # 12
+        b = q.claim("w1", lease=RULE_LEASE)           # job 2 at 12, lease to 22; w1 falls silent
+        clock.advance(11)
+        q.reap()                                      # 23
+        clock.advance(7)
+        c = q.claim("w2", lease=RULE_LEASE)           # job 2 again at 30 (after the backoff)
+        q.complete(c.id, c.token, "done")
+        clock.advance(10)
+        j3 = q.enqueue("three")
+        d = q.claim("w1", lease=RULE_LEASE)           # job 3 at 40
+        clock.advance(8)
+        q.heartbeat(d.id, d.token, lease=RULE_LEASE)  # 48: its lease now runs to 58; then w1 falls silent
+        clock.advance(11)
+        q.reap()                                      # 59
+        clock.advance(11)
+        e = q.claim("w2", lease=RULE_LEASE)           # job 3 again at 70
+        q.complete(e.id, e.token, "done")
+        if [x.id if x else None for x in (a, b, c, d, e)] != [j1, j2, j2, j3, j3]:
+            raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
+        clean = _plain_events(q.events())
+    planted = [dict(ev) for ev in clean]
+    moved = {j2: 19.0, j3: 55.0}
+    for job, at in moved.items():
+        reap = next(ev for ev in planted if ev["job"] == job and ev["kind"] == "reaped")
+        again = [ev for ev in planted if ev["job"] == job and ev["kind"] == "claimed"][1]
+        reap["at"], again["at"] = at, at + 0.5
+    planted.sort(key=lambda ev: ev["at"])
+    return clean, planted, set(moved)
+
+
+def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: str = "en") -> str:
+    """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean run."""
+    clean, planted, want = overlap_histories()
+    results = []
+    for name, events, expected in (("planted", planted, want), ("clean", clean, set())):
+        try:
+            got = overlapping([dict(ev) for ev in events], RULE_LEASE)
+        except Exception as exc:  # the reader's code: say what it raised instead of a traceback
+            return text("check_wrong", lang, detail=text("l7_ex_rule_error", lang, error=f"{type(exc).__name__}: {exc}"))
+        got = None if got is None else set(got)
+        results.append((got, expected, text(f"l7_ex_rule_{name}", lang, got=sorted(got or []), want=sorted(expected))))
+    return _verdict(results, lang)

@@ -22,6 +22,7 @@ from typing import Callable, Iterable, TypeVar
 from ..backends.sqlite import statements as sql
 from ..job import Event, Job
 from ..queue import Queue
+from ..words import number, render
 
 T = TypeVar("T")
 
@@ -79,30 +80,49 @@ def language(folder: str | os.PathLike | None = None) -> str:
     return name if name in LANGUAGES else "en"
 
 
+# What a lesson says when a wait runs out; ``what`` is a lesson text in the same language
+# (in Russian, in the genitive: «захвата задачи воркером w1»).
+TIMED_OUT = {"en": "waited {timeout:g} s for {what}", "ru": "за {timeout:g} с так и не дождались {what}"}
+
+
 def wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
-               what: str = "the condition") -> T:
-    """Poll ``condition`` until it returns something truthy, and return that; ``TimeoutError`` after ``timeout``."""
+               what: str = "the condition", lang: str | None = None) -> T:
+    """Poll ``condition`` until it returns something truthy, and return that; ``TimeoutError`` after ``timeout``.
+
+    The error is in ``lang``; by default in the lesson's language (``language()``, the
+    notebook's folder), so a Russian lesson's timeout reads wholly in Russian.
+    """
+    lang = language() if lang is None else lang
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout:g}s for {what}")
+            raise TimeoutError(render(TIMED_OUT[lang], lang, timeout=timeout, what=what))
         time.sleep(interval)
 
 
-HISTORY_WORDS = {"en": ("job", "attempt", "(no events)"), "ru": ("задача", "попытка", "(событий нет)")}
-# The details the queue stores in English, as a Russian table says them.
-HISTORY_DETAILS_RU = (
-    (re.compile(r"^(\w+) refused: token no longer holds the job$"), r"\1 отклонён: токен больше не держит задачу"),
+HISTORY_WORDS = {"en": ("job", "attempt", "(no events)", "s"), "ru": ("задача", "попытка", "(событий нет)", " с")}
+# The details the queue stores in English, as a Russian lesson says them.
+STORED_DETAILS_RU = (
+    (re.compile(r"^(\w+) refused: token no longer holds the job$"), r"\1: отклонено, у задачи уже другой токен"),
     (re.compile(r"^lease expired$"), "аренда истекла"),
 )
 
 
-def _detail(detail: str, lang: str) -> str:
-    if lang == "ru":
-        for pattern, russian in HISTORY_DETAILS_RU:
+def stored_detail(detail: str | None, lang: str = "en") -> str | None:
+    """A detail the queue stores in English (an event's, a job's ``last_error``), as ``lang`` says it.
+
+    The history table and any line that prints a stored error use this, so a Russian lesson
+    shows one stored error in one language. Details it does not know stay as stored.
+    """
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    if lang == "ru" and detail:
+        for pattern, russian in STORED_DETAILS_RU:
             detail = pattern.sub(russian, detail)
     return detail
 
@@ -110,19 +130,20 @@ def _detail(detail: str, lang: str) -> str:
 def history(events: Iterable[Event], start: float | None = None, times: bool = True, lang: str = "en") -> str:
     """The events as a table: seconds since ``start`` (the first event by default), job, kind, attempt, worker.
 
-    Event kinds and worker names are the database's own words; the rest is in ``lang``.
+    Event kinds and worker names are the database's own words; the rest is in ``lang``,
+    numbers too (``0,50 с`` in Russian).
     """
     if lang not in LANGUAGES:
         raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
-    job_word, attempt_word, empty = HISTORY_WORDS[lang]
+    job_word, attempt_word, empty, seconds = HISTORY_WORDS[lang]
     events = list(events)
     if not events:
         return empty
     t0 = events[0].at if start is None else start
     lines = []
     for e in events:
-        when = f"{e.at - t0:7.2f}s  " if times else ""
-        detail = f"  {_detail(e.detail, lang)}" if e.detail else ""
+        when = f"{number(e.at - t0, '7.2f', lang)}{seconds}  " if times else ""
+        detail = f"  {stored_detail(e.detail, lang)}" if e.detail else ""
         lines.append(f"{when}{job_word} {e.job_id:<3} {e.kind:<10} {attempt_word} {e.attempt}  {e.worker or '-'}{detail}")
     return "\n".join(lines)
 

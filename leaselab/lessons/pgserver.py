@@ -1,4 +1,4 @@
-"""A throw-away PostgreSQL server for tests and lessons: ``initdb`` and ``pg_ctl`` in a temp folder.
+"""A throw-away PostgreSQL server for tests and lessons: ``initdb`` and ``postgres`` in a temp folder.
 
 ::
 
@@ -13,20 +13,30 @@ on 127.0.0.1 at a free port and on a Unix socket inside its folder, trusts local
 connections (no password), and runs with ``fsync=off``: its data dies with it anyway
 (``PgServer(fsync=True)`` flushes as a production server does, for benchmarks).
 
-For crash tests, ``crash()`` stops the server as a killed process stops (``pg_ctl stop
--m immediate``: no checkpoint, every connection drops, what only the server's memory
-held is gone) and ``recover()`` starts it again on the same port and data folder, so
-clients reconnect to the same URL and find what the WAL replay brings back;
-``restart(down_for)`` does both. It is not a power cut: what the server had written
-reached the operating system's cache, which survives, so with ``fsync=off`` an
-acknowledged commit still outlives a crash. A commit made with ``synchronous_commit =
-off`` is acknowledged before its WAL is written at all, and ``settings=LAZY_WAL_WRITER``
-makes the server leave it unwritten long enough for a crash to lose it every time.
-Standard library only.
+For crash tests, ``crash()`` stops the server as a killed process stops (an immediate
+shutdown: no checkpoint, every connection drops, what only the server's memory held is
+gone) and ``recover()`` starts it again on the same port and data folder, so clients
+reconnect to the same URL and find what the WAL replay brings back; ``restart(down_for)``
+does both. It is not a power cut: what the server had written reached the operating
+system's cache, which survives, so with ``fsync=off`` an acknowledged commit still
+outlives a crash. A commit made with ``synchronous_commit = off`` is acknowledged before
+its WAL is written at all, and ``settings=LAZY_WAL_WRITER`` makes the server leave it
+unwritten long enough for a crash to lose it every time.
+
+Nothing outlives the process that started the server (its owner), however that process
+ends: a watchdog process runs the server, and ends it and removes its folder when the owner
+ends, even by SIGKILL, with its whole process group or tree; a killed watchdog takes the
+server with it (``pgwatchdog`` says how). The owner also stops its servers at interpreter exit.
+
+``LEASELAB_PG_LABEL`` in the owner's environment names its servers (their
+``cluster_name``, shown in ``ps`` beside every server process), so a test run can find
+any server it started that is still running (``tests/conftest.py``); without it a
+server is named after its folder. Standard library only.
 """
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import pwd
@@ -35,18 +45,22 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+from .pgwatchdog import Watchdog, WatchdogGone, end_server, remove_folder
+
 USER = "leaselab"  # the cluster's superuser, as in the URLs it hands out
 RUN_AS_CANDIDATES = ("postgres", "nobody")
+LABEL_VARIABLE = "LEASELAB_PG_LABEL"
+_LABEL = re.compile(r"[A-Za-z0-9_.:-]{1,63}")  # a cluster_name: printable ASCII, under NAMEDATALEN
 _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _SETTING_NAME = re.compile(r"[a-z_][a-z0-9_.]{0,62}")
-_SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,64}")  # pg_ctl hands its -o options to a shell
-# Set by PgServer itself: the URLs it hands out and the fsync flag depend on them.
-_OWN_SETTINGS = ("listen_addresses", "port", "unix_socket_directories", "fsync", "full_page_writes")
+_SETTING_VALUE = re.compile(r"[A-Za-z0-9_.+-]{1,64}")  # one plain word: nothing a command line could misread
+# Set by PgServer itself: the URLs it hands out, the fsync flag and the server's name depend on them.
+_OWN_SETTINGS = ("listen_addresses", "port", "unix_socket_directories", "fsync", "full_page_writes", "cluster_name")
 
 # Settings under which a crash loses every commit made with synchronous_commit = off. The
 # WAL writer writes such commits every wal_writer_delay (200ms by default), and at once when
@@ -56,31 +70,16 @@ _OWN_SETTINGS = ("listen_addresses", "port", "unix_socket_directories", "fsync",
 # and no timed checkpoint (which writes all the WAL) comes in the way for a day.
 LAZY_WAL_WRITER = {"wal_writer_delay": "10s", "checkpoint_timeout": "1d"}
 
-
-# Stops the server and removes its folder when the process that started it is gone without
-# calling stop() (a test run killed with SIGKILL, a notebook kernel that died): the server
-# daemonizes, so nothing else would ever end it.
-_WATCHDOG = r"""
-import os, shutil, subprocess, sys, time
-parent, pg_ctl, data, folder, uid, gid = int(sys.argv[1]), *sys.argv[2:5], int(sys.argv[5]), int(sys.argv[6])
-while os.getppid() == parent:
-    time.sleep(0.5)
-user = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
-subprocess.run([pg_ctl, "stop", "-D", data, "-m", "immediate", "-w"], capture_output=True, cwd=folder, **user)
-shutil.rmtree(folder, ignore_errors=True)
-"""
-
-
 class PgUnavailable(RuntimeError):
-    """Raised when no PostgreSQL server binaries (initdb, pg_ctl) can be found on this machine."""
+    """Raised when no PostgreSQL server binaries (initdb, postgres) can be found on this machine."""
 
 
 class PgStartFailed(RuntimeError):
-    """Raised when initdb or pg_ctl failed; the message holds the server's own log."""
+    """Raised when initdb or the server failed to start, or timed out; the message holds the server's own log."""
 
 
 class PgNotRunning(RuntimeError):
-    """Raised when ``crash()`` or ``recover()`` finds the server not in the state it needs (running, or crashed)."""
+    """Raised when the server is not in the state an operation needs (running, crashed, stopped), or its watchdog is gone."""
 
 
 # Where Debian and Ubuntu's postgresql package (and so Binder's apt.txt) puts the server's
@@ -152,6 +151,22 @@ def _run_as() -> pwd.struct_passwd | None:
     raise PgUnavailable("running as root, and there is no unprivileged user (postgres, nobody) to run the server as")
 
 
+# Every server started in this process and not yet stopped. Holding them here keeps a server
+# whose PgServer was dropped without stop() running until the process ends, as a server does
+# (its watchdog ends it when its command pipe closes), and lets the exit hook stop them all.
+_LIVE: set["PgServer"] = set()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    for server in list(_LIVE):
+        if server._owner == os.getpid():  # a forked child that exits leaves its parent's servers alone
+            try:
+                server.stop()
+            except Exception:  # at exit there is no one left to tell; the watchdog ends the server anyway
+                pass
+
+
 class PgServer:
     """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
 
@@ -164,7 +179,9 @@ class PgServer:
         self.port: int | None = None
         self.folder: Path | None = None
         self._user = _run_as()
-        self._watchdog: subprocess.Popen | None = None
+        self._owner: int | None = None
+        self._watchdog: Watchdog | None = None
+        self._lock = threading.Lock()  # one command to the watchdog and its reply at a time
 
     @property
     def data_dir(self) -> Path:
@@ -178,6 +195,11 @@ class PgServer:
     def running(self) -> bool:
         """True while the server is up: started and not crashed (or recovered since), not stopped."""
         return self.folder is not None and (self.data_dir / "postmaster.pid").exists()
+
+    @property
+    def watchdog_pid(self) -> int | None:
+        """The process that runs the server and ends it when this one ends; None when not started."""
+        return self._watchdog.pid if self._watchdog is not None else None
 
     def url(self, dbname: str = "postgres") -> str:
         """The URL of database ``dbname`` on this server (no password: local connections are trusted)."""
@@ -194,42 +216,78 @@ class PgServer:
             raise PgStartFailed(f"{argv[0]} exited {done.returncode}:\n{done.stdout}{done.stderr}{self._log()}")
         return done
 
-    def _log(self) -> str:
+    def _log(self, since: int = 0) -> str:
         try:
-            return "\n--- server log ---\n" + (self.folder / "server.log").read_text(errors="replace")[-4000:]
-        except OSError:
+            with open(self.folder / "server.log", "rb") as log:
+                log.seek(since)
+                text = log.read().decode(errors="replace")
+        except (OSError, TypeError):
             return ""
+        return "\n--- server log ---\n" + text[-4000:]
+
+    def _log_size(self) -> int:
+        try:
+            return (self.folder / "server.log").stat().st_size
+        except OSError:
+            return 0
 
     def start(self) -> "PgServer":
         """initdb, start on a free port, and wait until the server accepts connections."""
-        self.folder = Path(tempfile.mkdtemp(prefix="leaselab-pg-", dir=_parent_for(self._user)))
+        if self._watchdog is not None or self.folder is not None:
+            raise PgNotRunning(f"cannot start {self!r}: it is started already")
+        label = os.environ.get(LABEL_VARIABLE)
+        if label is not None and not _LABEL.fullmatch(label):
+            raise ValueError(f"{LABEL_VARIABLE} must be up to 63 letters, digits or _.:- , got {label!r}")
+        parent = _parent_for(self._user) or tempfile.gettempdir()
+        uid, gid = (self._user.pw_uid, self._user.pw_gid) if self._user is not None else (-1, -1)
+        self._owner = os.getpid()
+        _LIVE.add(self)
         try:
-            self.folder.chmod(0o755)  # the unprivileged server user must reach its folders
-            self.socket_dir.mkdir()
-            if self._user is not None:
-                os.chown(self.folder, self._user.pw_uid, self._user.pw_gid)
-                os.chown(self.socket_dir, self._user.pw_uid, self._user.pw_gid)
-            self._cmd("initdb", "-D", str(self.data_dir), "-U", USER, "--auth=trust", "-E", "UTF8",
-                      "--no-sync", "--locale=C")
+            try:
+                self._watchdog = Watchdog(parent, uid, gid, self.timeout)
+            except WatchdogGone as exc:
+                raise PgStartFailed(str(exc)) from None
+            self.folder = self._watchdog.folder
+            made = self._ask({"do": "run", "timeout": self.timeout,
+                              "argv": [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", USER,
+                                       "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"]}, PgStartFailed)
+            if not made["ok"]:
+                raise PgStartFailed(f"initdb failed: {made['error']}")
+            if made["code"] != 0:
+                raise PgStartFailed(f"initdb exited {made['code']}:\n{made['output']}")
             for attempt in range(5):  # another process may take the free port before the server binds it
                 self.port = free_port()
-                started = self._pg_ctl_start(check=False)
-                if started.returncode == 0:
-                    self._start_watchdog()
+                logged = self._log_size()
+                started = self._serve(PgStartFailed)
+                if started["ok"]:
                     return self
-            raise PgStartFailed(f"pg_ctl start failed:\n{started.stdout}{started.stderr}{self._log()}")
+                if "Address already in use" not in self._log(logged):
+                    break
+            raise PgStartFailed(f"the server did not start: {started['error']}{self._log()}")
         except BaseException:
             self.stop()
             raise
 
-    def _start_watchdog(self) -> None:
-        # It runs as this process's user (the server's user may not even reach this Python) and
-        # runs pg_ctl as the server's user, as every other command here does.
-        uid, gid = (self._user.pw_uid, self._user.pw_gid) if self._user is not None else (-1, -1)
-        self._watchdog = subprocess.Popen(
-            [sys.executable, "-c", _WATCHDOG, str(os.getpid()), str(self.bin_dir / "pg_ctl"), str(self.data_dir),
-             str(self.folder), str(uid), str(gid)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL, start_new_session=True)
+    def _serve(self, failure: type[Exception]) -> dict:
+        options = {"listen_addresses": "127.0.0.1", "port": str(self.port),
+                   "unix_socket_directories": str(self.socket_dir), "max_connections": "100",
+                   "cluster_name": os.environ.get(LABEL_VARIABLE) or self.folder.name,
+                   "fsync": "on" if self.fsync else "off", "full_page_writes": "on" if self.fsync else "off",
+                   **self.settings}
+        argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
+        for name, value in options.items():
+            argv += ["-c", f"{name}={value}"]
+        return self._ask({"do": "serve", "argv": argv, "timeout": self.timeout}, failure)
+
+    def _ask(self, command: dict, failure: type[Exception] | None = None) -> dict:
+        """The watchdog's reply to ``command``; ``failure`` (PgNotRunning unless given) if it is gone."""
+        with self._lock:
+            if self._watchdog is None:
+                raise PgNotRunning(f"{self!r} is not started, or stopped")
+            try:
+                return self._watchdog.ask(command)
+            except WatchdogGone as exc:
+                raise (failure or PgNotRunning)(f"{self!r}: {exc}, and the server went with it") from None
 
     def create_database(self, dbname: str) -> str:
         """Create an empty database and return its URL."""
@@ -254,7 +312,9 @@ class PgServer:
         """
         if not self.running:
             raise PgNotRunning(f"cannot crash {self!r}: it is not running")
-        self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w")
+        halted = self._ask({"do": "halt", "timeout": self.timeout})
+        if not halted["ok"]:
+            raise PgNotRunning(f"cannot crash {self!r}: {halted['error']}")
 
     def recover(self) -> None:
         """Start a crashed server again on the same port and data folder; returns once it accepts connections.
@@ -264,10 +324,11 @@ class PgServer:
         """
         if self.folder is None or self.running:
             raise PgNotRunning(f"cannot recover {self!r}: it is " + ("running" if self.running else "stopped"))
-        started = self._pg_ctl_start(check=False)
-        if started.returncode != 0:
-            raise PgStartFailed(f"pg_ctl start on port {self.port} failed after a crash (another process may "
-                                f"have taken the port):\n{started.stdout}{started.stderr}{self._log()}")
+        logged = self._log_size()
+        started = self._serve(PgNotRunning)
+        if not started["ok"]:
+            raise PgStartFailed(f"the server did not start again on port {self.port} after a crash (another "
+                                f"process may have taken the port): {started['error']}{self._log(logged)}")
 
     def restart(self, down_for: float = 0.0) -> None:
         """``crash()``, stay down for ``down_for`` seconds (clients meet a refused connection), then ``recover()``."""
@@ -277,28 +338,22 @@ class PgServer:
         time.sleep(down_for)
         self.recover()
 
-    def _pg_ctl_start(self, check: bool) -> subprocess.CompletedProcess:
-        options = (f"-c listen_addresses=127.0.0.1 -c port={self.port} "
-                   f"-c unix_socket_directories={self.socket_dir} -c max_connections=100 "
-                   + ("-c fsync=on -c full_page_writes=on" if self.fsync else "-c fsync=off -c full_page_writes=off")
-                   + "".join(f" -c {name}={value}" for name, value in self.settings.items()))
-        return self._cmd("pg_ctl", "start", "-D", str(self.data_dir), "-w", "-t", str(int(self.timeout)),
-                         "-l", str(self.folder / "server.log"), "-o", options, check=check)
-
     def stop(self) -> None:
         """Stop the server (immediately) and remove its folder. Safe to call twice."""
-        if self.folder is None:
-            return
-        if (self.data_dir / "postmaster.pid").exists():
-            self._cmd("pg_ctl", "stop", "-D", str(self.data_dir), "-m", "immediate", "-w", check=False)
-        shutil.rmtree(self.folder, ignore_errors=True)
-        # The watchdog goes last: if this process is killed before the folder is gone (a kernel
-        # shut down while it cleans up), the watchdog, its parent gone, stops and removes it all.
         if self._watchdog is not None:
-            self._watchdog.kill()
-            self._watchdog.wait()
-            self._watchdog = None
+            try:
+                self._ask({"do": "stop", "timeout": self.timeout})
+            except PgNotRunning:
+                pass  # the watchdog is gone, and the server with it; what it left goes below
+            finally:
+                self._watchdog.close()
+                self._watchdog = None
+        if self.folder is not None and self.folder.exists():
+            # Only after the watchdog was killed: its helper removes this too, a moment later.
+            end_server(self.data_dir)
+            remove_folder(self.folder)
         self.folder = None
+        _LIVE.discard(self)
 
     def __enter__(self) -> "PgServer":
         return self.start()
@@ -334,3 +389,4 @@ def wait_ready(server: PgServer, timeout: float = 30.0) -> None:
         if time.monotonic() > deadline:
             raise PgStartFailed(f"server on port {server.port} not ready after {timeout}s{server._log()}")
         time.sleep(0.1)
+

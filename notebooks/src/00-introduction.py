@@ -32,11 +32,14 @@
 #
 # | lesson | idea | what it saves you from |
 # |---|---|---|
+# | 0 | a queue, its workers, the two troubles | (this lesson: seeing them happen) |
 # | 1 | lease, heartbeat, reaper, backoff, `dead` | jobs stuck forever behind a dead worker |
 # | 2 | claim in a single statement | two workers doing the same job at once |
 # | 3 | fencing tokens | a woken "zombie" overwriting a newer result |
 # | 4 | at-least-once, idempotent handlers | the damage when a job does run twice |
 # | 5 | what one file cannot promise | power cuts, network file systems, clocks that jump |
+# | 6 | the same queue on a PostgreSQL server | one host only; a claim safe on one engine and not on another, disagreeing clocks, a worker cut off by the network |
+# | 7 | your turn: break it, then prove it (`leaselab chaos`, `leaselab check`) | trusting a queue nobody has broken on purpose |
 #
 # Each lesson shows the failure first and the mechanism second. Run the cells from top
 # to bottom (Shift+Enter).
@@ -54,22 +57,25 @@
 # этих уроках вы будете запускать настоящих воркеров, замораживать их, убивать и
 # смотреть, что с этим делает очередь.
 #
-# Фоновые очереди трудны из-за двух ситуаций. Обе показаны ниже, по-настоящему.
+# Фоновые очереди трудны из-за двух ситуаций. Ниже обе случаются на настоящих процессах.
 #
 # 1. **Воркер падает посреди задачи.** Задача в статусе `running`, но её никто не
 #    выполняет и никто никогда не выполнит.
 # 2. **Воркер замирает**, задачу отдают другому, а потом замерший просыпается, считает
 #    задачу по-прежнему своей и записывает результат поверх чужого.
 #
-# Уроки разбирают это по одной идее за раз:
+# Уроки разбирают их по одной идее на урок:
 #
 # | урок | идея | от чего спасает |
 # |---|---|---|
+# | 0 | очередь, воркеры и две беды | (этот урок: увидеть, как они случаются) |
 # | 1 | аренда, heartbeat, reaper, отсрочка повтора, `dead` | задачи, навсегда застрявшие за мёртвым воркером |
-# | 2 | захват одним оператором | два воркера, делающие одну задачу одновременно |
-# | 3 | fencing-токены | проснувшийся «зомби», затирающий более новый результат |
+# | 2 | захват одним оператором | два воркера, выполняющие одну задачу одновременно |
+# | 3 | fencing-токены | проснувшийся «зомби», который затирает более новый результат |
 # | 4 | at-least-once, идемпотентные обработчики | вред, когда задача всё-таки выполняется дважды |
 # | 5 | чего не обещает один файл | отключение питания, сетевые файловые системы, скачки часов |
+# | 6 | та же очередь на сервере PostgreSQL | одна машина; захват, безопасный на одной СУБД и опасный на другой; расходящиеся часы; воркер, отрезанный от сети |
+# | 7 | ваш ход: сломайте, потом докажите (`leaselab chaos`, `leaselab check`) | доверие к очереди, которую никто нарочно не ломал |
 #
 # Каждый урок сначала показывает поломку, а потом механизм, который от неё спасает.
 # Выполняйте ячейки сверху вниз (Shift+Enter).
@@ -121,7 +127,7 @@ say("l0_crashed", state=t(crash.state("w1"), lang), status=job.status, worker=jo
 # %% [markdown] tags=["ru"]
 # Это и есть первая беда: задача в статусе `running` и числится за воркером, которого
 # больше нет. Если бы очередь знала только «выполняется», задача ждала бы вечно. Но
-# захват в leaselab — это **аренда** с концом срока; воркер, нашедший истёкшую аренду,
+# захват в leaselab — это **аренда** на ограниченный срок; воркер, нашедший истёкшую аренду,
 # возвращает задачу в очередь. Запустим второго воркера и подождём:
 
 # %% tags=["nbval-ignore-output"]
@@ -187,7 +193,7 @@ say("l0_zombie_tried", events=[(e.kind, e.worker) for e in freeze.queue.events()
 timeline.draw(timeline.timeline_data(freeze.queue.events(), freeze.actions), lang=lang)
 
 # %% [markdown] tags=["en"]
-# ## The two statements behind both rescues
+# ## The two statements everything rests on
 #
 # Everything above rests on two SQL statements, the whole of them printed below. The
 # claim picks a job and grants its lease (`lease_until`, a fresh `token`) in **one**
@@ -196,9 +202,9 @@ timeline.draw(timeline.timeline_data(freeze.queue.events(), freeze.actions), lan
 # changes nothing. Lessons 1–3 take each piece apart.
 
 # %% [markdown] tags=["ru"]
-# ## Два оператора, на которых держатся оба спасения
+# ## Два оператора, на которых всё держится
 #
-# Всё, что было выше, держится на двух SQL-операторах; ниже они напечатаны целиком. Захват
+# Всё, что было выше, обеспечивают два SQL-оператора; ниже они напечатаны целиком. Захват
 # выбирает задачу и выдаёт аренду (`lease_until`, свежий `token`) **одним** `UPDATE`,
 # поэтому два воркера не могут взять одну задачу. Завершение меняет только строку, которая
 # всё ещё `running` **с токеном вызывающего**, поэтому воркер, потерявший задачу, ничего не
@@ -216,9 +222,10 @@ print(sql.COMPLETE.strip())
 #
 # The dashboard below runs the same machinery with buttons. Enqueue jobs (ones that
 # sleep, fail, or crash their worker), spawn workers, and pause, resume, kill or stop
-# each one. The badges tell you what each worker is: *running*, *paused*, *zombie*
-# (paused past its lease: it still thinks it holds a job the queue may give away),
-# *killed*. "Draw timeline" plots everything so far. Try to lose a job, or to get one
+# each one. The badges tell you what each worker is: *running*, *paused*, *lease expired*
+# (paused past its lease, but nobody has taken its job yet, so it may still finish it),
+# *zombie* (while it was paused its job was reaped or handed on, and it still thinks the job
+# is its own), *killed*. "Draw timeline" plots everything so far. Try to lose a job, or to get one
 # done twice. The lessons explain what you see.
 #
 # The dashboard updates itself every second. It is only alive while the kernel runs; on
@@ -230,9 +237,10 @@ print(sql.COMPLETE.strip())
 # Панель ниже управляет тем же механизмом с помощью кнопок. Ставьте задачи в очередь
 # (такие, что спят, падают с ошибкой или роняют своего воркера), запускайте воркеров,
 # замораживайте и размораживайте, убивайте и останавливайте каждого. Значки показывают,
-# что с воркером: *работает*, *заморожен*, *зомби* (заморожен дольше аренды: он всё ещё
-# считает задачу своей, а очередь может отдать её другому), *убит*. «Нарисовать временную
-# шкалу» рисует всё, что было до сих пор. Попробуйте потерять задачу или добиться, чтобы
+# что с воркером: *работает*, *заморожен*, *аренда истекла* (заморожен дольше аренды, но
+# задачу у него ещё никто не забрал, так что он может её и закончить), *зомби* (пока он был
+# заморожен, его задачу вернули в очередь или отдали другому, а он всё ещё считает её своей),
+# *убит*. «Нарисовать временную шкалу» рисует всё, что было до сих пор. Попробуйте потерять задачу или добиться, чтобы
 # её выполнили дважды. Что вы увидите, объясняют уроки.
 #
 # Панель обновляется сама каждую секунду. Она жива, только пока работает ядро; на GitHub
@@ -275,7 +283,7 @@ lab
 # повлияет.
 #
 # **1. Предскажите.** Заморозьте единственного воркера, пока он держит задачу, на
-# полторы длины аренды и разморозьте. Вернуть задачу в очередь было некому. Закончит ли
+# полтора срока аренды и разморозьте. Вернуть задачу в очередь было некому. Закончит ли
 # `w1` свою задачу и какой попыткой? Запустите ячейку и посмотрите, какой значок она
 # напечатает, пока `w1` заморожен.
 
@@ -301,7 +309,8 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 #
 # Yes, as attempt 1. An expired lease alone takes nothing away: until someone runs the
 # reaper, the holder's token is still in the job, and its heartbeat and completion are
-# accepted. Lesson 1 shows the reaper; lesson 3, what happens when it did run.
+# accepted. So the badge said *lease expired*, not *zombie*: `w1` was late, but nobody had
+# taken its job. Lesson 1 shows the reaper; lesson 3, what happens when it did run.
 # </details>
 #
 # **2. Write code.** Write a scenario in the same small language in which the frozen
@@ -315,12 +324,13 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 #
 # Да, первой попыткой. Истёкшая аренда сама по себе ничего не отнимает: пока кто-нибудь
 # не запустит reaper, токен держателя остаётся в задаче, и его heartbeat и завершение
-# принимаются. Reaper разобран в уроке 1, а что бывает, когда он успел сработать, — в
-# уроке 3.
+# принимаются. Поэтому на значке было *аренда истекла*, а не *зомби*: `w1` опоздал, но
+# задачу у него никто не забрал. Reaper разобран в уроке 1, а что бывает, когда он успел
+# сработать, — в уроке 3.
 # </details>
 #
 # **2. Напишите код.** Напишите сценарий на том же маленьком языке, в котором
-# замороженный `w1` возвращается, когда другой воркер уже закончил его задачу, и запись
+# замерший `w1` возвращается, когда другой воркер уже закончил его задачу, и запись
 # `w1` отклоняют. Команды: `spawn ИМЯ`, `enqueue N seconds=S`, `wait running=N`,
 # `pause ИМЯ`, `resume ИМЯ`, `wait leases=N`, `wait idle`. Проверка запустит сценарий на
 # новых воркерах и прочитает историю задачи.

@@ -95,9 +95,12 @@ say("l1_w2_gets", job=q.claim("w2", lease=30))
 #
 # A live worker renews its lease every third of it: with a 30-second lease, every
 # 10 seconds. One missed beat is not fatal: the next one, at 20 s, still lands inside
-# the lease. Two missed beats are: the third one lands at 30 s, exactly when the lease
-# ends, and from then on any worker's reaper may take the job first. So a beat every
-# third of the lease tolerates **one** missed beat, not two. The renewal is a single
+# the lease. Two missed beats are: the third one is due at 30 s, exactly when the lease
+# ends. By the letter of the reaper's statement (below, `lease_until < :now`) a beat at
+# that very instant still wins, but an instant later any worker's reaper may take the job,
+# and no beat is ever exactly on time. So we keep a safety margin and count only beats
+# that land strictly inside the lease: a beat every third of the lease tolerates **one**
+# missed beat, not two. The renewal is a single
 # fenced statement (fencing is lesson 3). In it, `leaselab_now()` is the queue's clock, read
 # as the statement runs, once SQLite has given it the write lock: a beat that had to wait
 # for another writer still gets a whole lease.
@@ -107,10 +110,13 @@ say("l1_w2_gets", job=q.claim("w2", lease=30))
 #
 # Живой воркер продлевает аренду каждую треть её срока: при аренде на 30 секунд это
 # раз в 10 секунд. Один пропущенный heartbeat не страшен: следующий, на 20-й секунде,
-# ещё успевает до конца аренды. Два пропуска уже опасны: третий heartbeat приходит на
-# 30-й секунде, ровно когда аренда кончается, и с этого мгновения reaper любого воркера
-# может вернуть задачу в очередь раньше. Так что продление каждую треть срока переживает
-# **один** пропуск, а не два. Продление — один оператор с проверкой токена (о ней урок 3).
+# ещё успевает до конца аренды. Два пропуска уже опасны: третий heartbeat должен прийти
+# на 30-й секунде, ровно когда аренда кончается. По букве оператора reaper (он ниже,
+# `lease_until < :now`) heartbeat, пришедший в это самое мгновение, ещё успевает, но
+# мгновением позже задачу может забрать reaper любого воркера, а точно вовремя heartbeat
+# не приходит никогда. Поэтому мы оставляем запас прочности и считаем только те heartbeat, что
+# приходят строго внутри аренды: продление каждую треть срока выдерживает **один**
+# пропуск, а не два. Продление — один оператор с проверкой токена (о ней урок 3).
 # `leaselab_now()` в нём — часы очереди; их читают во время выполнения оператора, когда
 # SQLite уже отдал ему блокировку записи, так что heartbeat, которому пришлось подождать
 # другого пишущего, всё равно получает аренду на полный срок.
@@ -159,7 +165,7 @@ say("l1_reaped_at", at=29, ids=q.reap())
 clock.advance(2)
 say("l1_reaped_at", at=31, ids=q.reap())
 job = q.get(job_id)
-say("l1_reaped_status", status=job.status, attempts=job.attempts, error=job.last_error)
+say("l1_reaped_status", status=job.status, attempts=job.attempts, error=lessons.stored_detail(job.last_error, lang))
 say("l1_run_again", seconds=job.run_at - clock())
 
 # %% [markdown] tags=["en"]
@@ -167,16 +173,17 @@ say("l1_run_again", seconds=job.run_at - clock())
 #
 # The job is `pending` again but not claimable yet: `run_at` is one second away. If
 # something outside is broken (a database, an API), retrying at once only hammers it.
-# The delay doubles with each attempt, up to a cap. (The error text stays in English in
-# both languages: it is what the database stores.)
+# The delay doubles with each attempt, up to a cap. (The error is what the database
+# stores, the words `lease expired`.)
 
 # %% [markdown] tags=["ru"]
 # ## Отсрочка повтора: не повторять сразу
 #
 # Задача снова `pending`, но взять её пока нельзя: до `run_at` ещё секунда. Если сломано
 # что-то снаружи (база, внешний API), немедленный повтор только добавит ему нагрузки.
-# Отсрочка удваивается с каждой попыткой, пока не упрётся в потолок. (Текст ошибки
-# остаётся английским в обоих языках: так он хранится в базе.)
+# Отсрочка удваивается с каждой попыткой, пока не упрётся в потолок. (В базе ошибка
+# хранится по-английски, `lease expired`; урок печатает её по-русски, как и в истории
+# ниже.)
 
 # %% tags=["nbval-check-output"]
 say("l1_delays", delays=[q.backoff.delay(n) for n in range(1, 8)])
@@ -241,14 +248,15 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # ## Now with real processes
 #
 # Time for a real worker on a real clock. The fleet starts `python -m leaselab worker`
-# processes; each heartbeats every third of its lease and runs the reaper in its loop.
+# processes; each heartbeats every third of its lease and, on the same thread, runs the
+# reaper every second, even while its handler is busy.
 # The lease is 3 seconds, the job 2. As soon as `w1` has claimed the job we kill it
 # with `SIGKILL`: no clean-up, no goodbye. Then we start `w2`.
 #
 # `SIGKILL` is a crash of the *process*, not of the machine. Everything the process
 # committed is already in the operating system's hands and stays in the file; only work
 # in progress is lost. A power cut is harsher: a commit made at `synchronous=NORMAL` may
-# not have reached the disk yet and can roll back. leaselab's default,
+# not have reached the disk yet, and after the cut it rolls back. leaselab's default,
 # `durability="full"`, syncs every enqueue, claim and completion before it returns; at
 # `durability="normal"` (see the README) a power cut can take back the last of those
 # too. Lesson 5 cuts the power for real.
@@ -257,14 +265,14 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # ## Теперь на настоящих процессах
 #
 # Пора взять настоящего воркера и настоящие часы. Fleet запускает процессы
-# `python -m leaselab worker`; каждый продлевает аренду раз в треть срока и сам вызывает
-# reaper в своём цикле. Аренда — 3 секунды, задача — 2. Как только `w1` захватил задачу,
+# `python -m leaselab worker`; каждый продлевает аренду раз в треть срока и в том же
+# потоке раз в секунду запускает reaper, даже пока его обработчик занят. Аренда — 3 секунды, задача — 2. Как только `w1` захватил задачу,
 # убиваем его сигналом `SIGKILL`: без уборки и без прощаний. Затем запускаем `w2`.
 #
 # `SIGKILL` роняет *процесс*, а не машину. Всё, что процесс успел зафиксировать, уже
 # передано операционной системе и останется в файле; пропадает только незаконченная
 # работа. Отключение питания суровее: транзакция, зафиксированная при
-# `synchronous=NORMAL`, могла ещё не дойти до диска и откатится. По умолчанию leaselab
+# `synchronous=NORMAL`, может ещё не дойти до диска и после сбоя откатиться. По умолчанию leaselab
 # работает с `durability="full"` и до возврата из вызова сбрасывает на диск каждую
 # постановку в очередь, каждый захват и каждое завершение; при `durability="normal"` (см. README)
 # отключение питания может отменить и последние из них. В уроке 5 мы отключим питание
@@ -290,14 +298,15 @@ say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in real.events(real_
 # The job was not lost: `w1` claimed it and died, nobody renewed the lease, `w2`'s reaper
 # took the job back once the lease ran out, and after a one-second backoff `w2` did it
 # as attempt 2. On the timeline `w1`'s bar ends at the kill, where the dark hatching
-# (the time `w1` was dead) begins; the triangle, a lease later, is the reap.
+# (the time `w1` was dead) begins; the triangle, about a lease after `w1`'s last
+# heartbeat, is the reap.
 
 # %% [markdown] tags=["ru"]
 # Задача не потерялась: `w1` её захватил и умер, аренду никто не продлил, reaper в `w2`
 # вернул задачу в очередь, как только аренда истекла, и после секундной отсрочки `w2`
 # выполнил её второй попыткой. На шкале полоса `w1` обрывается в момент SIGKILL, там же
-# начинается тёмная штриховка (время, когда `w1` был мёртв); треугольник, на срок аренды
-# позже, — возврат задачи в очередь.
+# начинается тёмная штриховка (время, когда `w1` был мёртв); треугольник примерно через
+# срок аренды после последнего heartbeat от `w1` — возврат задачи в очередь.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
@@ -308,7 +317,8 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # - A claim is a **lease** with a deadline, `lease_until` (30 s unless the worker asks
 #   otherwise), not ownership for good.
 # - A live worker **heartbeats** every third of the lease. That tolerates **one** missed
-#   beat: after two, the third lands exactly at `lease_until` and races the reaper.
+#   beat: after two, the third is due exactly at `lease_until`, one instant from losing to
+#   the reaper, and a safety margin counts it out.
 # - The **reaper** is one `UPDATE`: expired leases go back to `pending`, with **backoff**
 #   in `run_at`, or to **`dead`** when `attempts` reached `max_attempts`.
 # - `SIGKILL` loses only work in progress; a power cut can also roll back the last
@@ -320,18 +330,19 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 #
 # **1. Write code.** Write `misses_tolerated(lease, every)`: how many heartbeats in a row
 # a worker that beats every `every` seconds may miss, so that the next beat still
-# lands strictly inside a lease of `lease` seconds. A beat that lands exactly at
-# `lease_until` does not count: from that instant the reaper may win. The check cell asks
-# a real queue for several leases and tells you whether you are right.
+# lands strictly inside a lease of `lease` seconds. Keep the lesson's safety margin: a
+# beat due exactly at `lease_until` would still win by the letter of REAP, but only at
+# that one instant, so count it out. The check cell runs a real queue's reaper just after
+# each beat is due, for several leases, and tells you whether you are right.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
 #
 # - Захват — это **аренда** со сроком `lease_until` (30 с, если воркер не попросил
 #   другого), а не владение навсегда.
-# - Живой воркер шлёт **heartbeat** каждую треть срока. Это переживает **один**
-#   пропуск: после двух пропусков третий heartbeat приходит ровно в `lease_until` и
-#   соревнуется с reaper.
+# - Живой воркер шлёт **heartbeat** каждую треть срока. Это выдерживает **один**
+#   пропуск: после двух пропусков третий heartbeat должен прийти ровно в `lease_until`, за
+#   мгновение до того, как задачу может забрать reaper, и запас прочности его не считает.
 # - **Reaper** — это один `UPDATE`: истёкшие аренды возвращаются в `pending` с
 #   **отсрочкой повтора** в `run_at` или уходят в **`dead`**, когда `attempts` дошло до
 #   `max_attempts`.
@@ -344,10 +355,11 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 #
 # **1. Напишите код.** Напишите `misses_tolerated(lease, every)`: сколько heartbeat
 # подряд может пропустить воркер, который шлёт их каждые `every` секунд, чтобы
-# следующий ещё пришёл строго внутри аренды длиной `lease` секунд. Heartbeat, пришедший
-# ровно в `lease_until`, не считается: с этого мгновения reaper может успеть первым.
-# Проверочная ячейка спросит настоящую очередь для нескольких сроков аренды и скажет,
-# верен ли ответ.
+# следующий ещё пришёл строго внутри аренды сроком `lease` секунд. Сохраните запас
+# прочности из урока: heartbeat, который должен прийти ровно в `lease_until`, по букве
+# REAP ещё успел бы, но лишь в это единственное мгновение, поэтому не считайте его.
+# Проверочная ячейка для нескольких сроков аренды запустит reaper настоящей очереди сразу
+# после каждого heartbeat и скажет, верен ли ответ.
 
 # %%
 def misses_tolerated(lease, every):
@@ -426,8 +438,9 @@ ex.close()
 #
 # <details><summary>Answer</summary>
 #
-# With one beat per lease, each beat would land exactly at `lease_until`: every beat would
-# race the reaper, and a single late one (a GC pause, a busy disk) would lose the job.
+# With one beat per lease, each beat would be due exactly at `lease_until`: every beat
+# would have no margin at all, and a single late one (a GC pause, a busy disk) would lose
+# the job.
 # With three per lease, one beat may be missed.
 # </details>
 #
@@ -445,9 +458,9 @@ ex.close()
 #
 # <details><summary>Ответ</summary>
 #
-# При одном heartbeat за срок каждый приходил бы ровно в `lease_until` и соревновался бы с
-# reaper, а одно-единственное опоздание (пауза сборщика мусора, занятый диск) стоило бы
-# задачи. При трёх за срок один пропустить можно.
+# При одном heartbeat за срок каждый должен был бы прийти ровно в `lease_until`, без
+# всякого запаса, и одно-единственное опоздание (пауза сборщика мусора, занятый диск)
+# стоило бы задачи. При трёх за срок один пропустить можно.
 # </details>
 #
 # Напоследок уберём за собой: остановим всех воркеров, закроем файлы и удалим временную папку.

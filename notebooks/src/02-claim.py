@@ -78,7 +78,8 @@ print(wrong.NAIVE_UPDATE.strip())
 # Два воркера, A и B, у каждого своё соединение с файлом, как было бы у двух процессов.
 # Выполним их шаги в выбранном порядке: сначала оба смотрят, потом оба пишут. Между
 # «посмотрел» и «записал» у воркера всегда проходит *какое-то* время — переключение
-# контекста, промах страницы, сетевой переход, — и ошибке больше ничего не нужно. Каждый
+# контекста, отказ страницы (page fault), обращение по сети, — и ошибке больше ничего не
+# нужно. Каждый
 # шаг сдвигает часы на секунду, чтобы на временной шкале ниже было что разглядеть.
 
 # %% tags=["nbval-check-output"]
@@ -159,7 +160,7 @@ print(sql.CLAIM.strip())
 # twice, as A and as B:
 
 # %% [markdown] tags=["ru"]
-# Почему это помогает? SQLite пускает в файл только одного пишущего за раз, а `UPDATE`
+# Почему это помогает? SQLite пускает в файл только одного пишущего одновременно, а `UPDATE`
 # берёт блокировку на запись *до* того, как что-либо прочитать. Поэтому подзапрос и
 # обновление одного захвата видят одно и то же, самое свежее состояние таблицы, и
 # другой захват не может вклиниться между ними: никакого «между» просто нет. Второй
@@ -202,8 +203,10 @@ honest = [wrong.race(work / f"race-honest-{i}.db", claim="naive", pause=0.0) for
 say("l2_honest", counts=[r.duplicates for r in honest], jobs=100)
 
 # %% [markdown] tags=["en"]
-# A few duplicates per hundred jobs, sometimes none: two claimers collide only when the
-# scheduler switches between them in exactly that gap. That is the dangerous kind of
+# A few duplicates per hundred jobs: two claimers collide only when the scheduler switches
+# between them in exactly that gap. How many depends on the machine: its cores, its load,
+# its scheduler; your five numbers may be larger or smaller than ours, and on some machine
+# a run may find none. That is the dangerous kind of
 # bug: rare enough to pass every test, common enough to charge some customers twice.
 # In a real handler the gap is wider: the two statements go over a network to a
 # database server, an ORM does work between them, the garbage collector or a busy CPU
@@ -211,8 +214,10 @@ say("l2_honest", counts=[r.duplicates for r in honest], jobs=100)
 # between their two statements, about one round trip to a database server:
 
 # %% [markdown] tags=["ru"]
-# Несколько дублей на сотню задач, а иногда и ни одного: два захвата сталкиваются,
-# только если планировщик переключится между ними ровно в этом зазоре. Такие ошибки
+# Несколько дублей на сотню задач: два захвата сталкиваются, только если планировщик
+# переключится между ними ровно в этом зазоре. Сколько их будет, зависит от машины — от
+# числа ядер, нагрузки, планировщика: ваши пять чисел могут оказаться больше или меньше
+# наших, а на какой-то машине прогон может не найти ни одного. Такие ошибки
 # опаснее всего: они достаточно редки, чтобы пройти все тесты, и достаточно часты, чтобы
 # с кого-то из клиентов списать деньги дважды. В настоящем обработчике зазор шире: два
 # оператора идут по сети на сервер базы данных, между ними работает ORM, процесс на миг
@@ -239,10 +244,13 @@ say("l2_single_once", jobs=single.jobs, once=single.claims == single.jobs)
 #
 # It does, in SQLite, and it is worth seeing how. A plain `BEGIN` (SQLite calls it
 # `DEFERRED`) takes no lock until it needs one: both claimers read job 1 without the
-# write lock. The first to write takes the lock and commits. When the second tries to
-# write, SQLite sees that the file changed since its transaction read it and refuses with
-# **"database is locked"**: the loser must roll back and try again, and it never gets
-# the job twice. `BEGIN IMMEDIATE` takes the write lock *before* the `SELECT`, so the
+# write lock. The first to write takes the lock. When the second tries to write, SQLite
+# refuses it with **"database is locked"**, for one of two reasons. While the first still
+# holds the write lock, the refusal (`SQLITE_BUSY`) comes at once: a transaction that has
+# already read may not wait for the lock, so the busy timeout is not consulted. Once the
+# first has committed, the second's snapshot is older than the file, and a write from it is
+# refused too (`SQLITE_BUSY_SNAPSHOT`, with the same message). Either way the loser must
+# roll back and try again, and it never gets the job twice. `BEGIN IMMEDIATE` takes the write lock *before* the `SELECT`, so the
 # second claimer waits at `BEGIN` and then reads the table as the first one left it.
 
 # %% [markdown] tags=["ru"]
@@ -253,10 +261,14 @@ say("l2_single_once", jobs=single.jobs, once=single.claims == single.jobs)
 #
 # В SQLite поможет, и интересно посмотреть, как именно. Обычный `BEGIN` (в SQLite он
 # называется `DEFERRED`) не берёт блокировку, пока она не понадобится: оба воркера читают
-# задачу 1 без блокировки на запись. Первый, кто пишет, берёт блокировку и фиксирует
-# транзакцию. Когда пытается писать второй, SQLite видит, что файл изменился с тех пор,
-# как его транзакция читала, и отказывает с ошибкой **«database is locked»**: проигравший
-# должен откатиться и попробовать снова, но дважды задачу не получит. `BEGIN IMMEDIATE`
+# задачу 1 без блокировки на запись. Первый, кто пишет, берёт блокировку. Когда пытается
+# писать второй, SQLite отказывает ему с ошибкой **«database is locked»**, и причин у отказа
+# две. Пока первый ещё держит блокировку записи, отказ (`SQLITE_BUSY`) приходит сразу:
+# транзакции, которая уже читала, ждать блокировку нельзя, и тайм-аут ожидания блокировки
+# (`busy_timeout`) даже не учитывается. Когда первый уже зафиксировал транзакцию, снимок
+# данных второго старше файла, и запись с него тоже отклоняется (`SQLITE_BUSY_SNAPSHOT`, с
+# тем же текстом ошибки). В обоих случаях проигравший должен откатиться и попробовать
+# снова, но дважды задачу не получит. `BEGIN IMMEDIATE`
 # берёт блокировку на запись *до* `SELECT`, поэтому второй воркер ждёт на `BEGIN` и
 # потом читает таблицу уже такой, какой её оставил первый.
 
@@ -448,8 +460,8 @@ say("l2_order_later", payload=o.claim("w").payload)
 #   is locked» (и должен повторить), `IMMEDIATE` — тем, что держит блокировку записи на
 #   протяжении обоих операторов.
 # - Захват в leaselab — **один** `UPDATE … WHERE id = (SELECT … LIMIT 1) RETURNING …`.
-#   Единственный пишущий в SQLite делает его атомарным: ноль дублей, никаких повторов, а
-#   блокировка держится только на время оператора.
+#   Атомарным его делает то, что в SQLite пишет только один: ноль дублей, никаких
+#   повторов, а блокировка держится только на время оператора.
 # - Частичный индекс в порядке сортировки захвата позволяет SQLite сразу перейти к первой
 #   готовой задаче, уровень за уровнем приоритета: без сортировки, какой бы длинной ни
 #   была история, и без перешагивания через задачи, чьё время ещё не пришло.

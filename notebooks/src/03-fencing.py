@@ -109,18 +109,20 @@ say("l3_zombie_log", refused="heartbeat refused" in plain_fleet.log_tail("w1"))
 
 # %% [markdown] tags=["en"]
 # The page is `w1`'s again: a stale result replaced the newer one, and nothing anywhere
-# reported an error. The queue itself kept `w2`'s result: `w1`'s completion carried an
-# old token and was refused, as we see next. But the page was written before `w1` ever
-# talked to the queue. (`w1`'s own log, `plain_fleet.log_tail("w1")`, tells the same from
-# its side: its heartbeat was refused, and the handler went on anyway.)
+# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. Its
+# heartbeat was refused (`w1`'s own log, `plain_fleet.log_tail("w1")`, says so), and so
+# was its completion, which carried an old token, as we see next; the queue kept `w2`'s
+# result. But the page write does not pass through the queue, so no refusal could stop it:
+# the handler never asked whether it still held the job, and wrote.
 
 # %% [markdown] tags=["ru"]
 # На странице снова `w1`: устаревший результат заменил новый, и нигде никакой ошибки.
-# Сама очередь сохранила результат `w2`: завершение от `w1` пришло со старым токеном и
-# было отклонено, это мы разберём дальше. Но страницу `w1` записал ещё до того, как
-# вообще обратился к очереди. (Журнал самого `w1`, `plain_fleet.log_tail("w1")`,
-# рассказывает то же со своей стороны: его heartbeat отклонили, а обработчик всё равно
-# продолжил работу.)
+# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Его
+# heartbeat отклонили (об этом говорит журнал самого `w1`, `plain_fleet.log_tail("w1")`),
+# отклонили и завершение, пришедшее со старым токеном, — это мы разберём дальше; в
+# очереди остался результат `w2`. Но запись страницы идёт мимо очереди, и никакой отказ
+# очереди её остановить не мог: обработчик так и не спросил, держит ли он ещё задачу, и
+# записал.
 
 # %% [markdown] tags=["en"]
 # On the timeline: the shaded interval is `w1` frozen; the triangle is the reap; the cross
@@ -226,7 +228,8 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # %% [markdown] tags=["en"]
 # > **A pause at the wrong moment.** SQLite's write lock is *not* a lease: it has no
 # > expiry. Above, `w1` froze while working in its handler, holding nothing. Had the
-# > `SIGSTOP` landed in the few microseconds while `w1` was committing, it would have frozen
+# > `SIGSTOP` landed while `w1` was committing (at `durability="full"` a commit includes an
+# > `fsync`: on a real disk, milliseconds), it would have frozen
 # > with the file's write lock in its hands, and every other writer (`w2`, the reaper, the
 # > dashboard's buttons) would have waited until it was thawed or their busy timeout ran
 # > out. Leases protect *jobs* from frozen workers; nothing protects a lock from a frozen
@@ -236,19 +239,21 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # %% [markdown] tags=["ru"]
 # > **Заморозка в неудачный момент.** Блокировка записи в SQLite — *не* аренда: срока у
 # > неё нет. Выше `w1` замер, пока работал в обработчике, и ничего не держал. Попади
-# > `SIGSTOP` в те несколько микросекунд, когда `w1` фиксировал транзакцию, он застыл бы с
+# > `SIGSTOP` в тот момент, когда `w1` фиксировал транзакцию (при `durability="full"`
+# > фиксация включает `fsync`, а это на настоящем диске миллисекунды), он замер бы с
 # > блокировкой записи файла, и все остальные пишущие (`w2`, reaper, кнопки панели) ждали
-# > бы, пока его не разморозят или пока не истечёт их busy timeout. Аренда защищает
-# > *задачи* от замёрзших воркеров; блокировку от замёрзшего процесса не защищает ничто,
+# > бы, пока его не разморозят или пока не истечёт их тайм-аут ожидания блокировки
+# > (`busy_timeout`). Аренда защищает *задачи* от замерших воркеров; блокировку от
+# > замершего процесса не защищает ничто,
 # > кроме коротких транзакций, — поэтому каждая запись leaselab — это один оператор или
 # > одна короткая транзакция.
 
 # %% [markdown] tags=["en"]
 # ## Fencing the world outside the queue
 #
-# The token protects writes *to the queue*. The page was written *before* the zombie
-# ever talked to the queue, so the queue could not stop it. The outside system has to
-# check a fence itself.
+# The token protects writes *to the queue*. The page write never passed through the queue,
+# so the queue could not stop it, although it had already refused the zombie's heartbeat.
+# The outside system has to check a fence itself.
 #
 # A random token cannot be compared for "newer or older", but `job.fence` can: it is
 # `(job id, attempts)`, and `attempts` grows by one with every claim, a claim the queue has
@@ -261,15 +266,15 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # %% [markdown] tags=["ru"]
 # ## Fencing для мира за пределами очереди
 #
-# Токен защищает записи *в очередь*. Страницу зомби записал *до* того, как вообще
-# обратился к очереди, и очередь помешать ему не могла. Внешняя система должна
-# проверять fence сама.
+# Токен защищает записи *в очередь*. Запись страницы через очередь не проходила, и
+# очередь помешать ей не могла, хотя heartbeat зомби она уже отклонила. Внешняя система
+# должна проверять fence сама.
 #
 # Случайный токен нельзя сравнить по принципу «новее или старее», а `job.fence` можно:
 # это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате.
 # Очередь записывает захват на диск раньше, чем воркер о нём узнаёт. Хранилище, которое помнит
 # для каждого ключа наибольший принятый fence и токен захвата, сделавшего эту запись, может
-# одним условным оператором отказать всему, что старше. Равный fence оно тоже отвергает,
+# одним условным оператором отказать всему, что старше. Равный fence оно тоже отклоняет,
 # если только пишет не тот же самый захват: один fence может оказаться у двух захватов,
 # только если после сбоя очередь выдала его дважды, и хранилище, принявшее любой из них,
 # поверило бы зомби.
@@ -337,8 +342,8 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 # %% [markdown] tags=["ru"]
 # Зомби узнал, что задачу у него забрали, и ничего не записал — в хранилище, которое
 # ничего не проверяет. Но проверка свежа ровно настолько, насколько свеж последний
-# heartbeat: воркер, замёрзший *после* `lease.check()` и *до* записи, проснётся снова
-# зомби. Проверка сужает окно, а закрывает его только fence на принимающей стороне.
+# heartbeat: воркер, замерший *после* `lease.check()` и *до* записи, проснувшись, снова
+# окажется зомби. Проверка сужает окно, а закрывает его только fence на принимающей стороне.
 
 # %% [markdown] tags=["en"]
 # ## Summary
@@ -372,7 +377,7 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #   а отказ записывается в историю событием `lease_lost`.
 # - Запись, которая проверяет только id, молча заменяет новый результат устаревшим.
 # - Системам вне очереди передавайте `job.fence = (id задачи, attempts)`: в пределах
-#   задачи он только растёт, и внешняя система может отвергать записи более старой
+#   задачи он только растёт, и внешняя система может отклонять записи более старой
 #   попытки.
 # - Обработчик с сигнатурой `(job, lease)` может остановиться до побочного эффекта, как
 #   только установлен `lease.lost`; это сужает окно, а закрывает его fence.
@@ -454,7 +459,7 @@ say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock()
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>
 #
-# Yes. The token still holds the job, so the worker is merely late, not a zombie yet;
+# Yes. The job still holds this worker's token, so the worker is merely late, not a zombie yet;
 # fencing is about who holds the job, not about the clock.
 # </details>
 #
@@ -464,7 +469,7 @@ say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock()
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
 #
-# Да. Токен всё ещё держит задачу, значит, воркер просто опоздал, но зомби ещё не стал;
+# Да. В задаче всё ещё записан токен этого воркера, значит, он просто опоздал, но зомби ещё не стал;
 # fencing определяет, кто держит задачу, а не сколько времени прошло.
 # </details>
 #

@@ -26,9 +26,9 @@
 # # Урок 4. At-least-once: обработчик может выполниться дважды
 #
 # Аренда возвращает каждую задачу после падения (урок 1), один оператор отдаёт задачу
-# только одному воркеру за раз (урок 2), fencing не даёт зомби писать в очередь (урок 3).
+# только одному воркеру (урок 2), fencing не даёт зомби писать в очередь (урок 3).
 # Остаётся зазор, который не закроет ни одна очередь: воркер делает работу — отправляет
-# письмо, переводит деньги — и умирает *до того*, как сообщил очереди «готово». Очередь
+# письмо, переводит деньги — и умирает, *не успев* сообщить очереди «готово». Очередь
 # видит лишь истёкшую аренду, поэтому отдаёт задачу снова, и работа делается второй раз.
 #
 # Поэтому leaselab обещает **at-least-once** («хотя бы один раз»): каждая задача будет
@@ -176,13 +176,13 @@ say("l4_bob", balance=ledger.balance("bob"))
 # ответ надёжнее: записать действие и завершение с проверкой токена **одной транзакцией**.
 # Тогда они случаются вместе или не случаются вовсе. `effects.completing(queue, job)`
 # открывает транзакцию; действие выполняется внутри блока `with`; на выходе из блока
-# выполняется `complete` с проверкой токена, и транзакция фиксируется, только если токен
-# всё ещё держит задачу.
+# выполняется `complete` с проверкой токена, и транзакция фиксируется, только если в
+# задаче всё ещё записан токен этой попытки.
 #
 # Помните о цене: блок выполняется внутри пишущей транзакции, а блокировка записи у
 # SQLite одна на весь файл. Пока работает ваш блок, ни один другой воркер не может ни
 # захватить задачу, ни продлить аренду, ни завершить задачу. Держите в блоке несколько
-# быстрых операторов и никогда не обращайтесь в нём к сетевым сервисам и не засыпайте.
+# быстрых операторов; никаких обращений к сетевым сервисам и никаких `sleep` в нём.
 #
 # Разыграем это на часах, которые мы двигаем сами. Попытка 1 (`w1`) зачисляет деньги и умирает до COMMIT:
 # падение изображает исключение, и настоящее падение даёт то же самое, ведь SQLite
@@ -240,12 +240,15 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # Look at where the trouble was: between doing the effect and recording that it was
 # done. If the effect is recorded first and the process dies before doing it, the job is
 # lost: at-most-once. If it is done first and the process dies before recording, it is
-# repeated: at-least-once. Some moment always separates the two, unless both live in the
-# same transaction, which is possible only when the effect is data in the same database.
-# An email, an HTTP call to a bank, a message to another service cannot join a SQLite
-# transaction. So the queue chooses the side that never loses a job, and the handler
-# makes the repeat harmless: with a key the receiver honours, or with the effect
-# committed together with the completion.
+# repeated: at-least-once. Some moment always separates the two unless they become one
+# atomic step, and that takes the receiving side. When the effect is data in the queue's
+# own database, one transaction does it (way two above). Across systems, a distributed
+# transaction can, if every side takes part in it (two-phase commit, XA). And a receiver
+# that honours an idempotency key does not prevent the repeat but makes it harmless
+# (way one). An email, or an HTTP call to a service that offers neither, cannot take part
+# in any of these. The queue alone cannot provide exactly once; the receiver has to take
+# part. So the queue chooses the side that never loses a job, and the handler and the
+# receiver together make the repeat harmless.
 
 # %% [markdown] tags=["ru"]
 # ## Почему не «ровно один раз»?
@@ -253,12 +256,16 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # Посмотрите, где была беда: между «сделать действие» и «записать, что оно сделано».
 # Если сначала записать, а процесс умрёт, не успев сделать, задача потеряна: это
 # at-most-once. Если сначала сделать, а процесс умрёт, не успев записать, будет повтор:
-# это at-least-once. Между этими двумя шагами всегда есть момент, если только оба не
-# живут в одной транзакции, а это возможно, лишь когда действие — данные в той же базе.
-# Письмо, HTTP-запрос в банк, сообщение другому сервису в транзакцию SQLite не войдут.
-# Поэтому очередь выбирает сторону, на которой задачи не теряются, а обработчик делает
-# повтор безвредным: ключом, который соблюдает получатель, или действием, записанным
-# вместе с завершением.
+# это at-least-once. Между этими двумя шагами всегда есть момент, если только они не
+# станут одним атомарным шагом, а для этого нужна принимающая сторона. Когда действие —
+# данные в базе самой очереди, это делает одна транзакция (способ второй). Между разными
+# системами это может сделать распределённая транзакция, если в ней участвуют все стороны
+# (двухфазная фиксация, XA). А получатель, который соблюдает ключ идемпотентности, повтор
+# не предотвращает, но делает безвредным (способ первый). Письмо или HTTP-запрос к
+# сервису, который не умеет ни того, ни другого, ни в чём из этого участвовать не могут.
+# Одна очередь «ровно один раз» обеспечить не может: нужно, чтобы участвовал получатель.
+# Поэтому очередь выбирает сторону, на которой задачи не теряются, а обработчик вместе с
+# получателем делают повтор безвредным.
 
 # %% [markdown] tags=["en"]
 # ## Summary
@@ -270,8 +277,9 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # - When the effect is data in the queue's own file, write it **in the same transaction**
 #   as the fenced completion: a crash rolls both back, a zombie's commit is refused. Keep
 #   that transaction short: it holds the file's one write lock.
-# - Exactly-once delivery across a crash would need the effect and the record of it to be
-#   one atomic step; for anything outside the database that step does not exist.
+# - An effect done exactly once across a crash needs the receiver to take part: the
+#   effect in one transaction with the completion, a two-phase commit the receiver joins,
+#   or an idempotency key it honours. The queue alone cannot provide it.
 #
 # ## Exercises
 #
@@ -290,9 +298,10 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #   и завершение с проверкой токена: падение откатит и то и другое, а фиксацию зомби
 #   отклонят. Транзакция должна быть короткой: она держит единственную блокировку записи
 #   на файл.
-# - Чтобы при падениях действие выполнялось ровно один раз, действие и запись о нём
-#   должны быть одним атомарным шагом; для всего, что находится вне базы, такого шага не
-#   существует.
+# - Чтобы при падениях действие выполнялось ровно один раз, в этом должен участвовать
+#   получатель: действие в одной транзакции с завершением, двухфазная фиксация, в которой
+#   он участвует, или ключ идемпотентности, который он соблюдает. Одна очередь этого
+#   обеспечить не может.
 #
 # ## Упражнения
 #

@@ -20,8 +20,8 @@
 # %% [markdown] tags=["ru"]
 # # Урок 5. Чего не обещает один файл
 #
-# Уроки 1–4 пережили упавших, замёрзших и продублированных воркеров. Всё это сбои
-# *процесса*. Этот урок — о том, чего очередь в одном файле SQLite сама исправить не
+# Уроки 1–4 справились с воркерами, которые падают, замирают и берут одну задачу вдвоём.
+# Всё это сбои *процесса*. Этот урок — о том, чего очередь в одном файле SQLite сама исправить не
 # может: машина теряет питание, файл лежит на другой машине, а часы, по которым
 # отмеряется каждая аренда, врут. В конце разберём, как выбрать срок аренды под те паузы,
 # которые действительно бывают у ваших воркеров.
@@ -56,8 +56,9 @@ work = lessons.scratch("05-one-file")
 # To cut the power without pulling a plug, `powercut.VolatileDisk` is a virtual file
 # system for SQLite (through APSW, a Python binding that can define one). Every write
 # reaches the file as usual, and every sync records what the file held at that moment.
-# `cut()` drops every later write and puts each file back to its last synced content,
-# as the disk would hold it after the reboot. A `Session` on that disk runs leaselab's own
+# `cut()` drops every later write and puts each file back to its last synced content:
+# the worst a disk may hold after the reboot (a real one may have kept some later writes
+# too, but nothing promises it). A `Session` on that disk runs leaselab's own
 # statements, with the durability rule above. The work is the same for both settings:
 # three enqueues, a claim and its completion, and one more claim.
 
@@ -71,7 +72,7 @@ work = lessons.scratch("05-one-file")
 # питания влияет: всё, что записано, но ещё не синхронизировано, пропадает.
 #
 # Когда синхронизировать, SQLite решает по настройке `synchronous`. В режиме WAL при
-# `NORMAL` фиксация транзакции не синхронизируется; журнал WAL синхронизируется при
+# `NORMAL` фиксация транзакции не синхронизируется; файл WAL синхронизируется при
 # следующей контрольной точке (checkpoint). При `FULL` синхронизируется каждая фиксация.
 # Что делает leaselab, сказано в разделе README «Durability»: при `durability="full"` (по
 # умолчанию) каждая постановка в очередь, каждый захват и каждое завершение
@@ -83,7 +84,8 @@ work = lessons.scratch("05-one-file")
 # позволяет такую определить). Каждая запись доходит до файла как обычно, а каждая
 # синхронизация запоминает, что в этот момент было в файле. `cut()` отбрасывает все
 # последующие записи и возвращает каждому файлу содержимое на момент его последней
-# синхронизации — таким его и увидит машина после перезагрузки. `Session` на этом диске
+# синхронизации: хуже этого диск после перезагрузки ничего не покажет (настоящий мог
+# сохранить и часть более поздних записей, но этого никто не обещает). `Session` на этом диске
 # выполняет собственные операторы leaselab по правилу долговечности, описанному выше.
 # Работа при обеих настройках одна и та же: три постановки в очередь, захват и его
 # завершение и ещё один захват.
@@ -106,7 +108,7 @@ for durability in ("normal", "full"):
 # At `"normal"` every acknowledged write rolled back: the three enqueues the callers were
 # told had succeeded, and the completion. Here nothing had been synced since the file was
 # made; in a queue that runs for a while, SQLite syncs at each checkpoint (by default
-# whenever the log grows past 1000 pages), so what a cut takes is everything since the
+# whenever the WAL file grows past 1000 pages), so what a cut takes is everything since the
 # last one. At `"full"` everything survived, the second claim too: job 2 is still
 # `running`, at attempt 1. A claim is synced because its fence, `(job id, attempts)`, is
 # what an outside store trusts (lesson 3). Had the cut taken the claim back, job 2 would
@@ -121,7 +123,7 @@ for durability in ("normal", "full"):
 # При `"normal"` откатились все подтверждённые записи: три постановки в очередь, об
 # успехе которых вызывающим уже сообщили, и завершение. Здесь с момента создания файла не
 # было ни одной синхронизации; в очереди, которая работает долго, SQLite синхронизирует
-# журнал при каждой контрольной точке (по умолчанию — когда журнал вырастает больше 1000
+# файл WAL при каждой контрольной точке (по умолчанию — когда он вырастает больше 1000
 # страниц), так что отключение питания забирает всё, что было после последней из них. При
 # `"full"` уцелело всё, и второй захват тоже: задача 2 по-прежнему `running`, попытка 1.
 # Захват синхронизируется потому, что его fence, `(id задачи, attempts)`, — то, чему верит
@@ -152,27 +154,34 @@ with Queue(killed) as q:
 # %% [markdown] tags=["en"]
 # ## One host
 #
-# In WAL mode the processes that share a SQLite file coordinate through a second file
-# beside it, `-shm`, mapped into the memory of each of them, and through file locks. Both
-# work only between processes on **one machine**: shared memory cannot be shared across
-# machines, and the locks of network file systems (NFS, SMB, many container volumes) are
-# not reliable enough for SQLite. A leaselab file on a network share, opened by workers on
+# In WAL mode a SQLite file has two more beside it: `-wal`, the log of changes not yet
+# copied into the database, and `-shm`, an index into that log which every process maps
+# into its memory. The processes that share the file coordinate through `-shm` and through
+# file locks, and both work only between processes on **one machine**: the memory of `-shm`
+# is shared only by processes of one machine, and the locks of network file systems (NFS,
+# SMB, many container volumes) are not reliable enough for SQLite. sqlite.org's page on
+# WAL (https://www.sqlite.org/wal.html) says it plainly: all processes using a database
+# must be on the same host computer, and WAL does not work over a network filesystem. A leaselab file on a network share, opened by workers on
 # several machines, can be corrupted or can give one job to two workers. So every worker
 # of a leaselab queue runs on the machine that holds the file. Workers on many machines
-# need a database server; a later lesson will put the same queue on one.
+# need a database server; lesson 6 puts the same queue on one.
 
 # %% [markdown] tags=["ru"]
 # ## Одна машина
 #
-# В режиме WAL процессы, которые делят файл SQLite, договариваются через второй файл
-# рядом с ним, `-shm`, отображённый в память каждого из них, и через блокировки файлов.
-# И то и другое работает только между процессами на **одной машине**: разделяемую память
-# нельзя разделить между машинами, а блокировкам сетевых файловых систем (NFS, SMB, многие
-# тома контейнеров) SQLite не может доверять. Файл leaselab на сетевом диске, открытый
+# В режиме WAL рядом с файлом SQLite лежат ещё два: `-wal`, файл WAL с изменениями, ещё
+# не перенесёнными в саму базу, и `-shm`, индекс по файлу WAL, который каждый процесс
+# отображает в свою память. Процессы, которые делят файл, договариваются через `-shm` и
+# через блокировки файлов, и то и другое работает только между процессами на **одной
+# машине**: память из `-shm` общая только для процессов одной машины, а блокировкам сетевых
+# файловых систем (NFS, SMB, многие тома контейнеров) SQLite не может доверять. Страница
+# sqlite.org о WAL (https://www.sqlite.org/wal.html) говорит об этом прямо: все процессы,
+# работающие с базой, должны быть на одной машине, и по сетевой файловой системе WAL не
+# работает. Файл leaselab на сетевом диске, открытый
 # воркерами с нескольких машин, можно испортить или получить одну задачу у двух воркеров
 # сразу. Поэтому все воркеры очереди leaselab работают на той машине, где лежит файл.
-# Воркерам на многих машинах нужен сервер базы данных; в одном из следующих уроков мы
-# перенесём на него ту же очередь.
+# Воркерам на многих машинах нужен сервер базы данных; в уроке 6 мы перенесём на него ту
+# же очередь.
 
 # %% tags=["nbval-check-output"]
 with Queue(work / "host.db") as q:
@@ -282,13 +291,14 @@ behind.close()
 #
 # Поток heartbeat останавливается всякий раз, когда останавливается весь процесс: сборка
 # мусора, подкачка из swap, контейнер, упёршийся в квоту процессора, занятый диск. Урок 1
-# показал, что продление каждую треть срока переживает один пропуск. В терминах пауз:
+# показал, что продление каждую треть срока выдерживает один пропуск. В терминах пауз:
 # heartbeat, который должен прийти через `L/3` после предыдущего, может прийти через
-# `L/3 + P`, а успеть ему нужно до `L`, поэтому аренда `L` переживает паузы короче
+# `L/3 + P`, а успеть ему нужно до `L`, поэтому аренда `L` выдерживает паузы короче
 # `2L/3`. Иначе говоря, **аренда должна быть длиннее самой долгой ожидаемой паузы в
 # 1,5 раза**.
 #
-# Сначала измерим это ядро: поток раз за разом просит заснуть на 5 мс и записывает, на
+# Сначала измерим, что бывает в этом ядре Jupyter: поток раз за разом просит заснуть на
+# 5 мс и записывает, на
 # сколько позже он просыпается. Именно такую паузу и увидел бы heartbeat.
 
 # %% tags=["nbval-ignore-output"]
@@ -320,33 +330,48 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # %% [markdown] tags=["en"]
 # Both sides of the choice cost something. A lease **too short** lets a pause look like
 # a death: a healthy worker is reaped, its job runs twice, and the first run's writes are
-# refused. A lease **too long** makes a real crash expensive: the job of a dead worker
-# waits a whole lease (plus up to a second until some reaper looks) before anyone
-# retries it. With the histogram above, a 7-second lease survives even the two 4.5-second
-# pauses, and a crashed job waits at most about 8 seconds.
+# refused. A lease **too long** makes a real crash expensive. Follow a crashed worker's job
+# through the code. Its last heartbeat put `lease_until` at most a lease `L` after the
+# crash. Every live worker's pulse runs the reaper every `reap_every` seconds (a second by
+# default), on its heartbeat thread, even while its handler is busy, so the first reap
+# after `lease_until` comes within `reap_every`. The reap puts the job back with a backoff
+# in `run_at` (a second after a first attempt, by default). And an idle worker claims at
+# its next poll, at most `max_poll` later (a second by default). So a crashed job runs
+# again at most `L + reap_every + backoff + max_poll` after the crash, if a worker is free
+# to take it. With the histogram above, a 7-second lease survives even the two 4.5-second
+# pauses, and a crashed job waits at most about 7 + 1 + 1 + 1 = 10 seconds.
 
 # %% [markdown] tags=["ru"]
-# Обе стороны выбора чего-то стоят. **Слишком короткая** аренда выдаёт паузу за смерть:
-# здорового воркера считают мёртвым, его задача выполняется дважды, и записи первого
-# запуска отклоняются. **Слишком длинная** аренда делает дорогим настоящее падение:
-# задача мёртвого воркера ждёт целый срок аренды (и ещё до секунды, пока какой-нибудь
-# reaper не заглянет), прежде чем её кто-то повторит. Для гистограммы выше аренда в 7
-# секунд переживает даже обе паузы по 4,5 секунды, а задача упавшего воркера ждёт не
-# больше 8 секунд.
+# Ошибиться можно в обе стороны, и обе ошибки дороги. **Слишком короткая** аренда выдаёт
+# паузу за смерть: здорового воркера считают мёртвым, его задача выполняется дважды, и
+# записи первого запуска отклоняются. **Слишком длинная** аренда делает дорогим настоящее
+# падение. Проследим по коду за задачей упавшего воркера. Последний heartbeat отодвинул
+# `lease_until` не дальше чем на срок аренды `L` после падения. Пульс каждого живого
+# воркера запускает reaper раз в `reap_every` секунд (по умолчанию раз в секунду) в потоке
+# heartbeat, даже пока обработчик занят, так что первый возврат в очередь после
+# `lease_until` случится не позже чем через `reap_every`. Reaper возвращает задачу с
+# отсрочкой повтора в `run_at` (по умолчанию секунда после первой попытки). А свободный
+# воркер захватит её при следующем опросе очереди, не позже чем через `max_poll` (по
+# умолчанию секунда). Итого задача упавшего воркера снова начнёт выполняться не позже чем
+# через `L + reap_every + отсрочка + max_poll` после падения, если есть свободный воркер.
+# Для гистограммы выше аренда в 7 секунд выдерживает даже обе паузы по 4,5 секунды, а
+# задача упавшего воркера ждёт не больше 7 + 1 + 1 + 1 = 10 секунд.
 
 # %% [markdown] tags=["en"]
 # ## Summary
 #
 # - `SIGKILL` loses no committed transaction. A power cut loses what was not synced: at
-#   `durability="normal"` that includes acknowledged enqueues, claims and completions; at
-#   `"full"` only heartbeats, failures and reaps, which costs a retry. A claim is synced
+#   `durability="normal"` that is every acknowledged write since the last checkpoint
+#   (enqueues, claims, completions, failures); at `"full"` only heartbeats, failures and
+#   reaps, which costs a retry. A claim is synced
 #   at `"full"`: a fence handed out twice would let a zombie through.
 # - WAL's shared memory and file locks work on one machine only: every worker runs where
 #   the file is; never put the file on a network file system.
 # - Leases are wall-clock deadlines. A jump forward hands every running job out again (a
 #   second run of each handler); a jump backward keeps a dead worker's lease alive.
 # - A lease tolerates pauses shorter than two thirds of it: pick it longer than 1.5 times
-#   the longest pause you measured, and no longer than a crashed job may wait.
+#   the longest pause you measured, and short enough for a crashed job's wait, at most
+#   `lease + reap_every + backoff + max_poll`.
 #
 # ## Exercises
 #
@@ -359,9 +384,10 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # ## Итоги
 #
 # - `SIGKILL` не теряет ни одной зафиксированной транзакции. Отключение питания теряет
-#   всё, что не синхронизировано: при `durability="normal"` это и подтверждённые
-#   постановки в очередь, и захваты, и завершения; при `"full"` — только продления,
-#   ошибки и возвраты в очередь, а это стоит лишь повтора. Захват при `"full"`
+#   всё, что не синхронизировано: при `durability="normal"` это все подтверждённые записи
+#   после последней контрольной точки (постановки в очередь, захваты, завершения, ошибки);
+#   при `"full"` — только продления, ошибки и возвраты в очередь, а это стоит лишь
+#   повтора. Захват при `"full"`
 #   синхронизируется: fence, выданный дважды, пропустил бы зомби.
 # - Разделяемая память и блокировки файлов WAL работают только в пределах одной машины:
 #   все воркеры работают там, где лежит файл; никогда не кладите файл на сетевую файловую
@@ -369,9 +395,9 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # - Сроки аренды отмеряются по настенным часам. Скачок вперёд заново выдаёт все
 #   выполняющиеся задачи (каждый обработчик запускается второй раз); скачок назад
 #   продлевает жизнь аренде мёртвого воркера.
-# - Аренда переживает паузы короче двух третей своего срока: выбирайте её длиннее
-#   самой долгой измеренной паузы в 1,5 раза, но не длиннее, чем может ждать задача
-#   упавшего воркера.
+# - Аренда выдерживает паузы короче двух третей своего срока: выбирайте её длиннее
+#   самой долгой измеренной паузы в 1,5 раза, но так, чтобы задача упавшего воркера могла
+#   ждать не дольше `аренда + reap_every + отсрочка + max_poll`.
 #
 # ## Упражнения
 #

@@ -75,7 +75,7 @@ say("l6_server", started=server.port is not None)
 # %% [markdown] tags=["ru"]
 # ## 1. Зачем уходить из файла
 #
-# SQLite позволяет менять файл только одному пишущему за раз, а его WAL согласует процессы
+# SQLite позволяет менять файл только одному пишущему одновременно, а его WAL согласует процессы
 # только на одной машине (урок 5). Сервер принимает подключения откуда угодно из сети, и
 # многие его транзакции могут одновременно менять разные строки. Меняется только адрес
 # очереди: `Queue("postgresql://…")` вместо `Queue("jobs.db")`.
@@ -115,30 +115,41 @@ say("l6_drained", ok=all(sorted(claims) == list(range(1, 301)) for _, claims in 
 
 # %% [markdown] tags=["en"]
 # Read your own numbers, not ours; on a laptop with many cores they look different from a
-# shared two-core machine. Three things to keep in mind while reading them. Every job on
-# SQLite is a transaction on a local file, with no network in between; each call to the
-# server is a round trip over a socket, so one worker on the server may well be *slower*
-# than one worker on the file. The server in this lesson runs with `fsync=off` (its data
-# dies with it anyway), while the SQLite file syncs every completion (`durability="full"`,
-# lesson 5): that flatters the server. And four workers only help if there are cores for
-# them: SQLite serializes their writes on the file's lock, the server lets them run side
-# by side, up to what the machine's cores allow. The real gain of the server is not in
-# this table: its workers can sit on other machines.
+# shared two-core machine, and each comparison can fall either way. One worker: every job
+# on SQLite is a transaction on a local file, with no network in between, while each call
+# to the server is a round trip over a socket; but the server does its part of the work in
+# processes of its own, on another core if there is one. So one worker on the server may
+# be *slower* than one on the file, or faster. The server in this lesson also runs with
+# `fsync=off` (its data dies with it anyway), while the SQLite file syncs every completion
+# (`durability="full"`, lesson 5): that gives the server a head start. Four workers: on
+# SQLite their writes take turns on the file's one write lock, and a worker that finds it
+# taken sleeps before it tries again (SQLite's busy handler waits 1, 2, 5, 10 ms and
+# longer), so the lock can sit free while the waiters sleep, and four workers may finish
+# *fewer* jobs per second than one. On the server their claims skip each other's rows and
+# run side by side, as far as the cores allow: four may be faster than one, or not, when
+# four workers and the server share two cores. The real gain of the server is not in this
+# table: its workers can sit on other machines.
 
 # %% [markdown] tags=["ru"]
 # Смотрите на свои числа, а не на наши: на ноутбуке с многими ядрами они выглядят иначе,
-# чем на общей двухъядерной машине. Читая их, держите в голове три вещи. Каждая задача в
-# SQLite — транзакция над локальным файлом, без сети посередине; каждый вызов сервера —
-# путь туда и обратно через сокет, поэтому один воркер на сервере вполне может оказаться
-# *медленнее* одного воркера на файле. Сервер в этом уроке работает с `fsync=off` (его данные всё
-# равно умирают вместе с ним), а файл SQLite синхронизирует каждое завершение
-# (`durability="full"`, урок 5): это приукрашивает сервер. И четыре воркера помогают,
-# только если для них есть ядра: SQLite выстраивает их записи в очередь на блокировке
-# файла, сервер даёт им работать бок о бок — насколько позволяют ядра машины. Главный
-# выигрыш сервера в эту таблицу не попадает: его воркеры могут работать на других машинах.
+# чем на общей двухъядерной машине, и каждое сравнение может выйти в любую сторону. Один
+# воркер: каждая задача в SQLite — транзакция над локальным файлом, без сети посередине, а
+# каждый вызов сервера — путь туда и обратно через сокет; зато свою часть работы сервер
+# делает в собственных процессах, на другом ядре, если оно есть. Поэтому один воркер на
+# сервере может оказаться *медленнее* одного воркера на файле, а может и быстрее. К тому
+# же сервер в этом уроке работает с `fsync=off` (его данные всё равно умирают вместе с
+# ним), а файл SQLite синхронизирует каждое завершение (`durability="full"`, урок 5): это
+# даёт серверу фору. Четыре воркера: в SQLite их записи по очереди проходят через
+# единственную блокировку записи файла, а воркер, который застал её занятой, засыпает
+# перед новой попыткой (обработчик занятости SQLite ждёт 1, 2, 5, 10 мс и дольше), так что
+# блокировка может простаивать, пока ждущие спят, и четыре воркера могут выполнить в
+# секунду *меньше* задач, чем один. На сервере их захваты перешагивают через чужие строки
+# и идут бок о бок, насколько позволяют ядра: четыре воркера могут оказаться быстрее
+# одного, а могут и нет, когда четыре воркера и сервер делят два ядра. Главный выигрыш
+# сервера в эту таблицу не попадает: его воркеры могут работать на других машинах.
 
 # %% [markdown] tags=["en"]
-# ## 2. The article's claim double-claims on PostgreSQL
+# ## 2. The claim of lesson 2 double-claims on PostgreSQL
 #
 # Lesson 2 made the claim one statement: the subquery picks the next pending job, the
 # `UPDATE` takes it. On SQLite that is safe because the whole statement runs under the
@@ -147,13 +158,13 @@ say("l6_drained", ok=all(sorted(claims) == list(range(1, 301)) for _, claims in 
 # lesson 2 did for SELECT-then-UPDATE. The queue holds two jobs.
 
 # %% [markdown] tags=["ru"]
-# ## 2. Захват из статьи на PostgreSQL захватывает дважды
+# ## 2. Захват из урока 2 на PostgreSQL захватывает дважды
 #
 # В уроке 2 захват стал одним оператором: подзапрос выбирает следующую задачу в статусе
 # `pending`, `UPDATE` её забирает. В SQLite это безопасно, потому что весь оператор
 # выполняется под единственной блокировкой записи файла: между выбором и захватом ничего
 # не может измениться. Вот тот же оператор на PostgreSQL, его выполняют два подключения,
-# A и B, по шагу за раз, как урок 2 делал это для SELECT, а затем UPDATE. В очереди две
+# A и B, шаг за шагом, как урок 2 делал это для SELECT, а затем UPDATE. В очереди две
 # задачи.
 
 # %% tags=["nbval-check-output"]
@@ -180,7 +191,9 @@ naive.close()
 #    must wait for A's lock.
 # 3. A commits. Under **READ COMMITTED**, PostgreSQL's default isolation, B does not start
 #    over. It takes the newest version of the row, the one A wrote, and re-checks the
-#    `UPDATE`'s own `WHERE` against it (PostgreSQL calls this EvalPlanQual). That `WHERE`
+#    `UPDATE`'s own `WHERE` against it (the documentation describes this re-check under
+#    READ COMMITTED in "Transaction Isolation"; in the executor's source it is called
+#    EvalPlanQual). That `WHERE`
 #    is `id = <the id the subquery chose>`; the subquery is not run again, and its
 #    `status = 'pending'` is never checked against the new row. `id = 1` still holds.
 # 4. B overwrites A's claim: attempt 2, B's token. A is now a zombie and does not know it
@@ -203,8 +216,9 @@ naive.close()
 #    добирается до строки и вынужден ждать блокировку A.
 # 3. A фиксирует транзакцию. На уровне изоляции **READ COMMITTED**, который в PostgreSQL
 #    действует по умолчанию, B не начинает заново. Он берёт самую новую версию строки —
-#    ту, что записал A, — и перепроверяет на ней `WHERE` самого `UPDATE` (в PostgreSQL это
-#    называется EvalPlanQual). Этот `WHERE` — `id = <id, который выбрал подзапрос>`;
+#    ту, что записал A, — и перепроверяет на ней `WHERE` самого `UPDATE` (документация
+#    описывает эту перепроверку в разделе о READ COMMITTED, «Transaction Isolation»; в
+#    исходниках исполнителя запросов она называется EvalPlanQual). Этот `WHERE` — `id = <id, который выбрал подзапрос>`;
 #    подзапрос заново не выполняется, и его условие `status = 'pending'` на новой версии
 #    строки никто не проверяет. `id = 1` по-прежнему верно.
 # 4. B записывает свой захват поверх захвата A: попытка 2, токен B. A теперь зомби и пока
@@ -213,7 +227,7 @@ naive.close()
 # Fencing потом отклонит записи A (урок 3), но обработчик выполнят оба воркера: одна
 # задача, два запуска при каждом таком столкновении, а под нагрузкой они случаются часто.
 #
-# Исправление — одна фраза в подзапросе: `FOR UPDATE SKIP LOCKED`. Теперь подзапрос
+# Исправление — одна конструкция в подзапросе: `FOR UPDATE SKIP LOCKED`. Теперь подзапрос
 # блокирует выбранную строку и **пропускает** строки, заблокированные другой транзакцией,
 # вместо того чтобы их ждать. Именно этот захват leaselab выполняет на PostgreSQL:
 
@@ -240,7 +254,7 @@ safe.close()
 # %% [markdown] tags=["ru"]
 # B вообще не ждал: его подзапрос перешагнул через задачу 1, заблокированную A, и взял
 # задачу 2. Это главный вывод урока: **один и тот же SQL может быть безопасен на одной
-# СУБД и опасен на другой.** SQLite был безопасен, потому что в нём пишет один за раз;
+# СУБД и опасен на другой.** SQLite был безопасен, потому что в нём пишет только один;
 # сервер пускает пишущих одновременно, и что увидит оператор, зависит от уровня изоляции
 # и от блокировок, которые он берёт. Проверяйте конкурентный код на той СУБД, на которой
 # он будет работать.
@@ -291,12 +305,16 @@ for q in (honest, fast, slow):
 # `pending` and will run a second time while the first run is still going.
 #
 # With a server there is one clock every worker can share: the server's. A
-# `Queue("postgresql://…")` without a `clock` takes its time from the server
-# (`clock_timestamp()`), so every lease is written and compared on the same clock, however
-# wrong the workers' own clocks are. To show it, `leaselab.lessons.skew.spawn` starts a
-# real worker process whose `time.time` is shifted: everything in it that asks its machine
-# for the time is a minute off. Same two jobs, now with two such workers, a minute fast and
-# a minute slow, with the default clock:
+# `Queue("postgresql://…")` without a `clock` takes its time from the server: it reads
+# `clock_timestamp()` at most every 30 seconds and, between reads, carries that reading
+# forward on its own host's monotonic clock. So every lease is written and compared on the
+# server's time as each worker carries it, however wrong the workers' wall clocks are. The
+# monotonic clock never jumps when a wall clock is set, and over 30 seconds it drifts by
+# microseconds; but it stops while its host is suspended, so a worker that wakes from a
+# suspended laptop or virtual machine runs behind the server until its next read. To show
+# it, `leaselab.lessons.skew.spawn` starts a real worker process whose `time.time`, its
+# wall clock, is shifted by a minute (its monotonic clock is not). Same two jobs, now with
+# two such workers, a minute fast and a minute slow, with the default clock:
 
 # %% [markdown] tags=["ru"]
 # Отстающий воркер не нашёл ничего для возврата в очередь: для него аренда мёртвого
@@ -305,14 +323,18 @@ for q in (honest, fast, slow):
 # heartbeat отклоняют; задача вернулась в `pending` и выполнится второй раз, пока первый
 # запуск ещё идёт.
 #
-# У сервера есть одни часы, которые могут разделить все воркеры: его собственные.
-# `Queue("postgresql://…")` без `clock` берёт время у сервера (`clock_timestamp()`), так
-# что каждая аренда записывается и сравнивается по одним и тем же часам, как бы ни врали
-# часы самих воркеров. Чтобы это показать, `leaselab.lessons.skew.spawn` запускает
-# настоящий процесс-воркер со сдвинутым `time.time`: всё, что в нём спрашивает время у
-# своей машины, получает его со сдвигом на минуту. Те же две задачи, но теперь с двумя
-# такими воркерами — один спешит на минуту, другой на минуту отстаёт — и часами по
-# умолчанию:
+# С сервером появляются общие для всех воркеров часы — часы сервера.
+# `Queue("postgresql://…")` без `clock` берёт время у сервера: читает `clock_timestamp()`
+# не чаще раза в 30 секунд, а между чтениями отсчитывает время от последнего показания по
+# монотонным часам своей машины. Так что каждая аренда записывается и сравнивается по
+# времени сервера, каким его ведёт каждый воркер, как бы ни врали настенные часы самих
+# воркеров. Монотонные часы не прыгают, когда переставляют настенные, и за 30 секунд
+# уходят на микросекунды; но пока машина спит, они стоят, и воркер, проснувшийся вместе с
+# ноутбуком или виртуальной машиной, отстаёт от сервера до следующего чтения. Чтобы это
+# показать, `leaselab.lessons.skew.spawn` запускает настоящий процесс-воркер, у которого
+# `time.time`, настенные часы, сдвинут на минуту (монотонные часы не сдвинуты). Те же две
+# задачи, но теперь с двумя такими воркерами — один спешит на минуту, другой на минуту
+# отстаёт — и часами по умолчанию:
 
 # %% tags=["nbval-check-output"]
 shared = next(databases)
@@ -335,7 +357,7 @@ for p in skewed:
 # %% [markdown] tags=["en"]
 # Neither skewed worker stole the live lease, and the abandoned job was reaped and done
 # on time. The price is a round trip to the server now and then to learn its time (the
-# queue reads it once per resync, not on every call).
+# queue reads it at most every 30 seconds, not on every call).
 #
 # What the server's clock does *not* fix: a worker that is paused (garbage collection,
 # swap, `SIGSTOP`) still misses its heartbeats, and lesson 5's sizing of the lease still
@@ -346,7 +368,7 @@ for p in skewed:
 # %% [markdown] tags=["ru"]
 # Ни один из воркеров со сбитыми часами не отнял действующую аренду, а брошенную задачу
 # вовремя вернули в очередь и выполнили. Плата — иногда сходить к серверу за его временем
-# (очередь спрашивает его раз за пересинхронизацию, а не при каждом вызове).
+# (очередь спрашивает его раз в 30 секунд, а не при каждом вызове).
 #
 # Чего часы сервера *не* исправляют: замерший воркер (сборка мусора, swap, `SIGSTOP`)
 # по-прежнему пропускает heartbeat, и выбор срока аренды из урока 5 остаётся в силе. И
@@ -394,7 +416,7 @@ lessons.wait_until(lambda: cut.get(job_id).worker == "w1", what=lessons.text("wa
 first = cut.get(job_id)
 fleet.partition("w1")
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
-lessons.wait_until(lambda: fleet.status()[0].badge == "zombie", what=lessons.text("l6_wait_expired", lang))
+lessons.wait_until(lambda: fleet.status()[0].badge == "lease_expired", what=lessons.text("l6_wait_expired", lang))
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
 fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease
 lessons.wait_until(lambda: cut.get(job_id).status == "done", timeout=30, what=lessons.text("wait_done", lang))
@@ -408,8 +430,9 @@ say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.res
 # was acknowledged, so by its own clock `w1` knows its lease may be gone (its log says
 # "may have run out"), and a handler that asked `lease.check()` would have stopped. This
 # one did not ask, and `w1` keeps trying to write its result, waiting out the network:
-# only the server can say whether the lease held. It is the **zombie** of lesson 3, made
-# by the network instead of `SIGSTOP`. Now we reconnect it:
+# only the server can say whether the lease held. Its badge said *lease expired* while
+# nobody had taken the job, and *zombie* once `w2`'s reaper had: it is the **zombie** of
+# lesson 3, made by the network instead of `SIGSTOP`. Now we reconnect it:
 
 # %% [markdown] tags=["ru"]
 # Heartbeat от `w1` перестали доходить до сервера, поэтому для сервера `w1` ничем не
@@ -419,8 +442,9 @@ say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.res
 # аренды у него, возможно, уже нет (в журнале воркера об этом строка «may have run out»),
 # и обработчик, который спрашивает `lease.check()`, остановился бы. Этот не спрашивал, и
 # `w1` пытается записать результат, пережидая сбой сети: удержалась ли аренда, может
-# сказать только сервер. Это **зомби** из урока 3, только сделанный не `SIGSTOP`, а сетью.
-# Вернём ему сеть:
+# сказать только сервер. Пока задачу никто не забрал, на его значке было *аренда истекла*,
+# а когда reaper воркера `w2` её забрал — *зомби*: это **зомби** из урока 3, только сделанный
+# не `SIGSTOP`, а сетью. Вернём ему сеть:
 
 # %% tags=["nbval-check-output"]
 fleet.heal("w1")
@@ -454,21 +478,24 @@ print(lessons.history([e for e in cut.events(job_id) if e.kind != "heartbeat"], 
 timeline.draw(timeline.timeline_data(cut.events(), fleet.actions), lang=lang)
 
 # %% [markdown] tags=["en"]
-# The same fleet in the dashboard of lesson 0. On a server queue each worker's row has two
-# more buttons, **Cut network** and **Reconnect**, and a cut-off worker's badge reads
-# *cut off*, then *zombie* once its lease has run out. Try it yourself: enqueue one job of
-# 20 seconds, and `w1` or `w2` takes it. Cut that worker off while it holds the job, and
-# when its lease runs out the other one's reaper (it runs every second) hands the job on,
-# and the other worker runs it. Then reconnect the first: its next heartbeat is refused,
+# The same workers in the dashboard of lesson 0. On a server queue each worker's row has
+# two more buttons, **Cut network** and **Reconnect**, and a cut-off worker's badge reads
+# *cut off*, then *lease expired* once its lease has run out, and *zombie* once its job has
+# been taken from it. Try it yourself: enqueue one job of 20 seconds, and `w1` or `w2`
+# takes it. Cut that worker off while it holds the job. When its lease runs out, the other
+# one's reaper (it runs every second on that worker's heartbeat thread, even while it is
+# busy) puts the job back with a second's backoff, and the other worker runs it. Then reconnect the first: its next heartbeat is refused,
 # and the jobs table shows the job still held by the second.
 
 # %% [markdown] tags=["ru"]
-# Тот же флот в панели из урока 0. На очереди на сервере у строки каждого воркера есть ещё
-# две кнопки, **Отрезать сеть** и **Вернуть сеть**. На значке отрезанного воркера написано
-# *без сети*, а после конца его аренды — *зомби*. Попробуйте сами: поставьте
-# в очередь одну задачу на 20 секунд, и её возьмёт `w1` или `w2`. Отрежьте этого воркера
-# от сети, пока он держит задачу: когда его аренда истечёт, reaper второго (он срабатывает
-# каждую секунду) вернёт задачу в очередь, и её выполнит второй воркер. Потом верните
+# Те же воркеры в панели из урока 0. На очереди на сервере у строки каждого воркера есть
+# ещё две кнопки, **Отрезать сеть** и **Вернуть сеть**. На значке отрезанного воркера
+# написано *без сети*, после конца его аренды — *аренда истекла*, а когда задачу у него
+# забрали — *зомби*. Попробуйте сами: поставьте в очередь одну задачу на 20 секунд, и её
+# возьмёт `w1` или `w2`. Отрежьте этого воркера от сети, пока он держит задачу. Когда его
+# аренда истечёт, reaper второго (он срабатывает каждую секунду в потоке heartbeat этого
+# воркера, даже пока тот занят) вернёт задачу в очередь с секундной отсрочкой повтора, и её
+# выполнит второй воркер. Потом верните
 # первому сеть: его следующий heartbeat будет отклонён, а в таблице задача по-прежнему
 # числится за вторым.
 
@@ -486,11 +513,11 @@ lab
 # the server; for the outside world it is a store that checks `job.fence` (lesson 3).
 
 # %% [markdown] tags=["ru"]
-# Это снова урок 3, только со стороны сервера. Разрыв сети — это серверный зомби: очередь
-# не может отличить отрезанного от сети воркера от мёртвого или замершего, и не должна
+# Это снова урок 3. Разрыв сети даёт того же зомби, только со стороны сервера: очередь не
+# может отличить отрезанного от сети воркера от мёртвого или замершего, и не должна
 # пытаться; когда аренда истекает, она отдаёт задачу другому. Спасает результат fence,
-# который проверяет хранилище, принимающее запись. Аргумент Мартина Клеппмана таков: одна
-# аренда никогда не остановит зомби, потому что зомби не знает, что он зомби, и значит,
+# который проверяет хранилище, принимающее запись. Аргумент Мартина Клеппмана таков: чтобы
+# остановить зомби, одной аренды мало, потому что зомби не знает, что он зомби, и значит,
 # проверка должна происходить там, куда попадает запись. Здесь это
 # `UPDATE … WHERE token = …` на сервере; для внешнего мира — хранилище, которое
 # проверяет `job.fence` (урок 3).
@@ -523,7 +550,7 @@ print(pg_sql.COMPLETE.strip())
 # - A SQLite file has one writer at a time and one host; a server lets workers on many
 #   machines share one queue. Measure before you expect speed: one worker pays a network
 #   round trip per call.
-# - The article's claim, `UPDATE … WHERE id = (SELECT … LIMIT 1)`, is safe on SQLite and
+# - The claim of lesson 2, `UPDATE … WHERE id = (SELECT … LIMIT 1)`, is safe on SQLite and
 #   claims one job twice on PostgreSQL under READ COMMITTED: the second claim waits on
 #   the first one's row lock, then re-checks only the outer `WHERE id = …` on the new row.
 #   `FOR UPDATE SKIP LOCKED` in the subquery makes it lock its pick and step over locked
@@ -537,17 +564,17 @@ print(pg_sql.COMPLETE.strip())
 #
 # ## Exercises
 #
-# **1. Write code.** Make the article's claim safe on PostgreSQL: write `my_claim`, the
+# **1. Write code.** Make the claim of lesson 2 safe on PostgreSQL: write `my_claim`, the
 # statement with one change, so that under the interleaving above B takes the other job
 # without waiting. The check runs the race on a fresh database with your statement.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
 #
-# - У файла SQLite один пишущий за раз и одна машина; сервер позволяет воркерам на многих
+# - У файла SQLite один пишущий и одна машина; сервер позволяет воркерам на многих
 #   машинах делить одну очередь. Не ждите скорости, не измерив: один воркер платит за
 #   каждый вызов путём по сети туда и обратно.
-# - Захват из статьи, `UPDATE … WHERE id = (SELECT … LIMIT 1)`, безопасен в SQLite и на
+# - Захват из урока 2, `UPDATE … WHERE id = (SELECT … LIMIT 1)`, безопасен в SQLite и на
 #   PostgreSQL при READ COMMITTED захватывает одну задачу дважды: второй захват ждёт
 #   блокировку строки, взятую первым, а потом перепроверяет на новой версии строки только
 #   внешний `WHERE id = …`. `FOR UPDATE SKIP LOCKED` в подзапросе заставляет его
@@ -562,7 +589,7 @@ print(pg_sql.COMPLETE.strip())
 #
 # ## Упражнения
 #
-# **1. Напишите код.** Сделайте захват из статьи безопасным на PostgreSQL: напишите
+# **1. Напишите код.** Сделайте захват из урока 2 безопасным на PostgreSQL: напишите
 # `my_claim` — тот же оператор с одним изменением, чтобы при том же чередовании шагов B
 # без ожидания взял другую задачу. Проверка разыграет гонку с вашим оператором на свежей
 # базе.
@@ -632,14 +659,14 @@ outer.close()
 # <details><summary>Ответ</summary>
 #
 # Никакую. Теперь перепроверка не проходит, и B не меняет ни одной строки: двойного
-# захвата нет, но B уходит ни с чем, хотя задача 2 всё это время ждала в `pending`, да
-# ещё и ждал блокировку A. Под нагрузкой воркеры раз за разом сталкиваются на одной и той
-# же первой строке и ничего не захватывают. `SKIP LOCKED` лучше по обоим пунктам: ни
+# захвата нет, но B уходит ни с чем, хотя задача 2 всё это время ждала в `pending`, а сам
+# B ещё и ждал, пока A снимет блокировку. Под нагрузкой воркеры раз за разом
+# сталкиваются на одной и той же первой строке и ничего не захватывают. `SKIP LOCKED` лучше по обоим пунктам: ни
 # ожидания, ни пустых рук — берётся следующая задача.
 # </details>
 #
-# **3. Предскажите.** Помогут ли часы сервера воркеру, замороженному `SIGSTOP` дольше,
-# чем длится его аренда? (Подсказка: что в это время делает его поток heartbeat?)
+# **3. Предскажите.** Помогут ли часы сервера воркеру, которого `SIGSTOP` заморозил
+# дольше, чем длится его аренда? (Подсказка: что в это время делает его поток heartbeat?)
 
 # %% tags=["nbval-check-output"]
 frozen_id = cut.enqueue({"seconds": 4})                    # w1 or w2 claims it, on the server's clock
@@ -662,7 +689,7 @@ say("l6_frozen_reaped", other=cut.get(frozen_id).worker != frozen, attempts=cut.
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
 #
-# Нет. Замороженный воркер не шлёт heartbeat, по каким бы часам ни отмерялась аренда;
+# Нет. Замерший воркер не шлёт heartbeat, по каким бы часам ни отмерялась аренда;
 # аренда истекает, и задача уходит другому воркеру. Часы сервера исправляют расхождение часов, а не
 # паузы: выбирайте срок аренды под свои паузы (урок 5).
 # </details>

@@ -98,7 +98,19 @@ def _scrub(message: str, url: str) -> str:
         password = ""
     if password:
         message = message.replace(password, "***")
-    return " ".join(scrub(message, url).split())
+    return _one_line(scrub(message, url))
+
+
+def _one_line(message: str) -> str:
+    """libpq's lines as one line of sentences: ``…failed: Connection refused. Is the server running…?``
+
+    Its lines end without a full stop (``Connection refused``, then ``Is the server running…?``
+    on the next), so joining them with a space alone would run the sentences together.
+    """
+    lines = [" ".join(line.split()) for line in message.splitlines()]
+    lines = [line for line in lines if line]
+    return " ".join(line if line.endswith((".", "?", "!", ":", ";", ",")) or i == len(lines) - 1 else line + "."
+                    for i, line in enumerate(lines))
 
 
 class PostgresBackend(SqlBackend):

@@ -1,0 +1,104 @@
+"""Proving a handler under the nemesis: lesson 7's trials, and the grade of a reader's fix.
+
+A trial runs a payment handler's source on real workers through ``run`` (so under the seeded
+schedule too), with one fault put into the handler at the instant that matters
+(``leaselab.lessons.gates``): ``"after"`` freezes the first attempt of job 1 after its payment
+until another attempt has finished the job, ``"before"`` kills it just before. Then the checker
+reads the queue and the ledger (the handler's outside world, checked through ``Ledger.effects``).
+
+``grade`` is lesson 7's check cell, as Gossip Glomers grades a challenge: the fix is run, not
+read. It is right when, under both faults, the checker finds no anomaly, every account got its
+money exactly once, and the run stayed within its budget of attempts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..check import Report, check
+from ..lessons.effects import Ledger
+from .run import ChaosResult, run
+from .texts import text
+
+FAULTS_AT = ("after", "before")
+ACCOUNTS = ("a1", "a2", "a3", "a4")
+AMOUNT = 10
+LEASE = 1.0
+SEED = 7
+# Every job once, plus the one retry the fault in the handler forces, plus one more for a pause of
+# the schedule landing on a holder: a fix that makes attempts fail on purpose is over budget.
+ATTEMPTS_BUDGET = len(ACCOUNTS) + 2
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One run of a handler under one fault: what the nemesis did, what the checker found, the money."""
+
+    fault: str
+    chaos: ChaosResult
+    report: Report
+    balances: dict[str, int]
+
+    @property
+    def paid_once(self) -> bool:
+        """Every account got its amount exactly once."""
+        return all(b == AMOUNT for b in self.balances.values())
+
+    @property
+    def attempts(self) -> int:
+        return self.report.counts.get("attempts", 0)
+
+
+def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed: int = SEED) -> Trial:
+    """Run the handler ``source`` (a module that defines ``pay(job)``) under ``fault`` in a new ``folder``."""
+    if fault not in FAULTS_AT:
+        raise ValueError(f"fault must be one of {', '.join(FAULTS_AT)}; got {fault!r}")
+    if not re.search(r"^def pay\(", source, re.M):
+        raise ValueError("the handler's source must define pay(job)")
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=False)
+    module = f"pay_{fault}_{os.getpid()}_{len(list(folder.parent.iterdir()))}"
+    (folder / f"{module}.py").write_text(source, encoding="utf-8")
+    ledger = folder / "ledger.db"
+    jobs = [{"payload": {"ledger": str(ledger), "account": a, "amount": AMOUNT, "fault": fault, "victim": 1}}
+            for a in ACCOUNTS]
+    sys.path.insert(0, str(folder))  # run() imports the handler here first, so a broken one fails at once
+    try:
+        result = run(folder / "queue.db", f"{module}:pay", workers=2, jobs=jobs, seconds=2.0, lease=LEASE,
+                     faults=["pause"], seed=seed, env={"PYTHONPATH": str(folder)}, folder=folder / "run")
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(module, None)
+    with Ledger(ledger) as book:
+        report = check(folder / "queue.db", effects=book.effects, lease=LEASE)
+        balances = {a: book.balance(a) for a in ACCOUNTS}
+    return Trial(fault, result, report, balances)
+
+
+def verdict(trials: list[Trial], lang: str = "en") -> str:
+    """One line: right, or the first promise the handler broke under which fault."""
+    for t in trials:
+        where = text(f"proof_{t.fault}", lang)
+        if not t.chaos.clean and t.report.clean:
+            return text("proof_wrong", lang, detail=text("proof_not_drained", lang, where=where))
+        if not t.report.clean:
+            a = t.report.anomalies[0]
+            return text("proof_wrong", lang, detail=f"{where}: {a.title(lang)}: {a.sentence(lang)}")
+        if not t.paid_once:
+            account, got = next((acc, b) for acc, b in t.balances.items() if b != AMOUNT)
+            return text("proof_wrong", lang, detail=text("proof_money", lang, where=where, account=account,
+                                                         got=got, want=AMOUNT))
+        if t.attempts > ATTEMPTS_BUDGET:
+            return text("proof_wrong", lang, detail=text("proof_budget", lang, where=where, n=t.attempts,
+                                                         budget=ATTEMPTS_BUDGET))
+    return text("proof_right", lang, n=len(ACCOUNTS), amount=AMOUNT)
+
+
+def grade(source: str, folder: str | os.PathLike, lang: str = "en", *, seed: int = SEED) -> str:
+    """Lesson 7's check: run the reader's handler under a freeze after the payment and a crash before it."""
+    folder = Path(folder)
+    return verdict([trial(source, folder / fault, fault=fault, seed=seed) for fault in FAULTS_AT], lang)

@@ -1,0 +1,82 @@
+"""Every line ``leaselab chaos`` prints of its own (the checker's report has its own words), in English and Russian.
+
+``text("seed", "ru", seed=7)`` looks one up; a test checks that both languages have the same keys.
+"""
+
+from __future__ import annotations
+
+from ..lab.i18n import check_lang
+from ..words import render
+
+STRINGS: dict[str, dict[str, str]] = {
+    "en": {
+        "seed": "chaos seed {seed} (the same faults at the same offsets again: --seed {seed})",
+        "schedule": "schedule: {n} {n|fault|faults} over {seconds:g}s on {workers} {workers|worker|workers}, lease {lease:g}s",
+        "server": "a throw-away PostgreSQL server on 127.0.0.1:{port}, removed at the end",
+        "progress": "{elapsed:6.1f}s  jobs done {done}/{total}  faults {faults}{detail}",
+        "draining": "faults over; waiting up to {seconds:g}s for the queue to drain",
+        "not_drained": "the queue did not drain within {seconds:g}s: {pending} pending, {running} running",
+        "missing": "{n} acknowledged {n|enqueue is|enqueues are} missing from the jobs table",
+        "summary": "{faults} {faults|fault|faults} applied{detail}; {workers} worker {workers|process|processes} in all, {dropped} {dropped|reply|replies} dropped",
+        "missed": "{at:6.2f}s  {fault} {worker}: not applied ({why})",
+        "interrupted": "interrupted: every worker stopped, the throw-away server removed",
+        "kill": "kill {worker} (SIGKILL; a new worker takes its place)",
+        "pause": "pause {worker} for {lasts:.2f}s (SIGSTOP past the lease, then SIGCONT)",
+        "partition": "cut {worker} off the server for {lasts:.2f}s, then heal",
+        "drop-reply": "drop the reply to {worker}'s next statement (it runs; the answer never comes)",
+        "clock": "jump {worker}'s clock by {jump:+.2f}s for {lasts:.2f}s",
+        "server-crash": "crash the server, down {lasts:.2f}s, then recover",
+        "proof_after": "under a freeze after the payment",
+        "proof_before": "under a crash before the payment",
+        "proof_right": ("Right: under a freeze after the payment and a crash before it the checker found no "
+                        "anomaly, and each of the {n} {n|account|accounts} got {amount} exactly once"),
+        "proof_wrong": "Not yet: {detail}",
+        "proof_money": "{where}, account {account} got {got}, not {want}",
+        "proof_budget": "{where}, the jobs took {n} {n|attempt|attempts}, over the budget of {budget}",
+        "proof_not_drained": "{where}, the queue did not drain: the handler never finishes some job",
+        "label_kill": "kill",
+        "label_pause": "pause",
+        "label_partition": "partition",
+        "label_drop-reply": "drop-reply",
+        "label_clock": "clock",
+        "label_server-crash": "server-crash",
+    },
+    "ru": {
+        "seed": "зерно хаоса {seed} (те же сбои в те же моменты ещё раз: --seed {seed})",
+        "schedule": "расписание: {n} {n|сбой|сбоя|сбоев} за {seconds:g} с на {workers} {workers|воркере|воркерах|воркерах}, аренда {lease:g} с",
+        "server": "одноразовый сервер PostgreSQL на 127.0.0.1:{port}, в конце он будет удалён",
+        "progress": "{elapsed:6.1f} с  выполнено задач {done}/{total}  сбоев {faults}{detail}",
+        "draining": "сбои закончились; ждём до {seconds:g} с, пока очередь опустеет",
+        "not_drained": "очередь не опустела за {seconds:g} с: ожидают {pending}, выполняются {running}",
+        "missing": "в таблице jobs нет подтверждённых постановок в очередь: {n}",
+        "summary": "применено сбоев: {faults}{detail}; всего процессов-воркеров {workers}, потеряно ответов {dropped}",
+        "missed": "{at:6.2f} с  {fault} {worker}: не применён ({why})",
+        "interrupted": "прервано: все воркеры остановлены, одноразовый сервер удалён",
+        "kill": "убить {worker} (SIGKILL; его место займёт новый воркер)",
+        "pause": "заморозить {worker} на {lasts:.2f} с (SIGSTOP дольше аренды, затем SIGCONT)",
+        "partition": "отрезать {worker} от сервера на {lasts:.2f} с, затем вернуть связь",
+        "drop-reply": "потерять ответ на следующий запрос {worker} (запрос выполнится, ответ не придёт)",
+        "clock": "сдвинуть часы {worker} на {jump:+.2f} с на {lasts:.2f} с",
+        "server-crash": "обрушить сервер на {lasts:.2f} с, затем поднять",
+        "proof_after": "при заморозке после платежа",
+        "proof_before": "при падении перед платежом",
+        "proof_right": ("Верно: и при заморозке после платежа, и при падении перед ним проверка не нашла "
+                        "аномалий, и каждый из {n} {n|счёта|счетов|счетов} получил {amount} ровно один раз"),
+        "proof_wrong": "Пока нет: {detail}",
+        "proof_money": "{where} счёт {account} получил {got}, а не {want}",
+        "proof_budget": "{where} на задачи ушло {n} {n|попытка|попытки|попыток} при бюджете {budget}",
+        "proof_not_drained": "{where} очередь не опустела: какую-то задачу обработчик так и не завершает",
+        "label_kill": "убийство",
+        "label_pause": "заморозка",
+        "label_partition": "разрыв сети",
+        "label_drop-reply": "потерянный ответ",
+        "label_clock": "скачок часов",
+        "label_server-crash": "падение сервера",
+    },
+}
+
+
+def text(key: str, lang: str = "en", **values: object) -> str:
+    """The line ``key`` in ``lang``, with ``{placeholders}`` filled from ``values``."""
+    line = STRINGS[check_lang(lang)][key]
+    return render(line, lang, **values) if values else line

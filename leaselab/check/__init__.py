@@ -1,0 +1,84 @@
+"""The history checker: did a run keep every promise? Named anomalies, each with its job and its witness.
+
+``check("lab.db")`` (or a ``postgresql://`` URL) reads what the run left behind (the
+``jobs`` table, the ``events`` the triggers wrote, and optionally the handlers' effects)
+with the raw driver, never through ``Queue``, and returns a ``Report``::
+
+    report = check("lab.db", effects="effects.jsonl", lease=5)
+    report.clean                  # True when no promise was broken
+    print(report.render("ru"))    # "все обещания сдержаны: 40 задач, ..."
+
+Handlers record their outside effects with ``record_effect(job, key=...)``; a user's own
+store is checked through a callable that lists the effects it holds. The modules:
+``history`` (the raw read), ``rules`` (one function per promise), ``effects`` (the effect
+record), ``report`` and ``texts`` (what a person or a program is told).
+This layer imports only leaselab's core, and psycopg only for a server URL.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable
+
+from ..checks import positive
+from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
+from .history import History, load
+from .report import KINDS, NOTES, Anomaly, Report
+from .texts import LANGS
+from . import rules
+
+__all__ = ["Anomaly", "ENV", "History", "KINDS", "LANGS", "NOTES", "Report", "check", "check_history", "load",
+           "read_effects", "record_effect"]
+
+
+def check(target: str | os.PathLike, *, effects: EffectSource = None, lease: float | None = None, idle: bool = True,
+          now: float | None = None, runs_recorded: bool = False, vanished: Iterable[str] = ()) -> Report:
+    """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
+
+    ``effects``: None, an effects file, or a callable returning the effect dicts a store
+    holds. ``lease``: the lease in seconds the workers used, to time the reaps (None: what
+    the history shows, else those checks are skipped and the report says so). ``idle``: the
+    run ended with the workers idle, so a job neither done nor dead is lost or stuck.
+    ``now`` replaces the database's clock. ``runs_recorded``: the handler records an effect
+    in every run (as ``leaselab.lessons.demo:task`` does), so a done or dead job with no run
+    of its own is an anomaly; ``vanished`` names the workers killed, whose claims may end
+    unrun. A missing file raises ``DatabaseMissing`` and is not created.
+    """
+    _options(lease, idle, runs_recorded)
+    return check_history(load(target, effects=effects, now=now), lease=lease, idle=idle,
+                         runs_recorded=runs_recorded, vanished=vanished)
+
+
+def check_history(history: History, *, lease: float | None = None, idle: bool = True, runs_recorded: bool = False,
+                  vanished: Iterable[str] = ()) -> Report:
+    """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
+    _options(lease, idle, runs_recorded)
+    vanished = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
+    if vanished is None or not all(isinstance(name, str) for name in vanished):
+        raise TypeError(f"vanished must be worker names (strs), got {vanished!r:.80}")
+    h = History(jobs=history.jobs, events=history.events, effects=effects_from(list(history.effects)), now=history.now)
+    derived = rules.derived_leases(h)
+
+    def lease_of(worker: str | None) -> float | None:
+        return lease if lease is not None else derived.get(worker)
+
+    found = (rules.lost_jobs(h) + rules.unfinished(h, idle) + rules.fencing(h) + rules.attempts(h)
+             + rules.events_agree(h) + rules.links(h) + rules.fences(h) + rules.false_losses(h)
+             + rules.reaps(h, lease_of) + rules.effects_repeated(h) + rules.effects_agree(h)
+             + (rules.runs(h, vanished) if runs_recorded else []))
+    found.sort(key=lambda a: (a.job if a.job is not None else -1, KINDS.index(a.kind)))
+    notes = []
+    reaped = any(e["kind"] == "reaped" for e in h.events)
+    if lease is None and reaped and any(e["kind"] == "reaped" and e.get("worker") not in derived for e in h.events):
+        notes.append("lease_unknown")
+    if not h.effects:
+        notes.append("no_effects")
+    return Report(anomalies=found, counts=rules.counts(h, idle), notes=notes)
+
+
+def _options(lease: Any, idle: Any, runs_recorded: Any) -> None:
+    if lease is not None:
+        positive("lease", lease)
+    for name, value in (("idle", idle), ("runs_recorded", runs_recorded)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{name} must be True or False, got {value!r:.40}")

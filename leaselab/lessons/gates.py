@@ -1,0 +1,99 @@
+"""Faults put into a handler, at the point the lesson chooses, so no machine's speed decides a verdict.
+
+A handler of one's own calls ``fault_point(job, "before")`` just before its outside effect and
+``fault_point(job, "after")`` just after it. Both do nothing unless the job's payload asks for a
+fault there: ``{"fault": "after"}`` (or ``{"fault": "after", "victim": 3}`` for job 3 only). On
+the job's first attempt:
+
+- ``"before"`` kills the worker's own process with ``SIGKILL``: the crash before the effect, so
+  the next attempt must do it (a handler that skips retried jobs loses the payment here);
+- ``"after"`` freezes the worker's own process with ``SIGSTOP`` until another attempt has
+  finished the job (or a minute has passed): the pause after the effect and before ``complete``,
+  so the effect is done and its attempt's lease runs out; the next attempt runs the handler again.
+
+A nemesis outside the process (``leaselab chaos``'s pauses) can hit any instant; these hit the
+one instant that matters, every time. The freeze is ended by a small watcher process that reads
+the queue file with raw ``sqlite3`` (it needs ``$LEASELAB_DB``, which the lab's workers carry).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from typing import Any
+
+WHERE = ("before", "after")
+FREEZE_FOR_AT_MOST = 60.0
+
+# Has an attempt after ``attempt`` finished job ``id``? Read with raw sqlite3, never through leaselab.
+DONE_BY_ANOTHER = "SELECT status = 'done' AND attempts > ? FROM jobs WHERE id = ?"
+
+# The watcher: sends SIGCONT to the frozen worker once another attempt has finished the job (a few
+# times, in case the first lands before the worker has stopped itself), or when the minute is up.
+THAW = r"""
+import os, signal, sqlite3, sys, time
+pid, db, job, attempt, until, sql = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+def done_by_another():
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return bool(conn.execute(sql, (attempt, job)).fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+while not done_by_another() and time.time() < until:
+    time.sleep(0.05)
+for _ in range(25):
+    try:
+        os.kill(pid, signal.SIGCONT)
+    except ProcessLookupError:
+        break
+    time.sleep(0.2)
+"""
+
+
+def _asked(job: Any, where: str) -> bool:
+    if where not in WHERE:
+        raise ValueError(f"where must be one of {', '.join(WHERE)}; got {where!r}")
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    victim = payload.get("victim")
+    return payload.get("fault") == where and job.attempts == 1 and (victim is None or victim == job.id)
+
+
+def _done_by_another(db: str, job: Any) -> bool:
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
+        try:
+            return bool(conn.execute(DONE_BY_ANOTHER, (job.attempts, job.id)).fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return False
+
+
+def freeze_until_done_by_another(job: Any) -> None:
+    """SIGSTOP this worker until another attempt has finished ``job`` (a SQLite queue), a minute at most."""
+    db = os.environ.get("LEASELAB_DB")
+    if not db:
+        raise RuntimeError("freezing until another attempt is done needs $LEASELAB_DB (the lab's workers carry it)")
+    until = time.time() + FREEZE_FOR_AT_MOST
+    subprocess.Popen([sys.executable, "-c", THAW, str(os.getpid()), db, str(job.id), str(job.attempts), repr(until),
+                      DONE_BY_ANOTHER], start_new_session=True, stdin=subprocess.DEVNULL)
+    # Any SIGCONT before that (a nemesis's resume) finds the job unfinished and freezes again.
+    while not _done_by_another(db, job) and time.time() < until:
+        os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def fault_point(job: Any, where: str) -> None:
+    """The fault the payload asks for at ``where`` ("before" or "after" the effect), on attempt 1 only."""
+    if not _asked(job, where):
+        return
+    if where == "before":
+        os.kill(os.getpid(), signal.SIGKILL)
+    else:
+        freeze_until_done_by_another(job)
