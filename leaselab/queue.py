@@ -1,7 +1,9 @@
 """The queue: a single-statement claim, leases, fencing tokens and a reaper, on any backend.
 
-This module holds the queue's logic once. The SQL dialect, the connection and the
-translation of driver errors live in ``leaselab.backends``.
+This module holds the queue's logic once: argument checks, the clock, tokens, telling a write
+that went through unseen from a refusal, and ``LeaseLost``. It speaks to its backend only through
+the ``Backend`` contract (``leaselab.backends.contract``); the SQL, the transactions and what an
+engine can fuse into one statement live in ``leaselab.backends``.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import os
 import secrets
 import threading
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
-from .backends import is_server_url, open_backend  # is_server_url: public here for the lab
+from .backends import open_backend
+from .backends.contract import Backend, Claim, Claimed, Completion, NewJob, Refusals, Unreadable
 from .backoff import Backoff
 from .checks import integer, number, positive, text
 from .clock import Clock, system_clock
@@ -72,13 +75,10 @@ class Queue:
         # Acknowledged writes (enqueues, completions) sync to disk at "full"; the rest never
         # wait for a sync, because losing one to a power cut only causes a retry.
         self._acknowledged = durability == "full"
-        self.backend = open_backend(self.path, busy_timeout=positive("busy_timeout", busy_timeout),
+        self.backend: Backend = open_backend(self.path, busy_timeout=positive("busy_timeout", busy_timeout),
                                     backoff=self.backoff, tracer=tracer, create=create)
         self.clock: Clock = clock or self.backend.clock or system_clock
         self.backend.use_clock(self.clock)
-        self._sql = self.backend.statements
-        self._run = self.backend.run
-        self._changed = self.backend.changed
 
     @property
     def tracer(self) -> Tracer | None:
@@ -146,18 +146,15 @@ class Queue:
             raise InvalidPayload(f"{what} is {size} bytes of JSON; the limit is {self.max_payload_bytes}")
         return text
 
-    def _enqueue_params(self, payload, priority, delay, run_at, max_attempts, now) -> dict:
-        params = {
-            "payload": self._json("payload", payload),
-            "priority": integer("priority", priority),
-            "max_attempts": integer("max_attempts", max_attempts, 1),
-            "now": now,
-        }
+    def _new_job(self, payload: Any, priority: int, delay: float, run_at: float | None, max_attempts: int,
+                 now: float) -> NewJob:
+        payload = self._json("payload", payload)
+        priority = integer("priority", priority)
+        max_attempts = integer("max_attempts", max_attempts, 1)
         delay = number("delay", delay)
         if delay < 0:
             raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
-        params["run_at"] = now + delay if run_at is None else number("run_at", run_at)
-        return params
+        return NewJob(payload, priority, now + delay if run_at is None else number("run_at", run_at), max_attempts)
 
     def enqueue(
         self,
@@ -168,8 +165,9 @@ class Queue:
         max_attempts: int = 5,
     ) -> int:
         """Add a job and return its id. Higher ``priority`` runs first; ``run_at`` overrides ``delay``."""
-        params = self._enqueue_params(payload, priority, delay, run_at, max_attempts, self._now())
-        return self._run(self._sql.ENQUEUE, params, durable=self._acknowledged)[0][0]
+        now = self._now()
+        job = self._new_job(payload, priority, delay, run_at, max_attempts, now)
+        return self.backend.enqueue(job, now, durable=self._acknowledged)
 
     def enqueue_many(
         self,
@@ -184,10 +182,8 @@ class Queue:
         Every payload is checked before anything is written: one bad payload writes none.
         """
         now = self._now()
-        rows = [self._enqueue_params(p, priority, delay, run_at, max_attempts, now) for p in payloads]
-        with self.backend.transaction(durable=self._acknowledged) as run:
-            ids = [run(self._sql.ENQUEUE, row).fetchone()[0] for row in rows]
-        return ids
+        jobs = [self._new_job(p, priority, delay, run_at, max_attempts, now) for p in payloads]
+        return self.backend.enqueue_many(jobs, now, durable=self._acknowledged)
 
     def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None) -> Job | None:
         """Take the next runnable job and lease it to ``worker`` for ``lease`` seconds, or return None.
@@ -196,13 +192,15 @@ class Queue:
         own can find the job with ``held_by(token)`` if the reply to this call never arrives.
         At ``durability="full"`` the claim is on disk before this returns.
         """
+        claim = self._claim("token", worker, lease, token)
+        return self._readable(self.backend.claim(claim, durable=self._acknowledged))
+
+    def _claim(self, name: str, worker: str, lease: float, token: str | None) -> Claim:
         worker = text("worker", worker)
         lease = positive("lease", lease)
-        token = new_token() if token is None else _token("token", token)
+        token = new_token() if token is None else _token(name, token)
         now = self._now()
-        rows = self._run(self._sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker, "token": token},
-                         durable=self._acknowledged)
-        return self._claimed(rows, token)
+        return Claim(worker, token, now, now + lease)
 
     def held_by(self, token: str) -> list[Job]:
         """The running jobs that the claim made with ``token`` still holds, in claim order.
@@ -210,19 +208,15 @@ class Queue:
         After a claim whose reply never came (a dropped connection), this tells whether it went
         through: the tokens are the caller's own (``claim(token=...)``, ``claim_many(token=...)``).
         """
-        rows = self._run(self._sql.HELD_BY, {"token": _token("token", token)})
-        return self._claimed_many(rows)
+        return self._readable_many(self.backend.held_by(_token("token", token)))
 
-    def _claimed(self, rows: list[tuple], token: str) -> Job | None:
-        if not rows:
-            return None
-        try:
-            return Job.from_row(rows[0])
-        except InvalidPayload as exc:
+    def _readable(self, job: Claimed | None) -> Job | None:
+        if isinstance(job, Unreadable):
             # A row damaged outside leaselab: give the attempt back as failed (so it ends dead, not
             # stuck running), then tell the caller.
-            self.fail(rows[0][0], token, str(exc))
-            raise
+            self.fail(job.id, job.token, job.reason)
+            raise InvalidPayload(job.reason)
+        return job
 
     def heartbeat(self, job_id: int, token: str, lease: float = DEFAULT_LEASE) -> float:
         """Extend the lease to now + ``lease`` and return the new ``lease_until``.
@@ -234,22 +228,21 @@ class Queue:
         """
         job_id, token = self._fence_args(job_id, token)
         lease = positive("lease", lease)
-        rows, now = self._renew(self._sql.HEARTBEAT, {"id": job_id, "token": token}, lease)
-        if not rows:
-            self._lease_lost(job_id, token, now, "heartbeat")
-        return rows[0][0]
+        now = self._renewal_now()
+        until = self.backend.heartbeat(job_id, token, lease, now)
+        if until is None:
+            self._lease_lost(job_id, token, self._now() if now is None else now, "heartbeat")
+            raise AssertionError("unreachable: a refused heartbeat raises LeaseLost")  # pragma: no cover
+        return until
 
-    def _renew(self, statement: str, params: dict, lease: float) -> tuple[list[tuple], float]:
-        """Run a lease renewal, one statement that reads "now" once it holds its locks: SQLite's
-        ``leaselab_now()`` (this queue's clock), or the server's clock when the queue keeps none of
-        its own. Returns (rows, the time to date a refusal with).
+    def _renewal_now(self) -> float | None:
+        """The time a lease renewal is given: None when the queue keeps the backend's own clock, which
+        the renewal then reads once it holds its locks (SQLite's ``leaselab_now()`` reads the queue's).
 
-        One statement, not a transaction around it: a worker frozen (``SIGSTOP``) between a
-        ``BEGIN`` and its ``COMMIT`` would hold a file's one write lock, and stop every other worker.
+        A renewal is one statement, not a transaction around it: a worker frozen (``SIGSTOP``)
+        between a ``BEGIN`` and its ``COMMIT`` would hold a file's one write lock, and stop every other worker.
         """
-        now = None if self.clock is self.backend.clock else self._now()
-        rows = self._run(statement, {**params, "now": now, "lease": lease})
-        return rows, self._now() if now is None else now
+        return None if self.clock is self.backend.clock else self._now()
 
     def complete(self, job_id: int, token: str, result: Any = None) -> None:
         """Mark the job done with a JSON ``result``; ``LeaseLost`` if ``token`` no longer holds it.
@@ -258,9 +251,10 @@ class Queue:
         is this completion having gone through, and the call returns as if it had just done it.
         """
         job_id, token = self._fence_args(job_id, token)
-        params = {"id": job_id, "token": token, "result": self._json("result", result), "now": self._now()}
-        if not self._changed(self._sql.COMPLETE, params, durable=self._acknowledged):
-            self._lease_lost(job_id, token, params["now"], "complete", params["result"])
+        done = Completion(job_id, token, self._json("result", result))
+        now = self._now()
+        if not self.backend.complete(done, now, durable=self._acknowledged):
+            self._lease_lost(job_id, token, now, "complete", done.result)
 
     def complete_and_claim(
         self, job_id: int, token: str, result: Any = None, worker: str = "worker", lease: float = DEFAULT_LEASE,
@@ -280,35 +274,16 @@ class Queue:
         this completion having gone through, and the job claimed then is found by ``next_token``.
         """
         job_id, token = self._fence_args(job_id, token)
-        worker = text("worker", worker)
-        lease = positive("lease", lease)
-        next_token = new_token() if next_token is None else _token("next_token", next_token)
-        now = self._now()
-        done = {"id": job_id, "token": token, "result": self._json("result", result), "now": now}
-        if self._sql.COMPLETE_AND_CLAIM is not None:  # a server: both in one statement, one round trip
-            (completed, *claimed), = self._run(self._sql.COMPLETE_AND_CLAIM, {
-                **done, "lease_until": now + lease, "worker": worker, "next_token": next_token},
-                durable=self._acknowledged)
-            if not completed:
-                self._lease_lost(job_id, token, now, "complete", done["result"])
-                return next(iter(self.held_by(next_token)), None)  # went through before: its claim, if any
-            rows = [] if claimed[0] is None else [tuple(claimed)]
-        else:
-            rows = self._complete_then_claim(done, worker, lease, next_token)
+        claim = self._claim("next_token", worker, lease, next_token)
+        done = Completion(job_id, token, self._json("result", result))
+        completed, job = self.backend.complete_and_claim(done, claim, durable=self._acknowledged)
+        if not completed:
+            self._lease_lost(job_id, token, claim.now, "complete", done.result)
+            return next(iter(self.held_by(claim.token)), None)  # it went through before: its claim, if any
         try:
-            return self._claimed(rows, next_token)
+            return self._readable(job)
         except InvalidPayload:
             return None  # the completion stands; the damaged next job was failed with the reason
-
-    def _complete_then_claim(self, done: dict, worker: str, lease: float, next_token: str) -> list[tuple]:
-        """COMPLETE, then (only if it changed the job) CLAIM, in one transaction; the claimed rows."""
-        job_id, token, now = done["id"], done["token"], done["now"]
-        with self.backend.transaction(durable=self._acknowledged) as run:
-            if run(self._sql.COMPLETE, done).rowcount:
-                return run(self._sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
-                                             "token": next_token}).fetchall()
-        self._lease_lost(job_id, token, now, "complete", done["result"])
-        return self._run(self._sql.HELD_BY, {"token": next_token})  # it went through before: its claim, if any
 
     @contextmanager
     def completing(self, job: Job, result: Any = None) -> Iterator[Any]:
@@ -324,15 +299,11 @@ class Queue:
         if not isinstance(job, Job):
             raise TypeError(f"job must be a leaselab.Job from a claim, got {job!r}")
         job_id, token = self._fence_args(job.id, job.token)
-        params = {"id": job_id, "token": token, "result": self._json("result", result)}
-        try:
-            with self.backend.transaction(durable=self._acknowledged) as run:
-                yield self.backend.connection
-                params["now"] = self._now()
-                if not run(self._sql.COMPLETE, params).rowcount:
-                    raise _Refused  # rolls the caller's statements back with the refused completion
-        except _Refused:
-            self._lease_lost(job_id, token, params["now"], "complete", went_through=False)
+        done = Completion(job_id, token, self._json("result", result))
+        with self.backend.completing(done, self._now, durable=self._acknowledged) as completing:
+            yield completing.connection
+        if not completing.completed:
+            self._lease_lost(job_id, token, completing.now, "complete", went_through=False)
 
     def fail(self, job_id: int, token: str, error: str = "failed") -> Status:
         """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``.
@@ -345,10 +316,10 @@ class Queue:
             raise TypeError(f"error must be a str, got {error!r}")
         now = self._now()
         error = error[:10_000]
-        rows = self._run(self._sql.FAIL, {"id": job_id, "token": token, "error": error, "now": now})
-        if not rows:
+        status = self.backend.fail(job_id, token, error, now)
+        if status is None:
             return Status(self._lease_lost(job_id, token, now, "fail", error))
-        return Status(rows[0][0])
+        return Status(status)
 
     def reap(self, keep: Iterable[str] = ()) -> list[int]:
         """Return every running job whose lease has expired to pending (with backoff) or to dead.
@@ -361,7 +332,7 @@ class Queue:
         can keep a claim it sent before it knows which jobs it got.
         """
         keep = [_held_token("keep", token) for token in keep]
-        return [row[0] for row in self._run(self._sql.REAP, {"now": self._now(), "keep": json.dumps(keep)})]
+        return self.backend.reap(self._now(), keep)
 
     # -- batches: one statement or one transaction for many jobs ----------
 
@@ -375,24 +346,18 @@ class Queue:
         A job whose stored payload was damaged is failed with the reason and left out of the list.
         At ``durability="full"`` the claims are on disk before this returns.
         """
-        params = self._claim_many_params(n, worker, lease, token=token)
-        return self._claimed_many(self._run(self._sql.CLAIM_MANY, params, durable=self._acknowledged))
+        n = integer("n", n, 1)
+        claim = self._claim("token", worker, lease, token)
+        return self._readable_many(self.backend.claim_many(n, claim, durable=self._acknowledged))
 
-    def _claim_many_params(self, n: int, worker: str, lease: float, least: int = 1, token: str | None = None) -> dict:
-        n = integer("n", n, least)
-        worker = text("worker", worker)
-        lease = positive("lease", lease)
-        token = new_token() if token is None else _token("token", token)
-        now = self._now()
-        return {"now": now, "lease_until": now + lease, "worker": worker, "token": token, "n": n}
-
-    def _claimed_many(self, rows: list[tuple]) -> list[Job]:
+    def _readable_many(self, claimed: list[Claimed]) -> list[Job]:
+        """The readable jobs, in claim order; each unreadable one's attempt failed with the reason."""
         jobs = []
-        for row in rows:
-            try:
-                jobs.append(Job.from_row(row))
-            except InvalidPayload as exc:
-                self.fail(row[0], row[9], str(exc))  # row[9] is the token (JOB_COLUMNS order)
+        for job in claimed:
+            if isinstance(job, Unreadable):
+                self.fail(job.id, job.token, job.reason)
+            else:
+                jobs.append(job)
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
@@ -406,12 +371,12 @@ class Queue:
         lease = positive("lease", lease)
         if not held:
             return {}
-        rows, now = self._renew(self._sql.HEARTBEAT_MANY, {"tokens": json.dumps([t for _, t in held])}, lease)
-        renewed = {job_id: until for job_id, until in rows}
+        now = self._renewal_now()
+        renewed = self.backend.heartbeat_many([t for _, t in held], lease, now)
         lost = [(job_id, token, None) for job_id, token in held if job_id not in renewed]
         if lost:
-            with self.backend.transaction(durable=False) as run:
-                _refusals(self._sql, run, lost, "heartbeat", now)
+            with self.backend.refusals() as refusals:
+                _settle(refusals, lost, "heartbeat", self._now() if now is None else now)
         return renewed
 
     def complete_many(self, done: Iterable[tuple[int, str, Any]]) -> list[int]:
@@ -425,8 +390,8 @@ class Queue:
         items = self._completions(done)
         if not items:
             return []
-        refused, _ = self._complete_many_then(items, None)
-        return refused
+        now = self._now()
+        return self._refused(items, self.backend.complete_many(items, now, durable=self._acknowledged), now)
 
     def complete_many_and_claim(
         self, done: Iterable[tuple[int, str, Any]], n: int, worker: str = "worker", lease: float = DEFAULT_LEASE,
@@ -440,53 +405,33 @@ class Queue:
         ``n`` may be 0 (nothing to claim). ``token`` is the claims' token, as for ``claim_many``.
         """
         items = self._completions(done)
-        claim = self._claim_many_params(n, worker, lease, least=0, token=token)
-        refused, rows = self._complete_many_then(items, claim)
-        return refused, self._claimed_many(rows)
+        n = integer("n", n, 0)
+        claim = self._claim("token", worker, lease, token)
+        completed, claimed = self.backend.complete_many_and_claim(items, n, claim, durable=self._acknowledged)
+        return self._refused(items, completed, claim.now), self._readable_many(claimed)
 
-    def _completions(self, done: Iterable[tuple[int, str, Any]]) -> list[dict]:
+    def _completions(self, done: Iterable[tuple[int, str, Any]]) -> list[Completion]:
         items = []
         for job_id, token, result in done:
             job_id, token = self._fence_args(job_id, token)
-            items.append({"id": job_id, "token": token, "result": self._json("result", result)})
+            items.append(Completion(job_id, token, self._json("result", result)))
         return items
 
-    def _complete_many_then(self, items: list[dict], claim: dict | None) -> tuple[list[int], list[tuple]]:
-        """Complete ``items`` and, with ``claim``, claim as CLAIM_MANY does; (ids refused, claimed rows)."""
-        now = claim["now"] if claim is not None else self._now()
-        if self._sql.COMPLETE_MANY is not None:  # a server: one statement, one round trip
-            if claim is None:
-                rows = self._run(self._sql.COMPLETE_MANY, {"done": json.dumps(items), "now": now},
-                                 durable=self._acknowledged)
-                completed, claimed = [row[0] for row in rows], []
+    def _refused(self, items: Sequence[Completion], completed: list[int], now: float) -> list[int]:
+        """Of ``items``, the ids refused once those whose earlier try went through unseen are set apart;
+        each refusal written into its job's history. A second completion of one job in the same call
+        is refused: the first one is the one that completed."""
+        left = set(completed)
+        unchanged = []
+        for item in items:
+            if item.id in left:
+                left.discard(item.id)
             else:
-                rows = self._run(self._sql.COMPLETE_MANY_AND_CLAIM, {**claim, "done": json.dumps(items)},
-                                 durable=self._acknowledged)
-                completed = rows[0][0] or []
-                claimed = [row[1:] for row in rows if row[1] is not None]
-            left = set(completed)
-            unchanged = []
-            for params in items:
-                if params["id"] in left:
-                    left.discard(params["id"])  # a second completion of one job in the same call is refused
-                else:
-                    unchanged.append(params)
-            if not unchanged:
-                return [], claimed
-            with self.backend.transaction(durable=False) as run:
-                return _refusals(self._sql, run, _writes(unchanged), "complete", now, done=set(completed)), claimed
-        claimed, completed, unchanged = [], set(), []
-        with self.backend.transaction(durable=self._acknowledged) as run:
-            for params in items:
-                params["now"] = now
-                if run(self._sql.COMPLETE, params).rowcount:
-                    completed.add(params["id"])
-                else:
-                    unchanged.append(params)
-            refused = _refusals(self._sql, run, _writes(unchanged), "complete", now, done=completed)
-            if claim is not None and claim["n"] > 0:
-                claimed = run(self._sql.CLAIM_MANY, claim).fetchall()
-        return refused, claimed
+                unchanged.append((item.id, item.token, item.result))
+        if not unchanged:
+            return []
+        with self.backend.refusals() as refusals:
+            return _settle(refusals, unchanged, "complete", now, done=set(completed))
 
     def _fence_args(self, job_id: Any, token: Any) -> tuple[int, str]:
         job_id = integer("job_id", job_id)
@@ -499,21 +444,22 @@ class Queue:
         """After a fenced write changed no row: return the job's status if this token's own earlier
         try of the same write (``written``: the result or error) went through, as after a lost reply;
         else record the refusal in the job's history and raise ``LeaseLost``."""
-        with self.backend.transaction(durable=False) as run:
-            status = _went_through(run, self._sql, job_id, token, action, written) if went_through else None
+        with self.backend.refusals() as refusals:
+            status = _went_through(refusals, job_id, token, action, written) if went_through else None
             if status is not None:
                 return status
-            status = _record_lease_lost(self._sql, run, job_id, token, now, action)
+            status = _record_lease_lost(refusals, job_id, token, now, action)
         raise LeaseLost(job_id, token, status)
 
     # -- reading ----------------------------------------------------------
 
     def get(self, job_id: int) -> Job:
         """The job as it is now; ``JobNotFound`` for an unknown id."""
-        rows = self._run(self._sql.GET, (integer("job_id", job_id),))
-        if not rows:
+        job_id = integer("job_id", job_id)
+        job = self.backend.get(job_id)
+        if job is None:
             raise JobNotFound(job_id)
-        return Job.from_row(rows[0])
+        return job
 
     def jobs(self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False) -> list[Job]:
         """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``.
@@ -522,35 +468,27 @@ class Queue:
         it is listed as a ``Job`` whose ``damage`` says what is wrong, its unreadable fields None.
         """
         limit = integer("limit", limit, 0)
-        if status is None:
-            rows = self._run(self._sql.LIST_JOBS_NEWEST if newest_first else self._sql.LIST_JOBS, {"limit": limit})
-        else:
+        if status is not None:
             try:
                 status = Status(status)
             except ValueError:
                 raise ValueError(f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}") from None
-            statement = self._sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else self._sql.LIST_JOBS_BY_STATUS
-            rows = self._run(statement, {"status": status.value, "limit": limit})
-        return [Job.from_row_or_damaged(r) for r in rows]
+        return self.backend.jobs(status, limit, newest_first)
 
     def stats(self) -> dict[str, int]:
         """How many jobs are in each status, all four present, zeros included."""
         counts = {s.value: 0 for s in Status}
-        counts.update(dict(self._run(self._sql.STATS)))
+        counts.update(self.backend.stats())
         return counts
 
     def events(self, job_id: int | None = None, after: int = 0) -> list[Event]:
         """The history of transitions, oldest first; ``after`` skips events up to that event id."""
         after = integer("after", after)
-        if job_id is None:
-            rows = self._run(self._sql.EVENTS, {"after": after})
-        else:
-            rows = self._run(self._sql.EVENTS_FOR_JOB, {"id": integer("job_id", job_id), "after": after})
-        return [Event.from_row(r) for r in rows]
+        return self.backend.events(None if job_id is None else integer("job_id", job_id), after)
 
     def next_run_at(self) -> float | None:
         """When the earliest pending job becomes claimable, or None if nothing is pending."""
-        return self._run(self._sql.NEXT_RUN_AT)[0][0]
+        return self.backend.next_run_at()
 
 
 def new_token() -> str:
@@ -573,12 +511,11 @@ def _token(name: str, token: Any) -> str:
 
 
 # What a fenced write leaves behind when it went through: the statuses it sets, its last event,
-# and the column that holds what it wrote.
-_WRITTEN = {"complete": ({"done"}, "completed", 3), "fail": ({"pending", "dead"}, "failed", 4)}
+# and the field of the outcome that holds what it wrote.
+_WRITTEN = {"complete": ({"done"}, "completed", "result"), "fail": ({"pending", "dead"}, "failed", "last_error")}
 
 
-def _went_through(run: Callable[..., Any], sql: Any, job_id: int, token: str, action: str,
-                  written: str | None) -> str | None:
+def _went_through(refusals: Refusals, job_id: int, token: str, action: str, written: str | None) -> str | None:
     """The job's status if the row shows this very write (``action`` by ``token``, writing
     ``written``) already made: a try whose reply was lost went through. Else None.
 
@@ -588,24 +525,18 @@ def _went_through(run: Callable[..., Any], sql: Any, job_id: int, token: str, ac
     """
     if action not in _WRITTEN:
         return None
-    rows = run(sql.OUTCOME, {"id": job_id}).fetchall()
-    if not rows:
+    outcome = refusals.outcome(job_id)
+    if outcome is None:
         return None
-    statuses, event, column = _WRITTEN[action]
-    row = rows[0]
-    status, held_by, last_event = row[0], row[1], row[2]
-    if held_by == token and status in statuses and last_event == event and row[column] == written:
-        return status
+    statuses, event, field = _WRITTEN[action]
+    if (outcome.token == token and outcome.status in statuses and outcome.last_event == event
+            and getattr(outcome, field) == written):
+        return outcome.status
     return None
 
 
-def _writes(items: list[dict]) -> list[tuple[int, str, str]]:
-    """(job id, token, result) of each completion's parameters."""
-    return [(params["id"], params["token"], params["result"]) for params in items]
-
-
-def _refusals(sql: Any, run: Callable[..., Any], unchanged: list[tuple[int, str, str | None]], action: str,
-              now: float, done: set[int] | None = None) -> list[int]:
+def _settle(refusals: Refusals, unchanged: Sequence[tuple[int, str, str | None]], action: str, now: float,
+            done: set[int] | None = None) -> list[int]:
     """Of fenced writes that changed no row (job id, token, what they wrote), inside a transaction:
     one whose earlier try went through unseen is done (its id joins ``done``); every other is refused,
     and the refusal written into its job's history. Returns the ids refused, in order.
@@ -615,28 +546,20 @@ def _refusals(sql: Any, run: Callable[..., Any], unchanged: list[tuple[int, str,
     done = set() if done is None else done
     refused = []
     for job_id, token, written in unchanged:
-        if job_id not in done and _went_through(run, sql, job_id, token, action, written):
+        if job_id not in done and _went_through(refusals, job_id, token, action, written):
             done.add(job_id)
             continue
         try:
-            _record_lease_lost(sql, run, job_id, token, now, action)
+            _record_lease_lost(refusals, job_id, token, now, action)
         except JobNotFound:
             pass  # nothing to write a refusal into; the caller still learns it lost the job
         refused.append(job_id)
     return refused
 
 
-def _record_lease_lost(sql: Any, run: Callable[..., Any], job_id: int, token: str, now: float, action: str) -> str:
+def _record_lease_lost(refusals: Refusals, job_id: int, token: str, now: float, action: str) -> str:
     """Write a refused write into the job's history (inside a transaction); return the job's status."""
-    detail = f"{action} refused: token no longer holds the job"
-    rows = run(sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail,
-                                       "after": 0}).fetchall()
-    if not rows:
+    status = refusals.record(job_id, token, now, f"{action} refused: token no longer holds the job")
+    if status is None:
         raise JobNotFound(job_id)
-    event_id, status = rows[0]
-    run(sql.LINK_EVENT, {"event_id": event_id, "id": job_id})
     return status
-
-
-class _Refused(Exception):
-    """Inside ``Queue.completing``: the fenced completion changed no row, so the transaction must roll back."""

@@ -371,7 +371,8 @@ def test_importing_leaselab_does_not_import_pickle_or_any_deserializer_that_runs
     assert out.returncode == 0 and json.loads(out.stdout.replace("'", '"')) in ([], ["marshal"]), out
 
 
-CORE = ("queue.py", "backends/__init__.py", "backends/sqlite/backend.py", "backends/sqlite/statements.py", "job.py",
+CORE = ("queue.py", "backends/__init__.py", "backends/contract.py", "backends/base.py", "backends/sql.py",
+        "backends/sqlite/backend.py", "backends/sqlite/statements.py", "job.py",
         "worker.py", "cli.py", "lessons/demo.py", "errors.py", "backoff.py", "clock.py", "checks.py")
 
 

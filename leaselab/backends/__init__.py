@@ -3,11 +3,10 @@
 ``open_backend(target)`` picks one: a ``postgresql://`` or ``postgres://`` URL (the scheme in
 any case) is a server, a SQLite file path is a file, and anything that looks like neither (a
 libpq ``host=… dbname=…`` string, another scheme's URL) is refused with ``InvalidTarget``,
-whose message never repeats the target: it may hold a password. Every backend offers the same
-small surface to ``leaselab.queue``: ``statements`` (the named SQL constants), ``run``,
-``changed``, ``transaction``, ``clock`` (the database's own clock, or None),
-``wait_for_work``, ``connection``, ``name``, ``kind``, ``tracer``, ``call_timeout``, ``use_clock``
-(the queue's clock, for statements that read the time once they hold their locks) and ``close``.
+whose message never repeats the target: it may hold a password. What every backend offers
+``leaselab.queue`` is written down as the ``Backend`` Protocol in ``contract.py``: one method
+per queue operation, typed values in and out; ``SqlBackend`` (``base.py``) is the plumbing the
+SQL backends share, and ``sql.py`` the statements their dialects agree on.
 
 ``scrub(message, target)`` removes a target's password from any text; anything that builds
 a message from a URL or from a driver's error should pass it through.
@@ -22,6 +21,7 @@ from urllib.parse import unquote
 
 from ..backoff import Backoff
 from ..errors import InvalidTarget
+from .contract import Backend
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 PSYCOPG = "psycopg[binary]>=3.2"  # pyproject.toml's postgres extra, which a test keeps equal to this
@@ -112,7 +112,7 @@ def open_backend(
     backoff: Backoff,
     tracer: Callable[[str, Any], None] | None = None,
     create: bool = True,
-):
+) -> Backend:
     """Open the backend ``target`` names. Only the chosen backend's driver is imported."""
     target = os.fspath(target)
     check_target(target)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..lab.i18n import check_lang
 from ..lessons.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
-from ..queue import is_server_url
+from ..backends import is_server_url
 from .run import Progress, run
 from .schedule import Schedule, applicable
 from .texts import text

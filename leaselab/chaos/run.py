@@ -29,7 +29,8 @@ from ..check import Report, check
 from ..checks import integer, positive
 from ..errors import QueueNotEmpty, TransientError
 from ..lab.fleet import Fleet, WorkerStatus, files_prefix
-from ..queue import Queue, is_server_url
+from ..backends import is_server_url
+from ..queue import Queue
 from ..worker import load_handler
 from .nemesis import Applied, Nemesis, Slots, run_in_thread
 from .schedule import FAULTS, Schedule, applicable, plan, slots

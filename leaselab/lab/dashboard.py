@@ -48,7 +48,8 @@ from ..errors import DatabaseBusy
 from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
 from .i18n import check_lang, t
 from ..job import Job, Status
-from ..queue import Queue, is_server_url
+from ..backends import is_server_url
+from ..queue import Queue
 from .scenario import KINDS, demo_payload
 
 BADGE_COLOURS = {

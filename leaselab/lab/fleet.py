@@ -37,7 +37,8 @@ from urllib.parse import urlsplit
 
 from ..errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..checks import integer, positive
-from ..queue import Queue, is_server_url
+from ..backends import is_server_url
+from ..queue import Queue
 from .. import faults
 from ..worker import load_handler
 from .proxy import Proxy, server_address, through

@@ -1,13 +1,15 @@
 """The PostgreSQL backend: the same queue on a server, for workers on many hosts.
 
-The queue's logic lives once in ``leaselab.queue``; this module opens a connection with
-psycopg 3, makes or checks the schema, runs a statement or a transaction, reconnects
-after a dropped connection, waits for work with LISTEN/NOTIFY, gives the server's clock,
-and translates the driver's errors into leaselab's (naming the server, never the password).
+The queue's logic lives once in ``leaselab.queue``, the plumbing shared with SQLite in
+``SqlBackend``; this module opens a connection with psycopg 3, makes or checks the schema,
+bounds each call and reconnects after a dropped one, fuses a completion with the next claim
+into one statement, waits for work with LISTEN/NOTIFY, gives the server's clock, and
+translates the driver's errors into leaselab's (naming the server, never the password).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -15,7 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -33,6 +35,8 @@ from ...errors import (
     ServerRefused,
 )
 from .. import scrub
+from ..base import SqlBackend, claimed
+from ..contract import Backend, Claim, Claimed, Completion, Tracer
 from . import statements as sql
 
 SCHEMA_VERSION = 2
@@ -46,8 +50,6 @@ CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how oft
 # of a 27 s call timeout (a 30 s lease) would cut a 25 s lock wait that the busy timeout allows.
 SERVER_HEAD_START = 0.5
 
-Tracer = Callable[[str, Any], None]
-Run = Callable[..., "psycopg.Cursor"]
 
 # SQLSTATE classes and codes, by what they mean to a caller.
 _BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, statement timeout, serialization, deadlock
@@ -70,7 +72,7 @@ def display_name(url: str) -> str:
     part of its password.
     """
     try:
-        info = conninfo_to_dict(url)
+        info = {key: str(value) for key, value in conninfo_to_dict(url).items()}
     except psycopg.Error as exc:  # libpq quotes the whole URL, password and all, in its reason
         reason = _scrub(str(exc).replace(url, "…"), url)
         raise InvalidTarget(f"not a valid PostgreSQL URL: {reason}") from None
@@ -91,9 +93,9 @@ def display_name(url: str) -> str:
 def _scrub(message: str, url: str) -> str:
     """``message`` without ``url``'s password in any form, and on one line (libpq's hints span lines)."""
     try:
-        password = conninfo_to_dict(url).get("password")
+        password = str(conninfo_to_dict(url).get("password") or "")
     except psycopg.Error:
-        password = None
+        password = ""
     if password:
         message = message.replace(password, "***")
     return _one_line(scrub(message, url))
@@ -111,16 +113,19 @@ def _one_line(message: str) -> str:
                     for i, line in enumerate(lines))
 
 
-class PostgresBackend:
+class PostgresBackend(SqlBackend):
     """A queue in a PostgreSQL database: one connection (guarded by a lock, so threads may share
     it), another one opened only to LISTEN while a worker is idle.
 
     ``create=False`` refuses a database that holds no leaselab tables yet instead of making them.
-    ``call_timeout`` (seconds, or None for none) bounds each call: see its setter.
+    ``call_timeout`` (seconds, or None for none) bounds each call: see its setter. ``connection``
+    (the psycopg connection), ``run`` and ``transaction`` are escape hatches for lessons and
+    tests, outside the ``Backend`` contract.
     """
 
     statements = sql
     kind = "postgresql"
+    driver_error = psycopg.Error
 
     def __init__(
         self,
@@ -131,16 +136,14 @@ class PostgresBackend:
         tracer: Tracer | None = None,
         create: bool = True,
     ):
+        super().__init__(display_name(url), tracer)
         self.url = url
-        self.name = display_name(url)
-        self.tracer = tracer
         self._busy_timeout = busy_timeout
         # A cap past 1e300 seconds (the universe is 4e17 seconds old) is 1e300 on the server,
         # so no product in the backoff's SQL can overflow a float.
         cap = min(float(backoff.cap), MAX_BACKOFF_CAP)
-        self._backoff = {"backoff_base": min(float(backoff.base), cap), "backoff_cap": cap,
-                         "backoff_jitter": float(backoff.jitter)}
-        self._lock = threading.RLock()
+        self.backoff_params = {"backoff_base": min(float(backoff.base), cap), "backoff_cap": cap,
+                               "backoff_jitter": float(backoff.jitter)}
         self._conn: psycopg.Connection | None = None
         self._listener: psycopg.Connection | None = None
         self._synchronous: bool | None = None
@@ -162,7 +165,7 @@ class PostgresBackend:
                 raise
         # Without an explicit clock, the queue takes "now" from here: workers on different
         # hosts then agree on leases, run_at and the reaper, whatever their own clocks say.
-        self.clock = self.now
+        self.clock: Callable[[], float] | None = self.now
 
     # -- connections -------------------------------------------------------
 
@@ -275,12 +278,6 @@ class PostgresBackend:
             self._synchronous = None
         return self._conn
 
-    @property
-    def connection(self) -> psycopg.Connection:
-        """The psycopg connection the queue uses (inside ``transaction``, the one in the transaction)."""
-        with self._lock:
-            return self._connection()
-
     def _ensure_schema(self, conn: psycopg.Connection, create: bool) -> None:
         """Create the schema in an empty database, or upgrade an older one in place (``create`` or not)."""
         version = self._schema_version(conn)
@@ -349,35 +346,19 @@ class PostgresBackend:
             base = self._clock_base = (server, (sent + time.monotonic()) / 2)
         return base[0] + (time.monotonic() - base[1])
 
-    def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
-        """Run one statement in its own transaction and return its rows."""
-        return self._execute(statement, params, durable, _rows)
+    # -- the hooks of SqlBackend -----------------------------------------------------------
 
-    def changed(self, statement: str, params: Any = (), *, durable: bool = False) -> int:
-        """Run one statement in its own transaction and return how many rows it changed (not its triggers)."""
-        return self._execute(statement, params, durable, _rowcount)
-
-    def _params(self, statement: str, params: Any) -> Any:
+    def _prepare(self, params: Any) -> Any:
         if isinstance(params, dict):
             for key, value in params.items():
                 if isinstance(value, str) and "\x00" in value:
                     params = _without_nul(params, key, value)
-        if statement in sql.JSON_TOKENS and _ESCAPED_NUL.search(params[sql.JSON_TOKENS[statement]]):
-            raise ValueError("a token contains a NUL character (\\x00), which PostgreSQL text cannot hold")
-        return {**params, **self._backoff} if statement in sql.WITH_BACKOFF else params
+        return params
 
-    def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[Any], Any]) -> Any:
-        params = self._params(statement, params)
-        if self.tracer is not None:
-            self.tracer(statement.strip(), params)
-        with self._lock:
-            conn = self._connection()
-            try:
-                with self._bounded(conn):
-                    self._sync(conn, durable)
-                    return read(conn.execute(statement, params))
-            except psycopg.Error as exc:
-                raise self._translate(exc) from exc
+    def _check_tokens(self, tokens: Iterable[str]) -> None:
+        # Tokens inside a JSON array reach the server as \u0000, which jsonb refuses in words that name nothing.
+        if any("\x00" in token for token in tokens):
+            raise ValueError("a token contains a NUL character (\\x00), which PostgreSQL text cannot hold")
 
     def _sync(self, conn: psycopg.Connection, durable: bool) -> None:
         """Make the next commit wait for the WAL flush if it is ``durable``; caller holds the lock.
@@ -388,24 +369,34 @@ class PostgresBackend:
             conn.execute("SELECT set_config('synchronous_commit', %s, false)", ("on" if durable else "off",))
             self._synchronous = durable
 
-    @contextmanager
-    def transaction(self, durable: bool) -> Iterator[Run]:
-        """``BEGIN`` … ``COMMIT`` under the lock; yields run(statement, params) -> cursor for inside it."""
-        def run(statement: str, params: Any = ()) -> psycopg.Cursor:
-            params = self._params(statement, params)
-            if self.tracer is not None:
-                self.tracer(statement.strip(), params)
-            return conn.execute(statement, params)
+    def _begin(self, conn: psycopg.Connection) -> Any:
+        return conn.transaction()
 
-        with self._lock:
-            conn = self._connection()
-            try:
-                with self._bounded(conn):
-                    self._sync(conn, durable)
-                    with conn.transaction():
-                        yield run
-            except psycopg.Error as exc:
-                raise self._translate(exc) from exc
+    # -- the server's own strategy: what SQLite does in a transaction, here one statement, one round trip
+
+    def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
+        (completed, *row), = self.run(sql.COMPLETE_AND_CLAIM, {
+            "id": done.id, "token": done.token, "result": done.result, "now": claim.now,
+            "lease_until": claim.lease_until, "worker": claim.worker, "next_token": claim.token}, durable=durable)
+        if not completed:
+            return False, None
+        return True, (None if row[0] is None else claimed([row])[0])
+
+    def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
+        rows = self.run(sql.COMPLETE_MANY, {"done": self._done(done), "now": now}, durable=durable)
+        return [row[0] for row in rows]
+
+    def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
+                                durable: bool) -> tuple[list[int], list[Claimed]]:
+        rows = self.run(sql.COMPLETE_MANY_AND_CLAIM, {
+            "done": self._done(done), "now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker,
+            "token": claim.token, "n": n}, durable=durable)
+        return rows[0][0] or [], claimed(row[1:] for row in rows if row[1] is not None)
+
+    def _done(self, done: Sequence[Completion]) -> str:
+        """The completions as the JSON array COMPLETE_MANY reads."""
+        self._check_tokens(item.token for item in done)
+        return json.dumps([{"id": item.id, "token": item.token, "result": item.result} for item in done])
 
     # -- waiting for work ----------------------------------------------------
 
@@ -469,12 +460,6 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
     return LeaselabError(f"{name}: PostgreSQL error: {message}")
 
 
-# A NUL that the JSON of a batch carries as \u0000 (after an even number of backslashes). Results
-# in a batch are JSON already, encoded twice, so theirs reads \\u0000; a raw NUL can only be in a
-# token, and jsonb would refuse it with a message that names neither.
-_ESCAPED_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-
-
 def _without_nul(params: dict, key: str, value: str) -> dict:
     """PostgreSQL text cannot hold NUL: a failure's message keeps it as the two characters ``\\0``
     (a handler's exception text must not crash the worker that records it); any other text is refused."""
@@ -483,9 +468,7 @@ def _without_nul(params: dict, key: str, value: str) -> dict:
     raise ValueError(f"{key} contains a NUL character (\\x00), which PostgreSQL text cannot hold: {value!r}")
 
 
-def _rows(cursor: psycopg.Cursor) -> list[tuple]:
-    return cursor.fetchall() if cursor.description is not None else []
 
 
-def _rowcount(cursor: psycopg.Cursor) -> int:
-    return cursor.rowcount
+# The type checker proves this class satisfies the contract (tests/test_types.py runs it).
+_CONTRACT: type[Backend] = PostgresBackend

@@ -1,79 +1,63 @@
-"""Every statement the queue runs on PostgreSQL, as named constants with parameters (psycopg's
-``%(name)s``). The same names as ``leaselab.backends.sqlite.statements``. Statements that share a
-part (the claim, the completion) are put together from it here, at import; no value is ever
-formatted into SQL.
+"""Every statement the queue runs on PostgreSQL, as named constants with psycopg's ``%(name)s``
+parameters. The same names as ``leaselab.backends.sqlite.statements``. Each is written with
+``:name`` parameters, the shared ones once in ``leaselab.backends.sql``, and converted by
+``pyformat`` here, at import; no value is ever formatted into SQL.
 """
 
 from __future__ import annotations
 
-from ...job import EVENT_COLUMNS, JOB_COLUMNS
+from .. import sql
+from ..sql import pyformat
 
-ENQUEUE = """
-INSERT INTO jobs (payload, priority, run_at, max_attempts, created_at, updated_at)
-VALUES (%(payload)s, %(priority)s, %(run_at)s, %(max_attempts)s, %(now)s, %(now)s)
-RETURNING id
-"""
+ENQUEUE = pyformat(sql.ENQUEUE)
+COMPLETE = pyformat(sql.COMPLETE)
+LINK_EVENT = pyformat(sql.LINK_EVENT)
+GET = pyformat(sql.GET)
+OUTCOME = pyformat(sql.OUTCOME)
+HELD_BY = pyformat(sql.HELD_BY)
+LIST_JOBS = pyformat(sql.LIST_JOBS)
+LIST_JOBS_BY_STATUS = pyformat(sql.LIST_JOBS_BY_STATUS)
+LIST_JOBS_NEWEST = pyformat(sql.LIST_JOBS_NEWEST)
+LIST_JOBS_BY_STATUS_NEWEST = pyformat(sql.LIST_JOBS_BY_STATUS_NEWEST)
+STATS = pyformat(sql.STATS)
+EVENTS = pyformat(sql.EVENTS)
+EVENTS_FOR_JOB = pyformat(sql.EVENTS_FOR_JOB)
+NEXT_RUN_AT = pyformat(sql.NEXT_RUN_AT)
 
 # The claim of the article, with one change a server needs. Under READ COMMITTED, a second
 # claim that waits on the first one's row lock is not re-planned when the first commits: its
 # subquery already chose that id, the outer WHERE id = ... still matches, and the job would
 # be claimed twice. FOR UPDATE SKIP LOCKED makes the subquery lock its pick and step over
 # rows another transaction holds, so a concurrent claim takes the next job at once.
-# _claim() writes it once for the single claim, the batch and the fused statements below.
-_CLAIMED = """UPDATE jobs SET status = 'running', attempts = attempts + 1,
-       lease_until = %(lease_until)s, worker = %(worker)s, token = {token}, started_at = %(now)s,
-       updated_at = %(now)s, last_event = 'claimed'
- WHERE id {pick} (SELECT id FROM jobs
-              WHERE status = 'pending' AND run_at <= %(now)s{also}
-              ORDER BY priority DESC, run_at ASC, id ASC
-              LIMIT {limit}
-              FOR UPDATE SKIP LOCKED)
-RETURNING """ + JOB_COLUMNS
+_SKIP_LOCKED = "\n              FOR UPDATE SKIP LOCKED"
 
+CLAIM = pyformat("\n" + sql.claim(_SKIP_LOCKED) + "\n")
 
-def _claim(token: str, pick: str = "=", limit: str = "1", also: str = "") -> str:
-    """The claim's UPDATE with how the token is made, = or IN, the LIMIT, and any further condition."""
-    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also)
-
-
-CLAIM = "\n" + _claim("%(token)s") + "\n"
-
-# A batch of the same claim: up to %(n)s runnable jobs, leased in one statement. Each job's
-# token is the call's random token with the job id after it, so no two claims ever write the
-# same token. RETURNING gives no order; the queue sorts.
-CLAIM_MANY = "\n" + _claim("%(token)s || '-' || id", pick="IN", limit="%(n)s") + "\n"
+CLAIM_MANY = pyformat("\n" + sql.claim_many(_SKIP_LOCKED) + "\n")
 
 # A renewal's lease runs from when the server applied it, not from when it was sent: a beat that
 # waited on another transaction's lock (shorter than the busy timeout, so no error) would otherwise
 # write a lease that had already run out. The rows are locked first (FOR UPDATE in the CTE), and
 # the new lease is computed for each row only once the join hands it over, that is after the lock
 # was granted; clock_timestamp() is the time then (now() would be the transaction's start).
-# %(now)s is NULL when the queue keeps the server's clock, and a number from an injected clock.
+# :now is NULL when the queue keeps the server's clock, and a number from an injected clock.
 _RENEWED = """UPDATE jobs
-   SET lease_until = COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8) + %(lease)s::float8,
-       updated_at = COALESCE(%(now)s::float8, extract(epoch FROM clock_timestamp())::float8),
+   SET lease_until = COALESCE(:now::float8, extract(epoch FROM clock_timestamp())::float8) + :lease::float8,
+       updated_at = COALESCE(:now::float8, extract(epoch FROM clock_timestamp())::float8),
        last_event = 'heartbeat'
   FROM (SELECT id FROM jobs WHERE status = 'running' AND {fenced} FOR UPDATE) AS held
  WHERE jobs.id = held.id"""
 
-# Every lease one worker holds, renewed in one statement: %(tokens)s is a JSON array of tokens.
-HEARTBEAT_MANY = "\n" + _RENEWED.format(
-    fenced="token IN (SELECT jsonb_array_elements_text(%(tokens)s::jsonb))") + """
+# Every lease one worker holds, renewed in one statement: :tokens is a JSON array of tokens.
+HEARTBEAT_MANY = pyformat("\n" + _RENEWED.format(
+    fenced="token IN (SELECT jsonb_array_elements_text(:tokens::jsonb))") + """
 RETURNING jobs.id, jobs.lease_until
-"""
+""")
 
 # Fenced writes: only the holder of the current token may change a running job.
-HEARTBEAT = "\n" + _RENEWED.format(fenced="id = %(id)s AND token = %(token)s") + """
+HEARTBEAT = pyformat("\n" + _RENEWED.format(fenced="id = :id AND token = :token") + """
 RETURNING jobs.lease_until
-"""
-
-# A completion: what it writes, with where the result comes from.
-_COMPLETED = """UPDATE jobs SET status = 'done', result = {result}, lease_until = NULL, finished_at = %(now)s,
-       updated_at = %(now)s, last_event = 'completed'"""
-
-COMPLETE = "\n" + _COMPLETED.format(result="%(result)s") + """
- WHERE id = %(id)s AND status = 'running' AND token = %(token)s
-"""
+""")
 
 # A worker's hot path in one statement, one round trip: complete the job it holds (fenced by its
 # token), and only if that changed a row, claim the next job exactly as CLAIM does. Always one
@@ -81,31 +65,32 @@ COMPLETE = "\n" + _COMPLETED.format(result="%(result)s") + """
 # The two UPDATEs touch different rows (the completed job is running, the claim takes a pending
 # one), and the claim waits for the completion through EXISTS, so it never runs after a refusal.
 # Sent as BEGIN, COMPLETE, CLAIM, COMMIT it took four round trips, and lost to two autocommit calls.
-COMPLETE_AND_CLAIM = f"""
-WITH completed AS ({COMPLETE}RETURNING id
+COMPLETE_AND_CLAIM = pyformat(f"""
+WITH completed AS ({sql.COMPLETE}RETURNING id
 ), claimed AS (
-{_claim("%(next_token)s", also=" AND EXISTS (SELECT 1 FROM completed)")}
+{sql.claim(_SKIP_LOCKED, token=":next_token", also=" AND EXISTS (SELECT 1 FROM completed)")}
 )
 SELECT (SELECT count(*) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
-"""
+""")
 
-# Many completions in one statement, one round trip: %(done)s is a JSON array of
-# {{"id", "token", "result"}} objects, each fenced by its own token as COMPLETE is. A job
+# Many completions in one statement, one round trip: :done is a JSON array of
+# {"id", "token", "result"} objects, each fenced by its own token as COMPLETE is. A job
 # missing from what it returns was refused; the queue records those refusals afterwards.
-COMPLETE_MANY = "\n" + _COMPLETED.format(result="d.result") + """
-  FROM jsonb_to_recordset(%(done)s::jsonb) AS d (id bigint, token text, result text)
+_COMPLETE_MANY = "\n" + sql.COMPLETED.format(result="d.result") + """
+  FROM jsonb_to_recordset(:done::jsonb) AS d (id bigint, token text, result text)
  WHERE jobs.id = d.id AND jobs.status = 'running' AND jobs.token = d.token
 RETURNING jobs.id
 """
+COMPLETE_MANY = pyformat(_COMPLETE_MANY)
 
 # A worker with slots refills what finished: COMPLETE_MANY and CLAIM_MANY in one statement, one
 # round trip. Always at least one row: the ids completed (an array, NULL for none), then one
 # claimed job's columns per row (NULL when none was claimed). The claim does not wait for the
 # completions: a refused job frees its slot as a completed one does.
-COMPLETE_MANY_AND_CLAIM = f"""
-WITH completed AS ({COMPLETE_MANY}), claimed AS ({CLAIM_MANY})
+COMPLETE_MANY_AND_CLAIM = pyformat(f"""
+WITH completed AS ({_COMPLETE_MANY}), claimed AS (\n{sql.claim_many(_SKIP_LOCKED)}\n)
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
-"""
+""")
 
 # The queue's Backoff.delay(attempts), in SQL: base * 2**(attempts-1), stretched by up to
 # jitter, capped at cap. The backend adds base, cap and jitter to the statement's parameters.
@@ -114,111 +99,29 @@ SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one
 # and the power is taken in two halves (each below 2**1024; multiplying by a power of two is
 # exact, so the delay is the very float Python computes).
 _BACKOFF = """
-CASE WHEN attempts < 1 OR %(backoff_base)s::float8 = 0 THEN 0
-     WHEN attempts - 1 > (ln(%(backoff_cap)s::float8) - ln(NULLIF(%(backoff_base)s::float8, 0))) / ln(2.0) + 1
-          THEN %(backoff_cap)s::float8
-     ELSE LEAST(%(backoff_cap)s::float8,
-                %(backoff_base)s::float8 * power(2.0::float8, (attempts - 1) / 2)
+CASE WHEN attempts < 1 OR :backoff_base::float8 = 0 THEN 0
+     WHEN attempts - 1 > (ln(:backoff_cap::float8) - ln(NULLIF(:backoff_base::float8, 0))) / ln(2.0) + 1
+          THEN :backoff_cap::float8
+     ELSE LEAST(:backoff_cap::float8,
+                :backoff_base::float8 * power(2.0::float8, (attempts - 1) / 2)
                 * power(2.0::float8, (attempts - 1) - (attempts - 1) / 2)
-                * (1 + %(backoff_jitter)s::float8 * random())) END"""
+                * (1 + :backoff_jitter::float8 * random())) END"""
 
-FAIL = f"""
-UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-       run_at = CASE WHEN attempts >= max_attempts THEN run_at
-                     ELSE %(now)s + {_BACKOFF} END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN %(now)s END,
-       last_error = %(error)s, lease_until = NULL, updated_at = %(now)s, last_event = 'failed'
- WHERE id = %(id)s AND status = 'running' AND token = %(token)s
-RETURNING status
-"""
+FAIL = pyformat(sql.fail(_BACKOFF))
 
-# The reaper: one conditional statement, never read-then-write. It steps over rows another
-# transaction holds (SKIP LOCKED): a holder frozen mid-write (SIGSTOP) must not stall every
-# worker's reaper behind its row lock; the next reap takes that row if it is still expired.
-# %(keep)s (a JSON array) are the tokens of the worker that reaps: it is alive, so its own jobs
-# are not a crashed worker's, whatever a freeze did to their leases; a batch claim's own token
-# keeps every job it took (their tokens are it, a dash and the id), as on SQLite.
-REAP = f"""
-UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-       run_at = CASE WHEN attempts >= max_attempts THEN run_at
-                     ELSE %(now)s + {_BACKOFF} END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN %(now)s END,
-       last_error = 'lease expired', lease_until = NULL, updated_at = %(now)s, last_event = 'reaped'
- WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < %(now)s
-                AND token NOT IN (SELECT jsonb_array_elements_text(%(keep)s::jsonb))
-                AND split_part(token, '-', 1) NOT IN (SELECT jsonb_array_elements_text(%(keep)s::jsonb))
-              FOR UPDATE SKIP LOCKED)
-RETURNING id
-"""
+# The reaper steps over rows another transaction holds (SKIP LOCKED): a holder frozen mid-write
+# (SIGSTOP) must not stall every worker's reaper behind its row lock; the next reap takes that
+# row if it is still expired. :keep (a JSON array) are the tokens of the worker that reaps: it
+# is alive, so its own jobs are not a crashed worker's, whatever a freeze did to their leases; a
+# batch claim's own token keeps every job it took (their tokens are it, a dash and the id).
+REAP = pyformat(sql.reap(_BACKOFF, expired="""\
+ WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < :now
+                AND token NOT IN (SELECT jsonb_array_elements_text(:keep::jsonb))
+                AND split_part(token, '-', 1) NOT IN (SELECT jsonb_array_elements_text(:keep::jsonb))
+              FOR UPDATE SKIP LOCKED)"""))
 
-# Statements whose parameters the backend completes with the queue's backoff.
-WITH_BACKOFF = frozenset({FAIL, REAP})
-
-# Statements whose tokens arrive inside a JSON array (the parameter named here): the backend
-# checks those tokens for NUL itself, since JSON carries it as \u0000, which jsonb refuses.
-JSON_TOKENS = {HEARTBEAT_MANY: "tokens", COMPLETE_MANY: "done", COMPLETE_MANY_AND_CLAIM: "done", REAP: "keep"}
-
-# A job's history is a linked list, as on SQLite: jobs.last_event_id is its newest event and
-# each event's prev the one before. Each step must go to a smaller id, so links damaged into
-# a loop still end the walk.
-_JOB_CHAIN = """
-WITH RECURSIVE chain(id) AS (
-    SELECT last_event_id FROM jobs WHERE id = %(id)s
-    UNION ALL
-    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > %(after)s AND e.prev < e.id
-)"""
-
-# A refused (fenced-off) write is written into the history, naming the worker and attempt
-# that claimed with this token. Zero rows: no such job id. LINK_EVENT then makes the new
-# event the head of the job's history, in the same transaction. The job's row is locked
-# first (FOR UPDATE): otherwise a change committed between this read of last_event_id and
-# LINK_EVENT (the new holder's completion, say) would be cut out of the linked list.
-RECORD_LEASE_LOST = _JOB_CHAIN + """,
-claim AS (SELECT e.worker, e.attempt FROM events e
-           WHERE e.id IN (SELECT id FROM chain) AND e.token = %(token)s AND e.kind = 'claimed')
-INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
-SELECT j.id, 'lease_lost', %(now)s, (SELECT worker FROM claim LIMIT 1), %(token)s,
-       COALESCE((SELECT attempt FROM claim LIMIT 1), j.attempts), %(detail)s, j.last_event_id
-  FROM jobs j WHERE j.id = %(id)s FOR UPDATE OF j
-RETURNING id, (SELECT status FROM jobs WHERE id = %(id)s)
-"""
-
-LINK_EVENT = "UPDATE jobs SET last_event_id = %(event_id)s WHERE id = %(id)s"
-
-GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = %s"
-
-# After a write whose reply never came, or one refused: what the job's row says now, so a write that
-# went through under this very token (a retry after a lost reply) is told apart from a refusal.
-OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE id = %(id)s"
-
-# The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
-# A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
-HELD_BY = f"""
-SELECT {JOB_COLUMNS} FROM jobs
- WHERE status = 'running' AND (token = %(token)s OR left(token, length(%(token)s) + 1) = %(token)s || '-')
- ORDER BY priority DESC, run_at ASC, id ASC
-"""
-
-JOB_EXISTS = "SELECT 1 FROM jobs WHERE id = %s"
-
-LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id LIMIT %(limit)s"
-
-LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = %(status)s ORDER BY id LIMIT %(limit)s"
-
-LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT %(limit)s"
-
-LIST_JOBS_BY_STATUS_NEWEST = (f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = %(status)s "
-                              "ORDER BY id DESC LIMIT %(limit)s")
-
-STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
-
-EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > %(after)s ORDER BY id"
-
-EVENTS_FOR_JOB = _JOB_CHAIN + f"""
-SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > %(after)s ORDER BY id
-"""
-
-NEXT_RUN_AT = "SELECT min(run_at) FROM jobs WHERE status = 'pending'"
+# The job's row is locked first (FOR UPDATE): see sql.RECORD_LEASE_LOST.
+RECORD_LEASE_LOST = pyformat(sql.record_lease_lost(lock=" FOR UPDATE OF j"))
 
 # -- the backend's own statements ------------------------------------------------------------
 

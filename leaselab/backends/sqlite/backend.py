@@ -1,22 +1,21 @@
 """The SQLite backend: one file, WAL, one writer at a time. Its SQL, schema, connection and errors.
 
-The queue's logic lives once in ``leaselab.queue``; this module knows how to open a
-file safely, run a statement or a transaction on it, and translate SQLite's errors
-into leaselab's.
+The queue's logic lives once in ``leaselab.queue``; this module knows how to open a file
+safely, how SQLite begins, syncs and ends a transaction (the rest of the plumbing is
+``SqlBackend``'s), how it completes and claims in one transaction, and how to translate
+SQLite's errors into leaselab's.
 """
 
 from __future__ import annotations
 
 import difflib
-import operator
 import os
 import sqlite3
 import threading
 import time
-from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Sequence
 
 from ...backoff import Backoff
 from ...errors import (
@@ -29,6 +28,8 @@ from ...errors import (
     SchemaTooNew,
     UnsupportedSQLite,
 )
+from ..base import SqlBackend, claimed
+from ..contract import Backend, Claim, Claimed, Completion, Tracer
 from . import statements as sql
 
 SCHEMA_VERSION = 3
@@ -43,10 +44,6 @@ SQLITE_CANTOPEN = 14  # "unable to open database file": also what a folder with 
 FULL_MARGIN = 64 * 1024
 MIN_SQLITE = (3, 37, 0)  # STRICT tables arrived in 3.37 (RETURNING in 3.35)
 
-Tracer = Callable[[str, Any], None]
-Run = Callable[..., sqlite3.Cursor]
-
-_ROWCOUNT = operator.attrgetter("rowcount")  # how many rows a statement changed, its triggers' not counted
 
 
 def require_sqlite(version_info: tuple = sqlite3.sqlite_version_info) -> None:
@@ -92,16 +89,19 @@ def nearest_queue_file(path: str) -> str | None:
     return str(folder / match[0]) if match else None
 
 
-class SqliteBackend:
+class SqliteBackend(SqlBackend):
     """A queue file: one connection, guarded by a lock so threads may share it.
 
     ``create=False`` refuses a path where no file exists yet, instead of making a new queue.
+    ``connection`` (the ``sqlite3`` connection), ``run`` and ``transaction`` are escape hatches
+    for lessons and tests, outside the ``Backend`` contract.
     """
 
     statements = sql
     kind = "sqlite"
+    driver_error = sqlite3.Error
     clock = None  # a file has no clock of its own: the queue uses the caller's
-    call_timeout = None  # kept, never used: the busy timeout already bounds every wait on a file
+    call_timeout: float | None = None  # kept, never used: the busy timeout already bounds every wait on a file
 
     def __init__(
         self,
@@ -113,30 +113,24 @@ class SqliteBackend:
         create: bool = True,
     ):
         require_sqlite()
+        super().__init__(path, tracer)
         self.path = path
-        self.name = path
-        self.tracer = tracer
-        self._lock = threading.RLock()
         if not create and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
             raise DatabaseMissing(path, nearest_queue_file(path))
-        self.connection = _connect(path, busy_timeout)
+        self._conn = _connect(path, busy_timeout)
         self._synchronous_full = False  # _connect leaves the connection at synchronous = NORMAL
-        self.connection.create_function(
+        self._conn.create_function(
             "leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter
         )
 
     def use_clock(self, clock: Callable[[], float]) -> None:
         """Read ``clock`` inside the statements that need the time once they hold the write lock
         (``leaselab_now()`` in the renewals)."""
-        self.connection.create_function("leaselab_now", 0, lambda: float(clock()))
+        self._conn.create_function("leaselab_now", 0, lambda: float(clock()))
 
     def close(self) -> None:
         with self._lock:
-            self.connection.close()
-
-    def now(self) -> float | None:
-        """The database's own clock, or None: a file has no clock of its own, the caller's is used."""
-        return None
+            self._conn.close()
 
     def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
         """Sleep ``timeout`` seconds, or until ``stop`` is set: a file has no way to announce a new job."""
@@ -145,55 +139,78 @@ class SqliteBackend:
         else:
             time.sleep(timeout)
 
-    def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
-        """Run one statement in its own transaction and return its rows."""
-        return self._execute(statement, params, durable, sqlite3.Cursor.fetchall)
+    # -- the hooks of SqlBackend -----------------------------------------------------------
 
-    def changed(self, statement: str, params: Any = (), *, durable: bool = False) -> int:
-        """Run one statement in its own transaction and return how many rows it changed (not its triggers)."""
-        return self._execute(statement, params, durable, _ROWCOUNT)
+    def _connection(self) -> sqlite3.Connection:
+        return self._conn
 
-    def _execute(self, statement: str, params: Any, durable: bool, read: Callable[[sqlite3.Cursor], Any]) -> Any:
-        if self.tracer is not None:
-            self.tracer(statement.strip(), params)
-        with self._lock:
-            try:
-                self._sync(durable)
-                return read(self.connection.execute(statement, params))
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
-
-    def _sync(self, durable: bool) -> None:
+    def _sync(self, conn: sqlite3.Connection, durable: bool) -> None:
         """Make the next commit sync to disk if it is ``durable``; caller holds the lock.
 
         The setting is switched only when it changes, so a run of completions (a worker's
         loop) or of enqueues pays for no switching at all.
         """
         if durable != self._synchronous_full:
-            self.connection.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
             self._synchronous_full = durable
 
-    @contextmanager
-    def transaction(self, durable: bool) -> Iterator[Run]:
-        """``BEGIN IMMEDIATE`` … ``COMMIT`` under the lock; yields run(statement, params) -> cursor for inside it."""
-        def run(statement: str, params: Any = ()) -> sqlite3.Cursor:
-            if self.tracer is not None:
-                self.tracer(statement.strip(), params)
-            return conn.execute(statement, params)
+    def _begin(self, conn: sqlite3.Connection) -> "_Immediate":
+        return _Immediate(conn)
 
-        with self._lock:
-            conn = self.connection
-            try:
-                self._sync(durable)
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    yield run
-                    conn.execute("COMMIT")
-                except BaseException:
-                    _rollback(conn)
-                    raise
-            except sqlite3.Error as exc:
-                raise translate(exc, self.path) from exc
+    def _translate(self, exc: sqlite3.Error) -> LeaselabError:
+        return translate(exc, self.path)
+
+    # -- SQLite's own strategy -------------------------------------------------------------
+    # SQLite has no UPDATE inside WITH, so a completion and the next claim are COMPLETE then
+    # CLAIM in one transaction (one commit, one sync); on a file there is no round trip to save.
+
+    def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
+        with self.transaction(durable) as run:
+            if not run(sql.COMPLETE, {"id": done.id, "token": done.token, "result": done.result,
+                                      "now": claim.now}).rowcount:
+                return False, None
+            rows = run(sql.CLAIM, {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker,
+                                   "token": claim.token}).fetchall()
+        return True, (claimed(rows)[0] if rows else None)
+
+    def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
+        return self._complete_many_then(done, now, 0, None, durable)[0]
+
+    def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
+                                durable: bool) -> tuple[list[int], list[Claimed]]:
+        return self._complete_many_then(done, claim.now, n, claim, durable)
+
+    def _complete_many_then(self, done: Sequence[Completion], now: float, n: int, claim: Claim | None,
+                            durable: bool) -> tuple[list[int], list[Claimed]]:
+        """COMPLETE job by job, then (with ``claim`` and ``n`` > 0) CLAIM_MANY, in one transaction."""
+        completed, rows = [], []
+        with self.transaction(durable) as run:
+            for item in done:
+                if run(sql.COMPLETE, {"id": item.id, "token": item.token, "result": item.result, "now": now}).rowcount:
+                    completed.append(item.id)
+            if claim is not None and n > 0:
+                rows = run(sql.CLAIM_MANY, {"now": claim.now, "lease_until": claim.lease_until,
+                                            "worker": claim.worker, "token": claim.token, "n": n}).fetchall()
+        return completed, claimed(rows)
+
+
+class _Immediate:
+    """``BEGIN IMMEDIATE`` … ``COMMIT``, or a rollback after an error: SQLite's transaction, as a context."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+
+    def __enter__(self) -> sqlite3.Connection:
+        self.conn.execute("BEGIN IMMEDIATE")
+        return self.conn
+
+    def __exit__(self, kind: Any, *exc: Any) -> None:
+        if kind is None:
+            self.conn.execute("COMMIT")
+        else:
+            _rollback(self.conn)
 
 
 def _rollback(conn: sqlite3.Connection) -> None:
@@ -358,3 +375,7 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
         if not (strict.get("jobs") and strict.get("events")):
             return SCHEMA_VERSION - 1  # made untyped again by hand: rebuild (and repair) like a version 2 file
     return version
+
+
+# The type checker proves this class satisfies the contract (tests/test_types.py runs it).
+_CONTRACT: type[Backend] = SqliteBackend

@@ -1,43 +1,34 @@
-"""Every statement the queue runs, as named constants with parameters. Nothing is formatted into SQL."""
+"""Every statement the queue runs on SQLite, as named constants with ``:name`` parameters. Those the
+dialects share are written once in ``leaselab.backends.sql`` and are SQLite's text as they are;
+this module fills in the parts SQLite says its own way. Nothing is formatted into SQL but fixed
+fragments, at import.
+"""
 
 from __future__ import annotations
 
-from ...job import EVENT_COLUMNS, JOB_COLUMNS
+from .. import sql
+from ..sql import (  # the statements both dialects run as they are
+    COMPLETE,
+    ENQUEUE,
+    EVENTS,
+    EVENTS_FOR_JOB,
+    GET,
+    HELD_BY,
+    LINK_EVENT,
+    LIST_JOBS,
+    LIST_JOBS_BY_STATUS,
+    LIST_JOBS_BY_STATUS_NEWEST,
+    LIST_JOBS_NEWEST,
+    NEXT_RUN_AT,
+    OUTCOME,
+    STATS,
+)
 
-ENQUEUE = """
-INSERT INTO jobs (payload, priority, run_at, max_attempts, created_at, updated_at)
-VALUES (:payload, :priority, :run_at, :max_attempts, :now, :now)
-RETURNING id
-"""
+# One writer at a time holds the whole file: the claim needs no row locking.
+CLAIM = "\n" + sql.claim(lock="") + "\n"
 
-# The claim of the article: picking a job and granting its lease are one statement,
-# so two workers, in any processes, can never both get the same job.
-CLAIM = f"""
-UPDATE jobs SET status = 'running', attempts = attempts + 1,
-       lease_until = :lease_until, worker = :worker, token = :token, started_at = :now,
-       updated_at = :now, last_event = 'claimed'
- WHERE id = (SELECT id FROM jobs
-              WHERE status = 'pending' AND run_at <= :now
-              ORDER BY priority DESC, run_at ASC, id ASC
-              LIMIT 1)
-RETURNING {JOB_COLUMNS}
-"""
+CLAIM_MANY = "\n" + sql.claim_many(lock="") + "\n"
 
-# A batch of the same claim: up to :n runnable jobs in claim order, leased in one statement.
-# Each job's token is the call's random :token with the job id after it, so every claim
-# still writes a token no other claim ever wrote. RETURNING gives no order; the queue sorts.
-CLAIM_MANY = f"""
-UPDATE jobs SET status = 'running', attempts = attempts + 1,
-       lease_until = :lease_until, worker = :worker, token = :token || '-' || id, started_at = :now,
-       updated_at = :now, last_event = 'claimed'
- WHERE id IN (SELECT id FROM jobs
-               WHERE status = 'pending' AND run_at <= :now
-               ORDER BY priority DESC, run_at ASC, id ASC
-               LIMIT :n)
-RETURNING {JOB_COLUMNS}
-"""
-
-# Fenced writes: only the holder of the current token may change a running job.
 # A renewal's lease runs from when SQLite applied it, not from when it was asked for:
 # leaselab_now() is the queue's clock, registered on the connection and read as the statement
 # runs, after SQLite granted it the write lock. A beat that waited for the lock (less than the
@@ -56,108 +47,19 @@ UPDATE jobs SET lease_until = leaselab_now() + :lease, updated_at = leaselab_now
 RETURNING id, lease_until
 """
 
-# No RETURNING: how many rows it changed (1, or 0 when fenced off) is the whole answer.
-COMPLETE = """
-UPDATE jobs SET status = 'done', result = :result, lease_until = NULL, finished_at = :now,
-       updated_at = :now, last_event = 'completed'
- WHERE id = :id AND status = 'running' AND token = :token
-"""
-
 # leaselab_backoff(attempts) is the queue's Backoff.delay, registered on the connection.
-# SQLite has no UPDATE inside WITH, so a worker's complete-and-claim is COMPLETE then CLAIM in one
-# transaction (one commit, one sync); on a file there is no round trip to save.
-COMPLETE_AND_CLAIM = None
+FAIL = sql.fail(backoff="leaselab_backoff(attempts)")
 
-# Likewise, many completions are COMPLETE job by job in one transaction (then CLAIM_MANY, when a
-# worker refills its slots): one sync, and on a file no round trips to save.
-COMPLETE_MANY = None
-COMPLETE_MANY_AND_CLAIM = None
+# :keep (a JSON array) are the tokens of the worker that reaps: it is alive, so its own jobs are
+# not a crashed worker's, whatever a freeze did to their leases. A token in :keep also keeps every
+# job a batch claim took with it (their tokens are it, a dash and the id): a worker keeps the
+# claim it has sent before it knows which jobs that claim took.
+REAP = sql.reap(backoff="leaselab_backoff(attempts)", expired=(
+    " WHERE status = 'running' AND lease_until < :now AND token NOT IN (SELECT value FROM json_each(:keep))\n"
+    "   AND substr(token, 1, instr(token || '-', '-') - 1) NOT IN (SELECT value FROM json_each(:keep))"))
 
-FAIL = """
-UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-       run_at = CASE WHEN attempts >= max_attempts THEN run_at
-                     ELSE :now + leaselab_backoff(attempts) END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN :now END,
-       last_error = :error, lease_until = NULL, updated_at = :now, last_event = 'failed'
- WHERE id = :id AND status = 'running' AND token = :token
-RETURNING status
-"""
-
-# The reaper: one conditional statement, never read-then-write. A token in :keep keeps its job,
-# and every job a batch claim took with it (their tokens are it, a dash and the id): a worker
-# keeps the claim it has sent before it knows which jobs that claim took.
-REAP = """
-UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
-       run_at = CASE WHEN attempts >= max_attempts THEN run_at
-                     ELSE :now + leaselab_backoff(attempts) END,
-       finished_at = CASE WHEN attempts >= max_attempts THEN :now END,
-       last_error = 'lease expired', lease_until = NULL, updated_at = :now, last_event = 'reaped'
- WHERE status = 'running' AND lease_until < :now AND token NOT IN (SELECT value FROM json_each(:keep))
-   AND substr(token, 1, instr(token || '-', '-') - 1) NOT IN (SELECT value FROM json_each(:keep))
-RETURNING id
-"""
-
-# A job's history is a linked list: jobs.last_event_id is its newest event and each event's
-# prev is the one before, so reading one job's history is one rowid lookup per event, with no
-# index on events to keep up on every write. This walks it newest to oldest, down to :after.
-# Each step must go to a smaller id, so even a file whose links were damaged into a loop
-# ends the walk instead of running forever.
-_JOB_CHAIN = """
-WITH RECURSIVE chain(id) AS (
-    SELECT last_event_id FROM jobs WHERE id = :id
-    UNION ALL
-    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > :after AND e.prev < e.id
-)"""
-
-# A refused (fenced-off) write leaves the job alone but is written into the history, naming
-# the worker and attempt that claimed with this token. Zero rows inserted: no such job id.
-# LINK_EVENT then makes the new event the head of the job's history, in the same transaction.
-RECORD_LEASE_LOST = _JOB_CHAIN + """,
-claim AS (SELECT e.worker, e.attempt FROM events e
-           WHERE e.id IN (SELECT id FROM chain) AND e.token = :token AND e.kind = 'claimed')
-INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
-SELECT j.id, 'lease_lost', :now, (SELECT worker FROM claim), :token,
-       COALESCE((SELECT attempt FROM claim), j.attempts), :detail, j.last_event_id
-  FROM jobs j WHERE j.id = :id
-RETURNING id, (SELECT status FROM jobs WHERE id = :id)
-"""
-
-LINK_EVENT = "UPDATE jobs SET last_event_id = :event_id WHERE id = :id"
-
-GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"
-
-# After a write whose reply never came, or one refused: what the job's row says now, so a write that
-# went through under this very token (a retry after a lost reply) is told apart from a refusal.
-OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE id = :id"
-
-# The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
-# A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
-HELD_BY = f"""
-SELECT {JOB_COLUMNS} FROM jobs
- WHERE status = 'running' AND (token = :token OR substr(token, 1, length(:token) + 1) = :token || '-')
- ORDER BY priority DESC, run_at ASC, id ASC
-"""
-
-JOB_EXISTS = "SELECT 1 FROM jobs WHERE id = ?"
-
-LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id LIMIT :limit"
-
-LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status ORDER BY id LIMIT :limit"
-
-# Newest first: a dashboard shows the latest jobs without reading the whole table (rowid order, no sort).
-LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT :limit"
-
-LIST_JOBS_BY_STATUS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status ORDER BY id DESC LIMIT :limit"
-
-STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
-
-EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id"
-
-EVENTS_FOR_JOB = _JOB_CHAIN + f"""
-SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > :after ORDER BY id
-"""
-
-NEXT_RUN_AT = "SELECT min(run_at) FROM jobs WHERE status = 'pending'"
+# The one writer of the file already holds every row: nothing to lock.
+RECORD_LEASE_LOST = sql.record_lease_lost(lock="")
 
 # What the planner is told about jobs_claim, written once when the schema is made. Without
 # statistics SQLite walks the index from the top priority down and steps over every job that

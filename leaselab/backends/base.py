@@ -1,0 +1,261 @@
+"""``SqlBackend``: the plumbing every SQL backend shares (one connection under a lock, the tracer,
+running a statement or a transaction, translating the driver's errors) and the queue operations
+that are one statement in every dialect, written once over the dialect's statement module.
+
+A dialect subclasses it, names its statements and its driver's error class, and fills in the
+hooks: how to reach the connection, how to bound a call, how to ask for a synced commit, how
+to begin and end a transaction, and whatever it does its own way (SQLite completes and claims in
+one transaction, PostgreSQL in one statement). ``run``, ``transaction`` and ``connection`` are
+this class's own escape hatches, for tests, lessons and benchmarks that must reach the engine:
+they are not part of the ``Backend`` contract, and ``leaselab.queue`` never calls them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import ModuleType
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from ..errors import InvalidPayload, LeaselabError
+from ..job import Event, Job, Status
+from .contract import Claim, Claimed, Completing, Completion, NewJob, Outcome, Tracer, Unreadable
+
+Run = Callable[..., Any]  # run(statement, params) -> the driver's cursor, inside a transaction
+
+_UNBOUNDED: AbstractContextManager[None] = nullcontext()
+_TOKEN = 9  # the token's place in JOB_COLUMNS
+
+
+def claimed(rows: Iterable[Sequence[Any]]) -> list[Claimed]:
+    """The jobs of claimed rows (``JOB_COLUMNS``), each one whose payload cannot be read as ``Unreadable``."""
+    jobs: list[Claimed] = []
+    for row in rows:
+        try:
+            jobs.append(Job.from_row(tuple(row)))
+        except InvalidPayload as exc:
+            jobs.append(Unreadable(row[0], row[_TOKEN], str(exc)))
+    return jobs
+
+
+class _Refused(Exception):
+    """Inside ``completing``: the fenced completion changed no row, so the transaction must roll back."""
+
+
+class SqlRefusals:
+    """``Refusals`` on a transaction's ``run``."""
+
+    def __init__(self, run: Run, statements: ModuleType):
+        self._run, self._sql = run, statements
+
+    def outcome(self, job_id: int) -> Outcome | None:
+        rows = self._run(self._sql.OUTCOME, {"id": job_id}).fetchall()
+        return Outcome(*rows[0]) if rows else None
+
+    def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
+        rows = self._run(self._sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail,
+                                                       "after": 0}).fetchall()
+        if not rows:
+            return None
+        event_id, status = rows[0]
+        self._run(self._sql.LINK_EVENT, {"event_id": event_id, "id": job_id})
+        return status
+
+
+class SqlBackend:
+    """One connection, guarded by a lock so threads may share it, and the statements of one dialect."""
+
+    statements: ModuleType
+    kind: str
+    driver_error: type[Exception]  # what the driver raises; translated into leaselab's errors
+    backoff_params: dict[str, float] = {}  # what FAIL and REAP need besides their own parameters
+
+    def __init__(self, name: str, tracer: Tracer | None):
+        self.name = name
+        self.tracer = tracer
+        self._lock = threading.RLock()
+
+    # -- the dialect's hooks (the caller holds the lock) ------------------------------------
+
+    def _connection(self) -> Any:
+        """The open driver connection."""
+        raise NotImplementedError
+
+    def _bounded(self, conn: Any) -> AbstractContextManager[None]:
+        """Bound one call on ``conn`` (a watchdog, say); unbounded by default."""
+        return _UNBOUNDED
+
+    def _sync(self, conn: Any, durable: bool) -> None:
+        """Make the next commit reach the disk if it is ``durable``."""
+        raise NotImplementedError
+
+    def _begin(self, conn: Any) -> AbstractContextManager[Any]:
+        """The driver's transaction: committed on a clean exit, rolled back on an exception."""
+        raise NotImplementedError
+
+    def _translate(self, exc: Any) -> LeaselabError:
+        """The leaselab error for one of ``driver_error``."""
+        raise NotImplementedError
+
+    def _prepare(self, params: Any) -> Any:
+        """The parameters as the driver can take them (refusing what the engine cannot store)."""
+        return params
+
+    def _check_tokens(self, tokens: Iterable[str]) -> None:
+        """Refuse tokens the engine cannot hold, before they travel inside a JSON array."""
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    @property
+    def connection(self) -> Any:
+        """The driver's connection the queue uses: an escape hatch, not part of the contract."""
+        with self._lock:
+            return self._connection()
+
+    def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
+        """Run one statement in its own transaction and return its rows (an escape hatch, as ``connection``)."""
+        params = self._prepare(params)
+        if self.tracer is not None:
+            self.tracer(statement.strip(), params)
+        with self._lock:
+            conn = self._connection()
+            try:
+                with self._bounded(conn):
+                    self._sync(conn, durable)
+                    cursor = conn.execute(statement, params)
+                    return cursor.fetchall() if cursor.description is not None else []
+            except self.driver_error as exc:
+                raise self._translate(exc) from exc
+
+    def _changed(self, statement: str, params: Any, durable: bool) -> int:
+        """Run one statement in its own transaction; how many rows it changed (not its triggers)."""
+        params = self._prepare(params)
+        if self.tracer is not None:
+            self.tracer(statement.strip(), params)
+        with self._lock:
+            conn = self._connection()
+            try:
+                with self._bounded(conn):
+                    self._sync(conn, durable)
+                    return conn.execute(statement, params).rowcount
+            except self.driver_error as exc:
+                raise self._translate(exc) from exc
+
+    @contextmanager
+    def transaction(self, durable: bool) -> Iterator[Run]:
+        """One transaction under the lock; yields run(statement, params) -> the driver's cursor."""
+        def run(statement: str, params: Any = ()) -> Any:
+            params = self._prepare(params)
+            if self.tracer is not None:
+                self.tracer(statement.strip(), params)
+            return conn.execute(statement, params)
+
+        with self._lock:
+            conn = self._connection()
+            try:
+                with self._bounded(conn):
+                    self._sync(conn, durable)
+                    with self._begin(conn):
+                        yield run
+            except self.driver_error as exc:
+                raise self._translate(exc) from exc
+
+    # -- the operations that are one statement in every dialect ----------------------------
+
+    def enqueue(self, job: NewJob, now: float, *, durable: bool) -> int:
+        return self.run(self.statements.ENQUEUE, _enqueued(job, now), durable=durable)[0][0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
+        with self.transaction(durable) as run:
+            return [run(self.statements.ENQUEUE, _enqueued(job, now)).fetchone()[0] for job in jobs]
+
+    def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
+        rows = self.run(self.statements.CLAIM, _claiming(claim), durable=durable)
+        return claimed(rows)[0] if rows else None
+
+    def claim_many(self, n: int, claim: Claim, *, durable: bool) -> list[Claimed]:
+        return claimed(self.run(self.statements.CLAIM_MANY, {**_claiming(claim), "n": n}, durable=durable))
+
+    def held_by(self, token: str) -> list[Claimed]:
+        return claimed(self.run(self.statements.HELD_BY, {"token": token}))
+
+    def heartbeat(self, job_id: int, token: str, lease: float, now: float | None) -> float | None:
+        rows = self.run(self.statements.HEARTBEAT, {"id": job_id, "token": token, "now": now, "lease": lease})
+        return rows[0][0] if rows else None
+
+    def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
+        self._check_tokens(tokens)
+        rows = self.run(self.statements.HEARTBEAT_MANY, {"tokens": json.dumps(list(tokens)), "now": now,
+                                                         "lease": lease})
+        return {job_id: until for job_id, until in rows}
+
+    def complete(self, done: Completion, now: float, *, durable: bool) -> bool:
+        return self._changed(self.statements.COMPLETE, _completing(done, now), durable) > 0
+
+    @contextmanager
+    def completing(self, done: Completion, now: Callable[[], float], *, durable: bool) -> Iterator[Completing]:
+        try:
+            with self.transaction(durable) as run:
+                handle = Completing(self._connection())
+                yield handle
+                handle.now = now()
+                if not run(self.statements.COMPLETE, _completing(done, handle.now)).rowcount:
+                    raise _Refused  # rolls the caller's statements back with the refused completion
+                handle.completed = True
+        except _Refused:
+            pass
+
+    def fail(self, job_id: int, token: str, error: str, now: float) -> str | None:
+        rows = self.run(self.statements.FAIL, {"id": job_id, "token": token, "error": error, "now": now,
+                                               **self.backoff_params})
+        return rows[0][0] if rows else None
+
+    def reap(self, now: float, keep: Sequence[str]) -> list[int]:
+        self._check_tokens(keep)
+        rows = self.run(self.statements.REAP, {"now": now, "keep": json.dumps(list(keep)), **self.backoff_params})
+        return [row[0] for row in rows]
+
+    @contextmanager
+    def refusals(self) -> Iterator[SqlRefusals]:
+        with self.transaction(durable=False) as run:
+            yield SqlRefusals(run, self.statements)
+
+    def get(self, job_id: int) -> Job | None:
+        rows = self.run(self.statements.GET, {"id": job_id})
+        return Job.from_row(rows[0]) if rows else None
+
+    def jobs(self, status: Status | None, limit: int, newest_first: bool) -> list[Job]:
+        sql = self.statements
+        if status is None:
+            rows = self.run(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, {"limit": limit})
+        else:
+            rows = self.run(sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS,
+                            {"status": status.value, "limit": limit})
+        return [Job.from_row_or_damaged(row) for row in rows]
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.run(self.statements.STATS))
+
+    def events(self, job_id: int | None, after: int) -> list[Event]:
+        if job_id is None:
+            rows = self.run(self.statements.EVENTS, {"after": after})
+        else:
+            rows = self.run(self.statements.EVENTS_FOR_JOB, {"id": job_id, "after": after})
+        return [Event.from_row(row) for row in rows]
+
+    def next_run_at(self) -> float | None:
+        return self.run(self.statements.NEXT_RUN_AT)[0][0]
+
+
+def _enqueued(job: NewJob, now: float) -> dict[str, Any]:
+    return {"payload": job.payload, "priority": job.priority, "run_at": job.run_at,
+            "max_attempts": job.max_attempts, "now": now}
+
+
+def _claiming(claim: Claim) -> dict[str, Any]:
+    return {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "token": claim.token}
+
+
+def _completing(done: Completion, now: float) -> dict[str, Any]:
+    return {"id": done.id, "token": done.token, "result": done.result, "now": now}

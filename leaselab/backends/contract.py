@@ -1,0 +1,212 @@
+"""What a backend must provide: the ``Backend`` Protocol, one method per queue operation, and the
+typed values that cross it.
+
+``leaselab.queue`` holds the queue's logic once (argument checks, the clock, tokens, telling a write
+that went through unseen from a refusal, ``LeaseLost``) and calls only these methods. Each backend
+owns its strategy behind them: its statements, its transactions, and what its engine can fuse into
+one statement. A new engine is a new folder whose class satisfies ``Backend``; the type checker run
+in the suite (``tests/test_types.py``) proves that it does.
+
+The values that cross it are named tuples (typed, immutable, and cheap to make on a worker's hot
+path); times are unix seconds from the queue's clock; payloads, results and errors arrive already encoded
+(JSON text, checked by the queue). ``durable`` asks for the write to reach the disk before the call
+returns (the queue's ``durability="full"``). A fenced write that changed no row reports it (``False``,
+``None``, or an id left out of a list); deciding what that means is the queue's job.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Callable, NamedTuple, Protocol, Sequence, Union
+
+from ..job import Event, Job, Status
+
+Tracer = Callable[[str, Any], None]
+
+
+class NewJob(NamedTuple):
+    """One job to enqueue, its payload already JSON text."""
+
+    payload: str
+    priority: int
+    run_at: float
+    max_attempts: int
+
+
+class Claim(NamedTuple):
+    """Who claims, with which token, when, and until when the lease runs."""
+
+    worker: str
+    token: str
+    now: float
+    lease_until: float
+
+
+class Completion(NamedTuple):
+    """One fenced completion: the job, the token that should hold it, and its result as JSON text."""
+
+    id: int
+    token: str
+    result: str
+
+
+class Unreadable(NamedTuple):
+    """A claimed row whose stored payload cannot be read (damaged outside leaselab): the queue fails
+    that attempt with ``reason`` instead of handing it to a handler."""
+
+    id: int
+    token: str
+    reason: str
+
+
+# What a claim hands back for one job.
+Claimed = Union[Job, Unreadable]
+
+
+class Outcome(NamedTuple):
+    """What a job's row says now, read after a fenced write changed no row: enough to tell a write
+    that went through unseen (same token, same last event, same value) from a refusal."""
+
+    status: str
+    token: str | None
+    last_event: str
+    result: str | None
+    last_error: str | None
+
+
+@dataclass
+class Completing:
+    """The handle of ``Backend.completing``: the driver connection inside the transaction (for the
+    caller's own statements), and, once the block is over, whether the completion took and when."""
+
+    connection: Any
+    completed: bool = False
+    now: float = 0.0
+
+
+class Refusals(Protocol):
+    """Inside one transaction: reading a job's outcome and writing a refused write into its history."""
+
+    def outcome(self, job_id: int) -> Outcome | None:
+        """The job's row as an ``Outcome``; None for an unknown id."""
+        ...
+
+    def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
+        """Append a ``lease_lost`` event naming the claim ``token`` made; the job's status, None for an unknown id."""
+        ...
+
+
+class Backend(Protocol):
+    """A place to keep a queue's jobs. See the module's docstring for the conventions."""
+
+    # A name for messages (a server's URL without its password), and the engine ("sqlite", "postgresql").
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def kind(self) -> str: ...
+
+    # The database's own clock (unix seconds), or None when the caller's clock is the one to use.
+    @property
+    def clock(self) -> Callable[[], float] | None: ...
+
+    tracer: Tracer | None  # called with (statement, params) before each statement runs
+    call_timeout: float | None  # the longest one call may wait for a server; ignored where every wait is bounded
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """The queue's clock, for statements that read the time once they hold their locks."""
+        ...
+
+    def close(self) -> None: ...
+
+    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Block until a job may have arrived, ``stop`` is set, or ``timeout`` seconds pass."""
+        ...
+
+    # -- writes ---------------------------------------------------------------
+
+    def enqueue(self, job: NewJob, now: float, *, durable: bool) -> int: ...
+
+    def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
+        """All in one transaction; the ids in order."""
+        ...
+
+    def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
+        """Lease the next runnable job in one statement; None when none is runnable."""
+        ...
+
+    def claim_many(self, n: int, claim: Claim, *, durable: bool) -> list[Claimed]:
+        """Lease up to ``n`` runnable jobs in one statement, each token ``claim.token`` + '-' + its id; any order."""
+        ...
+
+    def heartbeat(self, job_id: int, token: str, lease: float, now: float | None) -> float | None:
+        """Renew one lease to (the time the write is applied) + ``lease``; the new lease_until, None if fenced off.
+
+        ``now`` None: read the time from the backend's own clock as the statement runs."""
+        ...
+
+    def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
+        """Renew every lease these tokens hold, in one statement: {job id: new lease_until}."""
+        ...
+
+    def complete(self, done: Completion, now: float, *, durable: bool) -> bool:
+        """The fenced completion; False when it changed no row."""
+        ...
+
+    def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
+        """Complete ``done`` and, only if that changed its row, claim as ``claim`` does, in one transaction.
+        Returns (whether it completed, the claimed job or None)."""
+        ...
+
+    def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
+        """Every completion in one transaction, each fenced on its own; the ids that completed."""
+        ...
+
+    def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
+                                durable: bool) -> tuple[list[int], list[Claimed]]:
+        """``complete_many`` and ``claim_many`` in one transaction; the claim does not wait on the completions."""
+        ...
+
+    def completing(self, done: Completion, now: Callable[[], float], *,
+                   durable: bool) -> AbstractContextManager[Completing]:
+        """One transaction: the caller's block (on ``Completing.connection``), then the fenced completion
+        dated ``now()``; all rolled back if that changed no row (``Completing.completed`` False)."""
+        ...
+
+    def fail(self, job_id: int, token: str, error: str, now: float) -> str | None:
+        """A fenced failed attempt: back to pending after the backoff, or dead; the new status, None if fenced off."""
+        ...
+
+    def reap(self, now: float, keep: Sequence[str]) -> list[int]:
+        """Expire every running lease past ``now`` not held by a token in ``keep``, in one statement; their ids."""
+        ...
+
+    def refusals(self) -> AbstractContextManager[Refusals]:
+        """A transaction for settling fenced writes that changed no row (never synced on its own)."""
+        ...
+
+    # -- reads ----------------------------------------------------------------
+
+    def held_by(self, token: str) -> list[Claimed]:
+        """The running jobs that the claim made with ``token`` (or a batch claim's ``token-<id>``) holds."""
+        ...
+
+    def get(self, job_id: int) -> Job | None: ...
+
+    def jobs(self, status: Status | None, limit: int, newest_first: bool) -> list[Job]:
+        """In id order (or the newest ``limit``); a damaged row as a ``Job`` whose ``damage`` says why."""
+        ...
+
+    def stats(self) -> dict[str, int]:
+        """How many jobs are in each status that has any."""
+        ...
+
+    def events(self, job_id: int | None, after: int) -> list[Event]:
+        """The history, oldest first, after event id ``after``; one job's alone if ``job_id`` is given."""
+        ...
+
+    def next_run_at(self) -> float | None:
+        """When the earliest pending job becomes claimable; None if none is pending."""
+        ...

@@ -1,0 +1,161 @@
+"""The SQL both dialects agree on, written once with ``:name`` parameters, and ``pyformat``, which
+converts a statement to psycopg's ``%(name)s`` style: one source, the placeholder style changed
+mechanically at import. Where the dialects differ in a part (the claim's row locking, the backoff
+in the retry-or-dead rule), the statement is a template here and each dialect fills that part in.
+Nothing but fixed SQL fragments is ever formatted into a statement; values go as parameters.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..job import EVENT_COLUMNS, JOB_COLUMNS
+
+# A :name parameter: not part of a PostgreSQL cast (x::float8), nor glued to a word or number.
+_PARAMETER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def pyformat(statement: str) -> str:
+    """``statement`` with every ``:name`` written ``%(name)s``, and every literal ``%`` doubled, for psycopg."""
+    return _PARAMETER.sub(r"%(\1)s", statement.replace("%", "%%"))
+
+
+ENQUEUE = """
+INSERT INTO jobs (payload, priority, run_at, max_attempts, created_at, updated_at)
+VALUES (:payload, :priority, :run_at, :max_attempts, :now, :now)
+RETURNING id
+"""
+
+# The claim of the article: picking a job and granting its lease are one statement, so two
+# workers, in any processes, can never both get the same job. A server adds row locking to the
+# subquery ({lock}: see the PostgreSQL statements). claim() writes it once for the single claim,
+# the batch and the fused statements.
+_CLAIMED = """UPDATE jobs SET status = 'running', attempts = attempts + 1,
+       lease_until = :lease_until, worker = :worker, token = {token}, started_at = :now,
+       updated_at = :now, last_event = 'claimed'
+ WHERE id {pick} (SELECT id FROM jobs
+              WHERE status = 'pending' AND run_at <= :now{also}
+              ORDER BY priority DESC, run_at ASC, id ASC
+              LIMIT {limit}{lock})
+RETURNING """ + JOB_COLUMNS
+
+
+def claim(lock: str, token: str = ":token", pick: str = "=", limit: str = "1", also: str = "") -> str:
+    """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further condition."""
+    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock)
+
+
+def claim_many(lock: str) -> str:
+    """A batch of the same claim: up to :n runnable jobs in claim order, leased in one statement.
+
+    Each job's token is the call's random :token with the job id after it, so every claim still
+    writes a token no other claim ever wrote. RETURNING gives no order; the queue sorts.
+    """
+    return claim(lock, token=":token || '-' || id", pick="IN", limit=":n")
+
+
+# A completion: what it writes, with where the result comes from.
+COMPLETED = """UPDATE jobs SET status = 'done', result = {result}, lease_until = NULL, finished_at = :now,
+       updated_at = :now, last_event = 'completed'"""
+
+# Fenced: only the holder of the current token may change a running job. No RETURNING: how
+# many rows it changed (1, or 0 when fenced off) is the whole answer.
+COMPLETE = "\n" + COMPLETED.format(result=":result") + """
+ WHERE id = :id AND status = 'running' AND token = :token
+"""
+
+# A failed attempt and an expired lease end alike: back to pending after the backoff ({backoff},
+# the dialect's own expression of the queue's Backoff.delay(attempts)), or dead once the attempts
+# are used up. {error} is what last_error says.
+_RETRY_OR_DEAD = """
+UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
+       run_at = CASE WHEN attempts >= max_attempts THEN run_at
+                     ELSE :now + {backoff} END,
+       finished_at = CASE WHEN attempts >= max_attempts THEN :now END,
+       last_error = {error}, lease_until = NULL, updated_at = :now, last_event = '{event}'
+"""
+
+
+def fail(backoff: str) -> str:
+    """The fenced failure, with the dialect's backoff."""
+    return _RETRY_OR_DEAD.format(backoff=backoff, error=":error", event="failed") + """\
+ WHERE id = :id AND status = 'running' AND token = :token
+RETURNING status
+"""
+
+
+def reap(backoff: str, expired: str) -> str:
+    """The reaper, one conditional statement, never read-then-write: ``expired`` is the WHERE that picks
+    the expired leases (not those whose token is in :keep, a JSON array), in the dialect's words."""
+    return _RETRY_OR_DEAD.format(backoff=backoff, error="'lease expired'", event="reaped") + expired + """
+RETURNING id
+"""
+
+
+# A job's history is a linked list: jobs.last_event_id is its newest event and each event's
+# prev is the one before, so reading one job's history is one rowid lookup per event, with no
+# index on events to keep up on every write. This walks it newest to oldest, down to :after.
+# Each step must go to a smaller id, so even a database whose links were damaged into a loop
+# ends the walk instead of running forever.
+JOB_CHAIN = """
+WITH RECURSIVE chain(id) AS (
+    SELECT last_event_id FROM jobs WHERE id = :id
+    UNION ALL
+    SELECT e.prev FROM events e JOIN chain c ON e.id = c.id WHERE e.prev > :after AND e.prev < e.id
+)"""
+
+# A refused (fenced-off) write leaves the job alone but is written into the history, naming
+# the worker and attempt that claimed with this token. Zero rows inserted: no such job id.
+# LINK_EVENT then makes the new event the head of the job's history, in the same transaction.
+# {lock} is how the dialect locks the job's row first, so a change committed between this read
+# of last_event_id and LINK_EVENT (the new holder's completion, say) cannot be cut out of the list.
+_RECORD_LEASE_LOST = JOB_CHAIN + """,
+claim AS (SELECT e.worker, e.attempt FROM events e
+           WHERE e.id IN (SELECT id FROM chain) AND e.token = :token AND e.kind = 'claimed')
+INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
+SELECT j.id, 'lease_lost', :now, (SELECT worker FROM claim LIMIT 1), :token,
+       COALESCE((SELECT attempt FROM claim LIMIT 1), j.attempts), :detail, j.last_event_id
+  FROM jobs j WHERE j.id = :id{lock}
+RETURNING id, (SELECT status FROM jobs WHERE id = :id)
+"""
+
+
+def record_lease_lost(lock: str) -> str:
+    """The refusal's history event, with the dialect's lock on the job's row."""
+    return _RECORD_LEASE_LOST.format(lock=lock)
+
+
+LINK_EVENT = "UPDATE jobs SET last_event_id = :event_id WHERE id = :id"
+
+GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id"
+
+# After a write whose reply never came, or one refused: what the job's row says now, so a write that
+# went through under this very token (a retry after a lost reply) is told apart from a refusal.
+OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE id = :id"
+
+# The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
+# A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
+HELD_BY = f"""
+SELECT {JOB_COLUMNS} FROM jobs
+ WHERE status = 'running' AND (token = :token OR substr(token, 1, length(:token) + 1) = :token || '-')
+ ORDER BY priority DESC, run_at ASC, id ASC
+"""
+
+LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id LIMIT :limit"
+
+LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status ORDER BY id LIMIT :limit"
+
+# Newest first: a dashboard shows the latest jobs without reading the whole table (no sort: the key's order).
+LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT :limit"
+
+LIST_JOBS_BY_STATUS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status ORDER BY id DESC LIMIT :limit"
+
+STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
+
+EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id"
+
+EVENTS_FOR_JOB = JOB_CHAIN + f"""
+SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > :after ORDER BY id
+"""
+
+NEXT_RUN_AT = "SELECT min(run_at) FROM jobs WHERE status = 'pending'"
