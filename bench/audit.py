@@ -155,7 +155,7 @@ def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
         note = f"back after {verdict.back_after:.1f} s"
     else:
         note = f"not back within {time.time() - killed:.0f} s" + (" (still held by the queue)" if held else "")
-    return verdict, note
+    return verdict, with_check(note, contender.queue_check(vanished=["A"]))
 
 
 def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
@@ -184,7 +184,11 @@ def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, s
     else:
         note = (f"not taken again in the {resumed - paused:.0f} s the first worker was stopped; "
                 f"its late completion {late}")
-    return verdict, note
+    return verdict, with_check(note, contender.queue_check(vanished=[]))
+
+
+def with_check(note: str, checked: str | None) -> str:
+    return note if checked is None else f"{note}; {checked}"
 
 
 RUNNERS = {"crash": crash, "zombie": zombie}
@@ -208,8 +212,12 @@ def advice(scenario: str, v: Verdict) -> str:
     return "nothing to do for this fault."
 
 
-def audit(quick: bool = True, contenders: list[Contender] | None = None) -> list[Row]:
-    """Run every scenario against every contender and return the rows; ``quick`` picks the short list."""
+def audit(quick: bool = True, contenders: list[Contender] | None = None, base: str | os.PathLike | None = None) -> list[Row]:
+    """Run every scenario against every contender and return the rows; ``quick`` picks the short list.
+
+    Each scenario works in a fresh folder under ``base`` (the system's temp folder by default),
+    removed when it ends.
+    """
     if contenders is None:
         contenders = audit_contenders.quick() if quick else audit_contenders.full()
     rows = []
@@ -223,7 +231,7 @@ def audit(quick: bool = True, contenders: list[Contender] | None = None) -> list
             continue
         for scenario in SCENARIOS:
             step(f"{contender.name}, {contender.settings}: {scenario}")
-            folder = Path(tempfile.mkdtemp(prefix=f"audit-{scenario}-"))
+            folder = Path(tempfile.mkdtemp(prefix=f"audit-{scenario}-", dir=base))
             try:
                 contender.setup(folder)
                 verdict, note = RUNNERS[scenario](contender, folder, folder / "ledger.jsonl")

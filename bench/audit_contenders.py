@@ -57,6 +57,10 @@ class Contender:
         """Ledger lines for completions the queue's own record shows (for queues whose worker says so only there)."""
         return []
 
+    def queue_check(self, vanished: list[str]) -> str | None:
+        """What a checker of the queue's own history says (None: the queue keeps no history to check)."""
+        return None
+
 
 class Leaselab(Contender):
     def __init__(self, lease: float | None):
@@ -107,6 +111,12 @@ class Leaselab(Contender):
                 for worker, at, payload in rows if worker in pids]
 
 
+    def queue_check(self, vanished):
+        from leaselab.check import check
+        report = check(self.db, lease=30.0 if self.lease is None else self.lease, vanished=vanished)
+        return "leaselab check: " + report.headline()
+
+
 class Huey(Contender):
     def __init__(self):
         super().__init__("huey (SqliteHuey)", "defaults (no lease: a task is deleted when dequeued)",
@@ -144,12 +154,13 @@ class PersistQueue(Contender):
 
     def enqueue(self, key, fault, ledger):
         from persistqueue import SQLiteAckQueue
-        q = SQLiteAckQueue(str(self.path), multithreading=True)
+        q = SQLiteAckQueue(str(self.path))
         q.put({"key": key, "fault": fault, "ledger": str(ledger)})
 
     def worker(self, name):
         ledger = self.folder / "ledger.jsonl"
-        return [sys.executable, str(HERE / "audit_handlers.py"), "persist", str(self.path), str(ledger)], child_env()
+        code = f"import audit_handlers; audit_handlers.persist_consumer({str(self.path)!r}, {str(ledger)!r})"
+        return [sys.executable, "-c", code], child_env()
 
     def held(self):
         import glob

@@ -1,6 +1,7 @@
 """What the audit's worker processes run: leaselab's handler, and persist-queue's consumer loop as its README writes it.
 
-    python bench/audit_handlers.py persist QUEUE_FOLDER LEDGER
+Not a program (``./dev bench`` lists only bench/'s programs): the persist-queue consumer
+starts as ``python -c "import audit_handlers; audit_handlers.persist_consumer(FOLDER, LEDGER)"``.
 
 persist-queue ships no worker: its README's consumer is ``item = q.get()``, the work,
 ``q.ack(item)``. The loop below is that, with ``SQLiteAckQueue`` at its defaults (so
@@ -10,8 +11,6 @@ marked the item acked, None when it found nothing to ack.
 """
 
 from __future__ import annotations
-
-import sys
 
 from audit_ledger import handle, record
 
@@ -25,14 +24,9 @@ def leaselab_job(job):
 def persist_consumer(folder: str, ledger: str) -> None:
     from persistqueue import SQLiteAckQueue
 
-    q = SQLiteAckQueue(folder, multithreading=True)
+    q = SQLiteAckQueue(folder)
     while True:
         item = q.get()  # blocks until an item is ready
         handle(item["key"], item["fault"], item["ledger"])
         record(ledger, item["key"], "accepted" if q.ack(item) is not None else "refused")
 
-
-if __name__ == "__main__":
-    if sys.argv[1:2] != ["persist"] or len(sys.argv) != 4:
-        sys.exit("usage: audit_handlers.py persist QUEUE_FOLDER LEDGER")
-    persist_consumer(sys.argv[2], sys.argv[3])
