@@ -82,8 +82,10 @@ def wait_for(what: str, condition: Callable[[], bool], seconds: float) -> bool:
     return condition()
 
 
-def stopped(pid: int) -> bool:
+def stopped(pid: int | None) -> bool:
     """True when process ``pid`` is stopped by a signal (state T in /proc)."""
+    if pid is None:
+        return False
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -129,6 +131,28 @@ class Workers:
             proc.wait(30)
 
 
+def runners(ledger: Path, key: str) -> list[int]:
+    """The processes that started a run of ``key``, in order: the handler's own process, which may be
+    a worker's child (RQ's work horse, Celery's pool process) rather than the worker started."""
+    return [l["pid"] for l in read(ledger) if l["job"] == key and l["what"] == "start"]
+
+
+def runner(ledger: Path, key: str) -> int | None:
+    found = runners(ledger, key)
+    return found[0] if found else None
+
+
+def gone(pid: int | None) -> bool:
+    """True when ``pid`` names a process that no longer runs (a zombie child awaiting its wait counts as gone)."""
+    if pid is None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
 def lines_of(contender: Contender, ledger: Path, workers: Workers) -> list[dict]:
     return read(ledger) + contender.queue_acceptances(workers.pids())
 
@@ -140,50 +164,64 @@ def accepted_from(lines: list[dict], key: str, pid: int) -> bool:
 def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
     contender.enqueue("crash", "crash", ledger)
     with Workers(contender, folder) as workers:
-        a = workers.start("A")
-        if not wait_for("A killed itself", lambda: a.poll() is not None, START_WAIT):
+        workers.start("A")
+        if not wait_for("the first run killed itself", lambda: gone(runner(ledger, "crash")), START_WAIT):
             raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
         killed = time.time()
-        b = workers.start("B")
-        back = wait_for("the job completed by B",
-                        lambda: accepted_from(lines_of(contender, ledger, workers), "crash", b.pid),
+        workers.start("B")
+        back = wait_for("the job completed again",
+                        lambda: any(l["job"] == "crash" and l["what"] == "accepted"
+                                    for l in lines_of(contender, ledger, workers)),
                         contender.comeback_wait)
         held = contender.held()
         lines = lines_of(contender, ledger, workers)
+        where = contender.whereabouts()
     verdict = judge(lines, ["crash"], held)
     if verdict.back_after is not None:
         note = f"back after {verdict.back_after:.1f} s"
     else:
         note = f"not back within {time.time() - killed:.0f} s" + (" (still held by the queue)" if held else "")
+    if where and verdict.lost:
+        note = f"{note}; {where}"
     return verdict, with_check(note, contender.queue_check(vanished=["A"]))
 
 
 def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
     contender.enqueue("zombie", "zombie", ledger)
     with Workers(contender, folder) as workers:
-        a = workers.start("A")
-        if not wait_for("A stopped itself", lambda: stopped(a.pid), START_WAIT):
+        workers.start("A")
+        if not wait_for("the first run stopped itself", lambda: stopped(runner(ledger, "zombie")), START_WAIT):
             raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
+        zombie_pid = runner(ledger, "zombie")
         paused = time.time()
-        b = workers.start("B")
-        second = wait_for("B's run settled",
-                          lambda: contender.settled(workers.log("B"), lines_of(contender, ledger, workers), b.pid,
-                                                    "zombie"),
+        workers.start("B")
+        second = wait_for("the second run settled",
+                          lambda: any(contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid,
+                                                        "zombie") for pid in runners(ledger, "zombie")[1:]),
                           contender.comeback_wait)
-        os.kill(a.pid, signal.SIGCONT)
+        try:
+            os.kill(zombie_pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # its own worker killed it meanwhile (RQ's job_timeout does): no late completion can come
         resumed = time.time()
         wait_for("A's late completion settled",
-                 lambda: contender.settled(workers.log("A"), lines_of(contender, ledger, workers), a.pid, "zombie"),
+                 lambda: gone(zombie_pid) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers),
+                                                               zombie_pid, "zombie"),
                  SETTLE_WAIT)
         held = contender.held()
         lines = lines_of(contender, ledger, workers)
+        where = contender.whereabouts()
     verdict = judge(lines, ["zombie"], held)
-    late = "accepted" if accepted_from(lines, "zombie", a.pid) else "refused"
+    late = ("accepted" if accepted_from(lines, "zombie", zombie_pid) else
+            "never came: its own worker had killed it" if gone(zombie_pid) and not any(
+                l["pid"] == zombie_pid and l["what"] == "end" for l in lines) else "refused")
     if second:
         note = f"taken again after {verdict.back_after:.1f} s; the zombie's late completion {late}"
     else:
         note = (f"not taken again in the {resumed - paused:.0f} s the first worker was stopped; "
                 f"its late completion {late}")
+    if where and verdict.lost:
+        note = f"{note}; {where}"
     return verdict, with_check(note, contender.queue_check(vanished=[]))
 
 
@@ -203,7 +241,7 @@ def advice(scenario: str, v: Verdict) -> str:
         return ("a job whose worker dies mid-run is gone: re-enqueue from your own record, "
                 "or use a queue that leases jobs.")
     if v.stuck:
-        return "the job stays claimed with no one running it: something must put it back (restart a consumer)."
+        return "the job stays claimed with no one running it: run a reaper of your own that puts such jobs back."
     if v.overlapping:
         return ("runs overlap once a lease runs out, though the stale result is refused: keep the lease above your "
                 "longest job and fence outside effects with the attempt's token.")
@@ -229,18 +267,36 @@ def audit(quick: bool = True, contenders: list[Contender] | None = None, base: s
                 rows.append(Row(contender.name, "-", contender.settings, scenario, None,
                                 f"not installed: {type(exc).__name__}: {exc}", "-"))
             continue
-        for scenario in SCENARIOS:
-            step(f"{contender.name}, {contender.settings}: {scenario}")
-            folder = Path(tempfile.mkdtemp(prefix=f"audit-{scenario}-", dir=base))
-            try:
-                contender.setup(folder)
-                verdict, note = RUNNERS[scenario](contender, folder, folder / "ledger.jsonl")
-                rows.append(Row(contender.name, version, contender.settings, scenario, verdict, note,
-                                advice(scenario, verdict)))
-            except AuditError as exc:
-                rows.append(Row(contender.name, version, contender.settings, scenario, None, str(exc), "-"))
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
+        try:
+            contender.open()
+        except Exception as exc:  # a server that cannot start here is a row that says why
+            contender.close()
+            for scenario in SCENARIOS:
+                rows.append(Row(contender.name, version, contender.settings, scenario, None,
+                                f"could not start: {type(exc).__name__}: {exc}", "-"))
+            continue
+        try:
+            rows += scenarios(contender, version, base)
+        finally:
+            contender.close()
+    return rows
+
+
+def scenarios(contender: Contender, version: str, base: str | os.PathLike | None) -> list[Row]:
+    """Each scenario against one opened contender, each in a fresh folder removed when it ends."""
+    rows = []
+    for scenario in SCENARIOS:
+        step(f"{contender.name}, {contender.settings}: {scenario}")
+        folder = Path(tempfile.mkdtemp(prefix=f"audit-{scenario}-", dir=base))
+        try:
+            contender.setup(folder)
+            verdict, note = RUNNERS[scenario](contender, folder, folder / "ledger.jsonl")
+            rows.append(Row(contender.name, version, contender.settings, scenario, verdict, note,
+                            advice(scenario, verdict)))
+        except AuditError as exc:
+            rows.append(Row(contender.name, version, contender.settings, scenario, None, str(exc), "-"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     return rows
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+MAX_WAIT = 60.0  # seconds: the longest the harness waits for a job to come back
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -32,8 +33,18 @@ class Contender:
     # the documented bound (the lease) plus ample slack for a loaded machine.
     comeback_wait: float = 30.0
 
+    def __post_init__(self) -> None:
+        # An hour-long default visibility timeout is not waited out: the cell says the bound it waited.
+        self.comeback_wait = min(self.comeback_wait, MAX_WAIT)
+
     def version(self) -> str:
         raise NotImplementedError
+
+    def open(self) -> None:
+        """Start what the contender needs for all its scenarios (a server); ``close`` stops it."""
+
+    def close(self) -> None:
+        """Stop whatever ``open`` started; safe to call when ``open`` failed half-way."""
 
     def setup(self, folder: Path) -> None:
         self.folder = folder
@@ -61,35 +72,61 @@ class Contender:
         """What a checker of the queue's own history says (None: the queue keeps no history to check)."""
         return None
 
+    def whereabouts(self) -> str | None:
+        """Where the queue's own state puts a job that did not complete (None: nowhere it says)."""
+        return None
+
 
 class Leaselab(Contender):
-    def __init__(self, lease: float | None):
+    def __init__(self, lease: float | None, backend: str = "sqlite"):
         settings = "defaults (lease 30 s)" if lease is None else f"lease {lease:g} s (short, to be reached)"
-        super().__init__("leaselab (SQLite)", settings, comeback_wait=(30.0 if lease is None else lease) + 30.0)
-        self.lease = lease
+        super().__init__(f"leaselab ({'SQLite' if backend == 'sqlite' else 'PostgreSQL'})", settings,
+                         comeback_wait=(30.0 if lease is None else lease) + 30.0)
+        self.lease, self.backend = lease, backend
+        self.server = None
+        self.target = ""
+        self.databases = 0
 
     def version(self) -> str:
         import leaselab
         return leaselab.__version__
 
-    @property
-    def db(self) -> Path:
-        return self.folder / "leaselab.db"
+    def open(self):
+        if self.backend == "postgres":
+            from leaselab.lessons.pgserver import PgServer
+            self.server = PgServer().start()
+
+    def close(self):
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def setup(self, folder):
+        super().setup(folder)
+        if self.server is None:
+            self.target = str(folder / "leaselab.db")
+        else:
+            self.databases += 1
+            self.target = self.server.create_database(f"audit{self.databases}")
 
     def enqueue(self, key, fault, ledger):
         from leaselab import Queue
-        with Queue(self.db) as q:
+        with Queue(self.target) as q:
             q.enqueue({"key": key, "fault": fault, "ledger": str(ledger)})
 
     def worker(self, name):
-        cmd = [sys.executable, "-m", "leaselab", "worker", "--db", str(self.db), "--handler",
+        cmd = [sys.executable, "-m", "leaselab", "worker", "--db", self.target, "--handler",
                "audit_handlers:leaselab_job", "--name", name, "--poll", "0.05", "--max-poll", "0.2"]
         if self.lease is not None:
             cmd += ["--lease", str(self.lease)]
         return cmd, child_env()
 
     def _rows(self, sql: str) -> list[tuple]:
-        conn = sqlite3.connect(self.db)
+        if self.server is not None:
+            import psycopg
+            with psycopg.connect(self.target) as conn:
+                return conn.execute(sql).fetchall()
+        conn = sqlite3.connect(self.target)
         try:
             return conn.execute(sql).fetchall()
         finally:
@@ -107,13 +144,13 @@ class Leaselab(Contender):
         import json
         rows = self._rows("SELECT e.worker, e.at, j.payload FROM events e JOIN jobs j ON j.id = e.job_id "
                           "WHERE e.kind = 'completed' ORDER BY e.id")
-        return [{"job": json.loads(payload)["key"], "pid": pids[worker], "what": "accepted", "t": at}
+        # The worker is named, not numbered, in leaselab's events: name the run by the pid that ran it.
+        return [{"job": json.loads(payload)["key"], "pid": pids[worker], "what": "accepted", "t": float(at)}
                 for worker, at, payload in rows if worker in pids]
-
 
     def queue_check(self, vanished):
         from leaselab.check import check
-        report = check(self.db, lease=30.0 if self.lease is None else self.lease, vanished=vanished)
+        report = check(self.target, lease=30.0 if self.lease is None else self.lease, vanished=vanished)
         return "leaselab check: " + report.headline()
 
 
@@ -183,6 +220,119 @@ class PersistQueue(Contender):
         return found
 
 
+class LiteQueue(Contender):
+    def __init__(self, stale_after: int | None):
+        settings = ("defaults (no timeout: a locked message stays locked)" if stale_after is None else
+                    f"consumer retries messages locked over {stale_after} s (README's list_locked + retry)")
+        super().__init__("litequeue", settings, comeback_wait=10.0 if stale_after is None else stale_after + 30.0)
+        self.stale_after = stale_after
+
+    def version(self) -> str:
+        from importlib.metadata import version
+        return version("litequeue")
+
+    @property
+    def db(self) -> Path:
+        return self.folder / "litequeue.db"
+
+    def enqueue(self, key, fault, ledger):
+        import json
+        from litequeue import LiteQueue as LQ
+        q = LQ(str(self.db))
+        q.put(json.dumps({"key": key, "fault": fault, "ledger": str(ledger)}))
+        q.close()
+
+    def worker(self, name):
+        ledger = self.folder / "ledger.jsonl"
+        code = (f"import audit_handlers; audit_handlers.litequeue_consumer({str(self.db)!r}, {str(ledger)!r}, "
+                f"{self.stale_after!r})")
+        return [sys.executable, "-c", code], child_env()
+
+    def held(self):
+        import json
+        from litequeue import LiteQueue as LQ
+        q = LQ(str(self.db))
+        try:
+            return {json.loads(m.data)["key"] for m in q.list_locked(0)}
+        finally:
+            q.close()
+
+
+class Rq(Contender):
+    def __init__(self, job_timeout: int | None):
+        settings = ("defaults (job_timeout 180 s)" if job_timeout is None else
+                    f"job_timeout {job_timeout} s (short, to be reached)")
+        super().__init__("RQ (Redis)", settings, comeback_wait=(180 if job_timeout is None else job_timeout) + 30.0)
+        self.job_timeout = job_timeout
+        self.redis = None
+
+    def version(self) -> str:
+        import rq
+        return rq.__version__
+
+    def open(self):
+        from redisserver import RedisServer
+        self.redis = RedisServer().start()
+
+    def close(self):
+        if self.redis is not None:
+            self.redis.stop()
+            self.redis = None
+
+    def setup(self, folder):
+        super().setup(folder)
+        self.redis.flush()
+
+    def enqueue(self, key, fault, ledger):
+        from redis import Redis
+        from rq import Queue as RQueue
+        import audit_rq_jobs
+        q = RQueue(connection=Redis.from_url(self.redis.url))
+        kwargs = {} if self.job_timeout is None else {"job_timeout": self.job_timeout}
+        q.enqueue(audit_rq_jobs.job, key, fault, str(ledger), on_success=audit_rq_jobs.succeeded, **kwargs)
+
+    def worker(self, name):
+        return [sys.executable, "-m", "rq.cli", "worker", "--url", self.redis.url, "--name", f"{name}-{os.getpid()}"], \
+            child_env()
+
+
+    def whereabouts(self):
+        from redis import Redis
+        from rq import Queue as RQueue
+        failed = RQueue(connection=Redis.from_url(self.redis.url)).failed_job_registry
+        return f"{failed.count} in RQ's FailedJobRegistry, not retried" if failed.count else None
+
+
+class Celery(Contender):
+    def __init__(self, visibility: int | None):
+        settings = ("acks_late, defaults (Redis visibility_timeout 3600 s)" if visibility is None else
+                    f"acks_late, Redis visibility_timeout {visibility} s (short, to be reached)")
+        super().__init__("Celery (Redis)", settings, comeback_wait=(3600 if visibility is None else visibility) + 30.0)
+        self.visibility = visibility
+        self.redis = None
+
+    def version(self) -> str:
+        import celery
+        return celery.__version__
+
+    open = Rq.open
+    close = Rq.close
+    setup = Rq.setup
+
+    def _env(self):
+        return child_env(AUDIT_REDIS_URL=self.redis.url,
+                         AUDIT_VISIBILITY="" if self.visibility is None else str(self.visibility))
+
+    def enqueue(self, key, fault, ledger):
+        import subprocess
+        subprocess.run([sys.executable, "-c", f"import audit_celery_app as a; a.job.delay({key!r}, {fault!r}, "
+                        f"{str(ledger)!r})"], check=True, env=self._env())
+
+    def worker(self, name):
+        return [sys.executable, "-m", "celery", "-A", "audit_celery_app", "worker", "-c", "1", "-n",
+                f"{name}@audit", "--without-gossip", "--without-mingle", "-l", "warning"], self._env()
+
+
 def quick() -> list[Contender]:
     """``--quick``: leaselab on SQLite with a lease short enough to be reached, huey and persist-queue."""
     return [Leaselab(lease=2.0), Huey(), PersistQueue()]
@@ -190,4 +340,6 @@ def quick() -> list[Contender]:
 
 def full() -> list[Contender]:
     """The whole audit: each contender at its defaults, then with its lease short enough to be reached."""
-    return [Leaselab(lease=None), Leaselab(lease=2.0), Huey(), PersistQueue()]
+    return [Leaselab(lease=None), Leaselab(lease=2.0), Leaselab(lease=2.0, backend="postgres"), Huey(),
+            PersistQueue(), LiteQueue(stale_after=None), LiteQueue(stale_after=2), Rq(job_timeout=None),
+            Rq(job_timeout=3), Celery(visibility=None), Celery(visibility=3)]

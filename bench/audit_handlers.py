@@ -30,3 +30,26 @@ def persist_consumer(folder: str, ledger: str) -> None:
         handle(item["key"], item["fault"], item["ledger"])
         record(ledger, item["key"], "accepted" if q.ack(item) is not None else "refused")
 
+
+
+def litequeue_consumer(db: str, ledger: str, stale_after: int | None) -> None:
+    """litequeue's README loop: pop, work, ``done``; with ``stale_after``, first put back what stayed locked too long."""
+    import json
+    import time
+
+    from litequeue import LiteQueue
+
+    q = LiteQueue(db)
+    while True:
+        if stale_after is not None:
+            for message in q.list_locked(stale_after):
+                q.retry(message.message_id)
+        message = q.pop()
+        if message is None:
+            time.sleep(0.05)
+            continue
+        item = json.loads(message.data)
+        handle(item["key"], item["fault"], item["ledger"])
+        # done() matches the message id alone and always changes the row: litequeue takes every completion.
+        q.done(message.message_id)
+        record(ledger, item["key"], "accepted")
