@@ -232,14 +232,14 @@ def with_check(note: str, checked: str | None) -> str:
 RUNNERS = {"crash": crash, "zombie": zombie}
 
 
-def advice(scenario: str, v: Verdict) -> str:
-    """One sentence for a user of that queue, from what was measured."""
+def advice(scenario: str, v: Verdict, hint: str = "") -> str:
+    """One sentence for a user of that queue, from what was measured (``hint``: the queue's own remedy, named)."""
     if v.stale_accepted or v.completed_twice:
         return ("a run the queue had already handed to another worker still completes: make the handler "
                 "idempotent and fence its writes yourself (a version or attempt check).")
     if v.lost:
-        return ("a job whose worker dies mid-run is gone: re-enqueue from your own record, "
-                "or use a queue that leases jobs.")
+        return ("a job whose process dies mid-run is not run again: re-enqueue it from your own record, "
+                "or use a queue that leases jobs" + (f"; {hint}." if hint else "."))
     if v.stuck:
         return "the job stays claimed with no one running it: run a reaper of your own that puts such jobs back."
     if v.overlapping:
@@ -292,7 +292,7 @@ def scenarios(contender: Contender, version: str, base: str | os.PathLike | None
             contender.setup(folder)
             verdict, note = RUNNERS[scenario](contender, folder, folder / "ledger.jsonl")
             rows.append(Row(contender.name, version, contender.settings, scenario, verdict, note,
-                            advice(scenario, verdict)))
+                            advice(scenario, verdict, contender.lost_hint)))
         except AuditError as exc:
             rows.append(Row(contender.name, version, contender.settings, scenario, None, str(exc), "-"))
         finally:
