@@ -214,7 +214,7 @@ def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, s
     verdict = judge(lines, ["zombie"], held)
     late = ("accepted" if accepted_from(lines, "zombie", zombie_pid) else
             "never came: its own worker had killed it" if gone(zombie_pid) and not any(
-                l["pid"] == zombie_pid and l["what"] == "end" for l in lines) else "refused")
+                l["pid"] == zombie_pid and l["what"] == "end" for l in lines) else contender.not_taken)
     if second:
         note = f"taken again after {verdict.back_after:.1f} s; the zombie's late completion {late}"
     else:

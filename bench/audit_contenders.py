@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,6 +35,8 @@ class Contender:
     comeback_wait: float = 30.0
     # The contender's own documented remedy for a job its dying process takes with it, named but not measured.
     lost_hint: str = ""
+    # What a late completion the queue did not take means for this queue (leaselab: its fence refused it).
+    not_taken: str = "refused"
 
     def __post_init__(self) -> None:
         # An hour-long default visibility timeout is not waited out: the cell says the bound it waited.
@@ -336,6 +339,101 @@ class Celery(RedisBacked):
                 f"{name}@audit", "--without-gossip", "--without-mingle", "-l", "warning"], self._env()
 
 
+class PgQueuer(Contender):
+    def __init__(self, heartbeat_timeout: float | None):
+        settings = ("defaults (heartbeat_timeout 30 s, dequeue_timeout 30 s)" if heartbeat_timeout is None else
+                    f"heartbeat_timeout {heartbeat_timeout:g} s, dequeue_timeout 1 s (short, to be reached)")
+        super().__init__("PgQueuer (PostgreSQL)", settings,
+                         comeback_wait=60.0 if heartbeat_timeout is None else heartbeat_timeout + 30.0,
+                         not_taken=("not logged: the newer run had already deleted the job's row (the completion "
+                                    "matches the job id alone, so it is not a fence)"))
+        self.heartbeat_timeout = heartbeat_timeout
+        self.server = None
+        self.url = ""
+        self.databases = 0
+
+    def version(self) -> str:
+        from importlib.metadata import version
+        return version("pgqueuer")
+
+    def open(self):
+        from leaselab.lessons.pgserver import PgServer
+        self.server = PgServer().start()
+
+    def close(self):
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+
+    def setup(self, folder):
+        import asyncio
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        Contender.setup(self, folder)
+        self.databases += 1
+        self.url = self.server.create_database(f"pgq{self.databases}")
+
+        async def install() -> None:
+            conn = await asyncpg.connect(self.url)
+            try:
+                await Queries(AsyncpgDriver(conn)).install()
+            finally:
+                await conn.close()
+
+        asyncio.run(install())
+
+    def enqueue(self, key, fault, ledger):
+        import asyncio
+        import json
+        import asyncpg
+        from pgqueuer.db import AsyncpgDriver
+        from pgqueuer.queries import Queries
+
+        async def put() -> None:
+            conn = await asyncpg.connect(self.url)
+            try:
+                payload = json.dumps({"key": key, "fault": fault, "ledger": str(ledger)}).encode()
+                await Queries(AsyncpgDriver(conn)).enqueue("audit", payload, 0)
+            finally:
+                await conn.close()
+
+        asyncio.run(put())
+
+    def queue_acceptances(self, pids):
+        # PgQueuer's log names no worker: a completion is the run of that job that ended last before it was logged.
+        import psycopg
+        from audit_ledger import read, runs
+        with psycopg.connect(self.url) as conn:
+            logged = [row[0].timestamp() for row in
+                      conn.execute("SELECT created FROM pgqueuer_log WHERE status = 'successful' ORDER BY id")]
+        ended = [r for r in runs(read(self.folder / "ledger.jsonl")) if r.end is not None]
+        found = []
+        for t in logged:
+            before = [r for r in ended if r.end <= t + 0.5]
+            if before:
+                r = max(before, key=lambda r: r.end)
+                found.append({"job": r.job, "pid": r.pid, "what": "accepted", "t": t})
+        return found
+
+    def settled(self, log, ledger_lines, pid, key):
+        # PgQueuer answers a completion with nothing a worker sees: settled once the run ended and its buffer flushed.
+        ends = [l["t"] for l in ledger_lines if l["pid"] == pid and l["job"] == key and l["what"] == "end"]
+        return bool(ends) and time.time() > ends[-1] + 3.0
+
+    def held(self):
+        import json
+        import psycopg
+        with psycopg.connect(self.url) as conn:
+            return {json.loads(bytes(p))["key"] for (p,) in
+                    conn.execute("SELECT payload FROM pgqueuer WHERE status = 'picked'")}
+
+    def worker(self, name):
+        code = f"import audit_handlers; audit_handlers.pgqueuer_consumer({self.url!r}, {self.heartbeat_timeout!r})"
+        return [sys.executable, "-c", code], child_env()
+
+
 def quick() -> list[Contender]:
     """``--quick``: leaselab on SQLite with a lease short enough to be reached, huey and persist-queue."""
     return [Leaselab(lease=2.0), Huey(), PersistQueue()]
@@ -344,5 +442,6 @@ def quick() -> list[Contender]:
 def full() -> list[Contender]:
     """The whole audit: each contender at its defaults, then with its lease short enough to be reached."""
     return [Leaselab(lease=None), Leaselab(lease=2.0), Leaselab(lease=2.0, backend="postgres"), Huey(),
-            PersistQueue(), LiteQueue(stale_after=None), LiteQueue(stale_after=2), Rq(job_timeout=None),
+            PersistQueue(), LiteQueue(stale_after=None), LiteQueue(stale_after=2), PgQueuer(heartbeat_timeout=None),
+            PgQueuer(heartbeat_timeout=2.0), Rq(job_timeout=None),
             Rq(job_timeout=3), Celery(visibility=None), Celery(visibility=3)]

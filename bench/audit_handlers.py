@@ -53,3 +53,31 @@ def litequeue_consumer(db: str, ledger: str, stale_after: int | None) -> None:
         # done() matches the message id alone and always changes the row: litequeue takes every completion.
         q.done(message.message_id)
         record(ledger, item["key"], "accepted")
+
+
+def pgqueuer_consumer(url: str, heartbeat_timeout: float | None) -> None:
+    """PgQueuer's own QueueManager, as its guide runs it, with one entrypoint; its default heartbeat_timeout unless given."""
+    import asyncio
+    import json
+    from datetime import timedelta
+
+    import asyncpg
+    from pgqueuer.db import AsyncpgDriver
+    from pgqueuer.qm import QueueManager
+    from pgqueuer.queries import Queries
+
+    async def run() -> None:
+        conn = await asyncpg.connect(url)
+        qm = QueueManager(Queries(AsyncpgDriver(conn)))
+
+        @qm.entrypoint("audit")
+        async def audit(job) -> None:
+            item = json.loads(job.payload)
+            handle(item["key"], item["fault"], item["ledger"])
+
+        # Short: the stale job is re-picked on a poll, and the poll waits dequeue_timeout (30 s) for a NOTIFY first.
+        kwargs = {} if heartbeat_timeout is None else {"heartbeat_timeout": timedelta(seconds=heartbeat_timeout),
+                                                       "dequeue_timeout": timedelta(seconds=1)}
+        await qm.run(**kwargs)
+
+    asyncio.run(run())
