@@ -434,6 +434,66 @@ class PgQueuer(Contender):
         return [sys.executable, "-c", code], child_env()
 
 
+class Procrastinate(PgQueuer):
+    """Procrastinate at its defaults: a stalled job is retried only by a task the user writes, so none is here."""
+
+    def __init__(self):
+        Contender.__init__(self, "Procrastinate (PostgreSQL)",
+                           "defaults (workers heartbeat; stalled jobs are retried only by the user's own task)",
+                           comeback_wait=15.0)
+        self.heartbeat_timeout = None
+        self.server = None
+        self.url = ""
+        self.databases = 0
+
+    def version(self) -> str:
+        from importlib.metadata import version
+        return version("procrastinate")
+
+    def _env(self):
+        return child_env(AUDIT_PG_URL=self.url)
+
+    def setup(self, folder):
+        import subprocess
+        Contender.setup(self, folder)
+        self.databases += 1
+        self.url = self.server.create_database(f"pro{self.databases}")
+        subprocess.run([sys.executable, "-c", "import audit_procrastinate_app as a\n"
+                        "with a.app.open(): a.app.schema_manager.apply_schema()"], check=True, env=self._env())
+
+    def enqueue(self, key, fault, ledger):
+        import subprocess
+        subprocess.run([sys.executable, "-c", "import audit_procrastinate_app as a\n"
+                        f"with a.app.open(): a.job.defer(key={key!r}, fault={fault!r}, ledger={str(ledger)!r})"],
+                       check=True, env=self._env())
+
+    def worker(self, name):
+        return [sys.executable, "-m", "procrastinate", "--app=audit_procrastinate_app.app", "worker"], self._env()
+
+    def _succeeded_at(self) -> list[float]:
+        import psycopg
+        with psycopg.connect(self.url) as conn:
+            return [row[0].timestamp() for row in conn.execute(
+                "SELECT at FROM procrastinate_events WHERE type = 'succeeded' ORDER BY id")]
+
+    def queue_acceptances(self, pids):
+        from audit_ledger import read, runs
+        ended = [r for r in runs(read(self.folder / "ledger.jsonl")) if r.end is not None]
+        found = []
+        for t in self._succeeded_at():
+            before = [r for r in ended if r.end <= t + 0.5]
+            if before:
+                r = max(before, key=lambda r: r.end)
+                found.append({"job": r.job, "pid": r.pid, "what": "accepted", "t": t})
+        return found
+
+    def held(self):
+        import json
+        import psycopg
+        with psycopg.connect(self.url) as conn:
+            return {args["key"] for (args,) in conn.execute("SELECT args FROM procrastinate_jobs WHERE status = 'doing'")}
+
+
 def quick() -> list[Contender]:
     """``--quick``: leaselab on SQLite with a lease short enough to be reached, huey and persist-queue."""
     return [Leaselab(lease=2.0), Huey(), PersistQueue()]
@@ -443,5 +503,5 @@ def full() -> list[Contender]:
     """The whole audit: each contender at its defaults, then with its lease short enough to be reached."""
     return [Leaselab(lease=None), Leaselab(lease=2.0), Leaselab(lease=2.0, backend="postgres"), Huey(),
             PersistQueue(), LiteQueue(stale_after=None), LiteQueue(stale_after=2), PgQueuer(heartbeat_timeout=None),
-            PgQueuer(heartbeat_timeout=2.0), Rq(job_timeout=None),
+            PgQueuer(heartbeat_timeout=2.0), Procrastinate(), Rq(job_timeout=None),
             Rq(job_timeout=3), Celery(visibility=None), Celery(visibility=3)]
