@@ -22,17 +22,18 @@ pytest.importorskip("huey")
 pytest.importorskip("persistqueue")
 
 
-def audit_processes() -> list[str]:
-    """Command lines of live processes running an audit worker."""
+def audit_processes(base: Path) -> list[str]:
+    """Command lines of live processes working in a folder under ``base`` (each worker runs in its scenario's folder)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            cwd = os.readlink(entry / "cwd")
             cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if "audit_handlers" in cmd or "audit_huey_app" in cmd:
+        if cwd.startswith(str(base)):
             found.append(f"{entry.name}: {cmd}")
     return found
 
@@ -41,7 +42,7 @@ def audit_processes() -> list[str]:
 def run(tmp_path_factory):
     base = tmp_path_factory.mktemp("audit")
     rows = audit.audit(quick=True, base=base)
-    return {"rows": rows, "base": base, "left": audit_processes()}
+    return {"rows": rows, "base": base, "left": audit_processes(base)}
 
 
 def row(run, queue: str, scenario: str) -> audit.Row:
