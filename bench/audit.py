@@ -194,6 +194,8 @@ def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, s
             raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
         zombie_pid = runner(ledger, "zombie")
         paused = time.time()
+        if contender.timeout is not None and contender.timeout < audit_contenders.MAX_WAIT:
+            time.sleep(contender.timeout + 1.0)  # past the timeout: the fault is a known duration, not a race
         workers.start("B")
         second = wait_for("the second run settled",
                           lambda: any(contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid,

@@ -37,6 +37,10 @@ class Contender:
     lost_hint: str = ""
     # What a late completion the queue did not take means for this queue (leaselab: its fence refused it).
     not_taken: str = "refused"
+    # The lease or visibility timeout in seconds (None: the queue has none). The zombie stays stopped
+    # past it before the second worker starts: Celery's Redis transport puts unacked messages back
+    # only when a consumer starts, so starting one earlier would measure the start, not the timeout.
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         # An hour-long default visibility timeout is not waited out: the cell says the bound it waited.
@@ -88,6 +92,7 @@ class Leaselab(Contender):
         super().__init__(f"leaselab ({'SQLite' if backend == 'sqlite' else 'PostgreSQL'})", settings,
                          comeback_wait=(30.0 if lease is None else lease) + 30.0)
         self.lease, self.backend = lease, backend
+        self.timeout = 30.0 if lease is None else lease
         self.server = None
         self.target = ""
         self.databases = 0
@@ -231,6 +236,7 @@ class LiteQueue(Contender):
                     f"consumer retries messages locked over {stale_after} s (README's list_locked + retry)")
         super().__init__("litequeue", settings, comeback_wait=10.0 if stale_after is None else stale_after + 30.0)
         self.stale_after = stale_after
+        self.timeout = None if stale_after is None else float(stale_after)
 
     def version(self) -> str:
         from importlib.metadata import version
@@ -288,6 +294,7 @@ class Rq(RedisBacked):
         super().__init__("RQ (Redis)", settings, comeback_wait=(180 if job_timeout is None else job_timeout) + 30.0,
                          lost_hint="RQ documents Retry(max=...) on enqueue for failed jobs (not measured here)")
         self.job_timeout = job_timeout
+        self.timeout = 180.0 if job_timeout is None else float(job_timeout)
 
     def version(self) -> str:
         import rq
@@ -320,6 +327,7 @@ class Celery(RedisBacked):
         super().__init__("Celery (Redis)", settings, comeback_wait=(3600 if visibility is None else visibility) + 30.0,
                          lost_hint="Celery documents task_reject_on_worker_lost=True for this (not measured here)")
         self.visibility = visibility
+        self.timeout = 3600.0 if visibility is None else float(visibility)
 
     def version(self) -> str:
         import celery
@@ -348,6 +356,7 @@ class PgQueuer(Contender):
                          not_taken=("not logged: the newer run had already deleted the job's row (the completion "
                                     "matches the job id alone, so it is not a fence)"))
         self.heartbeat_timeout = heartbeat_timeout
+        self.timeout = 30.0 if heartbeat_timeout is None else heartbeat_timeout
         self.server = None
         self.url = ""
         self.databases = 0
@@ -442,6 +451,7 @@ class Procrastinate(PgQueuer):
                            "defaults (workers heartbeat; stalled jobs are retried only by the user's own task)",
                            comeback_wait=15.0)
         self.heartbeat_timeout = None
+        self.timeout = None
         self.server = None
         self.url = ""
         self.databases = 0
