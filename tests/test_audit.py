@@ -103,3 +103,19 @@ def test_a_ledger_line_of_an_unknown_kind_is_refused_by_name(tmp_path):
     (tmp_path / "bad.jsonl").write_text('{"job": "j"}\n')
     with pytest.raises(audit_ledger.LedgerError, match="bad.jsonl:1"):
         audit_ledger.read(tmp_path / "bad.jsonl")
+
+
+def test_the_throw_away_redis_answers_on_127_0_0_1_and_leaves_no_process_or_folder_behind():
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server here (apt-get install redis-server)")
+    from redisserver import RedisServer
+
+    with RedisServer() as redis:
+        assert redis.url.startswith("redis://127.0.0.1:")
+        assert redis.ask(b"PING") == b"+PONG"
+        pid, folder = redis.proc.pid, redis.folder
+        assert folder.is_dir()
+    assert not folder.exists()
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
