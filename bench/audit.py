@@ -73,13 +73,16 @@ class Row:
 
 
 def wait_for(what: str, condition: Callable[[], bool], seconds: float) -> bool:
-    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False); ``what`` names it in a trace."""
+    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False, said on stderr with ``what``)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if condition():
             return True
         time.sleep(0.05)
-    return condition()
+    if condition():
+        return True
+    step(f"  waited {seconds:g} s, no: {what}")
+    return False
 
 
 def stopped(pid: int | None) -> bool:
