@@ -1,0 +1,354 @@
+"""Does your queue fence its zombies? The same faults and the same checker, run against leaselab and Python queues people use.
+
+    ./dev bench audit [--quick] [--readme]
+
+For each contender (``audit_contenders``), each scenario enqueues one job whose handler
+(``audit_ledger.handle``) records every run in a ledger file outside the queue and puts the
+fault into the run itself, so the verdict does not depend on the machine's speed:
+
+- *crash*: the first run SIGKILLs its own worker; a second worker is started (as a
+  supervisor would restart it). Does the job come back, after how long?
+- *zombie*: the first run SIGSTOPs its own worker; a second worker is started; once the
+  second run has finished (or the queue never hands the job out again, within the
+  contender's bound), the harness SIGCONTs the first. Do the runs overlap, and does the
+  queue accept the zombie's late completion over the newer run's?
+
+The checker (``audit_ledger.judge``) counts over the ledger and the queue's state: runs,
+overlapping runs, stale completions accepted, jobs completed twice, lost, stuck.
+``audit(quick=True)`` returns the rows as data, for a notebook. ``--quick``: leaselab on
+SQLite, huey and persist-queue (under 2 minutes). ``--readme`` writes the table into
+bench/README.md between its audit markers. Only 127.0.0.1 and temp folders are used, and
+every process started is killed before a scenario returns.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import audit_contenders  # noqa: E402
+from audit_contenders import Contender  # noqa: E402
+from audit_ledger import Verdict, judge, read  # noqa: E402
+from progress import step  # noqa: E402
+
+SCENARIOS = ("crash", "zombie")
+START_WAIT = 60.0  # seconds for a fresh worker to claim its first job on a loaded machine
+SETTLE_WAIT = 60.0  # seconds for a resumed worker to hand its completion to the queue
+README = HERE / "README.md"
+BEGIN, END = "<!-- audit:begin -->", "<!-- audit:end -->"
+
+
+class AuditError(RuntimeError):
+    """Raised when a scenario could not be run as written (a worker never started its job)."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One queue in one scenario: what was run, what the checker counted, what a user should do."""
+    queue: str
+    version: str
+    settings: str
+    scenario: str
+    verdict: Verdict | None
+    note: str  # how long the job took to come back, or why the row has no verdict
+    advice: str
+
+    @property
+    def clean(self) -> bool:
+        return self.verdict is not None and self.verdict.clean
+
+
+def wait_for(what: str, condition: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False, said on stderr with ``what``)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    if condition():
+        return True
+    step(f"  waited {seconds:g} s, no: {what}")
+    return False
+
+
+def stopped(pid: int | None) -> bool:
+    """True when process ``pid`` is stopped by a signal (state T in /proc)."""
+    if pid is None:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] in ("T", "t")
+
+
+class Workers:
+    """The worker processes one scenario started, each in its own session, all killed on exit."""
+
+    def __init__(self, contender: Contender, folder: Path):
+        self.contender, self.folder = contender, folder
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str) -> subprocess.Popen:
+        cmd, env = self.contender.worker(name)
+        log = open(self.log(name), "ab")
+        try:
+            proc = subprocess.Popen(cmd, env=env, cwd=self.folder, stdin=subprocess.DEVNULL, stdout=log,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        finally:
+            log.close()
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> Path:
+        return self.folder / f"worker-{name}.log"
+
+    def pids(self) -> dict[str, int]:
+        return {name: proc.pid for name, proc in self.procs.items()}
+
+    def __enter__(self) -> "Workers":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                for sig in (signal.SIGCONT, signal.SIGKILL):
+                    try:
+                        os.killpg(proc.pid, sig)
+                    except ProcessLookupError:
+                        pass
+            proc.wait(30)
+
+
+def runners(ledger: Path, key: str) -> list[int]:
+    """The processes that started a run of ``key``, in order: the handler's own process, which may be
+    a worker's child (RQ's work horse, Celery's pool process) rather than the worker started."""
+    return [l["pid"] for l in read(ledger) if l["job"] == key and l["what"] == "start"]
+
+
+def runner(ledger: Path, key: str) -> int | None:
+    found = runners(ledger, key)
+    return found[0] if found else None
+
+
+def gone(pid: int | None) -> bool:
+    """True when ``pid`` names a process that no longer runs (a zombie child awaiting its wait counts as gone)."""
+    if pid is None:
+        return False
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def lines_of(contender: Contender, ledger: Path, workers: Workers) -> list[dict]:
+    return read(ledger) + contender.queue_acceptances(workers.pids())
+
+
+def accepted_from(lines: list[dict], key: str, pid: int) -> bool:
+    return any(l["job"] == key and l["pid"] == pid and l["what"] == "accepted" for l in lines)
+
+
+def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
+    contender.enqueue("crash", "crash", ledger)
+    with Workers(contender, folder) as workers:
+        workers.start("A")
+        if not wait_for("the first run killed itself", lambda: gone(runner(ledger, "crash")), START_WAIT):
+            raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
+        killed = time.time()
+        workers.start("B")
+        back = wait_for("the job completed again",
+                        lambda: any(l["job"] == "crash" and l["what"] == "accepted"
+                                    for l in lines_of(contender, ledger, workers)),
+                        contender.comeback_wait)
+        held = contender.held()
+        lines = lines_of(contender, ledger, workers)
+        where = contender.whereabouts()
+    verdict = judge(lines, ["crash"], held)
+    if verdict.back_after is not None:
+        note = f"back after {verdict.back_after:.1f} s"
+    else:
+        note = f"not back within {time.time() - killed:.0f} s" + (" (still held by the queue)" if held else "")
+    if where and verdict.lost:
+        note = f"{note}; {where}"
+    return verdict, with_check(note, contender.queue_check(vanished=["A"]))
+
+
+def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
+    contender.enqueue("zombie", "zombie", ledger)
+    with Workers(contender, folder) as workers:
+        workers.start("A")
+        if not wait_for("the first run stopped itself", lambda: stopped(runner(ledger, "zombie")), START_WAIT):
+            raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
+        zombie_pid = runner(ledger, "zombie")
+        paused = time.time()
+        if contender.timeout is not None and contender.timeout < audit_contenders.MAX_WAIT:
+            time.sleep(contender.timeout + 1.0)  # past the timeout: the fault is a known duration, not a race
+        workers.start("B")
+        second = wait_for("the second run settled",
+                          lambda: any(contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid,
+                                                        "zombie") for pid in runners(ledger, "zombie")[1:]),
+                          contender.comeback_wait)
+        try:
+            os.kill(zombie_pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass  # its own worker killed it meanwhile (RQ's job_timeout does): no late completion can come
+        resumed = time.time()
+        wait_for("A's late completion settled",
+                 lambda: gone(zombie_pid) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers),
+                                                               zombie_pid, "zombie"),
+                 SETTLE_WAIT)
+        held = contender.held()
+        lines = lines_of(contender, ledger, workers)
+        where = contender.whereabouts()
+    verdict = judge(lines, ["zombie"], held)
+    late = ("accepted" if accepted_from(lines, "zombie", zombie_pid) else
+            "never came: its own worker had killed it" if gone(zombie_pid) and not any(
+                l["pid"] == zombie_pid and l["what"] == "end" for l in lines) else contender.not_taken)
+    if second:
+        note = f"taken again after {verdict.back_after:.1f} s; the zombie's late completion {late}"
+    else:
+        note = (f"not taken again in the {resumed - paused:.0f} s the first worker was stopped; "
+                f"its late completion {late}")
+    if where and verdict.lost:
+        note = f"{note}; {where}"
+    return verdict, with_check(note, contender.queue_check(vanished=[]))
+
+
+def with_check(note: str, checked: str | None) -> str:
+    return note if checked is None else f"{note}; {checked}"
+
+
+RUNNERS = {"crash": crash, "zombie": zombie}
+
+
+def advice(scenario: str, v: Verdict, hint: str = "") -> str:
+    """One sentence for a user of that queue, from what was measured (``hint``: the queue's own remedy, named)."""
+    if v.stale_accepted or v.completed_twice:
+        return ("a run the queue had already handed to another worker still completes: make the handler "
+                "idempotent and fence its writes yourself (a version or attempt check).")
+    if v.lost:
+        return ("a job whose process dies mid-run is not run again: re-enqueue it from your own record, "
+                "or use a queue that leases jobs" + (f"; {hint}." if hint else "."))
+    if v.stuck:
+        return "the job stays claimed with no one running it: run a reaper of your own that puts such jobs back."
+    if v.overlapping:
+        return ("runs overlap once a lease runs out, though the stale result is refused: keep the lease above your "
+                "longest job and fence outside effects with the attempt's token.")
+    if scenario == "zombie" and v.runs == 1:
+        return "a paused worker keeps its job for as long as it is paused: nothing else runs it meanwhile."
+    return "nothing to do for this fault."
+
+
+def audit(quick: bool = True, contenders: list[Contender] | None = None, base: str | os.PathLike | None = None) -> list[Row]:
+    """Run every scenario against every contender and return the rows; ``quick`` picks the short list.
+
+    Each scenario works in a fresh folder under ``base`` (the system's temp folder by default),
+    removed when it ends.
+    """
+    if contenders is None:
+        contenders = audit_contenders.quick() if quick else audit_contenders.full()
+    rows = []
+    for contender in contenders:
+        try:
+            version = contender.version()
+        except Exception as exc:  # a contender missing here is a row that says why, not a failed audit
+            for scenario in SCENARIOS:
+                rows.append(Row(contender.name, "-", contender.settings, scenario, None,
+                                f"not installed: {type(exc).__name__}: {exc}", "-"))
+            continue
+        try:
+            contender.open()
+        except Exception as exc:  # a server that cannot start here is a row that says why
+            contender.close()
+            for scenario in SCENARIOS:
+                rows.append(Row(contender.name, version, contender.settings, scenario, None,
+                                f"could not start: {type(exc).__name__}: {exc}", "-"))
+            continue
+        try:
+            rows += scenarios(contender, version, base)
+        finally:
+            contender.close()
+    return rows
+
+
+def scenarios(contender: Contender, version: str, base: str | os.PathLike | None) -> list[Row]:
+    """Each scenario against one opened contender, each in a fresh folder removed when it ends."""
+    rows = []
+    for scenario in SCENARIOS:
+        step(f"{contender.name}, {contender.settings}: {scenario}")
+        folder = Path(tempfile.mkdtemp(prefix=f"audit-{scenario}-", dir=base))
+        try:
+            contender.setup(folder)
+            verdict, note = RUNNERS[scenario](contender, folder, folder / "ledger.jsonl")
+            rows.append(Row(contender.name, version, contender.settings, scenario, verdict, note,
+                            advice(scenario, verdict, contender.lost_hint)))
+        except AuditError as exc:
+            rows.append(Row(contender.name, version, contender.settings, scenario, None, str(exc), "-"))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    """The rows as a Markdown table."""
+    out = ["| queue | version | settings | scenario | runs | overlapping | stale accepted | completed twice | lost "
+           "| stuck | measured | advice |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        v = r.verdict
+        counts = ([str(x) for x in (v.runs, v.overlapping, v.stale_accepted, v.completed_twice, v.lost, v.stuck)]
+                  if v else ["-"] * 6)
+        out.append("| " + " | ".join([r.queue, r.version, r.settings, r.scenario] + counts + [r.note, r.advice]) + " |")
+    return "\n".join(out)
+
+
+def machine() -> str:
+    return (f"{platform.system()} {platform.release()}, {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}")
+
+
+def write_readme(rows: list[Row], quick: bool) -> None:
+    """Replace the audit section of bench/README.md (between its markers) with this run's table."""
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    section = "\n".join([BEGIN, f"Measured by `./dev bench audit{' --quick' if quick else ''}` on {when}; "
+                         f"{machine()}.", "", table(rows), END])
+    text = README.read_text()
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + section + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n## audit.py: does the queue fence its zombies?\n\n" + section + "\n"
+    README.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="leaselab on SQLite, huey and persist-queue only")
+    ap.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
+    args = ap.parse_args(argv)
+    rows = audit(quick=args.quick)
+    print(f"{machine()}\n")
+    print(table(rows))
+    if args.readme:
+        write_readme(rows, args.quick)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

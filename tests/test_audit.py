@@ -1,0 +1,121 @@
+"""bench/audit.py: the same crash and zombie faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie is caught.
+
+The whole ``--quick`` audit runs once for the module (about a minute: each fault is in the
+handler, so no verdict waits on the machine's speed) and each test reads its rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import audit  # noqa: E402
+import audit_ledger  # noqa: E402
+
+pytest.importorskip("huey")
+pytest.importorskip("persistqueue")
+
+
+def audit_processes(base: Path) -> list[str]:
+    """Command lines of live processes working in a folder under ``base`` (each worker runs in its scenario's folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(entry / "cwd")
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if cwd.startswith(str(base)):
+            found.append(f"{entry.name}: {cmd}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    base = tmp_path_factory.mktemp("audit")
+    rows = audit.audit(quick=True, base=base)
+    return {"rows": rows, "base": base, "left": audit_processes(base)}
+
+
+def row(run, queue: str, scenario: str) -> audit.Row:
+    (found,) = [r for r in run["rows"] if r.queue.startswith(queue) and r.scenario == scenario]
+    return found
+
+
+def test_quick_audit_covers_leaselab_huey_and_persist_queue_in_both_scenarios(run):
+    assert {(r.queue.split()[0], r.scenario) for r in run["rows"]} == {
+        (q, s) for q in ("leaselab", "huey", "persist-queue") for s in ("crash", "zombie")}
+    assert all(r.verdict is not None for r in run["rows"]), [r.note for r in run["rows"]]
+
+
+def test_leaselab_brings_a_killed_job_back_and_refuses_its_zombies_late_completion(run):
+    crash, zombie = row(run, "leaselab", "crash"), row(run, "leaselab", "zombie")
+    assert crash.clean and zombie.clean
+    assert crash.verdict.back_after is not None and crash.verdict.runs == 2
+    assert zombie.verdict.stale_accepted == 0 and zombie.verdict.completed_twice == 0
+    assert "late completion refused" in zombie.note
+
+
+def test_persist_queue_accepts_the_zombies_late_completion_over_the_newer_run(run):
+    zombie = row(run, "persist-queue", "zombie")
+    assert not zombie.clean
+    assert zombie.verdict.overlapping == 1 and zombie.verdict.stale_accepted == 1
+    assert zombie.verdict.completed_twice == 1
+
+
+def test_huey_loses_the_job_whose_worker_was_killed(run):
+    crash = row(run, "huey", "crash")
+    assert crash.verdict.lost == 1 and crash.verdict.runs == 1
+
+
+def test_the_audit_leaves_no_worker_running_and_no_folder_behind(run):
+    assert run["left"] == []
+    assert list(run["base"].iterdir()) == []
+
+
+def test_the_table_has_one_line_per_row_and_says_what_was_measured(run):
+    lines = audit.table(run["rows"]).splitlines()
+    assert len(lines) == 2 + len(run["rows"])
+    assert "late completion refused" in lines[3] or "late completion refused" in "\n".join(lines)
+
+
+def test_the_ledger_rules_count_an_overlap_and_a_stale_completion(tmp_path):
+    ledger = tmp_path / "l.jsonl"
+    for pid, what, t in ((1, "start", 0.0), (2, "start", 1.0), (2, "end", 2.0), (2, "accepted", 2.1),
+                         (1, "end", 3.0), (1, "accepted", 3.1)):
+        audit_ledger.record(ledger, "j", what, pid=pid, t=t)
+    v = audit_ledger.judge(audit_ledger.read(ledger), ["j", "never"], held=set())
+    assert (v.runs, v.overlapping, v.stale_accepted, v.completed_twice, v.lost, v.stuck) == (2, 1, 1, 1, 1, 0)
+    assert v.back_after == 1.0
+
+
+def test_a_ledger_line_of_an_unknown_kind_is_refused_by_name(tmp_path):
+    with pytest.raises(audit_ledger.LedgerError, match="'finished'"):
+        audit_ledger.record(tmp_path / "l.jsonl", "j", "finished")
+    (tmp_path / "bad.jsonl").write_text('{"job": "j"}\n')
+    with pytest.raises(audit_ledger.LedgerError, match="bad.jsonl:1"):
+        audit_ledger.read(tmp_path / "bad.jsonl")
+
+
+def test_the_throw_away_redis_answers_on_127_0_0_1_and_leaves_no_process_or_folder_behind():
+    import shutil
+
+    if shutil.which("redis-server") is None:
+        pytest.skip("no redis-server here (apt-get install redis-server)")
+    from redisserver import RedisServer
+
+    with RedisServer() as redis:
+        assert redis.url.startswith("redis://127.0.0.1:")
+        assert redis.ask(b"PING") == b"+PONG"
+        pid, folder = redis.proc.pid, redis.folder
+        assert folder.is_dir()
+    assert not folder.exists()
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
