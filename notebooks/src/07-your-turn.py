@@ -94,7 +94,6 @@ PLAIN = '''
 from leaselab.lessons import effects, gates
 
 def pay(job):
-    """Pay the job's amount into its account, in the ledger the payload names."""
     with effects.Ledger(job.payload["ledger"]) as ledger:
         gates.fault_point(job, "before")
         ledger.deposit(job.payload["account"], job.payload["amount"], job=job)
@@ -219,8 +218,8 @@ print(proof.grade(KEY_PER_ATTEMPT, work / "per-attempt", lang))
 #
 # `overlapping(events, lease)` получает историю списком словарей (`job`, `kind`, `at`,
 # `worker`, `token`, от старых к новым) и возвращает множество задач, аренды которых
-# перекрылись. Проверка запустит его на чистой истории настоящей очереди с ручными часами и на
-# подброшенной копии, где два возврата в очередь пришли раньше срока, причём один — внутри
+# перекрылись. Проверка запустит функцию на чистой истории настоящей очереди, чьи часы мы
+# двигаем сами, и на подброшенной копии, где два возврата в очередь пришли раньше срока, причём один — внутри
 # аренды, которую продлил только heartbeat.
 
 # %%
