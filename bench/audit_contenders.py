@@ -291,10 +291,11 @@ class Rq(RedisBacked):
     def __init__(self, job_timeout: int | None):
         settings = ("defaults (job_timeout 180 s)" if job_timeout is None else
                     f"job_timeout {job_timeout} s (short, to be reached)")
-        super().__init__("RQ (Redis)", settings, comeback_wait=(180 if job_timeout is None else job_timeout) + 30.0,
+        timeout = 180.0 if job_timeout is None else float(job_timeout)
+        super().__init__("RQ (Redis)", settings, comeback_wait=timeout + 30.0,
                          lost_hint="RQ documents Retry(max=...) on enqueue for failed jobs (not measured here)")
         self.job_timeout = job_timeout
-        self.timeout = 180.0 if job_timeout is None else float(job_timeout)
+        self.timeout = timeout
 
     def version(self) -> str:
         import rq
@@ -324,10 +325,11 @@ class Celery(RedisBacked):
     def __init__(self, visibility: int | None):
         settings = ("acks_late, defaults (Redis visibility_timeout 3600 s)" if visibility is None else
                     f"acks_late, Redis visibility_timeout {visibility} s (short, to be reached)")
-        super().__init__("Celery (Redis)", settings, comeback_wait=(3600 if visibility is None else visibility) + 30.0,
+        timeout = 3600.0 if visibility is None else float(visibility)
+        super().__init__("Celery (Redis)", settings, comeback_wait=timeout + 30.0,
                          lost_hint="Celery documents task_reject_on_worker_lost=True for this (not measured here)")
         self.visibility = visibility
-        self.timeout = 3600.0 if visibility is None else float(visibility)
+        self.timeout = timeout
 
     def version(self) -> str:
         import celery

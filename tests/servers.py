@@ -27,9 +27,25 @@ def start_pg_server(**options):
         import psycopg  # noqa: F401  (the postgres extra)
         return PgServer(**options).start()
     except (ImportError, PgUnavailable) as exc:
-        if os.environ.get("CI"):
-            pytest.fail(f"PostgreSQL tests cannot run in CI: {exc}")
-        pytest.skip(f"PostgreSQL tests need psycopg and the server binaries: {exc}")
+        _unavailable(exc)
+
+
+def needs_postgres() -> None:
+    """For a test that starts its servers through leaselab itself (``--db postgresql``): psycopg and
+    the server binaries must be here; without them it skips, or fails in CI, as ``start_pg_server``."""
+    from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
+
+    try:
+        import psycopg  # noqa: F401
+        find_bin_dir()
+    except (ImportError, PgUnavailable) as exc:
+        _unavailable(exc)
+
+
+def _unavailable(exc: BaseException) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL tests cannot run in CI: {exc}")
+    pytest.skip(f"PostgreSQL tests need psycopg and the server binaries: {exc}")
 
 
 def fresh_database(server, prefix: str) -> str:

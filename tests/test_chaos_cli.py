@@ -21,6 +21,7 @@ from leaselab.errors import FaultNotApplicable, UnknownFault
 from leaselab.lab.fleet import Fleet
 from polling import pid_gone, wait_until
 from procs import shut_down
+from servers import needs_postgres
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -133,13 +134,7 @@ def _listening(port: int) -> bool:
 
 
 def test_a_short_run_on_a_throw_away_server_with_partitions_dropped_replies_and_crashes_is_clean(tmp_path):
-    pytest.importorskip("psycopg")
-    from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
-
-    try:
-        find_bin_dir()
-    except PgUnavailable as exc:
-        pytest.skip(str(exc))
+    needs_postgres()
     seed, seconds = 4, 8
     wanted = plan(seed, seconds=seconds, workers=4, lease=1.0, faults=FAULTS).counts()
     assert {"partition", "drop-reply", "server-crash"} <= wanted.keys()
@@ -185,13 +180,7 @@ def test_a_queue_that_already_holds_jobs_is_refused(tmp_path):
 
 
 def test_ctrl_c_stops_every_worker_and_removes_the_throw_away_server(tmp_path):
-    pytest.importorskip("psycopg")
-    from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
-
-    try:
-        find_bin_dir()
-    except PgUnavailable as exc:
-        pytest.skip(str(exc))
+    needs_postgres()
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "leaselab", "chaos", "--db", "postgresql", "--handler",
                              "leaselab.lessons.demo:task", "--seconds", "120", "--payload", '{"seconds": 0.05}'],

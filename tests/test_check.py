@@ -229,20 +229,27 @@ def test_a_running_jobs_lease_end_tells_the_checker_its_workers_lease():
 
 # -- real queues, with "another program" writing rows ---------------------------------------------
 
+def refused_zombie(q: Queue, clock: ManualClock, result, late) -> tuple:
+    """One job: w1 claims it and goes silent past its lease, it is reaped, w2 claims and completes it
+    with ``result``, and w1's ``late(job)`` write is refused. Returns (w1's Job, w2's Job)."""
+    q.enqueue({"n": 1})
+    first = q.claim("w1", lease=LEASE)
+    clock.advance(LEASE + 1)
+    q.reap()
+    clock.advance(60)
+    second = q.claim("w2", lease=LEASE)
+    q.complete(second.id, second.token, result)
+    with pytest.raises(LeaseLost):
+        late(first)
+    return first, second
+
+
 @pytest.fixture
 def real(tmp_path):
     """A SQLite queue on a manual clock with one zombie refused; returns (path, clock, the zombie's first Job)."""
     db, clock = tmp_path / "q.db", ManualClock()
     with Queue(db, clock=clock) as q:
-        q.enqueue({"n": 1})
-        first = q.claim("w1", lease=LEASE)
-        clock.advance(LEASE + 1)
-        q.reap()
-        clock.advance(60)
-        second = q.claim("w2", lease=LEASE)
-        q.complete(second.id, second.token, {"ok": True})
-        with pytest.raises(LeaseLost):
-            q.complete(first.id, first.token, {"late": True})
+        first, _ = refused_zombie(q, clock, {"ok": True}, lambda z: q.complete(z.id, z.token, {"late": True}))
         q.enqueue({"n": 2})
         job = q.claim("w1", lease=LEASE)
         q.complete(job.id, job.token, None)
@@ -577,15 +584,7 @@ def test_a_server_history_is_read_in_one_snapshot_and_checked_the_same(pg_server
 
     url, clock = fresh_database(pg_server, "check"), ManualClock()
     with Queue(url, clock=clock) as q:
-        q.enqueue({"n": 1})
-        first = q.claim("w1", lease=LEASE)
-        clock.advance(LEASE + 1)
-        q.reap()
-        clock.advance(60)
-        second = q.claim("w2", lease=LEASE)
-        q.complete(second.id, second.token, None)
-        with pytest.raises(LeaseLost):
-            q.heartbeat(first.id, first.token, lease=LEASE)
+        _, second = refused_zombie(q, clock, None, lambda z: q.heartbeat(z.id, z.token, lease=LEASE))
     report = check(url, now=clock(), lease=LEASE)
     assert report.clean, report.render()
     assert (report.counts["jobs"], report.counts["repeated_runs"], report.counts["refused_zombies"]) == (1, 1, 1)
