@@ -15,7 +15,7 @@ from typing import Sequence
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
-from .check.texts import LANGS
+from .words import LANGS
 from .errors import DatabaseMissing, LeaselabError
 from .job import Status
 from .printable import has_unprintable, printable

@@ -20,7 +20,14 @@ import re
 import string
 from typing import Any, Sequence
 
-LANGS = ("en", "ru")
+LANGS = ("en", "ru")  # every language leaselab speaks: the lessons', the lab's, the checker's, chaos's
+
+
+def check_lang(lang: Any) -> str:
+    """``lang`` if leaselab speaks it (``LANGS``); else ``ValueError`` naming the choices."""
+    if lang not in LANGS:
+        raise ValueError(f"lang must be one of {', '.join(LANGS)}; got {lang!r}")
+    return lang
 
 # A no-break space: a grouped number never wraps across lines.
 RU_GROUP = "\u00a0"
@@ -30,22 +37,20 @@ _PLURAL = re.compile(r"\{(\w+)\|([^{}]*)\}")
 
 def plural(n: int | float, forms: Sequence[str], lang: str) -> str:
     """The form of a word for ``n``: two forms in English (one, other), three in Russian (one, few, many)."""
-    if lang == "en":
+    if check_lang(lang) == "en":
         if len(forms) != 2:
             raise ValueError(f"English takes two plural forms (one, other), got {list(forms)!r}")
         return forms[0] if n == 1 else forms[1]
-    if lang == "ru":
-        if len(forms) != 3:
-            raise ValueError(f"Russian takes three plural forms (one, few, many), got {list(forms)!r}")
-        if n != int(n):
-            return forms[1]  # a fraction takes the genitive singular: «1,5 секунды», «0,5 задачи»
-        n = abs(int(n))
-        if n % 10 == 1 and n % 100 != 11:
-            return forms[0]
-        if 2 <= n % 10 <= 4 and not 12 <= n % 100 <= 14:
-            return forms[1]
-        return forms[2]
-    raise ValueError(f"lang must be one of {', '.join(LANGS)}; got {lang!r}")
+    if len(forms) != 3:
+        raise ValueError(f"Russian takes three plural forms (one, few, many), got {list(forms)!r}")
+    if n != int(n):
+        return forms[1]  # a fraction takes the genitive singular: «1,5 секунды», «0,5 задачи»
+    n = abs(int(n))
+    if n % 10 == 1 and n % 100 != 11:
+        return forms[0]
+    if 2 <= n % 10 <= 4 and not 12 <= n % 100 <= 14:
+        return forms[1]
+    return forms[2]
 
 
 def number(value: int | float, spec: str = "", lang: str = "en") -> str:
@@ -82,8 +87,7 @@ class _Formatter(string.Formatter):
 
 def render(template: str, lang: str, **values: Any) -> str:
     """``template`` filled from ``values`` in ``lang``: plural forms chosen, numbers written as ``lang`` does."""
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {', '.join(LANGS)}; got {lang!r}")
+    check_lang(lang)
 
     def form(match: re.Match) -> str:
         name, forms = match.group(1), match.group(2).split("|")

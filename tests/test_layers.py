@@ -95,13 +95,13 @@ ALLOWED = {
                 "leaselab.lease", "leaselab.queue", "leaselab.words"},
     "lab": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.faults",
             "leaselab.job", "leaselab.queue", "leaselab.words", "leaselab.worker"},
-    "check": {"leaselab.backends", "leaselab.checks", "leaselab.errors", "leaselab.printable"},
+    "check": {"leaselab.backends", "leaselab.checks", "leaselab.errors", "leaselab.printable", "leaselab.words"},
     "chaos": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.lab.fleet",
               "leaselab.lab.i18n", "leaselab.lessons.effects", "leaselab.lessons.pgserver", "leaselab.queue",
               "leaselab.words", "leaselab.worker"},
     "cli": {"leaselab.backends", "leaselab.backends.sqlite.backend", "leaselab.chaos.command", "leaselab.check",
-            "leaselab.check.texts", "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue",
-            "leaselab.worker"},
+            "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue", "leaselab.worker",
+            "leaselab.words"},
 }
 
 

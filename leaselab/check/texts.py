@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-LANGS = ("en", "ru")
+from ..words import LANGS, check_lang
+
 
 # The name of each anomaly kind, as a report's heading shows it. ``KINDS`` is this dict's keys.
 TITLES: dict[str, dict[str, str]] = {
@@ -209,13 +210,6 @@ REPORT: dict[str, dict[str, str]] = {
         "job_none": "без задачи",
     },
 }
-
-
-def check_lang(lang: Any) -> str:
-    """``lang`` if it is one of ``LANGS``; else ``ValueError`` naming it."""
-    if lang not in LANGS:
-        raise ValueError(f"lang must be one of {', '.join(LANGS)}; got {lang!r}")
-    return lang
 
 
 def counted(lang: str, n: int, forms: tuple[str, ...]) -> str:

@@ -6,9 +6,8 @@ arguments. A test checks that both languages have exactly the same keys.
 
 from __future__ import annotations
 
-from ..words import render
+from ..words import LANGS, check_lang, render
 
-LANGS = ("en", "ru")
 
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
@@ -212,13 +211,6 @@ STRINGS: dict[str, dict[str, str]] = {
         "tl_anomaly": "нарушенное обещание (его называет отчёт проверки)",
     },
 }
-
-
-def check_lang(lang: str) -> str:
-    """Return ``lang`` if leaselab speaks it, else raise ``ValueError`` naming the choices."""
-    if lang not in STRINGS:
-        raise ValueError(f"lang must be one of {', '.join(LANGS)}; got {lang!r}")
-    return lang
 
 
 def t(key: str, lang: str = "en", **values: object) -> str:

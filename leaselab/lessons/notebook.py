@@ -22,11 +22,11 @@ from typing import Callable, Iterable, TypeVar
 from ..backends.sqlite import statements as sql
 from ..job import Event, Job
 from ..queue import Queue
-from ..words import number, render
+from ..words import LANGS, check_lang, number, render
 
 T = TypeVar("T")
 
-LANGUAGES = ("en", "ru")
+LANGUAGES = LANGS  # the lessons speak every language leaselab speaks
 
 
 def scratch(lesson: str) -> Path:
@@ -93,8 +93,7 @@ def wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: floa
     notebook's folder), so a Russian lesson's timeout reads wholly in Russian.
     """
     lang = language() if lang is None else lang
-    if lang not in LANGUAGES:
-        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    check_lang(lang)
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
@@ -119,8 +118,7 @@ def stored_detail(detail: str | None, lang: str = "en") -> str | None:
     The history table and any line that prints a stored error use this, so a Russian lesson
     shows one stored error in one language. Details it does not know stay as stored.
     """
-    if lang not in LANGUAGES:
-        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    check_lang(lang)
     if lang == "ru" and detail:
         for pattern, russian in STORED_DETAILS_RU:
             detail = pattern.sub(russian, detail)
@@ -133,8 +131,7 @@ def history(events: Iterable[Event], start: float | None = None, times: bool = T
     Event kinds and worker names are the database's own words; the rest is in ``lang``,
     numbers too (``0,50 с`` in Russian).
     """
-    if lang not in LANGUAGES:
-        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    check_lang(lang)
     job_word, attempt_word, empty, seconds = HISTORY_WORDS[lang]
     events = list(events)
     if not events:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import words
-from ..words import render
-from .notebook import LANGUAGES
+from ..words import check_lang, render
 
 MESSAGES: dict[str, dict[str, str]] = {
     "en": {
@@ -357,8 +356,7 @@ def placeholders(text: str) -> set[str]:
 
 def text(key: str, lang: str = "en", **values: object) -> str:
     """The line ``key`` in ``lang`` with its placeholders filled; ``KeyError`` names an unknown key."""
-    if lang not in LANGUAGES:
-        raise ValueError(f"lang must be one of {', '.join(LANGUAGES)}; got {lang!r}")
+    check_lang(lang)
     try:
         template = MESSAGES[lang][key]
     except KeyError:
