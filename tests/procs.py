@@ -40,10 +40,15 @@ def as_nobody(fn: Callable[[], str]) -> str:
     return out
 
 
+# A test is over when its teardown runs: its workers get a moment to take SIGTERM, not the fleet's
+# grace (5 s by default, which a worker in the middle of a long job would use to the end).
+TEARDOWN_GRACE = 0.5
+
+
 def shut_down(fleet) -> None:
-    """A test fleet's teardown: ``shutdown()``, then SIGKILL any worker that outlived it."""
+    """A test fleet's teardown: ``shutdown()`` with ``TEARDOWN_GRACE``, then SIGKILL any worker that outlived it."""
     pids = [fleet.pid(n) for n in fleet.names]
-    fleet.shutdown()
+    fleet.shutdown(grace=TEARDOWN_GRACE)
     for pid in pids:
         if not pid_gone(pid):  # pragma: no cover - shutdown failed; do not leave it running
             os.kill(pid, signal.SIGKILL)

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import html
-import os
-import signal
 
 import pytest
 
 from polling import pid_gone, process_state, wait_until
+from procs import shut_down
 from leaselab.lab.i18n import STRINGS, t
 from leaselab.lab.dashboard import Lab
 
@@ -30,11 +29,8 @@ def make_lab(target, tmp_path, monkeypatch):
 
     yield make
     for lab in labs:
-        pids = [lab.fleet.pid(n) for n in lab.fleet.names]
+        shut_down(lab.fleet)  # idempotent: close() below finds the workers already ended
         lab.close()
-        for pid in pids:
-            if not pid_gone(pid):  # pragma: no cover
-                os.kill(pid, signal.SIGKILL)
 
 
 def badge(lab: Lab, name: str) -> str:

@@ -141,15 +141,6 @@ def test_a_skew_that_is_not_a_finite_number_is_refused_by_name(tmp_path, bad, er
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "en" / "06-past-one-file.ipynb"
 
-RUN_NOTEBOOK = """
-import sys
-import nbformat
-from nbclient import NotebookClient
-nb = nbformat.read(sys.argv[1], as_version=4)
-NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
-"""
-
-
 @pytest.fixture
 def private_tmp():
     """A TMPDIR of the test's own, which the unprivileged server user can enter (pytest's tmp_path is 0700)."""
@@ -177,13 +168,8 @@ def _left_behind(folder: Path, timeout: float = 15.0) -> tuple[list[str], list[s
         time.sleep(0.2)
 
 
-def test_lesson_six_run_to_the_end_leaves_no_server_process_and_no_folder(private_tmp):
-    pytest.importorskip("nbclient")
-    env = dict(os.environ, TMPDIR=str(private_tmp))
-    done = subprocess.run([sys.executable, "-c", RUN_NOTEBOOK, str(NOTEBOOK), str(NOTEBOOK.parent)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert _left_behind(private_tmp) == ([], [])
+# Lesson 6 run to its end leaves no server, process or folder: tests/test_binder.py runs every
+# Russian lesson in a fresh environment with a TMPDIR of its own and checks exactly that.
 
 
 def test_a_kernel_killed_after_lesson_six_started_its_server_leaves_nothing(private_tmp):

@@ -1,0 +1,76 @@
+"""How the suite is scheduled when it runs side by side (``./dev test`` runs it under pytest-xdist),
+and its quick tier (``./dev test --quick``).
+
+Two rules, for any number of workers:
+
+- A lesson's cells share one kernel, so every cell of one notebook goes to the same worker, in order:
+  ``--dist loadscope`` sends each module (a test file, a notebook) to one worker, as nbval's README asks.
+- The longest tests start first (``LONGEST_FIRST``), so the run ends when the sum of the short ones
+  does and not one long test after the others finished. Within a tier, collection order is kept.
+
+Without xdist (``pytest -n 0``, or pytest alone) the order is the same.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+# Markers and files, longest first: what a worker should take before anything else. A test's tier is
+# the first entry that matches it; everything else keeps its place after them.
+LONGEST_FIRST = (
+    "binder",                      # a pip install of JupyterLab, then every Russian lesson (7 minutes)
+    "tests/test_browser.py",       # JupyterLab in Chromium, in both languages
+    "chaos",                       # fault-injection runs with real processes
+    "tests/test_newcomer.py",      # a clone, a venv, the README line by line
+    "notebooks/",                  # one group per lesson, each a minute or so
+    "tests/test_server_lesson.py",
+    "build",
+)
+
+
+# ./dev test --quick: the library and the backend contract on both backends, in one process: no worker
+# processes, no lessons, no browser, no fault injection. What to run after each edit; the full suite
+# runs these too.
+QUICK = (
+    "tests/test_queue.py",
+    "tests/test_contract.py",
+    "tests/test_bad_input.py",
+    "tests/test_batch.py",
+    "tests/test_worker.py",
+    "tests/test_pulse.py",
+    "tests/test_backoff.py",
+    "tests/test_fence.py",
+    "tests/test_effects.py",
+    "tests/test_check.py",
+    "tests/test_history.py",
+    "tests/test_timeline.py",
+    "tests/test_words.py",
+    "tests/test_layers.py",
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true",
+                     help="only the library and the backend contract (conftest.QUICK): under a minute")
+
+
+def _tier(item: pytest.Item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    for rank, entry in enumerate(LONGEST_FIRST):
+        if ("/" in entry and path.startswith(entry)) or item.get_closest_marker(entry) is not None:
+            return rank
+    return len(LONGEST_FIRST)
+
+
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("quick"):
+        deselected = [item for item in items if item.nodeid.split("::", 1)[0] not in QUICK]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = [item for item in items if item.nodeid.split("::", 1)[0] in QUICK]
+    # A module goes to one worker whole, so it takes the tier of its longest test.
+    module_tier: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        module_tier[module] = min(module_tier.get(module, len(LONGEST_FIRST)), _tier(item))
+    items.sort(key=lambda item: module_tier[item.nodeid.split("::", 1)[0]])  # stable: order within a module kept
