@@ -179,8 +179,6 @@ def _whole(value: Any) -> int:
         return value
     raise ValueError(value)
 
-EVENT_KINDS = ("enqueued", "claimed", "heartbeat", "completed", "failed", "reaped", "dead", "lease_lost")
-
 EVENT_COLUMNS = "id, job_id, kind, at, worker, token, attempt, detail"
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from leaselab import ManualClock, Queue, lessons
+from leaselab import ManualClock, Queue
 from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import DEFAULT_TIMEOUT, pid_gone, wait_until

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from leaselab import InvalidPayload, LeaseLost, Queue, Status
+from leaselab import InvalidPayload, LeaseLost, Status
 
 import history
 

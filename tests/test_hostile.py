@@ -9,7 +9,6 @@ every event is kept, and the history still satisfies the chaos checker.
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import subprocess
 import sys

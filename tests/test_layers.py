@@ -97,7 +97,7 @@ ALLOWED = {
             "leaselab.job", "leaselab.queue", "leaselab.words", "leaselab.worker"},
     "check": {"leaselab.backends", "leaselab.checks", "leaselab.errors", "leaselab.printable", "leaselab.words"},
     "chaos": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.lab.fleet",
-              "leaselab.lab.i18n", "leaselab.lessons.effects", "leaselab.lessons.pgserver", "leaselab.queue",
+              "leaselab.lessons.effects", "leaselab.lessons.pgserver", "leaselab.queue",
               "leaselab.words", "leaselab.worker"},
     "cli": {"leaselab.backends", "leaselab.backends.sqlite.backend", "leaselab.chaos.command", "leaselab.check",
             "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue", "leaselab.worker",

@@ -29,7 +29,7 @@ def server_fleet(pg_url, tmp_path, monkeypatch):
 def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_refused(server_fleet):
     fleet, q = server_fleet, server_fleet.queue
     job_id = q.enqueue({"seconds": 2.5})
-    w1 = fleet.spawn(lease=1.5, name="w1")
+    fleet.spawn(lease=1.5, name="w1")
     wait_until(lambda: q.get(job_id).worker == "w1", message="w1 to claim the job")
     first = q.get(job_id)
     fleet.partition("w1")

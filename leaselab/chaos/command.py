@@ -16,7 +16,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..lab.i18n import check_lang
+from ..words import check_lang
 from ..lessons.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
 from ..backends import is_server_url
 from .run import Progress, run

@@ -5,8 +5,7 @@
 
 from __future__ import annotations
 
-from ..lab.i18n import check_lang
-from ..words import render
+from ..words import check_lang, render
 
 STRINGS: dict[str, dict[str, str]] = {
     "en": {

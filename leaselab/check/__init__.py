@@ -24,7 +24,7 @@ from ..checks import positive
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
 from .history import History, load
 from .report import KINDS, NOTES, Anomaly, Report
-from .texts import LANGS
+from ..words import LANGS
 from . import rules
 
 __all__ = ["Anomaly", "ENV", "History", "KINDS", "LANGS", "NOTES", "Report", "check", "check_history", "load",

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..printable import printable
-from .texts import LANGS, REPORT, SENTENCES, TITLES, check_lang, fill
+from ..words import LANGS, check_lang
+from .texts import REPORT, SENTENCES, TITLES, fill
 
 # The stable machine names of every anomaly, in the order a report lists them.
 KINDS = tuple(TITLES["en"])

@@ -46,7 +46,8 @@ import ipywidgets as W
 
 from ..errors import DatabaseBusy
 from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
-from .i18n import check_lang, t
+from ..words import check_lang
+from .i18n import t
 from ..job import Job, Status
 from ..backends import is_server_url
 from ..queue import Queue

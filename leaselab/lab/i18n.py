@@ -6,7 +6,7 @@ arguments. A test checks that both languages have exactly the same keys.
 
 from __future__ import annotations
 
-from ..words import LANGS, check_lang, render
+from ..words import check_lang, render
 
 
 STRINGS: dict[str, dict[str, str]] = {

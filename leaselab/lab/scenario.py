@@ -222,11 +222,6 @@ class Scenario:
         """True once every step has run."""
         return self.position >= len(self.steps)
 
-    def reset(self) -> None:
-        """Go back to the first step (processes and jobs are not undone)."""
-        self.position = 0
-        self.history.clear()
-
     def step(self, target: Any = None) -> Step | None:
         """Run the next step against ``target`` and return it, or None when there is none left."""
         if self.done:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 from .fleet import Action, read_actions
-from .i18n import check_lang, t
+from ..words import check_lang
+from .i18n import t
 from ..job import Event
 
 OUTCOME_COLOURS = {

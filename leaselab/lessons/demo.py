@@ -20,7 +20,7 @@ import signal
 import time
 from typing import Any
 
-from ..check import read_effects, record_effect
+from ..check import record_effect
 from ..errors import LeaseLost
 from ..job import Job
 from ..lease import Lease

@@ -380,13 +380,3 @@ def _checked_settings(settings: dict) -> dict[str, str]:
             raise ValueError(f"settings: the value of {name} must be a plain word or number, got {value!r}")
         checked[name] = text
     return checked
-
-
-def wait_ready(server: PgServer, timeout: float = 30.0) -> None:
-    """Wait until ``pg_isready`` says the server accepts connections (after a restart, say)."""
-    deadline = time.monotonic() + timeout
-    while server._cmd("pg_isready", "-h", "127.0.0.1", "-p", str(server.port), check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            raise PgStartFailed(f"server on port {server.port} not ready after {timeout}s{server._log()}")
-        time.sleep(0.1)
-
