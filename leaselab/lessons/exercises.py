@@ -214,8 +214,8 @@ def check_idempotent_transfer(transfer: Callable[[Any, Any], Any], ledger_path: 
     """Lesson 4: run the reader's ``transfer(ledger, job)`` (10 from alice to bob) for every attempt of two jobs.
 
     The jobs come from a real queue on a clock we move. Job 1's first attempt dies between
-    its two deposits (the second deposit raises instead of writing), its second attempt runs
-    to the end, and its third runs again as a zombie would (the same job, a later attempt).
+    its two deposits (the second deposit raises instead of writing); its second makes both
+    deposits, and is reaped as if it died before completing, so its third runs them again.
     Job 2 runs once. Right when alice has -20 and bob 20.
     """
     clock = ManualClock()
