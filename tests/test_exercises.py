@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import secrets
+import time
 
 import pytest
 
@@ -80,53 +82,145 @@ def test_the_zombie_scenario_check_wants_w1_refused_with_no_other_worker(tmp_pat
     assert "no write of w1 was refused" in exercises.check_refused_alone(wrong.events, "w1", timeout=0.2)
 
 
-def test_the_safe_claim_check_accepts_only_immediate(tmp_path):
+def _take(guarded):
+    """Step two of the naive claim; with ``guarded``, only while the job is still pending."""
     from leaselab.lessons import wrong
 
-    results = {t: exercises.check_safe_claim(wrong.race(tmp_path / f"{t}.db", claim="naive", pause=0.002,
-                                                        transaction=t))
-               for t in (None, "deferred", "immediate")}
-    assert results["immediate"].startswith("Right:")
-    assert results[None].startswith("Not yet:") and "any duplicate: True" in results[None]
-    assert results["deferred"].startswith("Not yet:") and 'any "database is locked": True' in results["deferred"]
+    update = wrong.NAIVE_UPDATE.replace("WHERE id = :id", "WHERE id = :id AND status = 'pending'") if guarded \
+        else wrong.NAIVE_UPDATE
+
+    def take(conn, job_id, worker):
+        now = time.time()
+        row = conn.execute(update, {"id": job_id, "now": now, "lease_until": now + 30, "worker": worker,
+                                    "token": secrets.token_hex(16)}).fetchone()
+        return row is not None
+
+    return take
 
 
-def test_the_fenced_write_check_refuses_the_plain_upsert_and_accepts_the_fenced_one():
-    from leaselab.lessons import fence
-
-    def plain(conn, key, value, f):
-        conn.execute(fence.PLAIN_WRITE, {"key": key, "job": f[0], "attempt": f[1], "token": None, "value": value})
-
-    def fenced(conn, key, value, f):
-        conn.execute(fence.FENCED_WRITE, {"key": key, "job": f[0], "attempt": f[1], "token": None, "value": value})
-
-    def at_least(conn, key, value, f):  # the old advice: an equal fence from anyone may write again
-        conn.execute(fence.PLAIN_WRITE.strip() + " WHERE (fenced.fence_job, fenced.fence_attempt)"
-                     " <= (excluded.fence_job, excluded.fence_attempt)",
-                     {"key": key, "job": f[0], "attempt": f[1], "token": None, "value": value})
-
-    def broken(conn, key, value, f):
-        conn.execute("INSERT INTO nowhere VALUES (1)")
-
-    assert exercises.check_fenced_write(fenced).startswith("Right:")
-    assert exercises.check_fenced_write(plain) == "Not yet: (7, 2), (7, 1): the page holds v1, it should hold v2"
-    assert exercises.check_fenced_write(at_least) == "Not yet: (7, 2), (7, 2): the page holds b, it should hold a"
-    assert "no such table: nowhere" in exercises.check_fenced_write(broken, "ru")
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_take_check_wants_the_second_taker_told_it_lost_and_the_first_claim_kept(lang):
+    assert exercises.check_guarded_take(_take(guarded=True), lang).startswith(text("check_right", lang, detail=""))
+    naive = exercises.check_guarded_take(_take(guarded=False), lang)
+    assert naive.startswith(text("check_wrong", lang, detail="")) and "True" in naive and "False" in naive
+    assert exercises.check_guarded_take(lambda conn, job_id, worker: None, lang) == text("check_todo", lang)
+    assert "ZeroDivisionError" in exercises.check_guarded_take(lambda conn, job_id, worker: 1 / 0, lang)
 
 
-def test_the_idempotency_check_wants_one_deposit_per_job_not_per_attempt(tmp_path):
+def test_a_take_that_says_false_without_taking_leaves_job_one_to_nobody():
+    verdict = exercises.check_guarded_take(lambda conn, job_id, worker: False)
+    assert verdict.startswith("Not yet: A takes job 1")
+
+
+class _PerJobStore:
+    """Refuses a fence older than any this store has seen for that job, on any key; and per key, anything older."""
+
+    def __init__(self):
+        self.pages, self.newest = {}, {}
+
+    def write(self, key, value, fence, token):
+        job, attempt = fence
+        seen = self.newest.get(job)
+        if seen is not None and (attempt, token) != seen and attempt <= seen[0]:
+            return False
+        if key in self.pages and self.pages[key][1] > fence:
+            return False
+        self.newest[job] = (attempt, token)
+        self.pages[key] = (value, fence)
+        return True
+
+    def read(self, key):
+        return self.pages[key][0] if key in self.pages else None
+
+
+class _PerKeyStore(_PerJobStore):
+    """The rule of FENCED_WRITE: newer per key, or equal from the same claim; blind to what other keys saw."""
+
+    def write(self, key, value, fence, token):
+        old = self.pages.get(key)
+        if old is not None and not (old[1] < fence or (old[1] == fence and old[2] == token)):
+            return False
+        self.pages[key] = (value, fence, token)
+        return True
+
+
+class _PlainStore(_PerJobStore):
+    def write(self, key, value, fence, token):
+        self.pages[key] = (value, fence)
+        return True
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_store_check_wants_the_zombie_refused_even_on_a_key_the_new_holder_has_not_written(lang):
+    assert exercises.check_store(_PerJobStore, lang).startswith(text("check_right", lang, detail=""))
+    per_key = exercises.check_store(_PerKeyStore, lang)
+    assert per_key.startswith(text("check_wrong", lang, detail="")) and "about.html" in per_key
+    plain = exercises.check_store(_PlainStore, lang)
+    assert plain.startswith(text("check_wrong", lang, detail="")) and "(1, 1)" in plain
+
+    class Todo(_PerJobStore):
+        def write(self, key, value, fence, token):
+            return None
+
+    assert exercises.check_store(Todo, lang) == text("check_todo", lang)
+    assert "ZeroDivisionError" in exercises.check_store(lambda: 1 / 0, lang)
+
+
+def test_the_store_check_s_writes_carry_real_claims_fences_and_tokens():
+    writes = {case: (fence, token) for case, _, _, fence, token in exercises.store_writes()}
+    assert writes["holder"][0] == (1, 2) and writes["zombie"][0] == (1, 1) and writes["later_job"][0] == (2, 1)
+    assert writes["holder"][1] != writes["zombie"][1] and writes["twin"][0] == writes["holder"][0]
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_transfer_check_wants_one_key_per_deposit_that_every_attempt_of_the_job_shares(tmp_path, lang):
     def keyed(ledger, job):
-        ledger.deposit("dave", 10, job=job, key=f"job-{job.id}")
+        ledger.deposit("alice", -10, job=job, key=f"job-{job.id}-from")
+        ledger.deposit("bob", 10, job=job, key=f"job-{job.id}-to")
+
+    def one_key(ledger, job):  # the key of the lesson's deposit, for both: bob's is taken for a repeat
+        ledger.deposit("alice", -10, job=job, key=f"job-{job.id}")
+        ledger.deposit("bob", 10, job=job, key=f"job-{job.id}")
 
     def per_attempt(ledger, job):
-        ledger.deposit("dave", 10, job=job, key=f"job-{job.id}-{job.attempts}")
+        ledger.deposit("alice", -10, job=job, key=f"job-{job.id}-{job.attempts}-from")
+        ledger.deposit("bob", 10, job=job, key=f"job-{job.id}-{job.attempts}-to")
 
-    def one_key_for_all(ledger, job):
-        ledger.deposit("dave", 10, job=job, key="dave")
+    def swallowing(ledger, job):  # catching everything does not hide the crash
+        try:
+            keyed(ledger, job)
+        except Exception:
+            pass
 
-    assert exercises.check_idempotent_deposit(keyed, tmp_path / "a.db").startswith("Right:")
-    assert "dave has 40" in exercises.check_idempotent_deposit(per_attempt, tmp_path / "b.db")
-    assert "dave has 10" in exercises.check_idempotent_deposit(one_key_for_all, tmp_path / "c.db")
+    assert exercises.check_idempotent_transfer(keyed, tmp_path / "a.db", lang).startswith(
+        text("check_right", lang, detail=""))
+    assert exercises.check_idempotent_transfer(swallowing, tmp_path / "e.db", lang).startswith(
+        text("check_right", lang, detail=""))
+    assert " 0" in exercises.check_idempotent_transfer(one_key, tmp_path / "b.db", lang)  # bob got nothing
+    assert "-40" in exercises.check_idempotent_transfer(per_attempt, tmp_path / "c.db", lang)
+    assert exercises.check_idempotent_transfer(lambda ledger, job: None, tmp_path / "d.db", lang) == \
+        text("check_todo", lang)
+
+
+def test_a_crashed_job_waits_its_lease_a_reaper_tick_its_backoff_and_a_poll():
+    assert exercises.crashed_job_wait(7, 1, 1, 60) == pytest.approx(7 + 1 + 1 + 1)
+    assert exercises.crashed_job_wait(10, 3, 1, 60) == pytest.approx(10 + 1 + 4 + 1)
+    assert exercises.crashed_job_wait(10, 9, 1, 60) == pytest.approx(10 + 1 + 60 + 1)  # 2**8 capped
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_wait_check_wants_the_backoff_of_the_attempt_that_crashed(lang):
+    def right(lease, attempt, base, cap):
+        return lease + 1 + min(cap, base * 2 ** (attempt - 1)) + 1
+
+    def first_attempt_only(lease, attempt, base, cap):  # the lesson's sum, with a first attempt's backoff
+        return lease + 1 + base + 1
+
+    assert exercises.check_crash_wait(right, lang).startswith(text("check_right", lang, detail=""))
+    wrong = exercises.check_crash_wait(first_attempt_only, lang)
+    assert wrong.startswith(text("check_wrong", lang, detail="")) and "3" in wrong
+    assert exercises.check_crash_wait(lambda *a: None, lang) == text("check_todo", lang)
+    assert "ZeroDivisionError" in exercises.check_crash_wait(lambda *a: 1 / 0, lang)
 
 
 # -- lesson 7: a rule of the checker -----------------------------------------------------------------

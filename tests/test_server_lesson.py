@@ -21,7 +21,7 @@ from leaselab.lessons import exercises, skew
 
 pytest.importorskip("psycopg")
 
-from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace  # noqa: E402  (after the psycopg check)
+from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race  # noqa: E402  (after the psycopg check)
 
 OUTER_RECHECK = NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = (")
 
@@ -76,18 +76,32 @@ def test_an_error_in_bs_statement_reaches_the_caller_of_b_result(pg_url):
         race.close()
 
 
+BATCH_CLAIM = CLAIM.replace("WHERE id = (", "WHERE id IN (").replace("LIMIT 1", "LIMIT %(n)s")
+
+
 @pytest.mark.parametrize("lang", ["en", "ru"])
-def test_the_claim_exercise_accepts_skip_locked_and_refuses_the_articles_claim(pg_server, lang):
+def test_the_batch_claim_exercise_wants_two_jobs_each_for_a_and_b_without_a_wait(pg_server, lang):
     n = time.monotonic_ns()
-    right = exercises.check_server_claim(NAIVE_CLAIM.replace("LIMIT 1", "LIMIT 1 FOR UPDATE SKIP LOCKED"),
-                                         pg_server.create_database(f"ok_{lang}_{n}"), lang)
-    wrong = exercises.check_server_claim(NAIVE_CLAIM, pg_server.create_database(f"naive_{lang}_{n}"), lang)
-    empty = exercises.check_server_claim(OUTER_RECHECK, pg_server.create_database(f"outer_{lang}_{n}"), lang)
-    broken = exercises.check_server_claim("SELEC 1", pg_server.create_database(f"bad_{lang}_{n}"), lang)
+    right = exercises.check_server_batch_claim(BATCH_CLAIM, pg_server.create_database(f"ok_{lang}_{n}"), lang)
+    one = exercises.check_server_batch_claim(CLAIM, pg_server.create_database(f"one_{lang}_{n}"), lang)
+    unlocked = exercises.check_server_batch_claim(
+        NAIVE_CLAIM.replace("WHERE id = (", "WHERE id IN (").replace("LIMIT 1", "LIMIT %(n)s"),
+        pg_server.create_database(f"unlocked_{lang}_{n}"), lang)
+    equals = exercises.check_server_batch_claim(CLAIM.replace("LIMIT 1", "LIMIT %(n)s"),
+                                                pg_server.create_database(f"eq_{lang}_{n}"), lang)
     prefix = {"en": ("Right", "Not yet"), "ru": ("Верно", "Пока нет")}[lang]
-    assert right.startswith(prefix[0]) and "2" in right
-    assert all(verdict.startswith(prefix[1]) for verdict in (wrong, empty, broken))
-    assert "SELEC" in broken and "SyntaxError" in broken
+    assert right.startswith(prefix[0]) and "[1, 2]" in right and "[3, 4]" in right
+    assert one.startswith(prefix[1]) and "[1]" in one and "[2]" in one
+    assert unlocked.startswith(prefix[1]) and "True" in unlocked  # B waited on A's rows
+    assert equals.startswith(prefix[1]) and "CardinalityViolation" in equals
+
+
+def test_the_claim_of_lesson_two_raced_in_autocommit_by_processes_gives_duplicates_and_leaselabs_none(pg_server):
+    n = time.monotonic_ns()
+    naive = server_race(pg_server.create_database(f"race_naive_{n}"), "naive", workers=4, jobs=200)
+    single = server_race(pg_server.create_database(f"race_single_{n}"), "single", workers=4, jobs=200)
+    assert naive.duplicates > 0 and naive.claims == naive.jobs + naive.duplicates
+    assert single.duplicates == 0 and single.claims == single.jobs == 200
 
 
 def test_a_skewed_worker_really_reads_a_wrong_clock_so_on_a_file_it_steals_a_live_lease(tmp_path):

@@ -7,7 +7,9 @@ or a reminder to write the answer first. Tests feed each check a right and a wro
 from __future__ import annotations
 
 import math
+import os
 import sqlite3
+import tempfile
 import time
 from typing import Any, Callable, Iterable
 
@@ -15,8 +17,8 @@ from ..clock import ManualClock
 from ..job import Event
 from ..queue import Queue
 from .effects import Ledger
-from .fence import STORE_TABLE
 from .texts import text
+from .wrong import NAIVE_SELECT
 
 # (lease, heartbeat interval) pairs the lesson 1 check tries, the lesson's own first.
 MISS_CASES = ((30.0, 10.0), (30.0, 7.5), (30.0, 12.0), (10.0, 1.0), (60.0, 20.0), (9.0, 4.0))
@@ -45,13 +47,14 @@ def misses_the_queue_tolerates(lease: float, every: float) -> int:
         missed += 1
 
 
-def _verdict(results: list[tuple[Any, Any, str]], lang: str) -> str:
+def _verdict(results: list[tuple[Any, Any, str]], lang: str, right: str | None = None) -> str:
+    """The first case that differs, or ``right`` (else the first case) when none does."""
     if all(got is None for got, _, _ in results):
         return text("check_todo", lang)
     for got, want, detail in results:
         if got != want:
             return text("check_wrong", lang, detail=detail)
-    return text("check_right", lang, detail=results[0][2])
+    return text("check_right", lang, detail=results[0][2] if right is None else right)
 
 
 def check_misses(misses_tolerated: Callable[[float, float], Any], lang: str = "en") -> str:
@@ -84,77 +87,165 @@ def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1
         time.sleep(0.1)
 
 
-def check_safe_claim(race: Any, lang: str = "en") -> str:
-    """Lesson 2: a ``wrong.race`` result is right when the naive claim gave no duplicate and no lock error."""
-    detail = text("l2_ex_safe", lang, transaction=repr(race.transaction), dups=race.duplicates > 0,
-                  locked=race.locked > 0)
-    ok = race.duplicates == 0 and race.locked == 0 and race.claims == race.jobs
-    return text("check_right" if ok else "check_wrong", lang, detail=detail)
+def check_guarded_take(take: Callable[[sqlite3.Connection, int, str], Any], lang: str = "en") -> str:
+    """Lesson 2: the reader's ``take(conn, job_id, worker)``, step two of the naive claim, under the interleaving that breaks it.
 
-
-READ_PAGE = "SELECT value FROM fenced WHERE key = 'page'"
-
-# (what happens, the writes in order as (value, fence), the value that must stand)
-FENCE_CASES = (
-    ("(7, 2), (7, 1)", (("v2", (7, 2)), ("v1", (7, 1))), "v2"),
-    ("(7, 1), (7, 2)", (("v1", (7, 1)), ("v2", (7, 2))), "v2"),
-    ("(7, 3), (7, 12)", (("a", (7, 3)), ("b", (7, 12))), "b"),
-    ("(7, 12), (7, 3)", (("a", (7, 12)), ("b", (7, 3))), "a"),
-    # Equal, and no token to show it is the same claim: it may be a second claim given this
-    # fence after a crash lost the first, so it must not replace that write.
-    ("(7, 2), (7, 2)", (("a", (7, 2)), ("b", (7, 2))), "a"),
-)
-
-
-def check_fenced_write(fenced_write: Callable[[sqlite3.Connection, str, Any, tuple[int, int]], Any],
-                       lang: str = "en") -> str:
-    """Lesson 3: run the reader's ``fenced_write(conn, key, value, fence)`` on a real table, case by case."""
+    Two claimers, A and B, each on its own connection to a real queue file of two jobs and
+    without a transaction, both look (``wrong.NAIVE_SELECT``) and see job 1. A takes it, then
+    B tries: B's take must say it did not get the job and leave A's claim as it was; B then
+    looks again and takes job 2. The interleaving is made by hand, so the check is the same
+    on every machine.
+    """
+    folder = tempfile.mkdtemp(prefix="leaselab-take-")
+    path = os.path.join(folder, "take.db")
+    with Queue(path) as q:
+        first, second = q.enqueue_many(["one", "two"])
+    a = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    b = sqlite3.connect(path, timeout=30.0, isolation_level=None)
+    look = lambda conn: conn.execute(NAIVE_SELECT, {"now": time.time()}).fetchone()[0]  # noqa: E731
     results = []
-    for case, writes, want in FENCE_CASES:
-        conn = sqlite3.connect(":memory:", isolation_level=None)
-        try:
-            conn.execute(STORE_TABLE)
-            for value, fence in writes:
-                fenced_write(conn, "page", value, fence)
-            row = conn.execute(READ_PAGE).fetchone()
-        except Exception as exc:  # the reader's code: say what it raised instead of a traceback
-            return text("check_wrong", lang, detail=text("l3_ex_error", lang, error=f"{type(exc).__name__}: {exc}"))
-        finally:
-            conn.close()
-        got = None if row is None else row[0]
-        results.append((got, want, text("l3_ex_case", lang, case=case, got=got, want=want)))
-    return _verdict(results, lang)
+    try:
+        a_sees, b_sees = look(a), look(b)
+        a_took = take(a, a_sees, "A")
+        results.append((None if a_took is None else bool(a_took), True,
+                        text("l2_ex_take_first", lang, id=a_sees, got=a_took, want=True)))
+        b_took = take(b, b_sees, "B")
+        results.append((None if b_took is None else bool(b_took), False,
+                        text("l2_ex_take_second", lang, id=b_sees, got=b_took, want=False)))
+        with Queue(path) as q:
+            held = q.get(first)
+        results.append(((held.worker, held.attempts), ("A", 1),
+                        text("l2_ex_take_held", lang, id=first, worker=held.worker, attempts=held.attempts)))
+        b_sees = look(b)
+        b_took = take(b, b_sees, "B")
+        with Queue(path) as q:
+            held = q.get(second)
+        results.append(((b_sees, None if b_took is None else bool(b_took), held.worker), (second, True, "B"),
+                        text("l2_ex_take_again", lang, id=b_sees, got=b_took, want=second)))
+    except Exception as exc:  # the reader's code: say what it raised instead of a traceback
+        return text("check_wrong", lang, detail=text("l2_ex_take_error", lang, error=f"{type(exc).__name__}: {exc}"))
+    finally:
+        a.close()
+        b.close()
+        for name in os.listdir(folder):
+            os.unlink(os.path.join(folder, name))
+        os.rmdir(folder)
+    if a_took is None:
+        return text("check_todo", lang)
+    return _verdict(results, lang, right=text("l2_ex_take_right", lang, id=first, other=second))
 
 
-def check_idempotent_deposit(deposit: Callable[[Ledger, Any], Any], ledger_path: Any, lang: str = "en") -> str:
-    """Lesson 4: run the reader's ``deposit(ledger, job)`` for three attempts of one job and one of another.
+def store_writes() -> list[tuple[str, str, Any, tuple[int, int], str]]:
+    """Lesson 3: the writes the store check makes, as (what happens, key, value, fence, token), from a real queue.
 
-    The jobs come from a real queue on a manual clock (each retry is a reap and a new
-    claim); the ledger is a new file at ``ledger_path``. Right when dave got 10 per job.
+    On a clock we move, w1 claims job 1 and falls silent, a reaper takes the job back, and w2
+    claims it again: two real claims, with their real fences and tokens. Then job 2.
+    """
+    clock = ManualClock()
+    with Queue(":memory:", clock=clock) as q:
+        first = q.enqueue("home page")
+        zombie = q.claim("w1", lease=10)
+        clock.advance(11)
+        q.reap()
+        clock.advance(60)  # past the backoff
+        holder = q.claim("w2", lease=10)
+        q.complete(holder.id, holder.token)
+        q.enqueue("new home page")
+        later = q.claim("w3", lease=10)
+        if (zombie.id, zombie.attempts, holder.id, holder.attempts) != (first, 1, first, 2) or later.id == first:
+            raise AssertionError("the exercise's claims did not come out as planned")  # pragma: no cover
+    return [
+        ("holder", "home.html", "w2", holder.fence, holder.token),
+        ("zombie", "home.html", "w1", zombie.fence, zombie.token),
+        ("zombie_new_key", "about.html", "w1", zombie.fence, zombie.token),
+        ("holder_again", "home.html", "w2 again", holder.fence, holder.token),
+        ("twin", "home.html", "twin", holder.fence, "a-second-claim-with-the-same-fence"),
+        ("later_job", "home.html", "w3", later.fence, later.token),
+    ]
+
+
+# What each write of store_writes must return, and what home.html must read after it.
+STORE_WANT = {"holder": (True, "w2"), "zombie": (False, "w2"), "zombie_new_key": (False, "w2"),
+              "holder_again": (True, "w2 again"), "twin": (False, "w2 again"), "later_job": (True, "w3")}
+
+
+def check_store(store_class: Callable[[], Any], lang: str = "en") -> str:
+    """Lesson 3: a fresh ``store_class()`` gets the writes of ``store_writes`` in order; each must be accepted or refused right."""
+    writes = store_writes()
+    results = []
+    try:
+        store = store_class()
+        for case, key, value, fence, token in writes:
+            accepted = store.write(key, value, fence, token)
+            page = store.read("home.html")
+            want_accepted, want_page = STORE_WANT[case]
+            what = text(f"l3_ex_{case}", lang, fence=f"({fence[0]}, {fence[1]})", page=key)
+            results.append((None if accepted is None else bool(accepted), want_accepted,
+                            text("l3_ex_write", lang, what=what, got=accepted, want=want_accepted)))
+            results.append((page, want_page, text("l3_ex_page", lang, what=what, got=page, want=want_page)))
+    except Exception as exc:  # the reader's code: say what it raised instead of a traceback
+        return text("check_wrong", lang, detail=text("l3_ex_store_error", lang, error=f"{type(exc).__name__}: {exc}"))
+    if results[0][0] is None:
+        return text("check_todo", lang)
+    return _verdict(results, lang, right=text("l3_ex_store_right", lang))
+
+
+class _Crash(BaseException):
+    """The check's stand-in for a worker killed mid-handler: a BaseException, so no ``except Exception`` hides it."""
+
+
+class _CrashingLedger:
+    """A ledger whose ``deposit`` kills the attempt (raises ``_Crash``) at the ``crash_at``-th call."""
+
+    def __init__(self, ledger: Ledger, crash_at: int | None):
+        self._ledger, self._crash_at, self.calls = ledger, crash_at, 0
+
+    def deposit(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.calls == self._crash_at:
+            raise _Crash()
+        return self._ledger.deposit(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ledger, name)
+
+
+def check_idempotent_transfer(transfer: Callable[[Any, Any], Any], ledger_path: Any, lang: str = "en") -> str:
+    """Lesson 4: run the reader's ``transfer(ledger, job)`` (10 from alice to bob) for every attempt of two jobs.
+
+    The jobs come from a real queue on a clock we move. Job 1's first attempt dies between
+    its two deposits (the second deposit raises instead of writing); its second makes both
+    deposits, and is reaped as if it died before completing, so its third runs them again.
+    Job 2 runs once. Right when alice has -20 and bob 20.
     """
     clock = ManualClock()
     attempts = []
     with Queue(":memory:", clock=clock) as q:
-        first = q.enqueue("pay dave", max_attempts=3)  # dead after the third: the next claim is the second job
+        first = q.enqueue("alice pays bob 10", max_attempts=3)
         for _ in range(3):
             attempts.append(q.claim("w", lease=10))
             clock.advance(11)
             q.reap()
             clock.advance(60)
-        second = q.enqueue("pay dave again")
+        second = q.enqueue("alice pays bob 10 again")
         attempts.append(q.claim("w", lease=10))
-        clock.advance(60)
         if [(j.id, j.attempts) for j in attempts] != [(first, 1), (first, 2), (first, 3), (second, 1)]:
             raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
     with Ledger(ledger_path) as ledger:
         try:
             for job in attempts:
-                deposit(ledger, job)
+                try:
+                    transfer(_CrashingLedger(ledger, crash_at=2 if (job.id, job.attempts) == (first, 1) else None), job)
+                except _Crash:
+                    pass
         except Exception as exc:  # the reader's code: say what it raised instead of a traceback
-            return text("check_wrong", lang, detail=text("l4_ex_error", lang, error=f"{type(exc).__name__}: {exc}"))
-        got = ledger.balance("dave")
-    detail = text("l4_ex_case", lang, a=first, b=second, got=got, want=20)
-    return _verdict([(got, 20, detail)], lang)
+            return text("check_wrong", lang, detail=text("l4_ex_transfer_error", lang,
+                                                         error=f"{type(exc).__name__}: {exc}"))
+        got = (ledger.balance("alice"), ledger.balance("bob"))
+        if not ledger.entries():
+            return text("check_todo", lang)
+    detail = text("l4_ex_transfer", lang, a=first, b=second, alice=got[0], bob=got[1])
+    return _verdict([(got, (-20, 20), detail)], lang)
 
 
 # Pause histograms (seconds of pause: how many were seen) the lesson 5 check tries, the lesson's own first.
@@ -198,12 +289,75 @@ def check_lease_size(choose_lease: Callable[[dict[float, int]], Any], lang: str 
     return _verdict(results, lang)
 
 
-def check_server_claim(statement: str, url: str, lang: str = "en") -> str:
-    """Lesson 6: the reader's claim statement, raced by two connections as in the lesson on the empty
-    database at ``url``, must give B the other job without waiting for A's row lock."""
+# (lease, the attempt that crashed, backoff base, backoff cap): the lesson 5 check's cases, the lesson's own first.
+WAIT_CASES = ((7.0, 1, 1.0, 60.0), (30.0, 1, 1.0, 60.0), (10.0, 3, 1.0, 60.0), (10.0, 4, 2.0, 60.0),
+              (10.0, 9, 1.0, 60.0), (5.0, 2, 0.5, 1.0))
+REAP_EVERY = MAX_POLL = 1.0  # the worker's defaults: a reap every second at most, an idle poll every second at most
+
+
+def crashed_job_wait(lease: float, attempt: int, base: float, cap: float,
+                     reap_every: float = REAP_EVERY, max_poll: float = MAX_POLL) -> float:
+    """Replay on a real queue, on a clock we move, the worst case for a job whose worker died at ``attempt``.
+
+    The worker dies right after a heartbeat, so its lease runs a whole ``lease`` past the
+    crash; the reaper's tick before that finds nothing (REAP wants ``lease_until < now``), so the
+    reap comes ``reap_every`` after the lease ends; the queue's own ``Backoff(base, cap)`` puts
+    ``run_at`` after it; and an idle worker polls ``max_poll`` after that. Returns the seconds
+    from the crash until that worker claims the job again.
+    """
+    from ..backoff import Backoff
+
+    clock = ManualClock(start=0.0)
+    with Queue(":memory:", clock=clock, backoff=Backoff(base=base, cap=cap)) as q:
+        job_id = q.enqueue("crashes", max_attempts=attempt + 1)
+        for _ in range(attempt - 1):                 # the attempts before ended in failures
+            job = q.claim("w", lease=lease)
+            q.fail(job.id, job.token, "failed")
+            clock.advance(q.get(job_id).run_at - clock())
+        job = q.claim("w", lease=lease)
+        clock.advance(lease / 3)
+        q.heartbeat(job.id, job.token, lease=lease)  # the last beat: the worker dies right after it
+        crash = clock()
+        clock.advance(q.get(job_id).lease_until - clock())
+        if q.reap():
+            raise AssertionError("a lease was reaped at its deadline")  # pragma: no cover
+        clock.advance(reap_every)                    # the next tick of some live worker's reaper
+        if q.reap() != [job_id]:
+            raise AssertionError("the crashed job was not reaped")  # pragma: no cover
+        clock.advance(q.get(job_id).run_at - clock())
+        clock.advance(max_poll)                       # an idle worker's next poll
+        again = q.claim("w2", lease=lease)
+        if again is None or again.id != job_id or again.attempts != attempt + 1:
+            raise AssertionError("the crashed job was not claimed again")  # pragma: no cover
+        return clock() - crash
+
+
+def check_crash_wait(worst_wait: Callable[[float, int, float, float], Any], lang: str = "en") -> str:
+    """Lesson 5: the reader's ``worst_wait(lease, attempt, base, cap)`` against ``crashed_job_wait`` on a real queue."""
+    results = []
+    for lease, attempt, base, cap in WAIT_CASES:
+        try:
+            got = worst_wait(lease, attempt, base, cap)
+        except Exception as exc:  # the reader's code: say what it raised instead of a traceback
+            return text("check_wrong", lang, detail=text("l5_ex_wait_error", lang, error=f"{type(exc).__name__}: {exc}"))
+        want = crashed_job_wait(lease, attempt, base, cap)
+        close = got is not None and not isinstance(got, bool) and isinstance(got, (int, float)) \
+            and math.isclose(got, want, abs_tol=1e-6)
+        results.append((None if got is None else (want if close else got), want,
+                        text("l5_ex_wait_case", lang, lease=lease, attempt=attempt, base=base, cap=cap,
+                             got=got, want=want)))
+    return _verdict(results, lang)
+
+
+def check_server_batch_claim(statement: str, url: str, lang: str = "en") -> str:
+    """Lesson 6: the reader's batch claim (``%(n)s`` jobs at most), raced by A and B on four jobs with n = 2.
+
+    A claims and keeps its transaction open; B claims meanwhile. Right when each took two
+    jobs, none of them the other's, and B did not wait for A's row locks.
+    """
     from .race import ServerRace  # psycopg is needed here only, not by every lesson
 
-    race = ServerRace(url, statement)
+    race = ServerRace(url, statement, jobs=4, n=2)
     try:
         a = race.a_claims()
         waited = race.b_claims()
@@ -213,8 +367,8 @@ def check_server_claim(statement: str, url: str, lang: str = "en") -> str:
         return text("check_wrong", lang, detail=text("l6_ex_error", lang, error=f"{type(exc).__name__}: {exc}"))
     finally:
         race.close()
-    detail = text("l6_ex_race", lang, a=a, b=b, waited=waited)
-    ok = a is not None and b is not None and a != b and not waited
+    detail = text("l6_ex_batch", lang, a=a, b=b, waited=waited)
+    ok = len(a) == 2 and len(b) == 2 and not set(a) & set(b) and not waited
     return text("check_right" if ok else "check_wrong", lang, detail=detail)
 
 

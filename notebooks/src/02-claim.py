@@ -444,10 +444,15 @@ say("l2_order_later", payload=o.claim("w").payload)
 #
 # ## Exercises
 #
-# **1. Write code.** Make the naive claimer safe. Set `my_transaction` to the
-# transaction (`None`, `"deferred"` or `"immediate"`) that gives **no duplicate and no
-# "database is locked"**, and run the check: it races four real processes with the 2 ms
-# pause and tells you what it saw.
+# **1. Write code.** Make the naive claim safe *without* a transaction and without
+# merging its two statements. Keep step one, `wrong.NAIVE_SELECT`, as it is, and write
+# step two: `my_take(conn, job_id, worker)` takes the job `job_id` for `worker` on the
+# connection `conn` (in autocommit, as the racers above run) and returns `True` only if
+# this worker really got it, `False` if someone else took it since step one. A claimer
+# whose take returns `False` simply looks again. The stub is the naive step two, which
+# takes the job whoever holds it. The check makes the interleaving that broke the naive
+# claim above on a real queue file: A and B both look and see job 1, A takes it, then B
+# tries; B must be told it lost, A's claim must stand, and B's second look must get it job 2.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -469,34 +474,77 @@ say("l2_order_later", payload=o.claim("w").payload)
 #
 # ## Упражнения
 #
-# **1. Напишите код.** Сделайте наивный захват безопасным. Присвойте `my_transaction` ту
-# транзакцию (`None`, `"deferred"` или `"immediate"`), при которой **нет ни дублей, ни
-# «database is locked»**, и запустите проверку: она устроит гонку четырёх настоящих
-# процессов с паузой 2 мс и расскажет, что увидела.
+# **1. Напишите код.** Сделайте наивный захват безопасным — *без* транзакции и не
+# сливая два его оператора в один. Первый шаг, `wrong.NAIVE_SELECT`, оставьте как есть, а
+# второй напишите сами: `my_take(conn, job_id, worker)` берёт задачу `job_id` для
+# `worker` через подключение `conn` (в режиме autocommit, как у воркеров в гонках выше) и
+# возвращает `True`, только если этот воркер действительно её получил, и `False`, если
+# после первого шага её уже кто-то взял. Воркер, у которого `my_take` вернула `False`,
+# просто смотрит снова. Заготовка — наивный второй шаг, который забирает задачу, у кого бы
+# она ни была. Проверка на настоящем файле очереди разыграет то чередование, на котором
+# наивный захват сломался выше: A и B оба смотрят и видят задачу 1, A её берёт, потом
+# пробует B. B должен узнать, что проиграл, захват A должен остаться в силе, а посмотрев
+# снова, B должен получить задачу 2.
 
 # %%
-my_transaction = None  # your choice / ваш выбор
+import secrets
+import time
+
+def my_take(conn, job_id, worker):
+    now = time.time()
+    conn.execute(wrong.NAIVE_UPDATE, {"id": job_id, "now": now, "lease_until": now + 30,
+                                      "worker": worker, "token": secrets.token_hex(16)}).fetchone()
+    return True   # your code: did this worker get the job? / ваш код: получил ли воркер задачу?
 
 # %% [markdown] tags=["en"]
 # <details><summary>Show the answer</summary>
 #
-# `my_transaction = "immediate"`: the write lock is taken before the `SELECT`, so the
-# second claimer waits instead of reading a job that is about to be taken. `"deferred"`
-# also gives no duplicate, but its losers fail with "database is locked" and retry.
+# Let the `UPDATE` itself check that the job is still pending, and ask it whether it
+# changed a row:
+#
+# ```python
+# TAKE = wrong.NAIVE_UPDATE.replace("WHERE id = :id", "WHERE id = :id AND status = 'pending'")
+#
+# def my_take(conn, job_id, worker):
+#     now = time.time()
+#     row = conn.execute(TAKE, {"id": job_id, "now": now, "lease_until": now + 30,
+#                               "worker": worker, "token": secrets.token_hex(16)}).fetchone()
+#     return row is not None
+# ```
+#
+# This is a compare-and-set: SQLite runs the one `UPDATE` under the write lock, so its
+# check and its write cannot be split, and whoever comes second changes no row and learns
+# that it lost. It is safe, but it keeps two costs of the naive claim: two statements per
+# claim, and under contention the losers look again and again, as `DEFERRED`'s did above.
+# The single statement has neither.
 # </details>
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Показать ответ</summary>
 #
-# `my_transaction = "immediate"`: блокировка записи берётся до `SELECT`, поэтому второй
-# воркер ждёт, а не читает задачу, которую вот-вот заберут. `"deferred"` тоже не даёт
-# дублей, но проигравшие получают «database is locked» и повторяют попытку.
+# Пусть сам `UPDATE` проверяет, что задача всё ещё в статусе pending, а мы спросим у
+# него, изменил ли он строку:
+#
+# ```python
+# TAKE = wrong.NAIVE_UPDATE.replace("WHERE id = :id", "WHERE id = :id AND status = 'pending'")
+#
+# def my_take(conn, job_id, worker):
+#     now = time.time()
+#     row = conn.execute(TAKE, {"id": job_id, "now": now, "lease_until": now + 30,
+#                               "worker": worker, "token": secrets.token_hex(16)}).fetchone()
+#     return row is not None
+# ```
+#
+# Это сравнение с обменом (compare-and-set): SQLite выполняет один `UPDATE` под
+# блокировкой записи, поэтому проверку и запись не разорвать, и второй не меняет ни одной
+# строки и узнаёт, что проиграл. Так безопасно, но две цены наивного захвата остаются: два
+# оператора на захват и, при высокой конкуренции, проигравшие, которые смотрят снова и
+# снова, как проигравшие у `DEFERRED` выше. У одного оператора нет ни того ни другого.
 # </details>
 
 # %% tags=["nbval-check-output"]
 from leaselab.lessons import exercises
-print(exercises.check_safe_claim(wrong.race(work / "race-yours.db", claim="naive", pause=0.002,
-                                            transaction=my_transaction), lang))
+print(exercises.check_guarded_take(my_take, lang))
 
 # %% [markdown] tags=["en"]
 # **2. Predict.** How many duplicates does the *naive* claim give with a single worker

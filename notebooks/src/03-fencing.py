@@ -396,11 +396,18 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #
 # ## Exercises
 #
-# **1. Write code.** Write `my_fenced_write(conn, key, value, fence)` for the store's
-# table `fenced(key, fence_job, fence_attempt, value)`: store the value unless the key
-# already holds a write with a fence *at least as high* (this table keeps no token, so an
-# equal fence may be another claim's). The stub below is the plain write, which lets the
-# zombie win. The check runs your function on a real SQLite table.
+# **1. Write code.** Build a fenced store of your own, in plain Python: `MyStore`, with
+# `write(key, value, fence, token)`, which returns `True` if it accepted the write and
+# `False` if it refused it, and `read(key)`, which gives the value last accepted for the
+# key (or `None`). It must refuse what `FencedStore` refuses, and one write more:
+# `FencedStore` remembers a fence per key, so a zombie writing a page that the job's new
+# holder has not written *yet* gets through. Yours must refuse that too: once it has seen a
+# newer claim of a job, on any key, it refuses that job's older claims everywhere. The
+# check feeds a fresh `MyStore()` the writes of two real claims of one job, from a real
+# queue on a clock we move (`w1`, reaped, then `w2`), with their real fences and tokens:
+# `w2` writes, the zombie `w1` writes `home.html` and then `about.html`, `w2` writes
+# again, a second claim carrying `w2`'s fence with another token writes (what a crash that
+# forgot `w2`'s claim would make), and last a later job writes. The stub accepts everything.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -422,62 +429,106 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #
 # ## Упражнения
 #
-# **1. Напишите код.** Напишите `my_fenced_write(conn, key, value, fence)` для таблицы
-# хранилища `fenced(key, fence_job, fence_attempt, value)`: сохранить значение, если
-# только по этому ключу уже не лежит запись с *таким же или бо́льшим* fence (токенов эта
-# таблица не хранит, и равный fence может принадлежать другому захвату). Заготовка ниже —
-# простая запись, при которой зомби побеждает. Проверка запустит вашу функцию на настоящей
-# таблице SQLite.
+# **1. Напишите код.** Постройте собственное хранилище с fencing на обычном Python:
+# `MyStore` с методами `write(key, value, fence, token)`, который возвращает `True`, если
+# принял запись, и `False`, если отклонил её, и `read(key)`, который отдаёт последнее
+# принятое по ключу значение (или `None`). Оно должно отклонять всё, что отклоняет
+# `FencedStore`, и ещё одну запись: `FencedStore` помнит fence для каждого ключа, поэтому
+# зомби, который пишет страницу, которую новый держатель задачи *ещё* не писал, проходит.
+# Ваше хранилище должно отклонить и её: увидев более новый захват задачи по любому ключу,
+# оно отклоняет более старые захваты этой задачи везде. Проверка подаёт новому `MyStore()`
+# записи двух настоящих захватов одной задачи из настоящей очереди на часах, которые мы
+# двигаем сами (`w1`, возврат в очередь, потом `w2`), с их настоящими fence и токенами:
+# пишет `w2`, зомби `w1` пишет `home.html`, а потом `about.html`, `w2` пишет ещё раз,
+# пишет второй захват с fence `w2`, но другим токеном (такой получился бы после сбоя,
+# который забыл захват `w2`), и последней пишет более поздняя задача. Заготовка принимает
+# всё.
 
 # %%
-def my_fenced_write(conn, key, value, fence):
-    conn.execute(
-        "INSERT INTO fenced (key, fence_job, fence_attempt, value) VALUES (?, ?, ?, ?)"
-        " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
-        " fence_attempt = excluded.fence_attempt, value = excluded.value",
-        (key, fence[0], fence[1], value))
+class MyStore:
+    def __init__(self):
+        self.pages = {}
+
+    def write(self, key, value, fence, token):
+        self.pages[key] = value   # your code: refuse what is stale / ваш код: отклонить устаревшее
+        return True
+
+    def read(self, key):
+        return self.pages.get(key)
 
 # %% [markdown] tags=["en"]
 # <details><summary>Show the answer</summary>
 #
-# Add a `WHERE` to the upsert's `DO UPDATE`: it runs only when the stored fence is lower
-# than the new one (an equal fence may be another claim's, and this store keeps no token to
-# tell). Row values compare element by element, like tuples:
+# Keep two things: per job, the newest claim seen (its attempt and token), and per key, the
+# value with its fence. A write is refused when its job has been seen with a newer
+# attempt, or with the same attempt and another token; and, as in `FencedStore`, when the
+# key holds a higher fence (a later job's):
 #
 # ```python
-# def my_fenced_write(conn, key, value, fence):
-#     conn.execute(
-#         "INSERT INTO fenced (key, fence_job, fence_attempt, value) VALUES (?, ?, ?, ?)"
-#         " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
-#         " fence_attempt = excluded.fence_attempt, value = excluded.value"
-#         " WHERE (fenced.fence_job, fenced.fence_attempt)"
-#         "    < (excluded.fence_job, excluded.fence_attempt)",
-#         (key, fence[0], fence[1], value))
+# class MyStore:
+#     def __init__(self):
+#         self.pages = {}     # key -> (value, fence)
+#         self.newest = {}    # job id -> (attempt, token) of its newest claim seen
+#
+#     def write(self, key, value, fence, token):
+#         job, attempt = fence
+#         seen = self.newest.get(job)
+#         if seen is not None and (attempt, token) != seen and attempt <= seen[0]:
+#             return False
+#         if key in self.pages and self.pages[key][1] > fence:
+#             return False
+#         self.newest[job] = (attempt, token)
+#         self.pages[key] = (value, fence)
+#         return True
+#
+#     def read(self, key):
+#         return self.pages[key][0] if key in self.pages else None
 # ```
+#
+# This is Kleppmann's storage that remembers the highest token it has processed, kept per
+# job. It needs the memory of every job it has seen, and it is only as good as the fences
+# it is given: a real store would keep both tables on disk, and in one transaction with
+# the write.
 # </details>
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Показать ответ</summary>
 #
-# Добавьте `WHERE` к `DO UPDATE`: обновление выполнится, только если сохранённый fence
-# меньше нового (равный может принадлежать другому захвату, а токена, чтобы их различить,
-# это хранилище не хранит). Значения-строки сравниваются поэлементно, как кортежи:
+# Храните две вещи: для каждой задачи — самый новый из виденных захватов (его попытку и
+# токен), для каждого ключа — значение вместе с его fence. Запись отклоняется, если её
+# задача уже встречалась с более новой попыткой или с той же попыткой, но другим токеном;
+# и, как в `FencedStore`, если по ключу лежит больший fence (более поздней задачи):
 #
 # ```python
-# def my_fenced_write(conn, key, value, fence):
-#     conn.execute(
-#         "INSERT INTO fenced (key, fence_job, fence_attempt, value) VALUES (?, ?, ?, ?)"
-#         " ON CONFLICT (key) DO UPDATE SET fence_job = excluded.fence_job,"
-#         " fence_attempt = excluded.fence_attempt, value = excluded.value"
-#         " WHERE (fenced.fence_job, fenced.fence_attempt)"
-#         "    < (excluded.fence_job, excluded.fence_attempt)",
-#         (key, fence[0], fence[1], value))
+# class MyStore:
+#     def __init__(self):
+#         self.pages = {}     # ключ -> (значение, fence)
+#         self.newest = {}    # id задачи -> (попытка, токен) самого нового захвата
+#
+#     def write(self, key, value, fence, token):
+#         job, attempt = fence
+#         seen = self.newest.get(job)
+#         if seen is not None and (attempt, token) != seen and attempt <= seen[0]:
+#             return False
+#         if key in self.pages and self.pages[key][1] > fence:
+#             return False
+#         self.newest[job] = (attempt, token)
+#         self.pages[key] = (value, fence)
+#         return True
+#
+#     def read(self, key):
+#         return self.pages[key][0] if key in self.pages else None
 # ```
+#
+# Это хранилище Клеппмана, которое помнит наибольший обработанный токен, только помнит
+# его для каждой задачи. Ему нужна память обо всех задачах, которые оно видело, и оно
+# надёжно ровно настолько, насколько надёжны переданные ему fence: настоящее хранилище
+# держало бы обе таблицы на диске и меняло бы их в одной транзакции с записью.
 # </details>
 
 # %% tags=["nbval-check-output"]
 from leaselab.lessons import exercises
-print(exercises.check_fenced_write(my_fenced_write, lang))
+print(exercises.check_store(MyStore, lang))
 
 # %% [markdown] tags=["en"]
 # **2. Predict.** A late worker's *heartbeat* arrives after its lease expired but *before*

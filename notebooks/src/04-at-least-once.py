@@ -283,9 +283,14 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #
 # ## Exercises
 #
-# **1. Write code.** Make this deposit handler idempotent: whichever attempt of a job runs
-# it, and however often, the account gets the job's money once. The check runs your
-# function for three attempts of one job and one attempt of another, on a real ledger.
+# **1. Write code.** A job that moves money makes *two* writes: `my_transfer(ledger, job)`
+# moves 10 from alice to bob as two deposits, `-10` to alice and `10` to bob. Make it
+# idempotent: whichever attempts of a job run, and wherever one of them dies, alice loses
+# the job's 10 once and bob gets it once. The check takes the jobs from a real queue on a
+# clock we move: job 1's first attempt dies between its two deposits (the second one never
+# happens), its second attempt makes both deposits but dies before it can complete, so a
+# third runs them all again; job 2 runs once. Then alice must have `-20` and bob `20`.
+# The stub has no keys.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -305,44 +310,63 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #
 # ## Упражнения
 #
-# **1. Напишите код.** Сделайте этот обработчик зачисления идемпотентным: какая бы попытка
-# задачи его ни выполнила и сколько бы раз, деньги задачи попадут на счёт один раз.
-# Проверка вызовет вашу функцию для трёх попыток одной задачи и одной попытки другой, на
-# настоящем реестре.
+# **1. Напишите код.** Задача, которая переводит деньги, делает *две* записи:
+# `my_transfer(ledger, job)` переводит 10 от Алисы Бобу двумя зачислениями: `-10` на счёт
+# `alice` и `10` на счёт `bob`. Сделайте перевод идемпотентным: какие бы попытки задачи ни
+# выполнялись и где бы ни умерла одна из них, Алиса теряет 10 этой задачи один раз, а Боб
+# получает их один раз. Проверка берёт задачи из настоящей очереди на часах, которые мы
+# двигаем сами: первая попытка задачи 1 умирает между двумя зачислениями (второго так и не
+# случается), вторая делает оба зачисления, но умирает, не успев сообщить о завершении, и
+# третья выполняет их все заново; задача 2 выполняется один раз. После этого у Алисы должно быть `-20`, у Боба
+# `20`. В заготовке ключей нет.
 
 # %%
-def my_deposit(ledger, job):
-    ledger.deposit("dave", 10, job=job)
+def my_transfer(ledger, job):
+    ledger.deposit("alice", -10, job=job)
+    ledger.deposit("bob", 10, job=job)
 
 # %% [markdown] tags=["en"]
 # <details><summary>Show the answer</summary>
 #
+# One key per write, each the same for every attempt of the job:
+#
 # ```python
-# def my_deposit(ledger, job):
-#     ledger.deposit("dave", 10, job=job, key=f"job-{job.id}")
+# def my_transfer(ledger, job):
+#     ledger.deposit("alice", -10, job=job, key=f"job-{job.id}-from")
+#     ledger.deposit("bob", 10, job=job, key=f"job-{job.id}-to")
 # ```
 #
-# The key must be the same for every attempt of the job, and different between jobs:
-# `f"job-{job.id}-{job.attempts}"` would be a new key on every attempt, and the money
-# would move once per attempt again.
+# The lesson's key, `f"job-{job.id}"`, on both writes would lose bob's money: the ledger
+# takes his deposit for a repeat of alice's and ignores it. A key with `job.attempts` in
+# it is new on every attempt, and the money moves again each time. And after the crash
+# the ledger is, for a while, wrong: alice has paid, bob has nothing, until the next
+# attempt makes the second write. Keys make a repeat harmless; they do not make two writes
+# one. For that, put both in one transaction (the ledger's file) or make them one write.
 # </details>
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Показать ответ</summary>
 #
+# По ключу на каждую запись, и каждый одинаков для всех попыток задачи:
+#
 # ```python
-# def my_deposit(ledger, job):
-#     ledger.deposit("dave", 10, job=job, key=f"job-{job.id}")
+# def my_transfer(ledger, job):
+#     ledger.deposit("alice", -10, job=job, key=f"job-{job.id}-from")
+#     ledger.deposit("bob", 10, job=job, key=f"job-{job.id}-to")
 # ```
 #
-# Ключ должен совпадать у всех попыток задачи и различаться у разных задач:
-# `f"job-{job.id}-{job.attempts}"` на каждой попытке был бы новым, и деньги снова
-# переводились бы на каждой попытке.
+# Ключ из урока, `f"job-{job.id}"`, на обеих записях оставил бы Боба без денег: реестр
+# примет его зачисление за повтор зачисления Алисы и проигнорирует. Ключ, в котором есть
+# `job.attempts`, на каждой попытке новый, и деньги снова переводятся каждый раз. И ещё:
+# после падения реестр какое-то время неверен — Алиса уже заплатила, а у Боба ничего нет,
+# пока следующая попытка не сделает вторую запись. Ключи делают повтор безвредным, но две
+# записи одной не делают. Для этого нужна одна транзакция на обе (в файле реестра) или
+# одна запись вместо двух.
 # </details>
 
 # %% tags=["nbval-check-output"]
 from leaselab.lessons import exercises
-print(exercises.check_idempotent_deposit(my_deposit, work / "exercise-ledger.db", lang))
+print(exercises.check_idempotent_transfer(my_transfer, work / "exercise-ledger.db", lang))
 
 # %% [markdown] tags=["en"]
 # **2. Predict.** The same keyed deposit arrives three times, and a plain one three times.

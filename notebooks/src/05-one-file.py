@@ -442,32 +442,73 @@ def choose_lease(pauses):
 print(exercises.check_lease_size(choose_lease, lang))
 
 # %% [markdown] tags=["en"]
-# **2. Predict.** Three jobs are running when the clock jumps a day ahead, and each of
-# their handlers takes a minute. How many times in all will the three handlers have run
-# once the jobs are done? Which of the completions will the queue accept?
+# **2. Write code.** The bound above, `L + reap_every + backoff + max_poll`, was for a
+# worker that died on a job's first attempt. Write `worst_wait(lease, attempt, base, cap)`:
+# the longest a job can wait, from its worker's death until another worker claims it
+# again, when the worker died on attempt `attempt`, the queue's backoff is
+# `Backoff(base=base, cap=cap)` (lesson 1), and `reap_every` and `max_poll` are a second
+# each, as by default. The check replays each case on a real queue with a clock we move,
+# in the worst order: the worker dies right after a heartbeat, the reaper ticks just
+# before the lease ends and next a second later, and a free worker polls a second after
+# the job becomes runnable. Then it compares your number with the time that took.
 
 # %% [markdown] tags=["ru"]
-# **2. Предскажите.** Выполняются три задачи, и тут часы прыгают на сутки вперёд; каждый
-# обработчик работает минуту. Сколько всего раз выполнятся три обработчика к тому
-# моменту, когда задачи будут готовы? Какие из завершений очередь примет?
+# **2. Напишите код.** Оценка выше, `L + reap_every + отсрочка + max_poll`, — для воркера,
+# который умер на первой попытке задачи. Напишите `worst_wait(lease, attempt, base, cap)`:
+# сколько в худшем случае задача ждёт от смерти воркера до того, как её снова захватит
+# другой воркер, если воркер умер на попытке `attempt`, отсрочка повтора в очереди —
+# `Backoff(base=base, cap=cap)` (урок 1), а `reap_every` и `max_poll` — по секунде, как
+# по умолчанию. Проверка разыграет каждый случай на настоящей очереди на часах, которые
+# мы двигаем сами, в самом неудачном порядке: воркер умирает сразу после heartbeat,
+# reaper срабатывает чуть раньше конца аренды, а в следующий раз — через секунду, свободный
+# воркер опрашивает очередь через секунду после того, как задача снова стала доступна. И
+# сравнит ваше число с тем, сколько времени на это ушло.
+
+# %%
+def worst_wait(lease, attempt, base, cap):
+    ...  # your code here / ваш код здесь
 
 # %% [markdown] tags=["en"]
-# <details><summary>Answer</summary>
+# <details><summary>Show the answer</summary>
 #
-# Six: every job is reaped and claimed again while its first handler still runs. Only
-# the second holders' completions are accepted; the first holders get `LeaseLost`.
+# The backoff after attempt `n` is `base · 2^(n-1)`, but never more than `cap`:
+#
+# ```python
+# def worst_wait(lease, attempt, base, cap):
+#     reap_every = max_poll = 1.0
+#     return lease + reap_every + min(cap, base * 2 ** (attempt - 1)) + max_poll
+# ```
+#
+# A job that has crashed workers before waits longer each time: after its eighth attempt,
+# with the defaults, its backoff alone would be 128 s, and the cap makes it 60. A
+# `Backoff(jitter=...)` stretches each delay by up to that fraction before the cap, so its
+# worst case is `min(cap, base · 2^(n-1) · (1 + jitter))`.
 # </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Показать ответ</summary>
 #
+# Отсрочка после попытки `n` — `base · 2^(n-1)`, но не больше `cap`:
+#
+# ```python
+# def worst_wait(lease, attempt, base, cap):
+#     reap_every = max_poll = 1.0
+#     return lease + reap_every + min(cap, base * 2 ** (attempt - 1)) + max_poll
+# ```
+#
+# Задача, на которой воркеры уже падали, с каждым разом ждёт дольше: после восьмой
+# попытки при настройках по умолчанию одна только отсрочка была бы 128 с, а потолок
+# делает её 60. `Backoff(jitter=...)` растягивает каждую отсрочку ещё на долю до `jitter`,
+# но до потолка, так что худший случай тогда — `min(cap, base · 2^(n-1) · (1 + jitter))`.
+# </details>
+
+# %% tags=["nbval-check-output"]
+print(exercises.check_crash_wait(worst_wait, lang))
+
+# %% [markdown] tags=["en"]
 # Clean up: close the files and remove the temporary folder.
 
 # %% [markdown] tags=["ru"]
-# <details><summary>Ответ</summary>
-#
-# Шесть: каждую задачу вернут в очередь и захватят снова, пока её первый обработчик ещё
-# работает. Очередь примет только завершения вторых держателей; первые получат
-# `LeaseLost`.
-# </details>
-#
 # Уберём за собой: закроем файлы и удалим временную папку.
 
 # %% tags=["nbval-check-output"]
