@@ -77,16 +77,19 @@ def handle(job: str, fault: str | None, ledger: str) -> int:
         raise LedgerError(f"fault must be one of {', '.join(FAULTS)} or None, got {fault!r}")
     first = not any(line["job"] == job and line["what"] == "start" for line in read(ledger))
     record(ledger, job, "start")
+    # A signal a process sends itself stops or kills every thread of it, but when the handler runs on
+    # a thread of its own (Procrastinate's sync tasks) that thread may go on for a moment first: the
+    # sleep after each kill is where the signal lands, never the "end" line.
     if first and fault == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(RELEASE_WAIT)
     if first and fault == "zombie":
         os.kill(os.getpid(), signal.SIGSTOP)  # the harness sends SIGCONT once another run has finished
     elif first and fault == "partition":
         deadline = time.monotonic() + RELEASE_WAIT
         while not release_file(ledger, job).exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-    else:
-        time.sleep(WORK_SECONDS)
+    time.sleep(WORK_SECONDS)
     record(ledger, job, "end")
     return os.getpid()
 
