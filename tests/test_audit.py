@@ -141,3 +141,24 @@ def test_the_throw_away_redis_answers_on_127_0_0_1_and_leaves_no_process_or_fold
         assert folder.is_dir()
     assert not folder.exists()
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+
+
+def test_lesson_7_reads_the_rows_as_json_and_its_compared_facts_hold_verdicts_but_no_time(run):
+    import dataclasses
+    import json
+    import re
+
+    from leaselab.lessons import peers, text
+
+    rows = json.loads(json.dumps([dataclasses.asdict(r) for r in run["rows"]]))  # as `--json` prints them
+    verdicts = {(r["queue"].split()[0], r["scenario"]): peers.verdict(r) for r in rows}
+    assert verdicts[("leaselab", "zombie")] == "l7_audit_refused"
+    assert verdicts[("persist-queue", "zombie")] == "l7_audit_stale"
+    assert verdicts[("huey", "crash")] == "l7_audit_lost_job"
+    assert {verdicts[(q, "partition")] for q in ("leaselab", "huey", "persist-queue")} == {"l7_audit_no_network"}
+    for lang in ("en", "ru"):
+        facts = peers.facts(rows, lang)
+        ran = sum(1 for r in rows if r["queue"].startswith("leaselab") and r["verdict"] is not None)
+        assert facts.splitlines()[0] == text("l7_audit_leaselab_stale", lang, n=0, scenarios=ran), facts
+        assert not re.search(r"\d\s*(s|с)\b", facts), facts
+        assert len(peers.table(rows, lang).splitlines()) == 2 + len(rows)
