@@ -16,6 +16,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MAX_WAIT = 60.0  # seconds: the longest the harness waits for a job to come back
+SLACK = 15.0  # seconds past a lease or timeout that a job may take to come back on a loaded machine
+# A documented timeout longer than MAX_WAIT (RQ's 180 s, Celery's hour) is not waited out: this
+# long shows the job is not back sooner, and the settings column gives the timeout itself.
+LONG_WAIT = 20.0
+
+
+def wait_past(timeout: float) -> float:
+    """How long the harness waits for a job to come back when the queue's timeout is ``timeout`` seconds."""
+    return timeout + SLACK if timeout + SLACK <= MAX_WAIT else LONG_WAIT
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -41,9 +50,10 @@ class Contender:
     # past it before the second worker starts: Celery's Redis transport puts unacked messages back
     # only when a consumer starts, so starting one earlier would measure the start, not the timeout.
     timeout: float | None = None
+    # Worker name -> the port of the proxy it reaches the server through (the partition scenario).
+    proxied: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        # An hour-long default visibility timeout is not waited out: the cell says the bound it waited.
         self.comeback_wait = min(self.comeback_wait, MAX_WAIT)
 
     def version(self) -> str:
@@ -60,6 +70,23 @@ class Contender:
 
     def enqueue(self, key: str, fault: str | None, ledger: Path) -> None:
         raise NotImplementedError
+
+    def enqueue_many(self, items: list[tuple[str, str | None]], ledger: Path) -> None:
+        """Enqueue ``(key, fault)`` pairs in order (the flood); contenders that enqueue from a
+        subprocess do it in one."""
+        for key, fault in items:
+            self.enqueue(key, fault, ledger)
+
+    def server_address(self) -> tuple[str, int] | None:
+        """The (host, port) the workers reach their queue's server at; None for a queue in a file."""
+        return None
+
+    def via(self, url: str, name: str) -> str:
+        """``url`` for worker ``name``: through its proxy when the partition scenario gave it one."""
+        if name not in self.proxied:
+            return url
+        from leaselab.lab.proxy import through
+        return through(url, self.proxied[name])
 
     def worker(self, name: str) -> tuple[list[str], dict[str, str]]:
         raise NotImplementedError
@@ -90,7 +117,7 @@ class Leaselab(Contender):
     def __init__(self, lease: float | None, backend: str = "sqlite"):
         settings = "defaults (lease 30 s)" if lease is None else f"lease {lease:g} s (short, to be reached)"
         super().__init__(f"leaselab ({'SQLite' if backend == 'sqlite' else 'PostgreSQL'})", settings,
-                         comeback_wait=(30.0 if lease is None else lease) + 30.0)
+                         comeback_wait=wait_past(30.0 if lease is None else lease))
         self.lease, self.backend = lease, backend
         self.timeout = 30.0 if lease is None else lease
         self.server = None
@@ -124,8 +151,21 @@ class Leaselab(Contender):
         with Queue(self.target) as q:
             q.enqueue({"key": key, "fault": fault, "ledger": str(ledger)})
 
+    def enqueue_many(self, items, ledger):
+        from leaselab import Queue
+        with Queue(self.target) as q:
+            for key, fault in items:
+                q.enqueue({"key": key, "fault": fault, "ledger": str(ledger)})
+
+    def server_address(self):
+        if self.server is None:
+            return None
+        from leaselab.lab.proxy import server_address
+        return server_address(self.target)
+
     def worker(self, name):
-        cmd = [sys.executable, "-m", "leaselab", "worker", "--db", self.target, "--handler",
+        target = self.target if self.server is None else self.via(self.target, name)
+        cmd = [sys.executable, "-m", "leaselab", "worker", "--db", target, "--handler",
                "audit_handlers:leaselab_job", "--name", name, "--poll", "0.05", "--max-poll", "0.2"]
         if self.lease is not None:
             cmd += ["--lease", str(self.lease)]
@@ -146,9 +186,14 @@ class Leaselab(Contender):
         import json
         return {json.loads(p)["key"] for (p,) in self._rows("SELECT payload FROM jobs WHERE status = 'running'")}
 
+    # What the worker logs once it has written a job's outcome or knows it may not: not the pulse's
+    # "lease lost ... heartbeat refused", which a thawed worker logs before its handler has ended.
+    OUTCOMES = ("completed job", "result not written", "ended without its lease")
+
     def settled(self, log, ledger_lines, pid, key):
         text = log.read_text() if log.exists() else ""
-        return "completed job" in text or "lease lost on job" in text
+        ended = any(l["job"] == key and l["pid"] == pid and l["what"] == "end" for l in ledger_lines)
+        return ended and any(outcome in text for outcome in self.OUTCOMES)
 
     def queue_acceptances(self, pids):
         import json
@@ -177,9 +222,12 @@ class Huey(Contender):
         return child_env(AUDIT_HUEY_DB=str(self.folder / "huey.db"))
 
     def enqueue(self, key, fault, ledger):
+        self.enqueue_many([(key, fault)], ledger)
+
+    def enqueue_many(self, items, ledger):
         import subprocess
-        subprocess.run([sys.executable, "-c", f"import audit_huey_app as a; a.job({key!r}, {fault!r}, {str(ledger)!r})"],
-                       check=True, env=self._env())
+        calls = "; ".join(f"a.job({key!r}, {fault!r}, {str(ledger)!r})" for key, fault in items)
+        subprocess.run([sys.executable, "-c", f"import audit_huey_app as a; {calls}"], check=True, env=self._env())
 
     def worker(self, name):
         return [sys.executable, "-m", "huey.bin.huey_consumer", "audit_huey_app.huey"], self._env()
@@ -234,7 +282,7 @@ class LiteQueue(Contender):
     def __init__(self, stale_after: int | None):
         settings = ("defaults (no timeout: a locked message stays locked)" if stale_after is None else
                     f"consumer retries messages locked over {stale_after} s (README's list_locked + retry)")
-        super().__init__("litequeue", settings, comeback_wait=10.0 if stale_after is None else stale_after + 30.0)
+        super().__init__("litequeue", settings, comeback_wait=10.0 if stale_after is None else wait_past(stale_after))
         self.stale_after = stale_after
         self.timeout = None if stale_after is None else float(stale_after)
 
@@ -286,13 +334,16 @@ class RedisBacked(Contender):
         super().setup(folder)
         self.redis.flush()
 
+    def server_address(self):
+        return ("127.0.0.1", self.redis.port)
+
 
 class Rq(RedisBacked):
     def __init__(self, job_timeout: int | None):
         settings = ("defaults (job_timeout 180 s)" if job_timeout is None else
                     f"job_timeout {job_timeout} s (short, to be reached)")
         timeout = 180.0 if job_timeout is None else float(job_timeout)
-        super().__init__("RQ (Redis)", settings, comeback_wait=timeout + 30.0,
+        super().__init__("RQ (Redis)", settings, comeback_wait=wait_past(timeout),
                          lost_hint="RQ documents Retry(max=...) on enqueue for failed jobs (not measured here)")
         self.job_timeout = job_timeout
         self.timeout = timeout
@@ -310,8 +361,8 @@ class Rq(RedisBacked):
         q.enqueue(audit_rq_jobs.job, key, fault, str(ledger), on_success=audit_rq_jobs.succeeded, **kwargs)
 
     def worker(self, name):
-        return [sys.executable, "-m", "rq.cli", "worker", "--url", self.redis.url, "--name", f"{name}-{os.getpid()}"], \
-            child_env()
+        return [sys.executable, "-m", "rq.cli", "worker", "--url", self.via(self.redis.url, name), "--name",
+                f"{name}-{os.getpid()}"], child_env()
 
 
     def whereabouts(self):
@@ -326,7 +377,7 @@ class Celery(RedisBacked):
         settings = ("acks_late, defaults (Redis visibility_timeout 3600 s)" if visibility is None else
                     f"acks_late, Redis visibility_timeout {visibility} s (short, to be reached)")
         timeout = 3600.0 if visibility is None else float(visibility)
-        super().__init__("Celery (Redis)", settings, comeback_wait=timeout + 30.0,
+        super().__init__("Celery (Redis)", settings, comeback_wait=wait_past(timeout),
                          lost_hint="Celery documents task_reject_on_worker_lost=True for this (not measured here)")
         self.visibility = visibility
         self.timeout = timeout
@@ -335,18 +386,21 @@ class Celery(RedisBacked):
         import celery
         return celery.__version__
 
-    def _env(self):
-        return child_env(AUDIT_REDIS_URL=self.redis.url,
+    def _env(self, name: str = ""):
+        return child_env(AUDIT_REDIS_URL=self.via(self.redis.url, name),
                          AUDIT_VISIBILITY="" if self.visibility is None else str(self.visibility))
 
     def enqueue(self, key, fault, ledger):
+        self.enqueue_many([(key, fault)], ledger)
+
+    def enqueue_many(self, items, ledger):
         import subprocess
-        subprocess.run([sys.executable, "-c", f"import audit_celery_app as a; a.job.delay({key!r}, {fault!r}, "
-                        f"{str(ledger)!r})"], check=True, env=self._env())
+        calls = "; ".join(f"a.job.delay({key!r}, {fault!r}, {str(ledger)!r})" for key, fault in items)
+        subprocess.run([sys.executable, "-c", f"import audit_celery_app as a; {calls}"], check=True, env=self._env())
 
     def worker(self, name):
         return [sys.executable, "-m", "celery", "-A", "audit_celery_app", "worker", "-c", "1", "-n",
-                f"{name}@audit", "--without-gossip", "--without-mingle", "-l", "warning"], self._env()
+                f"{name}@audit", "--without-gossip", "--without-mingle", "-l", "warning"], self._env(name)
 
 
 class PgQueuer(Contender):
@@ -354,7 +408,7 @@ class PgQueuer(Contender):
         settings = ("defaults (heartbeat_timeout 30 s, dequeue_timeout 30 s)" if heartbeat_timeout is None else
                     f"heartbeat_timeout {heartbeat_timeout:g} s, dequeue_timeout 1 s (short, to be reached)")
         super().__init__("PgQueuer (PostgreSQL)", settings,
-                         comeback_wait=60.0 if heartbeat_timeout is None else heartbeat_timeout + 30.0,
+                         comeback_wait=wait_past(30.0 if heartbeat_timeout is None else heartbeat_timeout),
                          not_taken=("not logged: the newer run had already deleted the job's row (the completion "
                                     "matches the job id alone, so it is not a fence)"))
         self.heartbeat_timeout = heartbeat_timeout
@@ -362,10 +416,15 @@ class PgQueuer(Contender):
         self.server = None
         self.url = ""
         self.databases = 0
+        self.keys: dict[int, str] = {}  # the queue's job id -> the ledger's key
 
     def version(self) -> str:
         from importlib.metadata import version
         return version("pgqueuer")
+
+    def server_address(self):
+        from leaselab.lab.proxy import server_address
+        return server_address(self.url)
 
     def open(self):
         from leaselab.lessons.pgserver import PgServer
@@ -385,6 +444,7 @@ class PgQueuer(Contender):
         Contender.setup(self, folder)
         self.databases += 1
         self.url = self.server.create_database(f"pgq{self.databases}")
+        self.keys = {}
 
         async def install() -> None:
             conn = await asyncpg.connect(self.url)
@@ -396,6 +456,9 @@ class PgQueuer(Contender):
         asyncio.run(install())
 
     def enqueue(self, key, fault, ledger):
+        self.enqueue_many([(key, fault)], ledger)
+
+    def enqueue_many(self, items, ledger):
         import asyncio
         import json
         import asyncpg
@@ -405,24 +468,31 @@ class PgQueuer(Contender):
         async def put() -> None:
             conn = await asyncpg.connect(self.url)
             try:
-                payload = json.dumps({"key": key, "fault": fault, "ledger": str(ledger)}).encode()
-                await Queries(AsyncpgDriver(conn)).enqueue("audit", payload, 0)
+                queries = Queries(AsyncpgDriver(conn))
+                for key, fault in items:
+                    payload = json.dumps({"key": key, "fault": fault, "ledger": str(ledger)}).encode()
+                    (job_id,) = await queries.enqueue("audit", payload, 0)
+                    self.keys[int(job_id)] = key
             finally:
                 await conn.close()
 
         asyncio.run(put())
 
-    def queue_acceptances(self, pids):
-        # PgQueuer's log names no worker: a completion is the run of that job that ended last before it was logged.
+    def _succeeded(self) -> list[tuple[str, float]]:
+        """(key, when) for each completion the queue logged, oldest first."""
         import psycopg
-        from audit_ledger import read, runs
         with psycopg.connect(self.url) as conn:
-            logged = [row[0].timestamp() for row in
-                      conn.execute("SELECT created FROM pgqueuer_log WHERE status = 'successful' ORDER BY id")]
+            return [(self.keys[job_id], created.timestamp()) for job_id, created in conn.execute(
+                "SELECT job_id, created FROM pgqueuer_log WHERE status = 'successful' ORDER BY id")
+                if job_id in self.keys]
+
+    def queue_acceptances(self, pids):
+        # The log names the job but no worker: a completion is the run of that job that ended last before it.
+        from audit_ledger import read, runs
         ended = [r for r in runs(read(self.folder / "ledger.jsonl")) if r.end is not None]
         found = []
-        for t in logged:
-            before = [r for r in ended if r.end <= t + 0.5]
+        for key, t in self._succeeded():
+            before = [r for r in ended if r.job == key and r.end <= t + 0.5]
             if before:
                 r = max(before, key=lambda r: r.end)
                 found.append({"job": r.job, "pid": r.pid, "what": "accepted", "t": t})
@@ -441,29 +511,40 @@ class PgQueuer(Contender):
                     conn.execute("SELECT payload FROM pgqueuer WHERE status = 'picked'")}
 
     def worker(self, name):
-        code = f"import audit_handlers; audit_handlers.pgqueuer_consumer({self.url!r}, {self.heartbeat_timeout!r})"
+        code = (f"import audit_handlers; audit_handlers.pgqueuer_consumer({self.via(self.url, name)!r}, "
+                f"{self.heartbeat_timeout!r})")
         return [sys.executable, "-c", code], child_env()
 
 
 class Procrastinate(PgQueuer):
-    """Procrastinate at its defaults: a stalled job is retried only by a task the user writes, so none is here."""
+    """Procrastinate: at its defaults a stalled job is retried only by a task the user writes, so none is there;
+    with ``stalled_after`` the app carries its documentation's "retry stalled jobs" periodic task."""
 
-    def __init__(self):
-        Contender.__init__(self, "Procrastinate (PostgreSQL)",
-                           "defaults (workers heartbeat; stalled jobs are retried only by the user's own task)",
-                           comeback_wait=15.0)
+    def __init__(self, stalled_after: float | None = None):
+        settings = ("defaults (workers heartbeat; stalled jobs are retried only by the user's own task)"
+                    if stalled_after is None else
+                    f"the documented retry_stalled_jobs periodic task, every second, seconds_since_heartbeat "
+                    f"{stalled_after:g} s; worker heartbeat every 0.5 s (short, to be reached)")
+        Contender.__init__(self, "Procrastinate (PostgreSQL)", settings,
+                           comeback_wait=15.0 if stalled_after is None else wait_past(stalled_after + 1.0),
+                           not_taken=("not logged: the newer run had already finished the job (the completion "
+                                      "matches the job id and a 'doing' status, not the attempt, so it is not a "
+                                      "fence)"))
         self.heartbeat_timeout = None
-        self.timeout = None
+        self.stalled_after = stalled_after
+        self.timeout = stalled_after
         self.server = None
         self.url = ""
         self.databases = 0
+        self.keys = {}
 
     def version(self) -> str:
         from importlib.metadata import version
         return version("procrastinate")
 
-    def _env(self):
-        return child_env(AUDIT_PG_URL=self.url)
+    def _env(self, name: str = ""):
+        return child_env(AUDIT_PG_URL=self.via(self.url, name),
+                         AUDIT_STALLED="" if self.stalled_after is None else str(self.stalled_after))
 
     def setup(self, folder):
         import subprocess
@@ -473,37 +554,27 @@ class Procrastinate(PgQueuer):
         subprocess.run([sys.executable, "-c", "import audit_procrastinate_app as a\n"
                         "with a.app.open(): a.app.schema_manager.apply_schema()"], check=True, env=self._env())
 
-    def enqueue(self, key, fault, ledger):
+    def enqueue_many(self, items, ledger):
         import subprocess
-        subprocess.run([sys.executable, "-c", "import audit_procrastinate_app as a\n"
-                        f"with a.app.open(): a.job.defer(key={key!r}, fault={fault!r}, ledger={str(ledger)!r})"],
+        calls = "\n".join(f"    a.job.defer(key={key!r}, fault={fault!r}, ledger={str(ledger)!r})" for key, fault in items)
+        subprocess.run([sys.executable, "-c", f"import audit_procrastinate_app as a\nwith a.app.open():\n{calls}"],
                        check=True, env=self._env())
 
     def worker(self, name):
-        return [sys.executable, "-m", "procrastinate", "--app=audit_procrastinate_app.app", "worker"], self._env()
+        return [sys.executable, "-m", "procrastinate", "--app=audit_procrastinate_app.app", "worker"], self._env(name)
 
-    def _succeeded_at(self) -> list[float]:
+    def _succeeded(self):
         import psycopg
         with psycopg.connect(self.url) as conn:
-            return [row[0].timestamp() for row in conn.execute(
-                "SELECT at FROM procrastinate_events WHERE type = 'succeeded' ORDER BY id")]
-
-    def queue_acceptances(self, pids):
-        from audit_ledger import read, runs
-        ended = [r for r in runs(read(self.folder / "ledger.jsonl")) if r.end is not None]
-        found = []
-        for t in self._succeeded_at():
-            before = [r for r in ended if r.end <= t + 0.5]
-            if before:
-                r = max(before, key=lambda r: r.end)
-                found.append({"job": r.job, "pid": r.pid, "what": "accepted", "t": t})
-        return found
+            return [(args["key"], at.timestamp()) for args, at in conn.execute(
+                "SELECT j.args, e.at FROM procrastinate_events e JOIN procrastinate_jobs j ON j.id = e.job_id "
+                "WHERE e.type = 'succeeded' AND j.task_name = 'audit' ORDER BY e.id")]
 
     def held(self):
-        import json
         import psycopg
         with psycopg.connect(self.url) as conn:
-            return {args["key"] for (args,) in conn.execute("SELECT args FROM procrastinate_jobs WHERE status = 'doing'")}
+            return {args["key"] for (args,) in conn.execute(
+                "SELECT args FROM procrastinate_jobs WHERE status = 'doing' AND task_name = 'audit'")}
 
 
 def quick() -> list[Contender]:
@@ -515,5 +586,5 @@ def full() -> list[Contender]:
     """The whole audit: each contender at its defaults, then with its lease short enough to be reached."""
     return [Leaselab(lease=None), Leaselab(lease=2.0), Leaselab(lease=2.0, backend="postgres"), Huey(),
             PersistQueue(), LiteQueue(stale_after=None), LiteQueue(stale_after=2), PgQueuer(heartbeat_timeout=None),
-            PgQueuer(heartbeat_timeout=2.0), Procrastinate(), Rq(job_timeout=None),
+            PgQueuer(heartbeat_timeout=2.0), Procrastinate(), Procrastinate(stalled_after=2.0), Rq(job_timeout=None),
             Rq(job_timeout=3), Celery(visibility=None), Celery(visibility=3)]

@@ -9,7 +9,9 @@ processes share the file without a lock.
 
 The fault lives in the handler, so machine speed cannot change a verdict: on a job's
 first run (no earlier ``start`` for its key in the ledger) ``fault="crash"`` SIGKILLs the
-handler's own process and ``fault="zombie"`` SIGSTOPs it, after writing ``start``.
+handler's own process, ``fault="zombie"`` SIGSTOPs it, and ``fault="partition"`` keeps the run
+going (the process alive, its worker cut off from the server by the harness) until the harness
+heals the network and creates the run's release file (``release_file``).
 Standard library only: the contenders' worker processes import this module.
 """
 
@@ -22,9 +24,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-FAULTS = ("crash", "zombie")
+FAULTS = ("crash", "zombie", "partition")
 WHATS = ("start", "end", "accepted", "refused")
 WORK_SECONDS = 0.2  # a run that is not the faulted one: long enough to be a visible interval
+# How long a partitioned run waits for its release at most: far past every wait of the harness,
+# so only a harness that died leaves it to end by itself.
+RELEASE_WAIT = 600.0
 
 
 class LedgerError(ValueError):
@@ -61,18 +66,30 @@ def read(ledger: str | os.PathLike) -> list[dict]:
     return lines
 
 
+def release_file(ledger: str | os.PathLike, job: str) -> Path:
+    """The file whose existence lets the partitioned first run of ``job`` finish."""
+    return Path(f"{ledger}.{job}.release")
+
+
 def handle(job: str, fault: str | None, ledger: str) -> int:
     """The audit's handler body, the same for every contender: record the run, fault on the first, return the pid."""
     if fault is not None and fault not in FAULTS:
         raise LedgerError(f"fault must be one of {', '.join(FAULTS)} or None, got {fault!r}")
     first = not any(line["job"] == job and line["what"] == "start" for line in read(ledger))
     record(ledger, job, "start")
+    # A signal a process sends itself stops or kills every thread of it, but when the handler runs on
+    # a thread of its own (Procrastinate's sync tasks) that thread may go on for a moment first: the
+    # sleep after each kill is where the signal lands, never the "end" line.
     if first and fault == "crash":
         os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(RELEASE_WAIT)
     if first and fault == "zombie":
         os.kill(os.getpid(), signal.SIGSTOP)  # the harness sends SIGCONT once another run has finished
-    else:
-        time.sleep(WORK_SECONDS)
+    elif first and fault == "partition":
+        deadline = time.monotonic() + RELEASE_WAIT
+        while not release_file(ledger, job).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    time.sleep(WORK_SECONDS)
     record(ledger, job, "end")
     return os.getpid()
 
@@ -111,6 +128,8 @@ class Verdict:
     lost: int  # jobs never completed and no longer held by the queue
     stuck: int  # jobs never completed that the queue still holds as in flight, with no one running them
     back_after: float | None  # seconds from the faulted run's start to the next run's start (None: never)
+    jobs: int = 1  # how many jobs the scenario enqueued
+    rerun_after_done: int = 0  # runs that began after an earlier run of the same job had finished its work
 
     @property
     def clean(self) -> bool:
@@ -146,7 +165,10 @@ def judge(lines: list[dict], jobs: list[str], held: set[str]) -> Verdict:
         starts = sorted(r.start for r in all_runs if r.job == job)
         if len(starts) > 1:
             back = starts[1] - starts[0] if back is None else max(back, starts[1] - starts[0])
-    return Verdict(len(all_runs), overlapping, stale, twice, lost, stuck, back)
+    # A run after a finished one did the work again: its queue lost or never took the earlier completion.
+    rerun = sum(1 for r in all_runs if any(o.job == r.job and o is not r and o.end is not None and o.end <= r.start
+                                           for o in all_runs))
+    return Verdict(len(all_runs), overlapping, stale, twice, lost, stuck, back, len(jobs), rerun)
 
 
 def _overlap(a: Run, b: Run) -> bool:

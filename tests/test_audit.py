@@ -1,4 +1,4 @@
-"""bench/audit.py: the same crash and zombie faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie is caught.
+"""bench/audit.py: the same faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie is caught.
 
 The whole ``--quick`` audit runs once for the module (about a minute: each fault is in the
 handler, so no verdict waits on the machine's speed) and each test reads its rows.
@@ -50,10 +50,32 @@ def row(run, queue: str, scenario: str) -> audit.Row:
     return found
 
 
-def test_quick_audit_covers_leaselab_huey_and_persist_queue_in_both_scenarios(run):
+def test_quick_audit_covers_leaselab_huey_and_persist_queue_in_every_scenario(run):
     assert {(r.queue.split()[0], r.scenario) for r in run["rows"]} == {
-        (q, s) for q in ("leaselab", "huey", "persist-queue") for s in ("crash", "zombie")}
-    assert all(r.verdict is not None for r in run["rows"]), [r.note for r in run["rows"]]
+        (q, s) for q in ("leaselab", "huey", "persist-queue") for s in audit.SCENARIOS}
+    measured = [r for r in run["rows"] if r.scenario != "partition"]
+    assert all(r.verdict is not None for r in measured), [r.note for r in measured]
+
+
+def test_a_queue_in_a_file_cannot_be_partitioned_and_its_row_says_so_from_a_count(run):
+    for r in run["rows"]:
+        if r.scenario == "partition":
+            assert r.verdict is None
+            assert "held 0 TCP connections" in r.note, r.note
+
+
+def test_in_the_flood_leaselab_loses_nothing_and_completes_every_job_once(run):
+    flood = row(run, "leaselab", "flood")
+    assert flood.clean, flood.note
+    v = flood.verdict
+    assert (v.lost, v.stuck, v.completed_twice, v.stale_accepted) == (0, 0, 0, 0)
+    assert v.runs == audit.FLOOD_JOBS + audit.FLOOD_KILLS
+    assert f"{audit.FLOOD_JOBS} completed" in flood.note
+
+
+def test_in_the_flood_huey_loses_exactly_the_jobs_whose_runs_were_killed(run):
+    v = row(run, "huey", "flood").verdict
+    assert v.lost == audit.FLOOD_KILLS and v.runs == audit.FLOOD_JOBS
 
 
 def test_leaselab_brings_a_killed_job_back_and_refuses_its_zombies_late_completion(run):
@@ -119,3 +141,24 @@ def test_the_throw_away_redis_answers_on_127_0_0_1_and_leaves_no_process_or_fold
         assert folder.is_dir()
     assert not folder.exists()
     assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1][:3]
+
+
+def test_lesson_7_reads_the_rows_as_json_and_its_compared_facts_hold_verdicts_but_no_time(run):
+    import dataclasses
+    import json
+    import re
+
+    from leaselab.lessons import peers, text
+
+    rows = json.loads(json.dumps([dataclasses.asdict(r) for r in run["rows"]]))  # as `--json` prints them
+    verdicts = {(r["queue"].split()[0], r["scenario"]): peers.verdict(r) for r in rows}
+    assert verdicts[("leaselab", "zombie")] == "l7_audit_refused"
+    assert verdicts[("persist-queue", "zombie")] == "l7_audit_stale"
+    assert verdicts[("huey", "crash")] == "l7_audit_lost_job"
+    assert {verdicts[(q, "partition")] for q in ("leaselab", "huey", "persist-queue")} == {"l7_audit_no_network"}
+    for lang in ("en", "ru"):
+        facts = peers.facts(rows, lang)
+        ran = sum(1 for r in rows if r["queue"].startswith("leaselab") and r["verdict"] is not None)
+        assert facts.splitlines()[0] == text("l7_audit_leaselab_stale", lang, n=0, scenarios=ran), facts
+        assert not re.search(r"\d\s*(s|с)\b", facts), facts
+        assert len(peers.table(rows, lang).splitlines()) == 2 + len(rows)

@@ -2,7 +2,7 @@
 side effects that survive a retry (``effects``), a store that checks fencing tokens
 (``fence``), handlers for the demonstrations (``demo``), what the lessons print in each
 language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
-(``exercises``), a disk that forgets unsynced writes (``powercut``, lesson 5, needs
+(``exercises``), lesson 7's live run of the audit of other queues (``peers``), a disk that forgets unsynced writes (``powercut``, lesson 5, needs
 APSW), a throw-away PostgreSQL server (``pgserver``), two claims on a server interleaved by
 hand (``race``, lesson 6, needs psycopg), a worker whose clock is off (``skew``), and the
 notebooks' small conveniences (``notebook``, whose functions are also here:

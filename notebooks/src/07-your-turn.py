@@ -56,7 +56,7 @@
 from leaselab import Queue, lessons
 from leaselab.chaos import proof
 from leaselab.lab import timeline
-from leaselab.lessons import exercises
+from leaselab.lessons import exercises, peers
 
 lang = lessons.language()
 say = lessons.speaker(lang)
@@ -279,6 +279,105 @@ def overlapping(events, lease):
 print(exercises.check_overlap_rule(overlapping, lang))
 
 # %% [markdown] tags=["en"]
+# ## The same faults, other queues
+#
+# A checker earns trust when it also catches a queue that breaks the rules. The repository's
+# `bench/audit.py` runs this course's faults against leaselab and the Python queues people use,
+# each driven through its own public API and its own worker, never patched, and judges every run
+# with one checker over a ledger kept outside the queue. The whole table, with versions, settings,
+# the machine and the date, is in `bench/README.md`. Here is its short version, live: leaselab on
+# SQLite with a 2-second lease, huey (`SqliteHuey`) and persist-queue (`SQLiteAckQueue`), each at
+# its defaults, in four scenarios:
+#
+# - **crash**: the job's first run kills its own worker (`SIGKILL`); a second worker starts. Does
+#   the job come back?
+# - **zombie**: the first run freezes itself (`SIGSTOP`) past the lease; a second worker starts,
+#   and once its run has finished the first is thawed. Is its late completion accepted over the
+#   newer run's?
+# - **partition**: the worker is cut off from its server while it runs the job. All three keep
+#   their queue in a file, so the audit counts the worker's TCP connections instead, finds none,
+#   and says the scenario cannot be run rather than pretend it passed.
+# - **flood**: 12 jobs, 3 workers; the first runs of 3 jobs, drawn with a fixed seed, kill their
+#   own worker, and a new one is started in its place. How many jobs are lost, completed twice,
+#   stuck?
+#
+# It takes about a minute. The times in the table change from run to run; the verdicts after it
+# do not, because each fault is put into the handler.
+
+# %% [markdown] tags=["ru"]
+# ## Те же сбои, другие очереди
+#
+# Проверке можно доверять, когда она ловит и очередь, которая правила нарушает. Скрипт
+# репозитория `bench/audit.py` устраивает сбои этого курса leaselab и очередям на Python, которыми
+# пользуются на практике: каждую он запускает через её собственный публичный API и её собственный
+# воркер, ничего в ней не меняя, а каждый запуск судит одна и та же проверка по реестру, который
+# ведётся вне очереди. Полная таблица с версиями, настройками, машиной и датой — в
+# `bench/README.md`. Здесь её короткая версия, вживую: leaselab на SQLite с арендой 2 секунды,
+# huey (`SqliteHuey`) и persist-queue (`SQLiteAckQueue`) с настройками по умолчанию, в четырёх
+# сценариях:
+#
+# - **падение**: первая попытка задачи убивает собственного воркера (`SIGKILL`), запускается
+#   второй воркер. Вернётся ли задача?
+# - **зомби**: первая попытка замораживает себя (`SIGSTOP`) дольше срока аренды, запускается
+#   второй воркер, а когда он закончит, первого размораживают. Примет ли очередь его запоздалое
+#   завершение поверх завершения более новой попытки?
+# - **разрыв сети**: воркера отрезают от сервера, пока он выполняет задачу. Все три очереди живут
+#   в файле, поэтому проверка вместо этого считает TCP-соединения воркера, не находит ни одного
+#   и честно пишет, что сценарий неприменим, а не делает вид, что он пройден.
+# - **наплыв задач**: 12 задач, 3 воркера; первые попытки 3 задач, выбранных с фиксированным
+#   зерном, убивают своего воркера, и на его место запускается новый. Сколько задач потеряно,
+#   сколько завершено дважды, сколько застряло?
+#
+# Это займёт около минуты. Времена в таблице от запуска к запуску меняются, а вердикты под ней —
+# нет, потому что каждый сбой встроен в обработчик.
+
+# %% tags=["nbval-ignore-output"]
+audit_rows = peers.run()
+print(peers.table(audit_rows, lang))
+
+# %% tags=["nbval-check-output"]
+print(peers.facts(audit_rows, lang))
+
+# %% [markdown] tags=["en"]
+# Read the verdicts row by row. leaselab accepted no stale completion in any scenario: the frozen
+# worker's late result was refused by its token, and in the flood every killed job came back
+# once its lease ran out. huey deletes a task as it hands it out (at-most-once): the job whose
+# worker was killed is simply gone, in the crash and in the flood alike, and a frozen worker keeps
+# its job only because nothing would ever take a job back. persist-queue does bring a killed job
+# back, by a rule that fences nothing: opening the queue puts back every unacknowledged item,
+# the one a live but frozen worker is still running too, and when that worker thaws, its `ack`
+# is taken. That is this course's zombie, counted in the table's *stale accepted* and *completed
+# twice*. In the flood the same rule makes those two counts change between runs (they depend on
+# which items were unacknowledged when a new worker opened the queue), so only the lost and stuck
+# jobs are compared there.
+#
+# leaselab's rows have overlapping runs too: once a lease runs out, a second run starts while the
+# first is frozen. No queue can stop a frozen process from waking up; what a queue can do is
+# refuse what that process writes afterwards, and your handler's effects need the same fence
+# (lesson 3) or a key (section 2). The full audit adds PostgreSQL, RQ and Celery, where the
+# partition can be run: see `bench/README.md`.
+
+# %% [markdown] tags=["ru"]
+# Прочитайте вердикты строка за строкой. leaselab ни в одном сценарии не принял устаревшего
+# завершения: запоздалый результат замершего воркера отклонён по токену, а при наплыве задач
+# каждая убитая задача вернулась, когда истекла её аренда. huey удаляет задачу в тот момент,
+# когда выдаёт её воркеру (не более одного раза): задача убитого воркера просто исчезает — и при
+# падении, и при наплыве, а замерший воркер сохраняет свою задачу лишь потому, что обратно её не
+# забрал бы никто. persist-queue убитую задачу возвращает, но по правилу, которое ничего не
+# ограждает: при открытии очередь возвращает все неподтверждённые элементы, в том числе тот,
+# который всё ещё выполняет живой, хотя и замерший воркер, а когда этот воркер оттает, его `ack`
+# принимается. Это и есть зомби из нашего курса; таблица считает его в столбцах «принято
+# устаревших» и «завершено дважды». При наплыве задач из-за того же правила эти два числа от
+# запуска к запуску меняются (они зависят от того, какие элементы не были подтверждены, когда
+# новый воркер открыл очередь), поэтому там сравниваются только потерянные и застрявшие задачи.
+#
+# В строках leaselab перекрытия тоже есть: когда аренда истекает, вторая попытка начинается, пока
+# первая заморожена. Никакая очередь не помешает замершему процессу проснуться; очередь может лишь
+# отклонить то, что он запишет потом, а действиям вашего обработчика нужен такой же fence
+# (урок 3) или ключ (раздел 2). В полной проверке добавлены PostgreSQL, RQ и Celery, где разрыв
+# сети устроить можно: см. `bench/README.md`.
+
+# %% [markdown] tags=["en"]
 # ## Summary
 #
 # - The queue promises at-least-once: a job is not lost while attempts remain, a lease is held
@@ -290,6 +389,8 @@ print(exercises.check_overlap_rule(overlapping, lang))
 #   machine's speed. Check the outside world itself (the ledger), not the handler's account of it.
 # - The checker's rules are small functions over a history. `leaselab.check.KINDS` lists the
 #   ones it has; `leaselab check --db FILE` runs them on any leaselab file or PostgreSQL database.
+# - The same faults and one checker tell queues apart: `bench/audit.py` shows which of them take
+#   a zombie's late completion, and which lose a job whose worker died.
 #
 # ## Exercises
 #
@@ -313,6 +414,8 @@ print(exercises.check_overlap_rule(overlapping, lang))
 # - Правила проверки — небольшие функции над историей. `leaselab.check.KINDS` перечисляет
 #   те, что есть; `leaselab check --db ФАЙЛ` запускает их на любом файле leaselab или базе
 #   PostgreSQL.
+# - Одни и те же сбои и одна проверка различают очереди: `bench/audit.py` показывает, какие из
+#   них принимают запоздалое завершение зомби, а какие теряют задачу, чей воркер умер.
 #
 # ## Упражнения
 #
