@@ -162,3 +162,18 @@ def test_lesson_7_reads_the_rows_as_json_and_its_compared_facts_hold_verdicts_bu
         assert facts.splitlines()[0] == text("l7_audit_leaselab_stale", lang, n=0, scenarios=ran), facts
         assert not re.search(r"\d\s*(s|с)\b", facts), facts
         assert len(peers.table(rows, lang).splitlines()) == 2 + len(rows)
+
+
+def test_the_lesson_finds_the_audit_two_folders_above_its_own_as_on_binder_where_the_package_is_installed(tmp_path):
+    from leaselab.lessons import peers
+
+    repository = tmp_path / "clone"
+    (repository / "bench").mkdir(parents=True)
+    (repository / "bench" / "audit.py").write_text("# the audit\n")
+    lesson = repository / "my-lessons" / "ru"
+    lesson.mkdir(parents=True)
+    assert peers.find_script(lesson) == repository / "bench" / "audit.py"
+    # Anywhere else, this checkout's own (an editable install's package sits in its repository).
+    assert peers.find_script(tmp_path) == BENCH / "audit.py"
+    with pytest.raises(FileNotFoundError, match="clone of leaselab's repository"):
+        peers.run(tmp_path / "no-audit.py")

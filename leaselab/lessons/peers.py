@@ -23,16 +23,30 @@ from pathlib import Path
 
 from .texts import text
 
-SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "audit.py"
+AUDIT = Path("bench") / "audit.py"  # in leaselab's repository, beside notebooks/ and my-lessons/
 TIMEOUT = 110.0  # seconds: under the lessons' cell timeout, twice what the quick audit takes here
 COUNTS = ("runs", "overlapping", "stale_accepted", "completed_twice", "rerun_after_done", "lost", "stuck")
 
 
-def run(script: str | os.PathLike = SCRIPT, timeout: float = TIMEOUT) -> list[dict]:
+def find_script(folder: str | os.PathLike | None = None) -> Path:
+    """``bench/audit.py`` of the repository the lesson runs in.
+
+    The audit ships with leaselab's repository, not with its package: on Binder leaselab is
+    installed into site-packages, while the lesson runs in ``<repository>/my-lessons/<lang>/``
+    (or ``notebooks/<lang>/``). So it is looked for two folders above the lesson's, then beside
+    an editable install's package."""
+    here = Path(folder if folder is not None else os.getcwd()).resolve()
+    for repository in (here.parent.parent, Path(__file__).resolve().parents[2]):
+        if (repository / AUDIT).is_file():
+            return repository / AUDIT
+    raise FileNotFoundError(f"no {AUDIT} two folders above {here} nor beside leaselab's package: "
+                            "run the lessons from a clone of leaselab's repository")
+
+
+def run(script: str | os.PathLike | None = None, timeout: float = TIMEOUT) -> list[dict]:
     """Run the quick audit and return its rows: dicts with ``queue``, ``scenario``, ``verdict`` (counts or None)."""
-    script = Path(script)
-    if not script.exists():
-        # The audit ships with leaselab's repository (a clone, Binder), not with its package.
+    script = find_script() if script is None else Path(script)
+    if not script.is_file():
         raise FileNotFoundError(f"{script} is not here: run the lessons from a clone of leaselab's repository")
     done = subprocess.run([sys.executable, str(script), "--quick", "--json"], capture_output=True, text=True,
                           timeout=timeout, check=False)
