@@ -8,12 +8,14 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from leaselab import (
     Backoff,
+    DatabaseBusy,
     DatabaseMissing,
     DatabaseUnwritable,
     InvalidPayload,
@@ -1030,3 +1032,22 @@ def test_a_zombie_completing_gets_lease_lost_and_its_statements_are_rolled_back(
     assert _ledger(queue) == [(2,)]
     assert queue.get(fresh.id).result == "w2"
     assert "lease_lost" in kinds(queue, fresh.id)
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_current_file_opens_at_once_while_another_process_holds_its_write_lock(target, tmp_path):
+    # A worker frozen in the middle of a write transaction holds the lock; a new worker must still
+    # start (and wait at its claim), or whoever waits for it to start waits on the frozen one too.
+    Queue(target).close()
+    holder = sqlite3.connect(target, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = time.monotonic()
+        with Queue(target, busy_timeout=5.0) as q:
+            assert time.monotonic() - started < 4.0, "the open waited for the write lock"
+            assert q.stats()["pending"] == 0  # reading needs no write lock in WAL mode
+            with Queue(target, busy_timeout=0.2) as other, pytest.raises(DatabaseBusy):
+                other.enqueue("x")  # a write still waits for the lock, and says so
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()

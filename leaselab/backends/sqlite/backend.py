@@ -310,6 +310,11 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
         if path != ":memory:" and mode.lower() != "wal":
             raise DatabaseUnwritable(f"{path}: could not switch to WAL mode (got {mode!r})")
         conn.execute("PRAGMA synchronous = NORMAL")
+        if version == SCHEMA_VERSION:
+            # Current already: nothing to write, so no write lock to wait for. A worker starting
+            # while another holds the lock (frozen mid-transaction, say) opens at once and waits
+            # at its first claim instead, where the lock is the queue's to take.
+            return conn
         conn.execute("BEGIN IMMEDIATE")
         try:
             version = _check_schema(conn, path)  # again, under the write lock: another process may have won
