@@ -17,7 +17,10 @@ from leaselab.backends import contract, sql
 from leaselab.backends.contract import Claim, Completion, NewJob, Outcome, Unreadable
 from leaselab.backends.sqlite import statements as sqlite_sql
 
+from servers import IN_PROCESS_BACKENDS
+
 ROOT = Path(__file__).resolve().parents[1]
+TARGETS = IN_PROCESS_BACKENDS  # the contract on the third backend too: a new folder, nothing else
 
 
 def _claim(token: str, now: float = 1000.0) -> Claim:
