@@ -83,10 +83,10 @@ class ApswBackend(SqliteBackend):
     ``DatabaseMissing`` whatever file system the VFS keeps it on.
     """
 
-    driver_error = apsw.Error
+    driver_error: type[Exception] = apsw.Error
     sqlite_version_info = tuple(int(n) for n in apsw.sqlite_lib_version().split("."))
 
-    def _open(self, path: str, busy_timeout: float, create: bool) -> Connection:
+    def _open(self, path: str, busy_timeout: float, create: bool) -> Any:  # a Connection, in sqlite3.Connection's place
         # The URI's vfs also passed by name, so that the connection says which it is on (open_vfs):
         # a VFS defined in Python finds the connections opened on it by that.
         vfs = parse_qs(urlsplit(path).query).get("vfs", [None])[-1]
@@ -101,11 +101,11 @@ class ApswBackend(SqliteBackend):
         raw.set_busy_timeout(int(busy_timeout * 1000))
         return prepare(Connection(raw), path, busy_timeout, self._translate)
 
-    def _translate(self, exc: apsw.Error) -> LeaselabError:
-        code = getattr(exc, "extendedresult", None)
+    def _translate(self, exc: Exception) -> LeaselabError:
+        code = getattr(exc, "extendedresult", None)  # an apsw.Error's code is here, not in sqlite_errorcode
         name = None if code is None else (apsw.mapping_extended_result_codes.get(code)
                                           or apsw.mapping_result_codes.get(code & 0xFF))
-        return translate(exc, self.path, code, name)
+        return translate(exc, self.path, code, None if name is None else str(name))
 
 
 

@@ -99,7 +99,7 @@ class SqliteBackend(SqlBackend):
 
     statements = sql
     kind = "sqlite"
-    driver_error = sqlite3.Error
+    driver_error: type[Exception] = sqlite3.Error
     sqlite_version_info: tuple = sqlite3.sqlite_version_info  # of the SQLite library the driver links
     clock = None  # a file has no clock of its own: the queue uses the caller's
     call_timeout: float | None = None  # kept, never used: the busy timeout already bounds every wait on a file
