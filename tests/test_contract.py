@@ -223,3 +223,15 @@ def test_a_queue_on_a_file_is_a_sqlite_backend_behind_the_contract(tmp_path):
     with Queue(tmp_path / "q.db") as q:
         assert q.backend.kind == "sqlite"
         assert isinstance(q.backend.connection, sqlite3.Connection)  # the lessons' escape hatch, not the contract
+
+
+def test_a_file_uri_naming_a_vfs_is_the_apsw_backend_with_the_sqlite_backends_statements(tmp_path):
+    from leaselab.backends.apsw import ApswBackend
+    from leaselab.backends.sqlite import SqliteBackend
+
+    with Queue(f"file:{tmp_path / 'a.db'}?vfs=unix") as q:  # SQLite's own VFS, named: the APSW backend
+        assert type(q.backend) is ApswBackend and q.backend.kind == "sqlite"
+        assert q.backend.statements is sqlite_sql  # a new folder, no statement of its own
+        q.enqueue("x")
+    with Queue(tmp_path / "a.db") as q:  # the same file, through sqlite3
+        assert type(q.backend) is SqliteBackend and [j.payload for j in q.jobs()] == ["x"]

@@ -58,7 +58,8 @@ class VolatileDisk(apsw.VFS):
     """A file system whose files keep, through a ``cut()``, only what was synced.
 
     ``target(path)`` names a file on it for ``Queue``: ``Queue(disk.target(path))`` is leaselab's own
-    queue (the APSW backend) writing through this disk.
+    queue (the APSW backend) writing through this disk. Cut every disk made: until then it holds
+    every connection opened on it, and stays registered with SQLite.
     """
 
     _count = 0

@@ -12,7 +12,7 @@ claim that read before it wrote could then fail at once on a lock instead of wai
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import parse_qs, urlsplit
 
 import apsw
@@ -39,7 +39,7 @@ class Cursor:
     def fetchone(self) -> tuple | None:
         return self.rows[0] if self.rows else None
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[tuple]:
         return iter(self.rows)
 
 
@@ -80,7 +80,8 @@ class ApswBackend(SqliteBackend):
 
     ``connection`` is a ``Connection`` (its ``apsw`` the APSW connection): an escape hatch, as the
     SQLite backend's is. ``create=False`` opens without SQLite's create flag, so a missing file is
-    ``DatabaseMissing`` whatever file system the VFS keeps it on.
+    ``DatabaseMissing`` whatever file system the VFS keeps it on. Its ``kind`` is ``"sqlite"``: the
+    engine and the file are SQLite's, only the binding differs.
     """
 
     driver_error: type[Exception] = apsw.Error
@@ -106,8 +107,6 @@ class ApswBackend(SqliteBackend):
         name = None if code is None else (apsw.mapping_extended_result_codes.get(code)
                                           or apsw.mapping_result_codes.get(code & 0xFF))
         return translate(exc, self.path, code, None if name is None else str(name))
-
-
 
 
 # The type checker proves this class satisfies the contract (tests/test_types.py runs it).
