@@ -31,7 +31,7 @@ def _job(payload: str = '"x"', run_at: float = 0.0) -> NewJob:
     return NewJob(payload=payload, priority=0, run_at=run_at, max_attempts=3)
 
 
-# -- the contract, on every backend (the queue fixture runs each test on SQLite and PostgreSQL) ----
+# -- the contract, on every backend (the queue fixture runs each test on SQLite, PostgreSQL and APSW) -
 
 def test_a_claim_answers_a_job_and_an_empty_queue_answers_none(queue):
     backend = queue.backend
