@@ -28,12 +28,13 @@ LONGEST_FIRST = (
 )
 
 
-# ./dev test --quick: the library and the backend contract on both backends, in one process: no worker
+# ./dev test --quick: the library and the backend contract on every backend, in one process: no worker
 # processes, no lessons, no browser, no fault injection. What to run after each edit; the full suite
 # runs these too.
 QUICK = (
     "tests/test_queue.py",
     "tests/test_contract.py",
+    "tests/test_apsw.py",
     "tests/test_bad_input.py",
     "tests/test_batch.py",
     "tests/test_worker.py",

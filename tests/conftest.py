@@ -88,13 +88,35 @@ def pg_url(pg_server) -> str:
 
 @pytest.fixture(params=BACKENDS)
 def target(request, db_path: Path) -> str:
-    """Where a queue lives, once per backend: a file under tmp_path, or a fresh PostgreSQL database.
+    """Where a queue lives, once per backend: a file under tmp_path, or a fresh PostgreSQL database;
+    in a module that sets ``TARGETS = IN_PROCESS_BACKENDS``, also that file on a ``VolatileDisk``
+    (the APSW backend), cut at teardown, which ends the connections opened on it.
 
     A test of a SQLite-only fact narrows it with ``@pytest.mark.parametrize("target", ["sqlite"], indirect=True)``.
     """
     if request.param == "sqlite":
         return str(db_path)
+    if request.param == "apsw":
+        from leaselab.lessons.powercut import VolatileDisk
+
+        disk = VolatileDisk()
+        request.addfinalizer(disk.cut)
+        return disk.target(db_path)
     return request.getfixturevalue("pg_url")
+
+
+@pytest.hookimpl(tryfirst=True)  # before the marks are read
+def pytest_generate_tests(metafunc):
+    # A module's TARGETS replace the backends target runs on, but not where a test narrows them itself.
+    targets = getattr(metafunc.module, "TARGETS", None)
+    if targets is None or "target" not in metafunc.fixturenames:
+        return
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", ())
+        if "target" in ([n.strip() for n in names.split(",")] if isinstance(names, str) else names):
+            return
+    # As a mark, as a test's own narrowing is: the fixture's params give way only to a mark.
+    metafunc.definition.add_marker(pytest.mark.parametrize("target", targets, indirect=True))
 
 
 @pytest.fixture

@@ -9,6 +9,9 @@ import pytest
 from leaselab import InvalidPayload, LeaseLost, Status
 
 import history
+from servers import IN_PROCESS_BACKENDS
+
+TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too
 
 
 def test_claim_many_leases_up_to_n_jobs_in_claim_order_each_with_its_own_token(queue, clock):

@@ -17,7 +17,10 @@ from leaselab.backends import contract, sql
 from leaselab.backends.contract import Claim, Completion, NewJob, Outcome, Unreadable
 from leaselab.backends.sqlite import statements as sqlite_sql
 
+from servers import IN_PROCESS_BACKENDS
+
 ROOT = Path(__file__).resolve().parents[1]
+TARGETS = IN_PROCESS_BACKENDS  # the contract on the third backend too: a new folder, nothing else
 
 
 def _claim(token: str, now: float = 1000.0) -> Claim:
@@ -28,7 +31,7 @@ def _job(payload: str = '"x"', run_at: float = 0.0) -> NewJob:
     return NewJob(payload=payload, priority=0, run_at=run_at, max_attempts=3)
 
 
-# -- the contract, on every backend (the queue fixture runs each test on SQLite and PostgreSQL) ----
+# -- the contract, on every backend (the queue fixture runs each test on SQLite, PostgreSQL and APSW) -
 
 def test_a_claim_answers_a_job_and_an_empty_queue_answers_none(queue):
     backend = queue.backend
@@ -220,3 +223,15 @@ def test_a_queue_on_a_file_is_a_sqlite_backend_behind_the_contract(tmp_path):
     with Queue(tmp_path / "q.db") as q:
         assert q.backend.kind == "sqlite"
         assert isinstance(q.backend.connection, sqlite3.Connection)  # the lessons' escape hatch, not the contract
+
+
+def test_a_file_uri_naming_a_vfs_is_the_apsw_backend_with_the_sqlite_backends_statements(tmp_path):
+    from leaselab.backends.apsw import ApswBackend
+    from leaselab.backends.sqlite import SqliteBackend
+
+    with Queue(f"file:{tmp_path / 'a.db'}?vfs=unix") as q:  # SQLite's own VFS, named: the APSW backend
+        assert type(q.backend) is ApswBackend and q.backend.kind == "sqlite"
+        assert q.backend.statements is sqlite_sql  # a new folder, no statement of its own
+        q.enqueue("x")
+    with Queue(tmp_path / "a.db") as q:  # the same file, through sqlite3
+        assert type(q.backend) is SqliteBackend and [j.payload for j in q.jobs()] == ["x"]

@@ -15,7 +15,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "leaselab"
 CORE_MODULES = ("leaselab", "leaselab.queue", "leaselab.worker", "leaselab.cli", "leaselab.job",
                 "leaselab.errors", "leaselab.clock", "leaselab.backoff", "leaselab.checks", "leaselab.words",
                 "leaselab.lease", "leaselab.pulse", "leaselab.faults", "leaselab.printable")
-FORBIDDEN_FOR_CORE = ("leaselab.lab", "leaselab.lessons", "pandas", "ipywidgets", "matplotlib", "psycopg")
+FORBIDDEN_FOR_CORE = ("leaselab.lab", "leaselab.lessons", "pandas", "ipywidgets", "matplotlib", "psycopg",
+                      "apsw")  # a driver is imported only for a target that needs it
 
 
 def test_importing_the_core_and_opening_a_file_queue_imports_neither_the_lab_nor_the_lessons_nor_a_driver(tmp_path):
@@ -90,7 +91,7 @@ def _layer(module: str) -> str:
 ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
-    "lessons": {"leaselab.backends.postgres.statements", "leaselab.backends.sqlite.statements", "leaselab.backoff",
+    "lessons": {"leaselab.backends.postgres.statements", "leaselab.backends.sqlite.statements",
                 "leaselab.check", "leaselab.checks", "leaselab.clock", "leaselab.errors", "leaselab.job",
                 "leaselab.lease", "leaselab.queue", "leaselab.words"},
     "lab": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.faults",
@@ -159,7 +160,7 @@ def test_checking_a_file_imports_no_backend_of_the_queue_nor_the_lab_nor_the_les
     code = (f"import sys, leaselab.check; r = leaselab.check.check({db!r}, idle=False); "
             "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith(("
             "'leaselab.backends.', 'leaselab.lab', 'leaselab.lessons', "
-            "'psycopg', 'pandas', 'ipywidgets', 'matplotlib')))))")
+            "'psycopg', 'apsw', 'pandas', 'ipywidgets', 'matplotlib')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["leaselab.backends.contract"]

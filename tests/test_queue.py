@@ -33,6 +33,9 @@ from leaselab import (
 from leaselab.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, require_sqlite
 from leaselab.backends.sqlite import statements as sql
 from procs import as_nobody
+from servers import IN_PROCESS_BACKENDS
+
+TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too
 
 LEASE = 30.0
 

@@ -1,4 +1,4 @@
-"""The backend contract, checked by a type checker: both backends satisfy ``Backend``, and the queue
+"""The backend contract, checked by a type checker: the three backends satisfy ``Backend``, and the queue
 calls only what the contract names. Each backend module ends with ``_CONTRACT: type[Backend] = ...``,
 which mypy verifies; a class that misses a method or gets a signature wrong fails the same check."""
 
@@ -31,10 +31,10 @@ def mypy(cache: Path, *targets: str) -> subprocess.CompletedProcess:
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_the_backends_and_the_queue_type_check_and_both_backends_satisfy_the_contract(mypy_cache):
+def test_the_backends_and_the_queue_type_check_and_every_backend_satisfies_the_contract(mypy_cache):
     out = mypy(mypy_cache, *CHECKED)
     assert out.returncode == 0, out.stdout + out.stderr
-    for backend in ("sqlite", "postgres"):
+    for backend in ("sqlite", "postgres", "apsw"):
         text = (ROOT / "leaselab/backends" / backend / "backend.py").read_text(encoding="utf-8")
         assert "\n_CONTRACT: type[Backend] = " in text  # the line mypy just verified
 

@@ -1,7 +1,8 @@
 """Where a queue keeps its jobs. One package per backend, each holding its SQL, schema, connection and errors.
 
 ``open_backend(target)`` picks one: a ``postgresql://`` or ``postgres://`` URL (the scheme in
-any case) is a server, a SQLite file path is a file, and anything that looks like neither (a
+any case) is a server, a SQLite file path is a file, a SQLite ``file:`` URI that names a VFS
+(``file:/path/jobs.db?vfs=NAME``) is a file opened through APSW, and anything that looks like neither (a
 libpq ``host=… dbname=…`` string, another scheme's URL) is refused with ``InvalidTarget``,
 whose message never repeats the target: it may hold a password. What every backend offers
 ``leaselab.queue`` is written down as the ``Backend`` Protocol in ``contract.py``: one method
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from typing import Any, Callable
-from urllib.parse import unquote
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..backoff import Backoff
 from ..errors import InvalidTarget
@@ -42,6 +43,15 @@ _NOT_REPEATED = "(not repeated here: it may hold a password)"
 def is_server_url(target: Any) -> bool:
     """True for a PostgreSQL connection URL (``postgresql://`` or ``postgres://``, in any case), False otherwise."""
     return isinstance(target, str) and _SERVER_SCHEME.match(target) is not None
+
+
+def names_a_vfs(target: str) -> bool:
+    """True for a SQLite ``file:`` URI with a ``vfs=`` parameter.
+
+    A VFS defined in Python (the lessons' ``VolatileDisk``) is registered in APSW's SQLite, which
+    Python's ``sqlite3`` cannot see: such a target opens through the APSW backend.
+    """
+    return target.startswith("file:") and "vfs" in parse_qs(urlsplit(target).query)
 
 
 def server_url(target: str) -> str:
@@ -124,6 +134,12 @@ def open_backend(
                               f"leaselab: pip install -e '.[postgres]' ({exc})") from exc
         return PostgresBackend(server_url(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer,
                                create=create)
+    if names_a_vfs(target):
+        try:
+            from .apsw import ApswBackend
+        except ImportError as exc:
+            raise ImportError(f"a file: URI that names a vfs opens through APSW: pip install apsw ({exc})") from exc
+        return ApswBackend(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create)
     from .sqlite import SqliteBackend
 
     return SqliteBackend(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create)

@@ -9,28 +9,26 @@ last sync (a file never synced is gone), as after the reboot. This is the worst 
 the operating system allows; a real cut may keep some unsynced writes, never fewer
 synced ones.
 
-``Session`` runs leaselab's own statements on such a disk with the ``Queue``'s
-durability rule (README, "Durability"): an enqueue, a claim and a completion are
-synced before they return at ``durability="full"`` (a claim, because its fence is what
-outside stores trust); heartbeats, failures and reaps never ask for a sync of their own. Make the file with ``Queue``
-first: it is an ordinary leaselab file before and after, read back with ``Queue``.
-APSW is needed here (the ``lab`` and ``test`` extras); nothing else imports this module.
+``disk.target(path)`` names a file on the disk, and a ``Queue`` opened on it is leaselab's own
+queue, statements, transactions and durability rule (README, "Durability") on the APSW backend:
+at ``durability="full"`` an enqueue, a claim and a completion are synced before they return (a
+claim, because its fence is what outside stores trust); heartbeats, failures and reaps never ask
+for a sync of their own. ``Session`` is that ``Queue`` for a file made with ``Queue`` first: an
+ordinary leaselab file before and after, read back with ``Queue``. APSW is needed here (the
+``lab`` and ``test`` extras); nothing else imports this module.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import secrets
 from typing import Any
+from urllib.parse import quote
 
 import apsw
 
-from ..backends.sqlite import statements as sql
-from ..backoff import Backoff
-from ..clock import Clock, system_clock
-from ..job import Job
-from ..queue import DEFAULT_LEASE, DURABILITIES
+from ..clock import Clock
+from ..errors import DatabaseMissing
+from ..queue import DURABILITIES, Queue
 
 
 class _File(apsw.VFSFile):
@@ -57,7 +55,12 @@ class _File(apsw.VFSFile):
 
 
 class VolatileDisk(apsw.VFS):
-    """A file system whose files keep, through a ``cut()``, only what was synced."""
+    """A file system whose files keep, through a ``cut()``, only what was synced.
+
+    ``target(path)`` names a file on it for ``Queue``: ``Queue(disk.target(path))`` is leaselab's own
+    queue (the APSW backend) writing through this disk. Cut every disk made: until then it holds
+    every connection opened on it, and stays registered with SQLite.
+    """
 
     _count = 0
 
@@ -67,8 +70,20 @@ class VolatileDisk(apsw.VFS):
         self.powered = True
         self.syncs = 0
         self._durable: dict[str, bytes | None] = {}
-        self._sessions: list["Session"] = []
+        # Every connection opened on this disk, held until the cut: one closed before it (a queue
+        # dropped by its caller) would checkpoint, and a checkpoint syncs, which a process that
+        # the power took never gets to do.
+        self._connections: list[apsw.Connection] = []
         super().__init__(self.name, "")
+        apsw.connection_hooks.append(self._opened)
+
+    def target(self, path: str | os.PathLike) -> str:
+        """The SQLite URI of ``path`` on this disk, for ``Queue``: ``file:/abs/path?vfs=<this disk>``."""
+        return f"file:{quote(os.path.abspath(path))}?vfs={self.name}"
+
+    def _opened(self, connection: apsw.Connection) -> None:
+        if connection.open_vfs == self.name:
+            self._connections.append(connection)
 
     def xOpen(self, name: Any, flags: list[int]) -> _File:
         return _File(self, name, flags)
@@ -90,10 +105,12 @@ class VolatileDisk(apsw.VFS):
             self._durable[path] = _read(path)
 
     def cut(self) -> None:
-        """The power goes: drop every later write, close every session, and put back what was synced."""
+        """The power goes: drop every later write, close every queue opened on the disk, and put back what was synced."""
         self.powered = False
-        for session in self._sessions:
-            session.connection.close()  # its last checkpoint writes nothing now
+        apsw.connection_hooks.remove(self._opened)
+        for connection in self._connections:
+            connection.close()  # its last checkpoint writes nothing now; its Queue is of no more use
+        self._connections.clear()
         for path, content in self._durable.items():
             if content is None:
                 if os.path.exists(path):
@@ -115,58 +132,24 @@ def _read(path: str) -> bytes | None:
         return None
 
 
-class Session:
-    """leaselab's own statements on a file of a ``VolatileDisk``, each in its own transaction as ``Queue`` runs them."""
+class Session(Queue):
+    """A ``Queue`` on a file of a ``VolatileDisk``: leaselab's own statements, transactions and
+    durability rule, through the APSW backend. The file must exist (made with ``Queue``)."""
 
     def __init__(self, path: str | os.PathLike, disk: VolatileDisk, durability: str = "full",
                  clock: Clock | None = None):
-        if durability not in DURABILITIES:
-            raise ValueError(f"durability must be 'full' or 'normal', got {durability!r}")
-        path = os.fspath(path)
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"make the queue file with Queue first; there is none at {path}")
-        self.durability = durability
-        self.clock = clock or system_clock
-        self.connection = apsw.Connection(path, vfs=disk.name)
-        self.connection.execute("PRAGMA synchronous = NORMAL")
-        self.connection.create_scalar_function("leaselab_backoff", Backoff().delay, 1)
-        disk._sessions.append(self)
-
-    def _run(self, statement: str, params: dict[str, Any], acknowledged: bool) -> list[tuple]:
-        durable = acknowledged and self.durability == "full"
-        self.connection.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
-        return list(self.connection.execute(statement, params))
-
-    def enqueue(self, payload: Any) -> int:
-        """Add a job (an acknowledged write) and return its id."""
-        now = self.clock()
-        rows = self._run(sql.ENQUEUE, {"payload": json.dumps(payload), "priority": 0, "run_at": now,
-                                       "max_attempts": 5, "now": now}, acknowledged=True)
-        return rows[0][0]
-
-    def claim(self, worker: str, lease: float = DEFAULT_LEASE) -> Job | None:
-        """Claim the next job with leaselab's single statement (synced at "full": its fence must not come back)."""
-        now = self.clock()
-        rows = self._run(sql.CLAIM, {"now": now, "lease_until": now + lease, "worker": worker,
-                                     "token": secrets.token_hex(16)}, acknowledged=True)
-        return Job.from_row(rows[0]) if rows else None
-
-    def complete(self, job: Job, result: Any = None) -> None:
-        """Complete a claimed job with the fenced statement (an acknowledged write)."""
-        self._run(sql.COMPLETE, {"id": job.id, "token": job.token, "result": json.dumps(result),
-                                 "now": self.clock()}, acknowledged=True)
+        try:
+            super().__init__(disk.target(path), clock, durability, create=False)
+        except DatabaseMissing:
+            raise FileNotFoundError(f"make the queue file with Queue first; there is none at {os.fspath(path)}") from None
 
 
 # The same work through the real Queue in a process of its own, which then SIGKILLs itself.
 _KILLED = """
 import os, signal, sys
 from leaselab import Queue
-q = Queue(sys.argv[1], durability=sys.argv[2])
-for n in range(3):
-    q.enqueue({"n": n})
-first = q.claim("w1")
-q.complete(first.id, first.token, {"ok": 1})
-q.claim("w1")
+from leaselab.lessons.powercut import workload
+workload(Queue(sys.argv[1], durability=sys.argv[2]))
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
@@ -183,10 +166,10 @@ def killed_after_workload(path: str | os.PathLike, durability: str = "normal") -
     return done.returncode
 
 
-def workload(session: Session) -> None:
+def workload(queue: Queue) -> None:
     """What every power-cut demonstration does: three enqueues, a claim and its completion, one more claim."""
     for n in range(3):
-        session.enqueue({"n": n})
-    first = session.claim("w1")
-    session.complete(first, {"ok": 1})
-    session.claim("w1")
+        queue.enqueue({"n": n})
+    first = queue.claim("w1")
+    queue.complete(first.id, first.token, {"ok": 1})
+    queue.claim("w1")

@@ -99,7 +99,8 @@ class SqliteBackend(SqlBackend):
 
     statements = sql
     kind = "sqlite"
-    driver_error = sqlite3.Error
+    driver_error: type[Exception] = sqlite3.Error
+    sqlite_version_info: tuple = sqlite3.sqlite_version_info  # of the SQLite library the driver links
     clock = None  # a file has no clock of its own: the queue uses the caller's
     call_timeout: float | None = None  # kept, never used: the busy timeout already bounds every wait on a file
 
@@ -112,13 +113,13 @@ class SqliteBackend(SqlBackend):
         tracer: Tracer | None = None,
         create: bool = True,
     ):
-        require_sqlite()
+        require_sqlite(self.sqlite_version_info)
         super().__init__(path, tracer)
         self.path = path
         if not create and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
             raise DatabaseMissing(path, nearest_queue_file(path))
-        self._conn = _connect(path, busy_timeout)
-        self._synchronous_full = False  # _connect leaves the connection at synchronous = NORMAL
+        self._conn = self._open(path, busy_timeout, create)
+        self._synchronous_full = False  # prepare() leaves the connection at synchronous = NORMAL
         self._conn.create_function(
             "leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter
         )
@@ -138,6 +139,17 @@ class SqliteBackend(SqlBackend):
             stop.wait(timeout)
         else:
             time.sleep(timeout)
+
+    def _open(self, path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
+        """The driver's connection to ``path``, ready for the queue (``prepare``): the one step another
+        driver of the same engine does its own way (``leaselab.backends.apsw``)."""
+        if path != ":memory:" and not path.startswith("file:"):
+            _check_path(path)
+        try:
+            conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise translate(exc, path) from exc
+        return prepare(conn, path, busy_timeout, self._translate)
 
     # -- the hooks of SqlBackend -----------------------------------------------------------
 
@@ -219,14 +231,17 @@ def _rollback(conn: sqlite3.Connection) -> None:
         return
     try:
         conn.execute("ROLLBACK")
-    except sqlite3.Error:  # the caller's error is the one to report; SQLite ends the transaction anyway
+    except conn.Error:  # the caller's error is the one to report; SQLite ends the transaction anyway
         pass
 
 
-def translate(exc: sqlite3.Error, path: str) -> LeaselabError:
+def translate(exc: Exception, path: str, code: int | None = None, name: str | None = None) -> LeaselabError:
+    """The leaselab error for a SQLite error; ``code`` and ``name`` are SQLite's extended result code and
+    its name where the driver keeps them elsewhere than ``sqlite3.Error`` does."""
     message = str(exc)
     lowered = message.lower()
-    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+; the message is all 3.10 gives
+    if code is None:
+        code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+; the message is all 3.10 gives
     if code == SQLITE_FULL or "database or disk is full" in lowered:
         return DiskFull(path, message)
     # SQLite says SQLITE_FULL only when a write into a file fails with ENOSPC. Growing the -shm
@@ -238,7 +253,7 @@ def translate(exc: sqlite3.Error, path: str) -> LeaselabError:
             code is None and ("disk i/o error" in lowered or "unable to open" in lowered)):
         short = out_of_space(path)
         if short is not None:
-            name = getattr(exc, "sqlite_errorname", None)
+            name = name or getattr(exc, "sqlite_errorname", None)
             return DiskFull(path, f"{message}{f' ({name})' if name else ''}; {short}")
     if "locked" in lowered or "busy" in lowered:
         return DatabaseBusy(f"{path}: another process held the write lock past the busy timeout ({message})")
@@ -288,13 +303,13 @@ def _check_path(path: str) -> None:
         raise DatabaseUnwritable(f"cannot use {path}: folder {folder} is not writable")
 
 
-def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
-    if path != ":memory:" and not path.startswith("file:"):
-        _check_path(path)
-    try:
-        conn = sqlite3.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-    except sqlite3.Error as exc:
-        raise translate(exc, path) from exc
+def prepare(conn: Any, path: str, busy_timeout: float, translate_error: Callable[[Any], LeaselabError]) -> Any:
+    """``conn`` checked, switched to WAL and given the schema (made or upgraded); closed after an error,
+    which ``translate_error`` turns into leaselab's.
+
+    ``conn`` is a ``sqlite3`` connection in autocommit mode, or anything that offers its ``execute``
+    (a cursor with ``fetchone``), ``in_transaction``, ``Error`` and ``close``.
+    """
     try:
         # One read transaction, so the ids and the table list come from one snapshot: read apart,
         # another process creating the schema in between made a fresh file look foreign.
@@ -337,9 +352,9 @@ def _connect(path: str, busy_timeout: float) -> sqlite3.Connection:
     except LeaselabError:
         conn.close()
         raise
-    except sqlite3.Error as exc:
+    except conn.Error as exc:
         conn.close()
-        raise translate(exc, path) from exc
+        raise translate_error(exc) from exc
     return conn
 
 
@@ -351,7 +366,7 @@ def _journal_mode_wal(conn: sqlite3.Connection, busy_timeout: float) -> str:
     while True:
         try:
             return conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        except sqlite3.OperationalError as exc:
+        except conn.Error as exc:  # "database is locked": sqlite3's OperationalError, APSW's BusyError
             if "locked" not in str(exc).lower() or time.monotonic() >= deadline:
                 raise
             time.sleep(0.005)
