@@ -91,7 +91,7 @@ def _layer(module: str) -> str:
 ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
-    "lessons": {"leaselab.backends.postgres.statements", "leaselab.backends.sqlite.statements",
+    "lessons": {"leaselab.backends.postgres.statements", "leaselab.backends.sqlite.statements", "leaselab.backoff",
                 "leaselab.check", "leaselab.checks", "leaselab.clock", "leaselab.errors", "leaselab.job",
                 "leaselab.lease", "leaselab.queue", "leaselab.words"},
     "lab": {"leaselab.backends", "leaselab.check", "leaselab.checks", "leaselab.errors", "leaselab.faults",
