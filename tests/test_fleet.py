@@ -295,7 +295,10 @@ def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someo
     # Nobody calls status() or state(): only the fleet's own watcher can notice the death.
     exit_ = wait_until(lambda: [a for a in fleet.actions if a.action == "exit"], timeout=5)[0]
     claimed = next(e for e in fleet.queue.events(job_id) if e.kind == "claimed")
-    assert exit_.detail == "signal 9" and 0.2 <= exit_.at - claimed.at < 2.0
+    # The handler sleeps 0.2 s before it crashes, but on a server the claim is dated by the worker's
+    # reading of the server's clock carried forward on its own monotonic clock, off by up to a round
+    # trip (0.15 s seen under load), while the exit is dated by this process's: only "after" is certain.
+    assert exit_.detail == "signal 9" and 0.0 < exit_.at - claimed.at < 2.0
     # The timeline ends the dead attempt and starts the shading at the crash, long before a reap could.
     data = timeline_data(fleet.queue.events(), fleet.actions, now=claimed.at + 5)
     bar = next(b for b in data.bars if b.worker == "w1")
