@@ -16,7 +16,7 @@ import json
 import threading
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
 
 from ..errors import InvalidPayload, LeaselabError
 from ..job import Event, Job, Status
@@ -25,6 +25,7 @@ from .contract import Claim, Claimed, Completing, Completion, NewJob, Outcome, T
 Run = Callable[..., Any]  # run(statement, params) -> the driver's cursor, inside a transaction
 
 _UNBOUNDED: AbstractContextManager[None] = nullcontext()
+T = TypeVar("T")
 _TOKEN = 9  # the token's place in JOB_COLUMNS
 
 
@@ -115,21 +116,14 @@ class SqlBackend:
 
     def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
         """Run one statement in its own transaction and return its rows (an escape hatch, as ``connection``)."""
-        params = self._prepare(params)
-        if self.tracer is not None:
-            self.tracer(statement.strip(), params)
-        with self._lock:
-            conn = self._connection()
-            try:
-                with self._bounded(conn):
-                    self._sync(conn, durable)
-                    cursor = conn.execute(statement, params)
-                    return cursor.fetchall() if cursor.description is not None else []
-            except self.driver_error as exc:
-                raise self._translate(exc) from exc
+        return self._alone(statement, params, durable, _rows)
 
     def _changed(self, statement: str, params: Any, durable: bool) -> int:
         """Run one statement in its own transaction; how many rows it changed (not its triggers)."""
+        return self._alone(statement, params, durable, _rowcount)
+
+    def _alone(self, statement: str, params: Any, durable: bool, read: Callable[[Any], T]) -> T:
+        """Run one statement in its own transaction, traced, bounded and translated; ``read(cursor)``."""
         params = self._prepare(params)
         if self.tracer is not None:
             self.tracer(statement.strip(), params)
@@ -138,7 +132,7 @@ class SqlBackend:
             try:
                 with self._bounded(conn):
                     self._sync(conn, durable)
-                    return conn.execute(statement, params).rowcount
+                    return read(conn.execute(statement, params))
             except self.driver_error as exc:
                 raise self._translate(exc) from exc
 
@@ -259,3 +253,11 @@ def _claiming(claim: Claim) -> dict[str, Any]:
 
 def _completing(done: Completion, now: float) -> dict[str, Any]:
     return {"id": done.id, "token": done.token, "result": done.result, "now": now}
+
+
+def _rows(cursor: Any) -> list[tuple]:
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+def _rowcount(cursor: Any) -> int:
+    return cursor.rowcount
