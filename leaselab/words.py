@@ -85,6 +85,13 @@ class _Formatter(string.Formatter):
         return super().format_field(value, format_spec)
 
 
+def line(table: dict[str, dict[str, str]], key: str, lang: str, **values: Any) -> str:
+    """``table[lang][key]``, rendered with ``values`` in ``lang`` (as written when there are none):
+    how every layer's table of texts is read."""
+    template = table[check_lang(lang)][key]
+    return render(template, lang, **values) if values else template
+
+
 def render(template: str, lang: str, **values: Any) -> str:
     """``template`` filled from ``values`` in ``lang``: plural forms chosen, numbers written as ``lang`` does."""
     check_lang(lang)

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from ..words import check_lang, render
+from .. import words
 
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
@@ -77,5 +77,4 @@ STRINGS: dict[str, dict[str, str]] = {
 
 def text(key: str, lang: str = "en", **values: object) -> str:
     """The line ``key`` in ``lang``, with ``{placeholders}`` filled from ``values``."""
-    line = STRINGS[check_lang(lang)][key]
-    return render(line, lang, **values) if values else line
+    return words.line(STRINGS, key, lang, **values)

@@ -6,7 +6,7 @@ arguments. A test checks that both languages have exactly the same keys.
 
 from __future__ import annotations
 
-from ..words import check_lang, render
+from .. import words
 
 
 STRINGS: dict[str, dict[str, str]] = {
@@ -215,5 +215,4 @@ STRINGS: dict[str, dict[str, str]] = {
 
 def t(key: str, lang: str = "en", **values: object) -> str:
     """The string ``key`` in ``lang``, with ``{placeholders}`` filled from ``values``."""
-    text = STRINGS[check_lang(lang)][key]
-    return render(text, lang, **values) if values else text
+    return words.line(STRINGS, key, lang, **values)

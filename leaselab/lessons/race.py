@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import secrets
-import subprocess
 import sys
 import threading
 import time
@@ -136,7 +135,7 @@ def server_race(url: str, claim: str = "naive", workers: int = 4, jobs: int = 20
     result is a ``wrong.RaceResult``: claims made, and duplicates, claims of a job that had
     been claimed already. No process outlives the call.
     """
-    from .wrong import RaceResult
+    from .wrong import RaceResult, run_racers
 
     if claim not in STATEMENTS:
         raise ValueError(f"claim must be 'naive' or 'single', got {claim!r}")
@@ -147,29 +146,10 @@ def server_race(url: str, claim: str = "naive", workers: int = 4, jobs: int = 20
     import tempfile
 
     gate = Path(tempfile.mkdtemp(prefix="leaselab-race-"))
-    procs: list[subprocess.Popen] = []
     try:
-        for i in range(workers):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "leaselab.lessons.race", "--url", url, "--claim", claim,
-                 "--name", f"racer-{i + 1}", "--gate", str(gate)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            ))
-        deadline = time.monotonic() + timeout
-        while len(list(gate.glob("ready-*"))) < workers:
-            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                raise RuntimeError("a racer did not reach the starting line")
-            time.sleep(0.01)
-        (gate / "go").touch()
-        for p in procs:
-            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            if p.returncode != 0:
-                raise RuntimeError(f"a racer failed: {err.decode(errors='replace')}")
+        run_racers([[sys.executable, "-m", "leaselab.lessons.race", "--url", url, "--claim", claim,
+                     "--name", f"racer-{i + 1}", "--gate", str(gate)] for i in range(workers)], gate, timeout)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
         for f in gate.iterdir():
             f.unlink()
         gate.rmdir()

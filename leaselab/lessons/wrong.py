@@ -216,6 +216,32 @@ def count_claims(path: str | os.PathLike) -> tuple[int, int]:
     return total, distinct
 
 
+def run_racers(commands: Sequence[Sequence[str]], gate: Path, timeout: float) -> None:
+    """Start one racer process per command, let them go together once each has written
+    ``ready-*`` into ``gate`` (by touching ``gate/go``), and wait for all; ``RuntimeError`` if one
+    never reaches the starting line or fails. No process outlives the call."""
+    procs: list[subprocess.Popen] = []
+    try:
+        for command in commands:
+            procs.append(subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE))
+        deadline = time.monotonic() + timeout
+        while len(list(gate.glob("ready-*"))) < len(procs):
+            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                raise RuntimeError("a racer did not reach the starting line")
+            time.sleep(0.01)
+        (gate / "go").touch()
+        for p in procs:
+            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            if p.returncode != 0:
+                raise RuntimeError(f"a racer failed: {err.decode(errors='replace')}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
 def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: int = 100,
          pause: float = 0.002, timeout: float = 60.0, transaction: str | None = None) -> RaceResult:
     """Fill a new queue file with ``jobs`` jobs and let ``workers`` processes claim them all at once.
@@ -236,31 +262,13 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
         q.enqueue_many(range(jobs))
     gate = path.with_name(path.name + ".race")
     gate.mkdir()
-    procs: list[subprocess.Popen] = []
     try:
-        for i in range(workers):
-            procs.append(subprocess.Popen(
-                [sys.executable, "-m", "leaselab.lessons.wrong", "--db", str(path), "--claim", claim,
-                 "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause),
-                 *(["--transaction", transaction] if transaction else [])],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-            ))
-        deadline = time.monotonic() + timeout
-        while len(list(gate.glob("ready-*"))) < workers:
-            if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                raise RuntimeError("a racer did not reach the starting line")
-            time.sleep(0.01)
-        (gate / "go").touch()
-        for p in procs:
-            _, err = p.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            if p.returncode != 0:
-                raise RuntimeError(f"a racer failed: {err.decode(errors='replace')}")
+        run_racers([[sys.executable, "-m", "leaselab.lessons.wrong", "--db", str(path), "--claim", claim,
+                     "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause),
+                     *(["--transaction", transaction] if transaction else [])] for i in range(workers)],
+                   gate, timeout)
         locked = sum(int(f.read_text()) for f in gate.glob("locked-*"))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
         for f in gate.iterdir():
             f.unlink()
         gate.rmdir()
