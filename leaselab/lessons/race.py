@@ -32,6 +32,7 @@ import psycopg
 from ..backends.postgres import statements as sql
 from ..clock import ManualClock
 from ..queue import Queue
+from .wrong import RaceResult, at_starting_line, run_racers
 
 # The article's claim, exactly as on SQLite: the subquery picks, the outer UPDATE takes.
 NAIVE_CLAIM = sql.CLAIM.replace("\n              FOR UPDATE SKIP LOCKED", "")
@@ -135,8 +136,6 @@ def server_race(url: str, claim: str = "naive", workers: int = 4, jobs: int = 20
     result is a ``wrong.RaceResult``: claims made, and duplicates, claims of a job that had
     been claimed already. No process outlives the call.
     """
-    from .wrong import RaceResult, run_racers
-
     if claim not in STATEMENTS:
         raise ValueError(f"claim must be 'naive' or 'single', got {claim!r}")
     with Queue(url, clock=ManualClock(0)) as q:
@@ -169,12 +168,8 @@ def _racer(argv: Sequence[str] | None = None) -> int:
     statement = STATEMENTS[args.claim]
     with psycopg.connect(args.url, autocommit=True) as conn:  # each claim is its own transaction
         conn.execute("SELECT 1")  # connected before the start, so no racer is late by a connection's setup
-        (gate / f"ready-{args.name}").touch()
-        deadline = time.monotonic() + 60.0  # never wait forever if the parent is gone
-        while not (gate / "go").exists():
-            if time.monotonic() > deadline:
-                return 1
-            time.sleep(0.001)
+        if not at_starting_line(gate, args.name):
+            return 1
         while True:
             now = time.time()
             row = conn.execute(statement, {"now": now, "lease_until": now + 30, "worker": args.name,

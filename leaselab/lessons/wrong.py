@@ -242,6 +242,18 @@ def run_racers(commands: Sequence[Sequence[str]], gate: Path, timeout: float) ->
                 p.wait()
 
 
+def at_starting_line(gate: Path, name: str, timeout: float = 60.0) -> bool:
+    """A racer's side of ``run_racers``: say ``ready-<name>``, then wait for ``go``; False if it never
+    comes within ``timeout`` (the parent is gone), so no racer waits forever."""
+    (gate / f"ready-{name}").touch()
+    deadline = time.monotonic() + timeout
+    while not (gate / "go").exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
 def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: int = 100,
          pause: float = 0.002, timeout: float = 60.0, transaction: str | None = None) -> RaceResult:
     """Fill a new queue file with ``jobs`` jobs and let ``workers`` processes claim them all at once.
@@ -294,12 +306,8 @@ def _racer(argv: Sequence[str] | None = None) -> int:
     else:
         q = Queue(args.db)
         take = lambda: q.claim(args.name)  # noqa: E731
-    (gate / f"ready-{args.name}").touch()
-    deadline = time.monotonic() + 60.0  # never wait forever if the parent is gone
-    while not (gate / "go").exists():
-        if time.monotonic() > deadline:
-            return 1
-        time.sleep(0.001)
+    if not at_starting_line(gate, args.name):
+        return 1
     while take() is not None:
         pass
     (gate / f"locked-{args.name}").write_text(str(claimer.locked if claimer else 0))
