@@ -411,7 +411,29 @@ def main(argv: list[str] | None = None) -> int:
     print("\nleaselab ÷ this: the median over rounds of leaselab's rate divided by this contender's, same round;")
     print("one at a time, leaselab's worker path; k at a time, leaselab's Worker with k slots.")
     print("delivered twice: jobs that ran in two processes, summed over the rounds.")
+    print("\nThe throughput issue's ratios (each the median of the same round's ratios; the target after the colon):\n")
+    print("| ratio | " + " | ".join(f"{p} proc." for p in procs_list) + " | target |")
+    print("|---|" + "---|" * len(procs_list) + "---|")
+    for label, ours, theirs, field, target in targets(args.slots):
+        cells = [vs((ours[0], ours[1], p), (theirs[0], theirs[1], p), field) for p in procs_list]
+        if not all(cells):
+            continue  # a contender left out with --only
+        print(f"| {label} | " + " | ".join(cells) + f" | {target} |")
     return 0
+
+
+def targets(k: int) -> list[tuple[str, tuple[str, int], tuple[str, int], str, str]]:
+    """The ratios issue 25 sets targets for: (label, ours, theirs, field, target); ours and theirs are
+    (contender, jobs at a time)."""
+    return [
+        ("`Worker` ÷ its own queue calls (`complete_and_claim` in a loop), drain", ("leaselab-worker", 1),
+         ("leaselab", 1), "drain", "≥ 0.85"),
+        ("worker path ÷ the raw fused floor, drain", ("leaselab", 1), ("raw-fused", 1), "drain", "≥ 0.8"),
+        ("`Worker` ÷ the raw fused floor, drain", ("leaselab-worker", 1), ("raw-fused", 1), "drain", "(none)"),
+        (f"`Worker`, {k} slots ÷ PgQueuer `batch_size={k}`, drain", ("leaselab-worker", k), ("pgqueuer", k),
+         "drain", "≥ 2"),
+        ("enqueue ÷ a raw `INSERT`", ("leaselab", 1), ("raw", 1), "enqueue", "≥ 0.9"),
+    ]
 
 
 if __name__ == "__main__":
