@@ -8,6 +8,9 @@ with ``--exit-when-idle``; huey: the consumer has stored N results). Rows:
 
 - leaselab, one job at a time (``--concurrency 1``, today's worker path) and with k
   slots (``--concurrency k``), at ``durability="full"`` and ``"normal"``;
+- leaselab's queue calls: what the worker sends per job (``complete_and_claim`` in a loop, no
+  handler, no log), in a process of its own started the same way, so the worker ÷ this row is
+  the cost of the worker's own bookkeeping;
 - huey's own consumer (``huey_consumer -k thread -w k``) on ``SqliteHuey``, at its
   default durability (SQLite's default ``synchronous=FULL``). huey deletes a task when
   it dequeues it (at-most-once), so it never writes a completion;
@@ -84,6 +87,30 @@ def run_leaselab(folder: Path, jobs: int, slots: int, durability: str, strace: s
     return jobs / seconds
 
 
+def drain_by_calls(db: str, durability: str) -> None:
+    """What the worker does per job, as bare queue calls: ``complete_and_claim`` in a loop, no handler."""
+    from leaselab import Queue
+
+    with Queue(db, durability=durability) as q:
+        job = q.claim("bench")
+        while job is not None:
+            job = q.complete_and_claim(job.id, job.token, job.payload, "bench")
+
+
+def run_calls(folder: Path, jobs: int, durability: str) -> float:
+    """The queue calls of one job at a time in a process of their own, started as the worker is."""
+    db = folder / f"calls-{durability}.db"
+    fill_leaselab(db, jobs, durability)
+    start = time.perf_counter()
+    subprocess.run([sys.executable, __file__, "--drain-by-calls", str(db), durability], check=True)
+    seconds = time.perf_counter() - start
+    conn = sqlite3.connect(db)
+    done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
+    conn.close()
+    assert done == jobs, f"the queue calls finished {done} of {jobs}"
+    return jobs / seconds
+
+
 def run_huey(folder: Path, jobs: int, threads: int, strace: str | None = None) -> float:
     app_dir = folder / "hueyapp"
     app_dir.mkdir(exist_ok=True)
@@ -152,15 +179,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=8, help="leaselab's slots and huey's worker threads")
     ap.add_argument("--data", type=Path, default=HERE / ".data")
     ap.add_argument("--no-strace", action="store_true")
+    ap.add_argument("--drain-by-calls", nargs=2, metavar=("DB", "DURABILITY"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.drain_by_calls:
+        drain_by_calls(*args.drain_by_calls)
+        return 0
     args.data.mkdir(parents=True, exist_ok=True)
     k = args.threads
     rows = {
         f"leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
+        "leaselab FULL, queue calls": lambda d: run_calls(d, args.jobs, "full"),
         f"leaselab FULL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "full"),
         f"huey consumer, {k} threads": lambda d: run_huey(d, args.jobs, k),
         f"leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
         f"leaselab NORMAL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "normal"),
+        "leaselab NORMAL, queue calls": lambda d: run_calls(d, args.jobs, "normal"),
         "raw baseline NORMAL (in process)": lambda d: run_raw(d, args.jobs),
     }
     say(f"machine: {throughput.machine()}, SQLite {sqlite3.sqlite_version}")
@@ -176,6 +209,11 @@ def main(argv: list[str] | None = None) -> int:
                 shutil.rmtree(folder, ignore_errors=True)
             results[name].append(rate)
     med = {name: statistics.median(v) for name, v in results.items()}
+
+    def ratio(ours: str, theirs: str) -> float:
+        # Rows ran one after another within a round: a round's ratio shares its moment's load.
+        return statistics.median(a / b for a, b in zip(results[ours], results[theirs]))
+
     say("")
     say(f"| {'contender (one process)':<34} | {'jobs/s, median':>14} | {'min-max':>15} |")
     say(f"|{'-' * 36}|{'-' * 16}|{'-' * 17}|")
@@ -183,14 +221,19 @@ def main(argv: list[str] | None = None) -> int:
         span = f"{min(results[name]):,.0f}-{max(results[name]):,.0f}"
         say(f"| {name:<34} | {rate:>14,.0f} | {span:>15} |")
     say("")
-    huey = med[f"huey consumer, {k} threads"]
-    say(f"FULL:   leaselab {k} slots / huey {k} threads      = {med[f'leaselab FULL, {k} slots'] / huey:.2f}")
+    say("ratios, each the median of the rounds' own ratios:")
+    say(f"FULL:   leaselab {k} slots / huey {k} threads      = "
+        f"{ratio(f'leaselab FULL, {k} slots', f'huey consumer, {k} threads'):.2f}   (target >= 3)")
+    say(f"FULL:   leaselab 1 at a time / its queue calls = "
+        f"{ratio('leaselab FULL, 1 at a time', 'leaselab FULL, queue calls'):.2f}   (target >= 0.85)")
+    say(f"NORMAL: leaselab 1 at a time / its queue calls = "
+        f"{ratio('leaselab NORMAL, 1 at a time', 'leaselab NORMAL, queue calls'):.2f}   (target >= 0.85)")
     say(f"FULL:   leaselab {k} slots / leaselab 1 at a time = "
-        f"{med[f'leaselab FULL, {k} slots'] / med['leaselab FULL, 1 at a time']:.2f}")
+        f"{ratio(f'leaselab FULL, {k} slots', 'leaselab FULL, 1 at a time'):.2f}")
     say(f"NORMAL: leaselab {k} slots / leaselab 1 at a time = "
-        f"{med[f'leaselab NORMAL, {k} slots'] / med['leaselab NORMAL, 1 at a time']:.2f}")
+        f"{ratio(f'leaselab NORMAL, {k} slots', 'leaselab NORMAL, 1 at a time'):.2f}")
     say(f"NORMAL: leaselab {k} slots / raw baseline         = "
-        f"{med[f'leaselab NORMAL, {k} slots'] / med['raw baseline NORMAL (in process)']:.2f}")
+        f"{ratio(f'leaselab NORMAL, {k} slots', 'raw baseline NORMAL (in process)'):.2f}")
     if not args.no_strace and shutil.which("strace"):
         say("")
         say("fsync + fdatasync calls per job at FULL (one extra, untimed run each, under strace -f -c):")

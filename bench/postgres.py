@@ -27,7 +27,10 @@ Rows, one job at a time:
 - Procrastinate (psycopg): ``run_worker_async(wait=False, concurrency=1)``.
 
 With ``--slots k``, the three workers again, k jobs at a time (leaselab ``concurrency=k``,
-PgQueuer ``batch_size=k``, Procrastinate ``concurrency=k``). Printed, never asserted.
+PgQueuer ``batch_size=k``, Procrastinate ``concurrency=k``), beside the raw fused floor k at a time
+(the k completions and the next k claims in one statement, one round trip per k jobs: the most any
+worker with k slots could do with that many round trips). At the end, the ratios the throughput
+issue (25) sets targets for. Printed, never asserted.
 """
 
 from __future__ import annotations
@@ -89,6 +92,26 @@ UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = %(unt
 RETURNING id, payload
 """
 
+# k at a time, the same fused: complete the k jobs a batch holds (fenced by the batch's token) and claim
+# the next k in one statement, one round trip per k jobs. The floor of any worker with k slots.
+RAW_CLAIM_BATCH = """
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = %(until)s, token = %(token)s
+ WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND run_at <= %(now)s
+               ORDER BY priority DESC, run_at, id LIMIT %(k)s FOR UPDATE SKIP LOCKED)
+RETURNING id, payload
+"""
+RAW_COMPLETE_AND_CLAIM_BATCH = """
+WITH completed AS (
+    UPDATE jobs SET status = 'done', result = %(result)s, lease_until = NULL
+     WHERE id = ANY(%(ids)s) AND status = 'running' AND token = %(token)s RETURNING id
+)
+UPDATE jobs SET status = 'running', attempts = attempts + 1, lease_until = %(until)s, token = %(next)s
+ WHERE id IN (SELECT id FROM jobs WHERE status = 'pending' AND run_at <= %(now)s
+               AND id NOT IN (SELECT id FROM completed)
+               ORDER BY priority DESC, run_at, id LIMIT %(k)s FOR UPDATE SKIP LOCKED)
+RETURNING id, payload
+"""
+
 
 # -- the contenders: prepare(url) once; enqueue(url, numbers); drain(url, slots) -> payloads run ---------
 
@@ -131,6 +154,21 @@ def raw_fused_drain(url: str, slots: int, ready, go) -> list:
             now = time.time()
             row = conn.execute(RAW_COMPLETE_AND_CLAIM, {"id": row[0], "token": token, "result": "1", "now": now,
                                                         "until": now + 30}).fetchone()
+    return got
+
+
+def raw_fused_batch_drain(url: str, slots: int, ready, go) -> list:
+    got = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        _ready(ready, go)
+        now, token = time.time(), os.urandom(16).hex()
+        rows = conn.execute(RAW_CLAIM_BATCH, {"now": now, "until": now + 30, "token": token, "k": slots}).fetchall()
+        while rows:
+            got.extend(int(row[1]) for row in rows)
+            now, held, token = time.time(), token, os.urandom(16).hex()
+            rows = conn.execute(RAW_COMPLETE_AND_CLAIM_BATCH, {
+                "ids": [row[0] for row in rows], "token": held, "next": token, "result": "1", "now": now,
+                "until": now + 30, "k": slots}).fetchall()
     return got
 
 
@@ -292,6 +330,8 @@ CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
     "raw": ("raw floor: SKIP LOCKED claim + fenced complete", raw_prepare, raw_enqueue, raw_drain, False),
     "raw-fused": ("raw floor, fused: complete + next claim, one statement", raw_prepare, raw_enqueue,
                   raw_fused_drain, False),
+    "raw-fused-batch": ("raw floor, fused, k at a time: k completions + k claims", raw_prepare, raw_enqueue,
+                        raw_fused_batch_drain, True),
     "leaselab": ("leaselab, worker path (complete_and_claim)", leaselab_prepare, leaselab_enqueue,
                  leaselab_worker_path, False),
     "leaselab-calls": ("leaselab, two calls", leaselab_prepare, leaselab_enqueue, leaselab_two_calls, False),
@@ -301,6 +341,7 @@ CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
                       procrastinate_drain, True),
 }
 PEERS = ("pgqueuer", "procrastinate")
+ONLY_K_AT_A_TIME = {"raw-fused-batch"}  # one at a time it is the raw fused row
 
 
 # -- running one contender in P processes -------------------------------------------------------
@@ -366,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     keys = [k for k in CONTENDERS if not args.only or k in args.only.split(",")]
     procs_list = [int(p) for p in args.procs.split(",")]
-    runs_of = [(key, 1) for key in keys]
+    runs_of = [(key, 1) for key in keys if key not in ONLY_K_AT_A_TIME]
     if args.slots > 1:
         runs_of += [(key, args.slots) for key in keys if CONTENDERS[key][4]]
     step("starting a throw-away PostgreSQL server with fsync on")
@@ -387,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def vs(ours: tuple, theirs: tuple, field: str) -> str:
         # Rounds ran back to back, so a round's ratio shares its moment's load on a shared machine.
-        if ours not in runs or ours == theirs:
+        if ours not in runs or theirs not in runs or ours == theirs:
             return ""
         return f"{statistics.median(a[field] / b[field] for a, b in zip(runs[ours], runs[theirs])):.2f}"
 
@@ -411,7 +452,33 @@ def main(argv: list[str] | None = None) -> int:
     print("\nleaselab ÷ this: the median over rounds of leaselab's rate divided by this contender's, same round;")
     print("one at a time, leaselab's worker path; k at a time, leaselab's Worker with k slots.")
     print("delivered twice: jobs that ran in two processes, summed over the rounds.")
+    print("\nThe throughput issue's ratios (each the median of the same round's ratios, beside its target):\n")
+    print("| ratio | " + " | ".join(f"{p} proc." for p in procs_list) + " | target |")
+    print("|---|" + "---|" * len(procs_list) + "---|")
+    for label, ours, theirs, field, target in targets(args.slots):
+        cells = [vs((ours[0], ours[1], p), (theirs[0], theirs[1], p), field) for p in procs_list]
+        if not all(cells):
+            continue  # a contender left out with --only
+        print(f"| {label} | " + " | ".join(cells) + f" | {target} |")
     return 0
+
+
+def targets(k: int) -> list[tuple[str, tuple[str, int], tuple[str, int], str, str]]:
+    """The ratios issue 25 sets targets for: (label, ours, theirs, field, target); ours and theirs are
+    (contender, jobs at a time)."""
+    return [
+        ("`Worker` ÷ its own queue calls (`complete_and_claim` in a loop), drain", ("leaselab-worker", 1),
+         ("leaselab", 1), "drain", "≥ 0.85"),
+        ("worker path ÷ the raw fused floor, drain", ("leaselab", 1), ("raw-fused", 1), "drain", "≥ 0.8"),
+        ("`Worker` ÷ the raw fused floor, drain", ("leaselab-worker", 1), ("raw-fused", 1), "drain", "(none)"),
+        (f"`Worker`, {k} slots ÷ PgQueuer `batch_size={k}`, drain", ("leaselab-worker", k), ("pgqueuer", k),
+         "drain", "≥ 2"),
+        (f"the raw fused floor, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most any design could)",
+         ("raw-fused-batch", k), ("pgqueuer", k), "drain", "(the ceiling of the one above)"),
+        (f"`Worker`, {k} slots ÷ the raw fused floor {k} at a time, drain", ("leaselab-worker", k),
+         ("raw-fused-batch", k), "drain", "(none)"),
+        ("enqueue ÷ a raw `INSERT`", ("leaselab", 1), ("raw", 1), "enqueue", "≥ 0.9"),
+    ]
 
 
 if __name__ == "__main__":

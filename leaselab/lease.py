@@ -14,6 +14,7 @@ the fence still must.
 from __future__ import annotations
 
 import inspect
+import math
 import threading
 import time
 from contextlib import contextmanager
@@ -109,20 +110,26 @@ class Leases:
         self._claiming: list[str] = []  # tokens of claims sent whose leases are not recorded yet
         self._changed = threading.Condition()
         self._closed = False
-        self._idle = False  # the watcher sleeps with no deadline to wait for
+        self._wake_at = math.inf  # the monotonic time the watcher sleeps until (inf: for ever)
+        self._shortest = math.inf  # the shortest time to a deadline any lease had when added
         self._on_expired = on_expired
         self._thread = threading.Thread(target=self._watch, name="lease-deadlines", daemon=True)
         self._thread.start()
 
     def add(self, lease: Lease) -> None:
-        # Only an idle watcher is woken: one sleeping toward a deadline needs no wake for a new
-        # claim, whose deadline comes no sooner than any held lease's (less a beat's round trip).
-        # A worker with k slots claims thousands of jobs a second; each wake would cost a thread switch.
+        # The watcher is woken only for a deadline sooner than the one it sleeps toward. A worker
+        # claims thousands of jobs a second and finishes each before the watcher looks: woken for
+        # every claim made while it held nothing, it cost a thread switch per job. Holding nothing,
+        # it sleeps as long as the shortest lease it was given, so a lease no shorter needs no wake.
         lease._on_expired = self._on_expired
+        left = lease.left()
         with self._changed:
             self._held[lease.token] = lease
-            if self._idle:
-                self._changed.notify()
+            if left is not None:
+                if left > 0:
+                    self._shortest = min(self._shortest, left)
+                if time.monotonic() + left < self._wake_at:
+                    self._changed.notify()
 
     def remove(self, lease: Lease) -> None:
         with self._changed:
@@ -183,9 +190,11 @@ class Leases:
                     left = lease.left()
                     if left is not None and (soonest is None or left < soonest):
                         soonest = left
-                self._idle = soonest is None
-                self._changed.wait(None if soonest is None else max(soonest, 0.001))
-                self._idle = False
+                if soonest is None and self._shortest < math.inf:
+                    soonest = self._shortest  # nothing held: see add()
+                wait = None if soonest is None else max(soonest, 0.001)
+                self._wake_at = math.inf if wait is None else time.monotonic() + wait
+                self._changed.wait(wait)
 
 
 def wants_lease(handler: Callable[..., Any]) -> bool:

@@ -324,3 +324,18 @@ def test_a_refused_server_connection_reads_as_sentences_not_run_together(capsys)
     assert_one_clean_error_line(code, out, err, f"postgresql://app@127.0.0.1:{port}/jobs", "cannot reach the server")
     assert "Connection refused. Is the server running" in err, err
     assert not re.search(r"[a-z] [A-Z][a-z]+ the server", err), err
+
+
+def test_the_worker_log_stamps_read_exactly_as_the_events_listing_writes_a_time():
+    """The log makes its HH:MM:SS once a second; each stamp is still the one ``_stamp`` writes,
+    rounding of the milliseconds and the carry into the next second included."""
+    from leaselab.cli import _LogStamps, _stamp
+
+    base = 1_764_600_000.0
+    times = [base + k + f for k in range(3) for f in (0.0, 0.0005, 0.1234565, 0.999, 0.9994999, 0.9999995)]
+    times += [base + 7 * i / 1000 for i in range(2000)]
+    now = [0.0]
+    stamps = _LogStamps(clock=lambda: now[0])
+    for t in times:
+        now[0] = t
+        assert stamps() == _stamp(t), t

@@ -136,3 +136,30 @@ def test_a_lease_past_its_deadline_is_announced_once_whether_the_handler_or_the_
     finally:
         leases.close()
     assert told == [lease]
+
+
+def test_the_watcher_sleeping_toward_a_long_lease_still_gives_up_a_shorter_one_added_later_on_time(tmp_path):
+    """The watcher is woken only for a deadline sooner than its own (not for every claim): a short
+    lease added while it sleeps toward a long one, or holds nothing, is still given up at its deadline."""
+    from leaselab.lease import Lease, Leases
+
+    with Queue(tmp_path / "q.db") as q:
+        q.enqueue_many(["long", "short", "shorter"])
+        long, short, shorter = (q.claim("w1", lease=30) for _ in range(3))
+    told: list = []
+    leases = Leases(on_expired=told.append)
+    try:
+        leases.add(Lease(long, 30))
+        started = time.monotonic()
+        leases.add(quick := Lease(short, 0.5, margin=0))
+        wait_until(lambda: told == [quick], timeout=5)
+        assert time.monotonic() - started < 3
+        leases.remove(quick)
+        for lease in list(leases.renewable()):
+            leases.remove(lease)  # holding nothing: it sleeps as long as the shortest lease it saw
+        started = time.monotonic()
+        leases.add(quicker := Lease(shorter, 0.2, margin=0))
+        wait_until(lambda: told == [quick, quicker], timeout=5)
+        assert time.monotonic() - started < 3
+    finally:
+        leases.close()

@@ -269,6 +269,7 @@ SMALL_BENCH_ARGS = {
     "lab_refresh": "--jobs 200 --repeat 2 --workers 1",
     "consumers": "--jobs 200 --repeat 1 --threads 2 --no-strace",
     "postgres": "--jobs 40 --repeat 1 --procs 1 --slots 2",
+    "postgres_breakdown": "--jobs 40 --repeat 1",
     "audit": "--quick",
 }
 

@@ -580,6 +580,22 @@ def test_complete_many_and_claim_is_one_statement_on_a_server(pg_url):
         assert [q.get(j.id).result for j in (a, b)] == ["A", "B"]
 
 
+def test_one_completion_and_the_refill_go_as_parameters_not_a_json_array_refused_or_not(pg_url):
+    """A one-slot worker's every job: the same fence, the same batch tokens, no jsonb to unpack."""
+    with Queue(pg_url, clock=ManualClock()) as q:
+        q.enqueue_many(["a", "b", "c"])
+        a, = q.claim_many(1, "w")
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        refused, [b] = q.complete_many_and_claim([(a.id, a.token, "A\x00")], 1, "w", token="t1")
+        assert seen == [sql.COMPLETE_ONE_AND_CLAIM.strip()]
+        assert refused == [] and b.payload == "b" and b.token == f"t1-{b.id}" and q.held_by("t1") == [b]
+        assert q.get(a.id).result == "A\x00"
+        refused, [c] = q.complete_many_and_claim([(a.id, a.token, "again, other")], 1, "w")  # fenced off
+        assert refused == [a.id] and c.payload == "c" and q.get(a.id).result == "A\x00"
+        assert [e.kind for e in q.events(a.id)][-1] == "lease_lost"
+
+
 # -- every call bounded by the call timeout (issue 19, "must hold") ------------------------------
 
 def test_a_heartbeat_through_a_cut_link_raises_unreachable_within_the_call_timeout_and_the_next_call_reconnects(

@@ -388,9 +388,15 @@ class PostgresBackend(SqlBackend):
 
     def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
                                 durable: bool) -> tuple[list[int], list[Claimed]]:
-        rows = self.run(sql.COMPLETE_MANY_AND_CLAIM, {
-            "done": self._done(done), "now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker,
-            "token": claim.token, "n": n}, durable=durable)
+        claiming = {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "n": n}
+        if len(done) == 1:  # a one-slot worker's every job: no JSON array to build and unpack
+            one, = done
+            rows = self.run(sql.COMPLETE_ONE_AND_CLAIM, {**claiming, "id": one.id, "token": one.token,
+                                                         "result": one.result, "next_token": claim.token},
+                            durable=durable)
+        else:
+            rows = self.run(sql.COMPLETE_MANY_AND_CLAIM, {**claiming, "done": self._done(done), "token": claim.token},
+                            durable=durable)
         return rows[0][0] or [], claimed(row[1:] for row in rows if row[1] is not None)
 
     def _done(self, done: Sequence[Completion]) -> str:

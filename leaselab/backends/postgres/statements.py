@@ -92,6 +92,17 @@ WITH completed AS ({_COMPLETE_MANY}), claimed AS (\n{sql.claim_many(_SKIP_LOCKED
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
 
+# The same with one completion, what a one-slot worker sends for every job: the job's id, token and
+# result as parameters, not a JSON array the server unpacks (jsonb_to_recordset) for each job.
+# The claims' token is :next_token here, since :token is the completion's fence.
+COMPLETE_ONE_AND_CLAIM = pyformat(f"""
+WITH completed AS ({sql.COMPLETE}RETURNING id
+), claimed AS (
+{sql.claim(_SKIP_LOCKED, token=":next_token || '-' || id", pick="IN", limit=":n")}
+)
+SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
+""")
+
 # The queue's Backoff.delay(attempts), in SQL: base * 2**(attempts-1), stretched by up to
 # jitter, capped at cap. The backend adds base, cap and jitter to the statement's parameters.
 # PostgreSQL raises on a float overflow where Python gives inf, so an attempt count already
