@@ -118,7 +118,7 @@ def _jobs_phrase(ids: list[int]) -> tuple[str, str]:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from .worker import STOPPED, Worker, load_handler, outlast
+    from .worker import STARTED, STOPPED, Worker, load_handler, outlast
 
     stamp = _LogStamps()
 
@@ -206,7 +206,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             worker.stop()
         slots = f", {args.concurrency} at once" if args.concurrency > 1 else ""
         how = f"ignoring Ctrl-C; stop it with: kill {os.getpid()}" if ignore_sigint else "Ctrl-C to stop"
-        log(f"started (pid {os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {how}")
+        log(f"{STARTED}{os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {how}")
         try:
             stats = worker.run()
         finally:

@@ -30,6 +30,9 @@ from .pulse import Pulse
 from .queue import DEFAULT_LEASE, Queue, new_token
 
 STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
+# How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
+# handlers are in place): whoever waits for a worker to start (the lab's Fleet, the tests) looks for it.
+STARTED = "started (pid "
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]

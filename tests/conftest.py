@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from leaselab import ManualClock, Queue
+from leaselab.worker import STARTED
 from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import DEFAULT_TIMEOUT, pid_gone, wait_until
@@ -148,7 +149,7 @@ class WorkerProcess:
 
     def wait_started(self, timeout: float = DEFAULT_TIMEOUT) -> None:
         """Wait for the 'started' log line, printed after the signal handlers are in place."""
-        wait_until(lambda: " started (pid " in self.stdout() or self.popen.poll() is not None, timeout,
+        wait_until(lambda: f" {STARTED}" in self.stdout() or self.popen.poll() is not None, timeout,
                    message=f"worker {self.name} to start")
         assert self.popen.poll() is None, f"worker {self.name} died at start:\n{self.stdout()}\n{self.stderr()}"
 

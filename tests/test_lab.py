@@ -10,6 +10,7 @@ from polling import pid_gone, process_state, wait_until
 from procs import shut_down
 from leaselab.lab.i18n import STRINGS, t
 from leaselab.lab.dashboard import Lab
+from leaselab.worker import STARTED
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -188,7 +189,7 @@ def test_the_refresher_updates_the_tables_on_its_own_and_stops_when_closed(make_
 def test_the_worker_log_is_shown_escaped(make_lab):
     lab = make_lab()
     lab.spawn_button.click()
-    wait_until(lambda: lab.refresh() and "started (pid" in lab.log.value, message="w1's log in the view")
+    wait_until(lambda: lab.refresh() and STARTED in lab.log.value, message="w1's log in the view")
 
 
 def test_the_lab_draws_a_timeline_of_what_it_did(make_lab):

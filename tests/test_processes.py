@@ -18,6 +18,7 @@ import pytest
 
 from polling import pid_gone, process_state, wait_until
 from leaselab import Queue, Status
+from leaselab.worker import STARTED
 
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "numpy", "IPython")
 
@@ -183,7 +184,7 @@ def terminal(tmp_path):
         proc = start_in_a_terminal(tmp_path, db, name, lease, sigint, extra)
         started.append(proc)
         out = tmp_path / f"{name}.out"
-        wait_until(lambda: " started (pid " in out.read_text() or proc.poll() is not None,
+        wait_until(lambda: f" {STARTED}" in out.read_text() or proc.poll() is not None,
                    message=f"worker {name} to start")
         assert proc.poll() is None, out.read_text()
         return proc, out
@@ -282,7 +283,7 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
     try:
         worker_pid = int(parent.stdout.readline())
         kill_at_teardown(worker_pid)
-        wait_until(lambda: " started (pid " in log.read_text(), message="the orphan-to-be to start")
+        wait_until(lambda: f" {STARTED}" in log.read_text(), message="the orphan-to-be to start")
         assert not pid_gone(worker_pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)

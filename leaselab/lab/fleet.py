@@ -40,7 +40,7 @@ from ..checks import integer, positive
 from ..backends import is_server_url
 from ..queue import Queue
 from .. import faults
-from ..worker import load_handler
+from ..worker import STARTED, load_handler
 from .proxy import Proxy, server_address, through
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
@@ -362,7 +362,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         while time.monotonic() < deadline:
             with open(proc.log_path, "rb") as fh:
                 fh.seek(log_start)
-                if b" started (pid " in fh.read():
+                if f" {STARTED}".encode() in fh.read():
                     return
             if proc.popen.poll() is not None:
                 self._notice_exit(proc)
