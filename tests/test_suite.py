@@ -60,3 +60,18 @@ def test_quick_runs_only_the_library_and_contract_modules_and_each_of_them(suite
     slow = ("tests/test_browser.py", "tests/test_binder.py", "tests/test_chaos.py", "tests/test_fleet.py",
             "tests/test_processes.py", "notebooks/")
     assert not [n for n in quick if n.startswith(slow)]
+
+
+def test_the_stall_injector_stops_and_continues_a_kernel_below_its_command_and_keeps_the_exit_code():
+    # A stand-in kernel: a grandchild whose command line names ipykernel_launcher, that counts how
+    # long its sleep really took (a SIGSTOP makes it longer).
+    kernel = ("import time; t = time.monotonic(); time.sleep(4); "
+              "print(round(time.monotonic() - t, 1))")
+    parent = ("import subprocess, sys; "
+              f"p = subprocess.run([sys.executable, '-c', {kernel!r}, 'ipykernel_launcher']); sys.exit(3)")
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "stall.py"), "--stall", "1", "--every", "0.3",
+                           "--", sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3, done.stderr
+    stalls = [line for line in done.stderr.splitlines() if line.startswith("stall: kernel ")]
+    assert stalls and f"stall: {len(stalls)} stalls of 1 s injected; the command exited 3" in done.stderr
+    assert float(done.stdout.split()[-1]) >= 4.9, "the kernel's sleep was never stopped"
