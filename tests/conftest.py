@@ -3,6 +3,7 @@ and the check that no PostgreSQL server outlives the run."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import shutil
@@ -46,6 +47,35 @@ def pytest_sessionfinish(session):
             else:
                 print(line, file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# -- tests that must not share the disk -----------------------------------------------------------
+# Side by side (xdist), a test that crashes a server and times its recovery never runs while another
+# floods the disk with a fresh virtual environment: under that flood of dirty pages a crashed server's
+# processes sat in their writes for a minute, and the restart never came back (seen once in CI). The
+# flooders share the disk with one another; a crasher takes it alone. A lock file named after the run.
+FLOODS_THE_DISK = ("test_binder.py", "test_newcomer.py", "test_dev.py", "test_own_handler.py", "test_packaging.py")
+CRASHES_A_SERVER = ("test_chaos.py", "test_chaos_cli.py", "test_next_faults.py")
+
+
+def _disk_turn(item: pytest.Item) -> int | None:
+    if item.path.name in CRASHES_A_SERVER or "crashable_server" in getattr(item, "fixturenames", ()):
+        return fcntl.LOCK_EX
+    if item.path.name in FLOODS_THE_DISK:
+        return fcntl.LOCK_SH
+    return None
+
+
+@pytest.fixture(autouse=True)
+def _takes_turns_with_the_disk(request):
+    turn = _disk_turn(request.node)
+    if turn is None:
+        yield
+        return
+    run = os.environ[LABEL_VARIABLE].split(".", 1)[0]  # the same for every xdist worker of one run
+    with open(Path(tempfile.gettempdir()) / f"leaselab-{run}.disk-turns", "a") as lock:
+        fcntl.flock(lock, turn)
+        yield
 
 
 @pytest.fixture
