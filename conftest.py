@@ -52,7 +52,7 @@ QUICK = (
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
-                     help="only the library and the backend contract (conftest.QUICK): under a minute")
+                     help="only the library and the backend contract (conftest.QUICK): about a minute")
 
 
 def _tier(item: pytest.Item) -> int:
