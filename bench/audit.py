@@ -52,7 +52,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -203,10 +203,9 @@ def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
             raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
         killed = time.time()
         workers.start("B")
-        back = wait_for("the job completed again",
-                        lambda: any(l["job"] == "crash" and l["what"] == "accepted"
-                                    for l in lines_of(contender, ledger, workers)),
-                        contender.comeback_wait)
+        wait_for("the job completed again",
+                 lambda: any(l["job"] == "crash" and l["what"] == "accepted" for l in lines_of(contender, ledger, workers)),
+                 contender.comeback_wait)
         held = contender.held()
         lines = lines_of(contender, ledger, workers)
         where = contender.whereabouts()
@@ -240,22 +239,34 @@ def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, s
         except ProcessLookupError:
             pass  # its own worker killed it meanwhile (RQ's job_timeout does): no late completion can come
         resumed = time.time()
-        wait_for("A's late completion settled",
-                 lambda: gone(zombie_pid) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers),
-                                                               zombie_pid, "zombie"),
-                 SETTLE_WAIT)
-        held = contender.held()
-        lines = lines_of(contender, ledger, workers)
-        where = contender.whereabouts()
-    verdict = judge(lines, ["zombie"], held)
-    late = ("accepted" if accepted_from(lines, "zombie", zombie_pid) else
-            "never came: its own worker had killed it" if gone(zombie_pid) and not any(
-                l["pid"] == zombie_pid and l["what"] == "end" for l in lines) else contender.not_taken)
+        held, lines, where = late_settled(contender, ledger, workers, zombie_pid, "zombie")
+    return late_verdict(contender, lines, held, where, zombie_pid, "zombie", second, who="the zombie",
+                        gone_as="its own worker had killed it",
+                        away=f"the {resumed - paused:.0f} s the first worker was stopped")
+
+
+def late_settled(contender: Contender, ledger: Path, workers: Workers, pid: int,
+                 job: str) -> tuple[Any, list[dict], str | None]:
+    """Wait until worker A's late completion of ``job`` has settled (or A's ``pid`` is gone); then what the
+    queue holds, the ledger's lines and where the job is."""
+    wait_for("A's late completion settled",
+             lambda: gone(pid) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers), pid, job),
+             SETTLE_WAIT)
+    return contender.held(), lines_of(contender, ledger, workers), contender.whereabouts()
+
+
+def late_verdict(contender: Contender, lines: list[dict], held: Any, where: str | None, pid: int, job: str,
+                 second: Any, *, who: str, gone_as: str, away: str) -> tuple[Verdict, str]:
+    """The verdict on a job whose first run (process ``pid``) was held away from its queue, and its note:
+    whether it was taken again, and what became of the first run's late completion."""
+    verdict = judge(lines, [job], held)
+    late = ("accepted" if accepted_from(lines, job, pid) else
+            f"never came: {gone_as}" if gone(pid) and not any(
+                l["pid"] == pid and l["what"] == "end" for l in lines) else contender.not_taken)
     if second:
-        note = f"taken again after {verdict.back_after:.1f} s; the zombie's late completion {late}"
+        note = f"taken again after {verdict.back_after:.1f} s; {who}'s late completion {late}"
     else:
-        note = (f"not taken again in the {resumed - paused:.0f} s the first worker was stopped; "
-                f"its late completion {late}")
+        note = f"not taken again in {away}; its late completion {late}"
     if where and verdict.lost:
         note = f"{note}; {where}"
     return verdict, with_check(note, contender.queue_check(vanished=[]))
@@ -308,25 +319,9 @@ def partition(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict
         proxy.heal()
         healed = time.time()
         release_file(ledger, "partition").touch()
-        wait_for("A's late completion settled",
-                 lambda: gone(holder) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers),
-                                                           holder, "partition"),
-                 SETTLE_WAIT)
-        held = contender.held()
-        lines = lines_of(contender, ledger, workers)
-        where = contender.whereabouts()
-    verdict = judge(lines, ["partition"], held)
-    late = ("accepted" if accepted_from(lines, "partition", holder) else
-            "never came: its process had ended" if gone(holder) and not any(
-                l["pid"] == holder and l["what"] == "end" for l in lines) else contender.not_taken)
-    if second:
-        note = f"taken again after {verdict.back_after:.1f} s; the cut-off worker's late completion {late}"
-    else:
-        note = (f"not taken again in the {healed - cut:.0f} s the worker was cut off; "
-                f"its late completion {late}")
-    if where and verdict.lost:
-        note = f"{note}; {where}"
-    return verdict, with_check(note, contender.queue_check(vanished=[]))
+        held, lines, where = late_settled(contender, ledger, workers, holder, "partition")
+    return late_verdict(contender, lines, held, where, holder, "partition", second, who="the cut-off worker",
+                        gone_as="its process had ended", away=f"the {healed - cut:.0f} s the worker was cut off")
 
 
 def no_network(contender: Contender, folder: Path, ledger: Path) -> tuple[None, str]:

@@ -77,13 +77,18 @@ def run_leaselab(folder: Path, jobs: int, slots: int, durability: str, strace: s
     cmd = leaselab_cmd(db, slots, durability)
     if strace:
         cmd = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", strace] + cmd
+    return timed_drain(cmd, db, jobs, "leaselab")
+
+
+def timed_drain(cmd: list[str], db: Path, jobs: int, what: str) -> float:
+    """Jobs per second of ``cmd`` draining the leaselab file ``db``, checked to have done all ``jobs``."""
     start = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     seconds = time.perf_counter() - start
     conn = sqlite3.connect(db)
     done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
     conn.close()
-    assert done == jobs, f"leaselab finished {done} of {jobs}"
+    assert done == jobs, f"{what} finished {done} of {jobs}"
     return jobs / seconds
 
 
@@ -101,14 +106,7 @@ def run_calls(folder: Path, jobs: int, durability: str) -> float:
     """The queue calls of one job at a time in a process of their own, started as the worker is."""
     db = folder / f"calls-{durability}.db"
     fill_leaselab(db, jobs, durability)
-    start = time.perf_counter()
-    subprocess.run([sys.executable, __file__, "--drain-by-calls", str(db), durability], check=True)
-    seconds = time.perf_counter() - start
-    conn = sqlite3.connect(db)
-    done = conn.execute("SELECT count(*) FROM jobs WHERE status = 'done'").fetchone()[0]
-    conn.close()
-    assert done == jobs, f"the queue calls finished {done} of {jobs}"
-    return jobs / seconds
+    return timed_drain([sys.executable, __file__, "--drain-by-calls", str(db), durability], db, jobs, "the queue calls")
 
 
 def run_huey(folder: Path, jobs: int, threads: int, strace: str | None = None) -> float:
