@@ -3,7 +3,6 @@ and the check that no PostgreSQL server outlives the run."""
 
 from __future__ import annotations
 
-import fcntl
 import os
 import signal
 import shutil
@@ -49,33 +48,30 @@ def pytest_sessionfinish(session):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-# -- tests that must not share the disk -----------------------------------------------------------
-# Side by side (xdist), a test that crashes a server and times its recovery never runs while another
-# floods the disk with a fresh virtual environment: under that flood of dirty pages a crashed server's
-# processes sat in their writes for a minute, and the restart never came back (seen once in CI). The
-# flooders share the disk with one another; a crasher takes it alone. A lock file named after the run.
-FLOODS_THE_DISK = ("test_binder.py", "test_newcomer.py", "test_dev.py", "test_own_handler.py", "test_packaging.py")
-CRASHES_A_SERVER = ("test_chaos.py", "test_chaos_cli.py", "test_next_faults.py")
+# -- scratch in memory ------------------------------------------------------------------------------
+# A test that writes hundreds of megabytes it throws away (a virtual environment with JupyterLab)
+# writes them to memory: on the disk, that flood of dirty pages once kept a crashed server's
+# processes in their writes for a minute beside it, side by side in CI, and its restart never came back.
+MEMORY = Path("/dev/shm")
+MEMORY_ROOM = 2 << 30  # bytes free it needs, or the test writes under tmp_path after all
 
 
-def _disk_turn(item: pytest.Item) -> int | None:
-    if item.path.name in CRASHES_A_SERVER or "crashable_server" in getattr(item, "fixturenames", ()):
-        return fcntl.LOCK_EX
-    if item.path.name in FLOODS_THE_DISK:
-        return fcntl.LOCK_SH
-    return None
-
-
-@pytest.fixture(autouse=True)
-def _takes_turns_with_the_disk(request):
-    turn = _disk_turn(request.node)
-    if turn is None:
-        yield
+@pytest.fixture
+def memory_path(tmp_path: Path):
+    """A fresh folder on /dev/shm (a tmpfs) when it has ``MEMORY_ROOM`` free, else ``tmp_path``; removed at teardown."""
+    if not (MEMORY.is_dir() and os.access(MEMORY, os.W_OK) and shutil.disk_usage(MEMORY).free >= MEMORY_ROOM):
+        yield tmp_path
         return
-    run = os.environ[LABEL_VARIABLE].split(".", 1)[0]  # the same for every xdist worker of one run
-    with open(Path(tempfile.gettempdir()) / f"leaselab-{run}.disk-turns", "a") as lock:
-        fcntl.flock(lock, turn)
-        yield
+    # Named after this process: one left by a process that was killed is removed by the next run.
+    for left in MEMORY.glob("leaselab-test-*-*"):
+        owner = left.name.split("-")[2]
+        if owner.isdigit() and pid_gone(int(owner)):
+            shutil.rmtree(left, ignore_errors=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"leaselab-test-{os.getpid()}-", dir=MEMORY))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture
