@@ -33,6 +33,9 @@ LONGEST_FIRST = (
 # runs these too.
 QUICK = (
     "tests/test_contract_queue.py",
+    "tests/test_sqlite_file.py",
+    "tests/test_sqlite_plans.py",
+    "tests/test_sqlite_sync_levels.py",
     "tests/test_contract_backend.py",
     "tests/test_apsw.py",
     "tests/test_bad_input.py",
