@@ -36,6 +36,7 @@ QUICK = (
     "tests/test_sqlite_file.py",
     "tests/test_sqlite_plans.py",
     "tests/test_sqlite_sync_levels.py",
+    "tests/test_contract_bad_calls.py",
     "tests/test_contract_backend.py",
     "tests/test_apsw.py",
     "tests/test_bad_input.py",
