@@ -257,11 +257,9 @@ def test_a_late_holder_not_yet_reaped_can_still_heartbeat_and_complete(queue, cl
     assert queue.get(job.id).result == "late but fine"
 
 
-def test_after_the_reap_the_old_holder_gets_lease_lost_on_every_write(queue, clock):
+def test_after_the_reap_the_old_holder_gets_lease_lost_on_every_write(queue, zombie):
     queue.enqueue("x")
-    job = queue.claim("w1", lease=5)
-    clock.advance(6)
-    queue.reap()
+    job, _ = zombie(holder="w1", retake=False)
     for write in (lambda: queue.heartbeat(job.id, job.token, 5),
                   lambda: queue.complete(job.id, job.token, "zombie"),
                   lambda: queue.fail(job.id, job.token, "zombie")):
@@ -273,13 +271,9 @@ def test_after_the_reap_the_old_holder_gets_lease_lost_on_every_write(queue, clo
     assert after.status is Status.PENDING and after.result is None and after.last_error == "lease expired"
 
 
-def test_after_a_reclaim_the_zombie_is_fenced_off_and_the_new_result_stands(queue, clock):
+def test_after_a_reclaim_the_zombie_is_fenced_off_and_the_new_result_stands(queue, zombie):
     queue.enqueue("x")
-    a = queue.claim("A", lease=5)
-    clock.advance(6)
-    queue.reap()
-    clock.advance(queue.backoff.delay(1))
-    b = queue.claim("B", lease=5)
+    a, b = zombie()
     assert b.id == a.id and b.token != a.token and b.attempts == 2
     with pytest.raises(LeaseLost):
         queue.heartbeat(a.id, a.token, 5)
@@ -291,13 +285,9 @@ def test_after_a_reclaim_the_zombie_is_fenced_off_and_the_new_result_stands(queu
     assert final.status is Status.DONE and final.result == {"by": "B"} and final.worker == "B"
 
 
-def test_a_refused_write_is_recorded_as_a_lease_lost_event_of_the_zombie(queue, clock):
+def test_a_refused_write_is_recorded_as_a_lease_lost_event_of_the_zombie(queue, clock, zombie):
     queue.enqueue("x")
-    a = queue.claim("A", lease=5)
-    clock.advance(6)
-    queue.reap()
-    clock.advance(5)
-    b = queue.claim("B", lease=5)
+    a, b = zombie()
     with pytest.raises(LeaseLost):
         queue.complete(a.id, a.token, "zombie")
     lost = [e for e in queue.events(a.id) if e.kind == "lease_lost"]
@@ -467,16 +457,12 @@ def test_complete_and_claim_returns_none_when_nothing_is_left(queue):
     assert queue.stats() == {"pending": 0, "running": 0, "done": 1, "dead": 0}
 
 
-def test_complete_and_claim_with_a_stale_token_is_lease_lost_and_claims_nothing(queue, clock):
+def test_complete_and_claim_with_a_stale_token_is_lease_lost_and_claims_nothing(queue, zombie):
     job_id = queue.enqueue("x")
-    zombie = queue.claim("w1", lease=5)
-    clock.advance(6)
-    queue.reap()
-    clock.advance(60)  # past the backoff
-    fresh = queue.claim("w2", lease=5)
+    stale, fresh = zombie(holder="w1", successor="w2")
     waiting = queue.enqueue("y")  # something w1 could take if the refused call claimed anyway
     with pytest.raises(LeaseLost) as lost:
-        queue.complete_and_claim(zombie.id, zombie.token, "zombie result", worker="w1")
+        queue.complete_and_claim(stale.id, stale.token, "zombie result", worker="w1")
     assert lost.value.job_id == job_id
     now = queue.get(job_id)
     assert (now.status, now.token, now.result) == ("running", fresh.token, None)
@@ -523,17 +509,13 @@ def test_an_error_inside_completing_writes_neither_and_the_job_stays_running(que
     assert queue.get(job.id).status is Status.RUNNING
 
 
-def test_a_zombie_completing_gets_lease_lost_and_its_statements_are_rolled_back(queue, clock):
+def test_a_zombie_completing_gets_lease_lost_and_its_statements_are_rolled_back(queue, zombie):
     with queue.backend.transaction(durable=False) as run:
         run("CREATE TABLE ledger (n integer)")
     queue.enqueue("pay")
-    zombie = queue.claim("w1", lease=5)
-    clock.advance(6)
-    queue.reap()
-    clock.advance(60)
-    fresh = queue.claim("w2")
+    stale, fresh = zombie(holder="w1", successor="w2")
     with pytest.raises(LeaseLost):
-        with queue.completing(zombie) as tx:
+        with queue.completing(stale) as tx:
             tx.execute("INSERT INTO ledger VALUES (1)")
     with queue.completing(fresh, result="w2") as tx:
         tx.execute("INSERT INTO ledger VALUES (2)")
