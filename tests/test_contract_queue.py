@@ -2,9 +2,10 @@
 heartbeat, complete and fail, the reaper, lease semantics and fencing, reading, complete_and_claim and
 completing with the caller's statements), with the clock moved instead of sleeping.
 
-Run on every backend, APSW too. Bad calls are in ``test_contract_bad_calls.py``; facts of the SQLite
-file, its query plans and its sync levels are in ``test_sqlite_file.py``, ``test_sqlite_plans.py``
-and ``test_sqlite_sync_levels.py``.
+Run on every backend, APSW too. The rest of the contract suite: bad calls in
+``test_contract_bad_calls.py``, each backend's typed answers in ``test_contract_backend.py``. Facts of
+the SQLite file, its query plans and its sync levels are in ``test_sqlite_file.py``,
+``test_sqlite_plans.py`` and ``test_sqlite_sync_levels.py``.
 """
 
 from __future__ import annotations
