@@ -32,8 +32,12 @@ LONGEST_FIRST = (
 # processes, no lessons, no browser, no fault injection. What to run after each edit; the full suite
 # runs these too.
 QUICK = (
-    "tests/test_queue.py",
-    "tests/test_contract.py",
+    "tests/test_contract_queue.py",
+    "tests/test_sqlite_file.py",
+    "tests/test_sqlite_plans.py",
+    "tests/test_sqlite_sync_levels.py",
+    "tests/test_contract_bad_calls.py",
+    "tests/test_contract_backend.py",
     "tests/test_apsw.py",
     "tests/test_bad_input.py",
     "tests/test_batch.py",

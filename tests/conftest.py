@@ -154,6 +154,39 @@ def queue(target: str, clock: ManualClock):
     q.close()
 
 
+@pytest.fixture
+def zombie(request):
+    """Make a zombie of the next pending job's holder, the way a stalled worker becomes one.
+
+    ``zombie(lease=5, holder="A", successor="B", retake=True, queue=None) -> (old, new)``: ``holder``
+    claims the next pending job for ``lease`` seconds; the clock moves past the lease and the reaper
+    takes the job back (checked); the clock moves past the retry's backoff,
+    ``queue.backoff.delay(attempt)``; and with ``retake`` the ``successor`` claims the job again, for
+    the same lease (checked to be the same job). ``old`` is the holder's ``Job``, whose token every
+    write now finds fenced off; ``new`` is the successor's, or None without ``retake`` (the job is then
+    pending and claimable).
+
+    It works on the test's ``queue`` fixture, whose time is the ``clock`` fixture; a test that opens
+    its own queue on a ``ManualClock`` passes it as ``queue=``.
+    """
+
+    def make(lease: float = 5.0, holder: str = "A", successor: str = "B", retake: bool = True,
+             queue: Queue | None = None):
+        q = queue if queue is not None else request.getfixturevalue("queue")
+        old = q.claim(holder, lease=lease)
+        assert old is not None, "no pending job to make a zombie of"
+        q.clock.advance(lease + 1)
+        assert old.id in q.reap(), f"job {old.id} was not reaped"
+        q.clock.advance(q.backoff.delay(old.attempts))
+        if not retake:
+            return old, None
+        new = q.claim(successor, lease=lease)
+        assert new is not None and new.id == old.id, f"{successor} did not retake job {old.id}: {new}"
+        return old, new
+
+    return make
+
+
 class WorkerProcess:
     """One ``python -m leaselab worker`` child with its output in files the test can read."""
 

@@ -1,175 +1,78 @@
-"""Bad input and hostile files: each gets a clear error, writes nothing, and leaves the file valid.
+"""Hostile files and bad input from outside the API: each gets a clear error, writes nothing, and
+leaves the file valid. Facts of the SQLite file and the command line.
 
-Three tables: calls with bad arguments (the queue file must be byte-for-byte the
-same in its jobs and unchanged in its history, except that a refused write is
-recorded as ``lease_lost``), files that are not a healthy leaselab queue (the
-open or first read fails with a named error and the file's bytes stay as they
-were), and files the process may not write. Then payloads that look like SQL or
-code, which must be stored and returned literally and never run.
+The command line refusing a bad handler or text that is not JSON; files that are not a healthy
+leaselab queue (the open or first read fails with a named error and the file's bytes stay as they
+were); files the process may not write; then payloads that look like SQL or code, which must be
+stored and returned literally and never run, and stored payloads damaged outside leaselab. Bad
+arguments to the queue's own calls are the contract's, run on every backend: ``test_contract_bad_calls.py``.
 """
 
 from __future__ import annotations
 
 import ast
 import json
-import math
 import os
 import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import pytest
 
 from leaselab import (
     DatabaseUnwritable,
-    HandlerError,
     InvalidPayload,
-    JobNotFound,
     LeaseLost,
     NotALeaselabDatabase,
     Queue,
     SchemaTooNew,
-    Worker,
-    load_handler,
 )
 from procs import as_nobody
-
-
-@dataclass
-class Setup:
-    """A small queue file with one job in each interesting state, and the tokens to address them."""
-
-    path: str
-    pending: int
-    running: int
-    running_token: str
-    done: int
-    done_token: str
+from sqlite_marks import integrity, marks
 
 
 @pytest.fixture
-def setup(tmp_path) -> Setup:
+def queue_file(tmp_path) -> str:
+    """A small queue file with a pending, a running and a done job."""
     path = str(tmp_path / "q.db")
     with Queue(path) as q:
-        ids = q.enqueue_many([{"n": i} for i in range(3)])
-        running = q.claim("w1", lease=600)
+        q.enqueue_many([{"n": i} for i in range(3)])
+        q.claim("w1", lease=600)
         done = q.claim("w2", lease=600)
         q.complete(done.id, done.token, {"ok": True})
-    return Setup(path, ids[2], running.id, running.token, done.id, done.token)
+    return path
 
 
 def snapshot(path: str) -> tuple[list, list, tuple]:
     conn = sqlite3.connect(path)
     try:
-        # Everything but the head of each job's history list, which a recorded refusal moves (checked below).
+        # Everything but the head of each job's history list, which a recorded refusal moves.
         columns = [r[1] for r in conn.execute("PRAGMA table_info(jobs)") if r[1] != "last_event_id"]
         jobs = conn.execute(f"SELECT {', '.join(columns)} FROM jobs ORDER BY id").fetchall()
         events = conn.execute("SELECT * FROM events ORDER BY id").fetchall()
-        marks = conn.execute("PRAGMA application_id").fetchone() + conn.execute("PRAGMA user_version").fetchone()
-        return jobs, events, marks
     finally:
         conn.close()
+    return jobs, events, marks(path)
 
 
-def integrity(path: str) -> str:
-    conn = sqlite3.connect(path)
-    try:
-        return conn.execute("PRAGMA integrity_check").fetchone()[0]
-    finally:
-        conn.close()
-
-
-# (what, the call, the error it gets, words its message must contain, event kinds it may add)
-Call = Callable[[Queue, Setup], Any]
-BAD_CALLS: list[tuple[str, Call, type, str, tuple[str, ...]]] = [
-    ("a set payload (not JSON)", lambda q, s: q.enqueue({1, 2}), InvalidPayload, "payload", ()),
-    ("an object payload", lambda q, s: q.enqueue(object()), InvalidPayload, "payload", ()),
-    ("bytes as payload (a pickle cannot get in)", lambda q, s: q.enqueue(b"\x80\x04K\x01."), InvalidPayload,
-     "payload", ()),
-    ("a NaN payload", lambda q, s: q.enqueue({"x": math.nan}), InvalidPayload, "NaN", ()),
-    ("an infinite payload", lambda q, s: q.enqueue([math.inf]), InvalidPayload, "payload", ()),
-    ("a huge payload (2 MB)", lambda q, s: q.enqueue("x" * 2_000_000), InvalidPayload, "limit", ()),
-    ("one NaN among many payloads", lambda q, s: q.enqueue_many([1, 2, math.nan]), InvalidPayload, "payload", ()),
-    ("a negative lease", lambda q, s: q.claim("w", lease=-1), ValueError, "lease", ()),
-    ("a zero lease", lambda q, s: q.claim("w", lease=0), ValueError, "lease", ()),
-    ("a NaN lease", lambda q, s: q.claim("w", lease=math.nan), ValueError, "lease", ()),
-    ("a lease given as text", lambda q, s: q.claim("w", lease="30"), TypeError, "lease", ()),
-    ("a zero lease on heartbeat", lambda q, s: q.heartbeat(s.running, s.running_token, 0), ValueError, "lease", ()),
-    ("max_attempts = 0", lambda q, s: q.enqueue(1, max_attempts=0), ValueError, "max_attempts", ()),
-    ("max_attempts = -3", lambda q, s: q.enqueue(1, max_attempts=-3), ValueError, "max_attempts", ()),
-    ("max_attempts = 2.5", lambda q, s: q.enqueue(1, max_attempts=2.5), TypeError, "max_attempts", ()),
-    ("a negative delay", lambda q, s: q.enqueue(1, delay=-1), ValueError, "delay", ()),
-    ("a NaN run_at", lambda q, s: q.enqueue(1, run_at=math.nan), ValueError, "run_at", ()),
-    ("a priority given as text", lambda q, s: q.enqueue(1, priority="high"), TypeError, "priority", ()),
-    ("a priority beyond 64 bits", lambda q, s: q.enqueue(1, priority=2**70), ValueError, "priority", ()),
-    ("an empty worker name", lambda q, s: q.claim(""), TypeError, "worker", ()),
-    ("a 10,000-character worker name", lambda q, s: q.claim("w" * 10_000), ValueError, "worker", ()),
-    ("get of an unknown job id", lambda q, s: q.get(999), JobNotFound, "999", ()),
-    ("complete of an unknown job id", lambda q, s: q.complete(999, "t"), JobNotFound, "999", ()),
-    ("heartbeat of an unknown job id", lambda q, s: q.heartbeat(999, "t"), JobNotFound, "999", ()),
-    ("fail of an unknown job id", lambda q, s: q.fail(999, "t"), JobNotFound, "999", ()),
-    ("a job id that is SQL text", lambda q, s: q.get("1 OR 1=1"), TypeError, "job_id", ()),
-    ("a heartbeat for a job that is done", lambda q, s: q.heartbeat(s.done, s.done_token), LeaseLost, "done",
-     ("lease_lost",)),
-    ("a second complete of a done job", lambda q, s: q.complete(s.done, s.done_token, 1), LeaseLost, "done",
-     ("lease_lost",)),
-    ("a complete with someone else's token", lambda q, s: q.complete(s.running, s.done_token), LeaseLost,
-     "running", ("lease_lost",)),
-    ("a complete of a pending job", lambda q, s: q.complete(s.pending, s.running_token), LeaseLost, "pending",
-     ("lease_lost",)),
-    ("a NaN result", lambda q, s: q.complete(s.running, s.running_token, math.nan), InvalidPayload, "result", ()),
-    ("a token that is not text", lambda q, s: q.complete(s.running, None), TypeError, "token", ()),
-    ("an error that is not text", lambda q, s: q.fail(s.running, s.running_token, 42), TypeError, "error", ()),
-    ("an unknown status filter", lambda q, s: q.jobs(status="lost"), ValueError, "status", ()),
-    ("an unknown durability", lambda q, s: Queue(s.path, durability="fast"), ValueError, "durability", ()),
-    ("a handler module that does not import", lambda q, s: load_handler("no_such_module_xyz:run"), HandlerError,
-     "no_such_module_xyz", ()),
-    ("a handler function that does not exist", lambda q, s: Worker(q, "leaselab.lessons.demo:no_such"), HandlerError,
-     "no_such", ()),
-    ("a handler path without a colon", lambda q, s: Worker(q, "leaselab.lessons.demo.task"), HandlerError,
-     "module:function", ()),
-]
-
-
-@pytest.mark.parametrize("what, call, error, words, adds", BAD_CALLS, ids=[row[0] for row in BAD_CALLS])
-def test_each_bad_call_gets_a_clear_error_and_writes_nothing(setup, what, call, error, words, adds):
-    jobs_before, events_before, marks_before = snapshot(setup.path)
-    with Queue(setup.path) as q:
-        with pytest.raises(error) as caught:
-            call(q, setup)
-        assert words in str(caught.value), f"{what}: message {str(caught.value)!r} should name {words!r}"
-    jobs_after, events_after, marks_after = snapshot(setup.path)
-    assert jobs_after == jobs_before, f"{what} changed the jobs table"
-    assert events_after[: len(events_before)] == events_before, f"{what} rewrote the history"
-    added = events_after[len(events_before):]
-    assert [e[2] for e in added] == list(adds), f"{what} added other events"
-    if added:  # the refusal is now the newest entry of that job's history
-        with Queue(setup.path) as q:
-            assert q.events(added[0][1])[-1].id == added[0][0]
-    assert marks_after == marks_before and integrity(setup.path) == "ok"
-    with Queue(setup.path) as q:  # and the file still works
-        assert q.claim("after").id == setup.pending
-
-
-def test_the_worker_command_with_a_handler_that_does_not_import_exits_2_with_one_line(setup):
+def test_the_worker_command_with_a_handler_that_does_not_import_exits_2_with_one_line(queue_file):
     proc = subprocess.run(
-        [sys.executable, "-m", "leaselab", "worker", "--db", setup.path, "--handler", "no_such_module_xyz:run",
+        [sys.executable, "-m", "leaselab", "worker", "--db", queue_file, "--handler", "no_such_module_xyz:run",
          "--exit-when-idle"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "cannot import handler module 'no_such_module_xyz'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
-def test_the_enqueue_command_refuses_text_that_is_not_json_and_writes_nothing(setup):
-    before = snapshot(setup.path)
-    proc = subprocess.run([sys.executable, "-m", "leaselab", "enqueue", "{'single': 'quotes'}", "--db", setup.path],
+def test_the_enqueue_command_refuses_text_that_is_not_json_and_writes_nothing(queue_file):
+    before = snapshot(queue_file)
+    proc = subprocess.run([sys.executable, "-m", "leaselab", "enqueue", "{'single': 'quotes'}", "--db", queue_file],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
-    assert snapshot(setup.path) == before
+    assert snapshot(queue_file) == before
 
 
 # -- hostile files --------------------------------------------------------------------------------

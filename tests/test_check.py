@@ -275,15 +275,11 @@ def test_a_real_clean_run_keeps_every_promise_and_counts_its_zombie(real):
         "все обещания сдержаны: 2 задачи, 1 повторный запуск, 1 зомби получил отказ"
 
 
-def test_a_stale_completion_written_by_another_program_is_caught_with_the_triggers_own_event(tmp_path):
+def test_a_stale_completion_written_by_another_program_is_caught_with_the_triggers_own_event(tmp_path, zombie):
     db, clock = tmp_path / "q.db", ManualClock()
     with Queue(db, clock=clock) as q:
         q.enqueue(1)
-        zombie_job = q.claim("w1", lease=LEASE)
-        clock.advance(LEASE + 1)
-        q.reap()
-        clock.advance(60)
-        holder = q.claim("w2", lease=LEASE)
+        zombie_job, holder = zombie(lease=LEASE, holder="w1", successor="w2", queue=q)
     # The zombie's completion taken without the fence: the trigger records it under the zombie's token.
     other_program(db, "UPDATE jobs SET status = 'done', token = ?, lease_until = NULL, last_event = 'completed' "
                       "WHERE id = ?", zombie_job.token, zombie_job.id)

@@ -40,18 +40,14 @@ def test_a_crash_inside_completing_writes_neither(tmp_path):
     assert (q.get(job_id).status, ledger.balance("c")) == ("running", 0)
 
 
-def test_a_zombie_completing_gets_lease_lost_and_its_effect_is_rolled_back(tmp_path):
+def test_a_zombie_completing_gets_lease_lost_and_its_effect_is_rolled_back(tmp_path, zombie):
     clock, q, ledger, job_id = _queue_with_job(tmp_path)
-    zombie = q.claim("w1", lease=10)
-    clock.advance(11)
-    q.reap()
-    clock.advance(q.backoff.delay(1))
-    fresh = q.claim("w2", lease=10)
+    stale, fresh = zombie(lease=10, holder="w1", successor="w2", queue=q)
     with effects.completing(q, fresh) as tx:
         effects.record_deposit(tx, "c", 10, job=fresh)
     with pytest.raises(LeaseLost):
-        with effects.completing(q, zombie) as tx:
-            effects.record_deposit(tx, "c", 10, job=zombie)
+        with effects.completing(q, stale) as tx:
+            effects.record_deposit(tx, "c", 10, job=stale)
     assert [(e["amount"], e["attempt"]) for e in ledger.entries()] == [(10, 2)]
     assert [e.worker for e in q.events(job_id) if e.kind == "lease_lost"] == ["w1"]
 

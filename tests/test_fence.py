@@ -61,18 +61,14 @@ def test_an_older_fence_is_refused_whatever_its_token(tmp_path):
         assert store.read("k") == ("new", (7, 4))
 
 
-def test_two_claims_of_one_job_from_a_real_queue_write_in_fence_order(tmp_path):
+def test_two_claims_of_one_job_from_a_real_queue_write_in_fence_order(tmp_path, zombie):
     clock = ManualClock()
     with Queue(tmp_path / "q.db", clock=clock) as q, FencedStore(tmp_path / "s.db") as store:
         q.enqueue("page")
-        zombie = q.claim("w1", lease=10)
-        clock.advance(11)
-        q.reap()
-        clock.advance(3600)  # past the retry's backoff
-        holder = q.claim("w2", lease=10)
+        stale, holder = zombie(lease=10, holder="w1", successor="w2", queue=q)
         assert store.write("page", "w2", fence=holder.fence, token=holder.token)
         assert store.write("page", "w2 again", fence=holder.fence, token=holder.token)
-        assert store.write("page", "w1", fence=zombie.fence, token=zombie.token) is False
+        assert store.write("page", "w1", fence=stale.fence, token=stale.token) is False
         assert store.read("page") == ("w2 again", holder.fence)
 
 

@@ -125,13 +125,11 @@ def test_claim_steps_counts_the_work_of_one_real_claim(tmp_path):
     assert nothing is None and 0 < empty_steps < steps  # finding nothing is less work than a claim
 
 
-def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp_path):
+def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp_path, zombie):
     clock = ManualClock()
     q = Queue(tmp_path / "h.db", clock=clock)
     job_id = q.enqueue("x")
-    old = q.claim("w1", lease=5)
-    clock.advance(6)
-    q.reap()
+    old, _ = zombie(holder="w1", retake=False, queue=q)
     with pytest.raises(LeaseLost):
         q.complete(old.id, old.token)
     lines = lessons.history(q.events(job_id), lang="ru").splitlines()

@@ -44,8 +44,8 @@ def test_the_longest_tests_come_first_and_each_module_and_lesson_stays_in_one_pi
     assert lesson and [int(n.rsplit(" ", 1)[1]) for n in lesson] == sorted(int(n.rsplit(" ", 1)[1]) for n in lesson)
     assert not [n for n in suite if n.startswith("notebooks/ru/")]
     # The browser walks and the lessons start before the library's many short tests.
-    assert seen.index("tests/test_browser.py") < seen.index("tests/test_queue.py")
-    assert seen.index("notebooks/en/00-introduction.ipynb") < seen.index("tests/test_queue.py")
+    assert seen.index("tests/test_browser.py") < seen.index("tests/test_contract_queue.py")
+    assert seen.index("notebooks/en/00-introduction.ipynb") < seen.index("tests/test_contract_queue.py")
 
 
 def test_quick_runs_only_the_library_and_contract_modules_and_each_of_them(suite):

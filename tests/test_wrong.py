@@ -31,18 +31,14 @@ def test_naive_claim_without_interleaving_takes_jobs_in_claim_order(tmp_path):
     q.close()
 
 
-def test_unfenced_complete_overwrites_the_newer_result(tmp_path):
+def test_unfenced_complete_overwrites_the_newer_result(tmp_path, zombie):
     clock = ManualClock()
     q = Queue(tmp_path / "jobs.db", clock=clock)
     job_id = q.enqueue("page")
-    zombie = q.claim("w1", lease=10)
-    clock.advance(11)
-    assert q.reap() == [job_id]
-    clock.advance(q.backoff.delay(1))
-    fresh = q.claim("w2", lease=10)
+    stale, fresh = zombie(lease=10, holder="w1", successor="w2", queue=q)
     q.complete(fresh.id, fresh.token, "new")
     with pytest.raises(LeaseLost):
-        q.complete(zombie.id, zombie.token, "stale")
+        q.complete(stale.id, stale.token, "stale")
     assert q.get(job_id).result == "new"
     assert wrong.unfenced_complete(q.path, job_id, "stale", clock=clock) is True
     assert q.get(job_id).result == "stale"

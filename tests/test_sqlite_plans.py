@@ -1,0 +1,84 @@
+"""The SQL of the SQLite backend as SQLite runs it: each hot statement is one statement, served by its
+index without a temporary B-tree; the claim's statistics; one job's history read by walking its links.
+
+Facts of one engine's planner, so they run on SQLite only (huey's contract suite leaves these to the
+backend's own tests); what every backend must do is in ``test_contract_queue.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from leaselab import Queue, lessons
+from leaselab.backends.sqlite import statements as sql
+
+LEASE = 30.0
+
+# The ``queue`` fixture runs a test on every backend; this narrows one to SQLite, whose planner it asks.
+sqlite_only = pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+
+
+def plan(q: Queue, statement: str, params: dict) -> list[str]:
+    return [row[3] for row in q.backend.connection.execute("EXPLAIN QUERY PLAN " + statement, params).fetchall()]
+
+
+@sqlite_only
+def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btree(queue, clock):
+    queue.enqueue_many([{"i": i} for i in range(200)], priority=1)
+    for _ in range(50):
+        j = queue.claim("w", LEASE)
+        queue.complete(j.id, j.token)
+    steps = plan(queue, sql.CLAIM, {"now": clock(), "lease_until": clock() + 1, "worker": "w", "token": "t"})
+    assert any("jobs_claim" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
+    assert sql.CLAIM.strip().upper().startswith("UPDATE JOBS")
+    assert "RETURNING" in sql.CLAIM.upper() and "LIMIT 1" in sql.CLAIM.upper()
+
+
+@sqlite_only
+def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepping_over_each(queue):
+    queue.enqueue_many(list(range(20)), priority=9, delay=3600)  # urgent, but not yet
+    queue.enqueue_many(["first", "second"])
+    few, first = lessons.claim_steps(queue)
+    queue.enqueue_many(list(range(20_000)), priority=9, delay=3600)
+    many, second = lessons.claim_steps(queue)
+    assert (first.payload, second.payload) == ("first", "second")
+    assert many <= few * 1.5, (few, many)  # without the statistics: ~100,000 steps against ~300
+    steps = plan(queue, sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t"})
+    assert any("jobs_claim (ANY(priority) AND run_at<?)" in s for s in steps), steps
+
+
+def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_path, clock):
+    with Queue(db_path, clock=clock) as q:
+        q.enqueue_many(list(range(50)))
+        q.backend.connection.execute("ANALYZE")
+        real = q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0]
+    assert real.startswith("50 ")
+    with Queue(db_path, clock=clock) as q:  # opening again does not overwrite what ANALYZE found
+        assert q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
+
+
+@sqlite_only
+def test_the_reaper_is_one_statement_served_by_the_lease_index(queue, clock):
+    steps = plan(queue, sql.REAP, {"now": clock(), "keep": '["a", "b"]'})
+    assert any("jobs_lease" in s for s in steps), steps
+    assert not any("TEMP B-TREE" in s for s in steps), steps
+    assert sql.REAP.strip().upper().startswith("UPDATE JOBS")
+
+
+@sqlite_only
+def test_one_jobs_history_is_read_by_walking_its_links_not_by_scanning_every_event(queue, clock):
+    ids = queue.enqueue_many(list(range(300)))
+    for _ in range(300):  # interleave: every job's events are spread across the whole table
+        job = queue.claim("w", LEASE)
+        queue.heartbeat(job.id, job.token, LEASE)
+        queue.complete(job.id, job.token, job.payload)
+    for statement in (sql.EVENTS_FOR_JOB, sql.RECORD_LEASE_LOST):
+        params = {"id": ids[7], "after": 0, "token": "t", "now": clock(), "detail": "d"}
+        steps = plan(queue, statement, params)
+        assert not any(s.startswith("SCAN e") for s in steps), steps  # events is only ever SEARCHed by rowid
+    assert [e.kind for e in queue.events(ids[7])] == ["enqueued", "claimed", "heartbeat", "completed"]
+    assert {e.job_id for e in queue.events(ids[7])} == {ids[7]}
+    whole = queue.events()
+    for job_id in (ids[0], ids[150], ids[-1]):
+        assert queue.events(job_id) == [e for e in whole if e.job_id == job_id]
