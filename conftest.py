@@ -59,6 +59,20 @@ def pytest_addoption(parser):
                      help="only the library and the backend contract (conftest.QUICK): about a minute")
 
 
+def pytest_ignore_collect(collection_path, config):
+    # With --quick, the other modules and the lessons are not even read: collecting them (their
+    # imports, nbval parsing every notebook) took a tenth of the quick tier's time.
+    if not config.getoption("quick") or collection_path.is_dir():
+        return None
+    if collection_path.suffix not in (".py", ".ipynb") or collection_path.name == "conftest.py":
+        return None
+    try:
+        relative = collection_path.relative_to(config.rootpath).as_posix()
+    except ValueError:
+        return None
+    return True if relative not in QUICK else None
+
+
 def _tier(item: pytest.Item) -> int:
     path = item.nodeid.split("::", 1)[0]
     for rank, entry in enumerate(LONGEST_FIRST):

@@ -18,7 +18,7 @@ from leaselab.worker import STARTED
 from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import DEFAULT_TIMEOUT, pid_gone, wait_until
-from servers import BACKENDS, fresh_database, servers_left_running, start_pg_server
+from servers import BACKENDS, DatabasePool, servers_left_running, start_pg_server
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
 # Every server the run starts, in any process below it, is named after the run (its cluster_name,
@@ -93,6 +93,25 @@ def pg_server():
 
 
 @pytest.fixture(scope="session")
+def pg_databases(pg_server) -> DatabasePool:
+    """New, empty databases on the session's server, made ahead of the tests that take them."""
+    pool = DatabasePool(pg_server, "t")
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
+def pg_queues(pg_server, pg_databases) -> DatabasePool:
+    """New databases each holding a new, empty queue: copies of one the session made with ``Queue``
+    (making the schema in each took longer than the copy)."""
+    template = pg_databases.take()
+    Queue(template).close()
+    pool = DatabasePool(pg_server, "q", template=template.rsplit("/", 1)[1])
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
 def crashable_server():
     """A second throw-away server, for the tests that crash it (the session's server serves every
     other test). Its WAL writer is lazy, so a crash loses each commit not made durable, as it can on
@@ -104,18 +123,28 @@ def crashable_server():
     server.stop()
 
 
+@pytest.fixture
+def pg_url(pg_databases) -> str:
+    """The URL of a new, empty database on the session's server: every test starts from nothing."""
+    url = pg_databases.take()
+    yield url
+    pg_databases.give_back(url)
+
 
 
 @pytest.fixture
-def pg_url(pg_server) -> str:
-    """The URL of a new, empty database on the session's server: every test starts from nothing."""
-    return fresh_database(pg_server, "t")
-
+def pg_queue_url(pg_queues) -> str:
+    """The URL of a new database holding a new, empty queue, as ``Queue`` makes it on first open
+    (``pg_url`` for a database with nothing in it, to test that first open)."""
+    url = pg_queues.take()
+    yield url
+    pg_queues.give_back(url)
 
 
 @pytest.fixture(params=BACKENDS)
 def target(request, db_path: Path) -> str:
-    """Where a queue lives, once per backend: a file under tmp_path, or a fresh PostgreSQL database;
+    """Where a queue lives, once per backend: a file under tmp_path, or a new PostgreSQL database
+    holding an empty queue (``pg_queue_url``);
     in a module that sets ``TARGETS = IN_PROCESS_BACKENDS``, also that file on a ``VolatileDisk``
     (the APSW backend), cut at teardown, which ends the connections opened on it.
 
@@ -129,7 +158,7 @@ def target(request, db_path: Path) -> str:
         disk = VolatileDisk()
         request.addfinalizer(disk.cut)
         return disk.target(db_path)
-    return request.getfixturevalue("pg_url")
+    return request.getfixturevalue("pg_queue_url")
 
 
 @pytest.hookimpl(tryfirst=True)  # before the marks are read
