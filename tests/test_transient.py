@@ -108,27 +108,26 @@ def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_
     assert_history_holds(db)
 
 
-def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(tmp_path):
+def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(tmp_path, fleet_on):
     from leaselab.lab.dashboard import worker_row_html
-    from leaselab.lab.fleet import Fleet
 
     db = tmp_path / "lab.db"
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0.05}] * 200)
-    with Fleet(str(db)) as fleet:
-        name = fleet.spawn(lease=5.0, poll=0.01, busy_timeout=0.2)
-        holder = threading.Thread(target=hold_write_lock, args=(db, 3.0))
-        holder.start()
-        try:
-            waiting = wait_until(lambda: next((w for w in fleet.status() if w.badge == "waiting"), None),
-                                 message="the waiting badge")
-            assert waiting.name == name and "write lock" in waiting.fault
-            assert "leaselab-state-waiting" in worker_row_html(waiting, "en")
-            assert "ждёт" in worker_row_html(waiting, "ru")
-        finally:
-            holder.join()
-        wait_until(lambda: fleet.status()[0].badge == "running", message="the worker running again")
-        assert fleet.status()[0].fault is None
+    fleet = fleet_on(db)
+    name = fleet.spawn(lease=5.0, poll=0.01, busy_timeout=0.2)
+    holder = threading.Thread(target=hold_write_lock, args=(db, 3.0))
+    holder.start()
+    try:
+        waiting = wait_until(lambda: next((w for w in fleet.status() if w.badge == "waiting"), None),
+                             message="the waiting badge")
+        assert waiting.name == name and "write lock" in waiting.fault
+        assert "leaselab-state-waiting" in worker_row_html(waiting, "en")
+        assert "ждёт" in worker_row_html(waiting, "ru")
+    finally:
+        holder.join()
+    wait_until(lambda: fleet.status()[0].badge == "running", message="the worker running again")
+    assert fleet.status()[0].fault is None
 
 
 # -- a full disk that frees up ---------------------------------------------------------------
@@ -271,7 +270,10 @@ def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp
     code = fleet.wait(name, WORKER_EXITS_WITHIN)
     text = log_of(fleet, name)
     assert code == 2
-    errors = [line for line in text.splitlines() if "error:" in line]
+    # The pulse reaps at once when the worker starts, and spawn returns at the start line: the rename
+    # may come before that first reap, whose failure the pulse logs and shrugs off. It is not the reason.
+    errors = [line for line in text.splitlines() if "error:" in line
+              and not re.search(rf" {FAST['name']}: reap failed: .*no such table: jobs$", line)]
     assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and "no such table" in errors[0]
     assert "Traceback" not in text and FAULT_WAITING not in text
 
