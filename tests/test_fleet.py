@@ -15,6 +15,7 @@ from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from leaselab.lab.fleet import faults_path, read_actions
+from leaselab.worker import STARTED
 
 
 @pytest.fixture
@@ -190,10 +191,10 @@ def test_bad_names_and_leases_are_refused_before_anything_starts(fleet):
 
 def test_each_worker_logs_to_its_own_file(fleet):
     a, b = fleet.spawn(lease=2.0), fleet.spawn(lease=2.0)
-    wait_until(lambda: "started" in fleet.log_tail(a) and "started" in fleet.log_tail(b),
+    wait_until(lambda: STARTED in fleet.log_tail(a) and STARTED in fleet.log_tail(b),
                message="both workers to log their start")
     assert fleet.log_path(a) != fleet.log_path(b)
-    assert f"pid {fleet.pid(a)}" in fleet.log_tail(a)
+    assert f"{STARTED}{fleet.pid(a)}," in fleet.log_tail(a)
 
 
 def test_pauses_and_kills_are_recorded_beside_the_file_for_later_timelines(fleet):
