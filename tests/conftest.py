@@ -1,4 +1,4 @@
-"""Shared fixtures: a queue on a manual clock, worker processes that never outlive a test, and polling;
+"""Shared fixtures: a queue on a manual clock, fleets of worker processes that never outlive a test;
 and the check that no PostgreSQL server outlives the run."""
 
 from __future__ import annotations
@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -14,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from leaselab import ManualClock, Queue
-from leaselab.worker import STARTED
+from leaselab.lab.fleet import Fleet
 from leaselab.lessons.pgserver import LABEL_VARIABLE
 
-from polling import DEFAULT_TIMEOUT, pid_gone, wait_until
+from polling import pid_gone
+from procs import shut_down
 from servers import BACKENDS, DatabasePool, servers_left_running, start_pg_server
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
@@ -216,70 +216,24 @@ def zombie(request):
     return make
 
 
-class WorkerProcess:
-    """One ``python -m leaselab worker`` child with its output in files the test can read."""
-
-    def __init__(self, popen: subprocess.Popen, name: str, stdout: Path, stderr: Path):
-        self.popen, self.name, self.stdout_path, self.stderr_path = popen, name, stdout, stderr
-
-    @property
-    def pid(self) -> int:
-        return self.popen.pid
-
-    def stdout(self) -> str:
-        return self.stdout_path.read_text(errors="replace")
-
-    def stderr(self) -> str:
-        return self.stderr_path.read_text(errors="replace")
-
-    def signal(self, sig: int) -> None:
-        self.popen.send_signal(sig)
-
-    def wait_started(self, timeout: float = DEFAULT_TIMEOUT) -> None:
-        """Wait for the 'started' log line, printed after the signal handlers are in place."""
-        wait_until(lambda: f" {STARTED}" in self.stdout() or self.popen.poll() is not None, timeout,
-                   message=f"worker {self.name} to start")
-        assert self.popen.poll() is None, f"worker {self.name} died at start:\n{self.stdout()}\n{self.stderr()}"
-
-    def wait(self, timeout: float = DEFAULT_TIMEOUT * 3) -> int:
-        return self.popen.wait(timeout)
-
-
 @pytest.fixture
-def spawn_worker(tmp_path: Path):
-    """Start worker processes; every one still running at teardown is killed (SIGKILL works on stopped ones too).
+def fleet_on(tmp_path: Path, monkeypatch):
+    """Make ``Fleet(target, **kwargs)`` (grace 5 s unless given); every worker of every fleet made is
+    gone after the test (``procs.shut_down``).
 
-    ``spawn_worker(db, name, lease=..., handler=..., exit_when_idle=False, extra=[...], env={...})``
+    The test runs in ``tmp_path``: a server queue's logs and record of actions go to the current
+    folder, as a notebook's go beside it.
     """
-    started: list[WorkerProcess] = []
-    logs = tmp_path / "worker-logs"
-    logs.mkdir(exist_ok=True)
+    monkeypatch.chdir(tmp_path)
+    made: list[Fleet] = []
 
-    def spawn(db, name: str, lease: float = 30.0, handler: str = "leaselab.lessons.demo:task",
-              exit_when_idle: bool = False, extra: list[str] | None = None,
-              env: dict[str, str] | None = None) -> WorkerProcess:
-        cmd = [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", handler,
-               "--name", name, "--lease", str(lease)]
-        if exit_when_idle:
-            cmd.append("--exit-when-idle")
-        cmd += extra or []
-        out, err = logs / f"{name}.out", logs / f"{name}.err"
-        with open(out, "wb") as fo, open(err, "wb") as fe:
-            popen = subprocess.Popen(cmd, stdout=fo, stderr=fe, stdin=subprocess.DEVNULL,
-                                     env={**os.environ, **(env or {})})
-        wp = WorkerProcess(popen, name, out, err)
-        started.append(wp)
-        return wp
+    def make(target, **kwargs) -> Fleet:
+        made.append(Fleet(target, **{"grace": 5.0, **kwargs}))
+        return made[-1]
 
-    yield spawn
-
-    for wp in started:
-        if wp.popen.poll() is None:
-            wp.popen.send_signal(signal.SIGKILL)
-        try:
-            wp.popen.wait(10)
-        except subprocess.TimeoutExpired:  # pragma: no cover - a kernel that ignores SIGKILL
-            pass
+    yield make
+    for fleet in made:
+        shut_down(fleet)
 
 
 @pytest.fixture

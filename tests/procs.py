@@ -1,9 +1,11 @@
-"""Process helpers for the tests: run a check as an unprivileged user, and tear a test's fleet down leaving no worker behind."""
+"""Process helpers for the tests: run a check as an unprivileged user, read a worker's whole log, and tear a
+test's fleet down leaving no worker behind."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 from typing import Callable
 
 from polling import pid_gone
@@ -52,3 +54,8 @@ def shut_down(fleet) -> None:
     for pid in pids:
         if not pid_gone(pid):  # pragma: no cover - shutdown failed; do not leave it running
             os.kill(pid, signal.SIGKILL)
+
+
+def log_of(fleet, name: str) -> str:
+    """Everything worker ``name`` of ``fleet`` wrote so far, stdout and stderr (``fleet.log_tail`` gives its end)."""
+    return Path(fleet.log_path(name)).read_text(errors="replace")

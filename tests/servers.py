@@ -183,6 +183,7 @@ def servers_left_running(label: str, timeout: float) -> list[tuple[int, str]]:
     each is then ended and its folder removed, so that nothing stays."""
     from leaselab.lessons.pgwatchdog import end_server, remove_folder
 
+    # Not wait_until: this runs after the last test, and what is still running at the timeout is the answer.
     deadline = time.monotonic() + timeout
     while (left := labelled_servers(label)) and time.monotonic() < deadline:
         time.sleep(0.2)

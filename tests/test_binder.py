@@ -14,12 +14,13 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from polling import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 BINDER = ROOT / "binder"
@@ -138,10 +139,8 @@ def test_the_lessons_run_in_a_fresh_environment_made_only_from_binder(memory_pat
     # server's postmaster, whose -D is there).
     assert not [p.name for p in (memory_path / "tmp").glob("leaselab-*")], "a lesson left its scratch folder"
     # A lesson's janitor (lessons.cleanup_at_exit) outlives its kernel by 2 s on purpose; give it 10.
-    deadline = time.monotonic() + 10
-    while _processes_mentioning(str(memory_path)) and time.monotonic() < deadline:
-        time.sleep(0.25)
-    assert not _processes_mentioning(str(memory_path)), "a lesson left a worker process running"
+    wait_until(lambda: not _processes_mentioning(str(memory_path)), 10, interval=0.25,
+               message="every process naming the folder to end (a lesson left a worker process running)")
 
     printed = nbformat.read(memory_path / "run" / "probe.out.ipynb", as_version=4).cells[0].outputs[0]["text"]
     prefix, module = printed.split()

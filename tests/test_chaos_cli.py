@@ -18,9 +18,7 @@ from leaselab.chaos import FAULTS, applicable, plan
 from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
 from leaselab.errors import FaultNotApplicable, UnknownFault
-from leaselab.lab.fleet import Fleet
 from polling import pid_gone, wait_until
-from procs import shut_down
 from servers import needs_postgres
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,23 +66,20 @@ def test_faults_a_queue_cannot_have_are_refused_by_name():
     assert applicable(None, server=True, own_server=True) == FAULTS
 
 
-def test_a_jumping_worker_reads_a_clock_off_by_the_jump_so_on_a_file_it_reaps_a_live_lease(tmp_path):
+def test_a_jumping_worker_reads_a_clock_off_by_the_jump_so_on_a_file_it_reaps_a_live_lease(tmp_path, fleet_on):
     # On a file queue each worker's clock is the queue's: a minute fast, a live lease looks expired.
-    fleet = Fleet(tmp_path / "q.db", grace=5.0)
-    try:
-        held_id = fleet.queue.enqueue("held")
-        held = fleet.queue.claim("holder", lease=30)
-        clock = tmp_path / "w1.clock"
-        name = fleet.spawn("leaselab.lessons.demo:echo", lease=5.0, env=environment(clock), launcher=LAUNCHER)
-        later = fleet.queue.enqueue("later")
-        wait_until(lambda: fleet.queue.get(later).status == "done", message="a job done on the true clock")
-        assert fleet.queue.get(held_id).attempts == 1
-        jump(fleet.pid(name), clock, 60.0)
-        wait_until(lambda: fleet.queue.get(held_id).attempts == 2 or fleet.queue.get(held_id).status == "done",
-                   message="the live lease to be reaped by the fast clock")
-        assert held.token != fleet.queue.get(held_id).token
-    finally:
-        shut_down(fleet)
+    fleet = fleet_on(tmp_path / "q.db")
+    held_id = fleet.queue.enqueue("held")
+    held = fleet.queue.claim("holder", lease=30)
+    clock = tmp_path / "w1.clock"
+    name = fleet.spawn("leaselab.lessons.demo:echo", lease=5.0, env=environment(clock), launcher=LAUNCHER)
+    later = fleet.queue.enqueue("later")
+    wait_until(lambda: fleet.queue.get(later).status == "done", message="a job done on the true clock")
+    assert fleet.queue.get(held_id).attempts == 1
+    jump(fleet.pid(name), clock, 60.0)
+    wait_until(lambda: fleet.queue.get(held_id).attempts == 2 or fleet.queue.get(held_id).status == "done",
+               message="the live lease to be reaped by the fast clock")
+    assert held.token != fleet.queue.get(held_id).token
 
 
 def test_a_short_run_on_sqlite_with_the_demo_task_is_clean_and_shows_progress(tmp_path):

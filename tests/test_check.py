@@ -352,13 +352,14 @@ def test_the_lessons_ledger_through_the_callable_form_tells_a_double_deposit_fro
     assert report.clean and report.counts["repeats_absorbed"] == 1 and report.counts["effects"] == 1
 
 
-def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effects_names(tmp_path, spawn_worker):
+def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effects_names(tmp_path, fleet_on):
     db, effects = tmp_path / "q.db", tmp_path / "effects.jsonl"
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0}] * 3)
-    w = spawn_worker(db, "w1", lease=LEASE, handler="leaselab.lessons.demo:effect", exit_when_idle=True,
-                     env={"LEASELAB_EFFECTS": str(effects)})
-    assert w.wait() == 0, w.stderr()
+    fleet = fleet_on(db)
+    w = fleet.spawn("leaselab.lessons.demo:effect", lease=LEASE, name="w1", exit_when_idle=True,
+                    env={"LEASELAB_EFFECTS": str(effects)})
+    assert fleet.wait(w, timeout=60) == 0, fleet.log_tail(w)
     lines = read_effects(effects)
     assert sorted(line["job"] for line in lines) == [1, 2, 3]
     assert {tuple(sorted(line)) for line in lines} == {tuple(sorted(effects_module.FIELDS))}

@@ -27,7 +27,7 @@ while not os.path.exists(go):
     time.sleep(0.001)
 try:
     q = Queue(db)  # inside the race: sixteen first opens of a new file at once
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 120  # a bound on the race itself, in the child: not a wait for a condition
     while time.monotonic() < deadline and not os.path.exists(go + ".abort"):
         if len(out["enqueued"]) < jobs_each:
             out["enqueued"].append(q.enqueue({"from": name, "n": len(out["enqueued"])}))

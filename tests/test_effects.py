@@ -52,15 +52,16 @@ def test_a_zombie_completing_gets_lease_lost_and_its_effect_is_rolled_back(tmp_p
     assert [e.worker for e in q.events(job_id) if e.kind == "lease_lost"] == ["w1"]
 
 
-def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_path, spawn_worker):
+def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_path, fleet_on):
     from polling import wait_until
 
     q = Queue(tmp_path / "q.db")
     ledger_file = str(tmp_path / "ledger.db")
     plain = q.enqueue({"ledger": ledger_file, "account": "a", "amount": 10, "crash": 1})
     keyed = q.enqueue({"ledger": ledger_file, "account": "b", "amount": 10, "keyed": True, "crash": 1})
+    fleet = fleet_on(q.path)
     for name in ("w1", "w2", "w3"):
-        spawn_worker(q.path, name, lease=1.0, handler="leaselab.lessons.effects:deposit")
+        fleet.spawn("leaselab.lessons.effects:deposit", lease=1.0, name=name)
     wait_until(lambda: q.get(plain).status == q.get(keyed).status == "done", message="both jobs done")
     with effects.Ledger(ledger_file) as ledger:
         assert (ledger.balance("a"), ledger.balance("b")) == (20, 10)

@@ -11,20 +11,17 @@ import textwrap
 
 import pytest
 
-from procs import shut_down
 from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
-from leaselab.lab.fleet import Fleet, faults_path, read_actions
+from leaselab.lab.fleet import faults_path, read_actions
+from leaselab.worker import STARTED
 
 
 @pytest.fixture
-def fleet(target, tmp_path, monkeypatch):
+def fleet(target, fleet_on):
     """A fleet on a fresh queue, on each backend; every worker it spawned is gone after the test."""
-    monkeypatch.chdir(tmp_path)  # a server queue's logs and faults go to the current folder
-    f = Fleet(target, grace=5.0)
-    yield f
-    shut_down(f)
+    return fleet_on(target)
 
 
 def claimed_by(queue: Queue, name: str):
@@ -106,22 +103,17 @@ def test_stop_on_a_paused_worker_resumes_it_first(fleet):
     assert fleet.wait(name, timeout=30) == 0
 
 
-def test_shutdown_leaves_no_child_process_even_a_paused_one(tmp_path):
-    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
+def test_shutdown_leaves_no_child_process_even_a_paused_one(tmp_path, fleet_on):
+    fleet = fleet_on(tmp_path / "lab.db")
     fleet.queue.enqueue_many([{"seconds": 30}] * 3)
     names = [fleet.spawn(lease=2.0) for _ in range(3)]
     pids = [fleet.pid(n) for n in names]
     wait_until(lambda: fleet.queue.stats()["running"] == 3, message="all three to claim")
     fleet.pause(names[0])
-    try:
-        fleet.shutdown(grace=1.0)
-        assert all(pid_gone(pid) for pid in pids)
-        assert {s.state for s in fleet.status()} <= {"killed", "exited"}
-        fleet.shutdown()  # idempotent
-    finally:
-        for pid in pids:
-            if not pid_gone(pid):  # pragma: no cover
-                os.kill(pid, signal.SIGKILL)
+    fleet.shutdown(grace=1.0)
+    assert all(pid_gone(pid) for pid in pids)
+    assert {s.state for s in fleet.status()} <= {"killed", "exited"}
+    fleet.shutdown()  # idempotent
 
 
 def test_a_killed_parent_leaves_no_orphan_worker(tmp_path, kill_at_teardown):
@@ -199,10 +191,10 @@ def test_bad_names_and_leases_are_refused_before_anything_starts(fleet):
 
 def test_each_worker_logs_to_its_own_file(fleet):
     a, b = fleet.spawn(lease=2.0), fleet.spawn(lease=2.0)
-    wait_until(lambda: "started" in fleet.log_tail(a) and "started" in fleet.log_tail(b),
+    wait_until(lambda: STARTED in fleet.log_tail(a) and STARTED in fleet.log_tail(b),
                message="both workers to log their start")
     assert fleet.log_path(a) != fleet.log_path(b)
-    assert f"pid {fleet.pid(a)}" in fleet.log_tail(a)
+    assert f"{STARTED}{fleet.pid(a)}," in fleet.log_tail(a)
 
 
 def test_pauses_and_kills_are_recorded_beside_the_file_for_later_timelines(fleet):
@@ -315,13 +307,10 @@ def test_a_worker_gets_the_extra_environment_and_launcher_it_was_spawned_with(fl
     assert fleet.state(name) == "running"
 
 
-def test_a_fleet_given_an_actions_file_records_there_and_not_beside_the_queue(tmp_path):
+def test_a_fleet_given_an_actions_file_records_there_and_not_beside_the_queue(tmp_path, fleet_on):
     record = tmp_path / "run" / "actions.jsonl"
     record.parent.mkdir()
-    fleet = Fleet(tmp_path / "lab.db", grace=5.0, actions_file=record)
-    try:
-        fleet.kill(fleet.spawn(lease=2.0))
-    finally:
-        shut_down(fleet)
+    fleet = fleet_on(tmp_path / "lab.db", actions_file=record)
+    fleet.kill(fleet.spawn(lease=2.0))
     assert [json.loads(line)["action"] for line in record.read_text().splitlines()][:2] == ["spawn", "kill"]
     assert not faults_path(fleet.path).exists()

@@ -20,8 +20,6 @@ import contextlib
 import io
 import json
 import sqlite3
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,6 +31,8 @@ from hypothesis import strategies as st
 import history
 from leaselab import Queue
 from leaselab.cli import main as cli_main
+from leaselab.lab.fleet import Fleet
+from procs import log_of, shut_down
 from test_hostile import version_2_file
 
 JOB_COLUMNS = ("payload", "status", "priority", "run_at", "attempts", "max_attempts", "lease_until", "worker",
@@ -140,20 +140,24 @@ def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
             q.events(job_id)
         q.reap()
 
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "leaselab", "worker", "--db", str(path), "--handler", "leaselab.lessons.demo:echo",
-         "--name", "fuzz", "--lease", "2", "--poll", "0.01", "--max-poll", "0.05", "--exit-when-idle"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        output, _ = worker.communicate(timeout=WORKER_TIMEOUT)
-        exited_by_itself = True
-    except subprocess.TimeoutExpired:
-        # Only a job waiting for a time still to come may keep an --exit-when-idle worker: checked below.
-        worker.terminate()
-        output, _ = worker.communicate(timeout=WORKER_TIMEOUT)
-        exited_by_itself = False
+    # Not the fleet_on fixture: Hypothesis runs many examples in one call of the test. The fleet is
+    # given a queue of its own to close, so no example leaves a connection open.
+    with Queue(path) as fleet_queue:
+        fleet = Fleet(path, queue=fleet_queue)
+        try:
+            name = fleet.spawn("leaselab.lessons.demo:echo", lease=2.0, name="fuzz", poll=0.01, max_poll=0.05,
+                               exit_when_idle=True)
+            returncode = fleet.wait(name, WORKER_TIMEOUT)
+            exited_by_itself = returncode is not None
+            if not exited_by_itself:
+                # Only a job waiting for a time still to come may keep an --exit-when-idle worker: checked below.
+                fleet.stop(name)
+                returncode = fleet.wait(name, WORKER_TIMEOUT)
+            output = log_of(fleet, name)
+        finally:
+            shut_down(fleet)
     assert "Traceback" not in output, output
-    assert worker.returncode == 0, output
+    assert returncode == 0, output
 
     for command in (["jobs", "--limit", "10000"], ["stats", "--json"], ["events"]):
         run_cli(*command, "--db", str(path))

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import signal
 import time
 
 import pytest
 
 from polling import process_state, wait_until
+from procs import log_of
 from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
 from leaselab.lease import wants_lease
 from leaselab.lessons.fence import FencedStore
@@ -62,36 +62,37 @@ def _publish(q: Queue, store, seconds: float, check_lease: bool) -> int:
 
 
 @pytest.mark.parametrize("check_lease", [False, True])
-def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(tmp_path, spawn_worker, check_lease):
+def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(tmp_path, fleet_on, check_lease):
     db, store = tmp_path / "jobs.db", tmp_path / "pages.db"
+    fleet = fleet_on(db)
     with Queue(db) as q:
         job_id = _publish(q, store, seconds=3.0, check_lease=check_lease)
-        a = spawn_worker(db, "A", lease=1.0, handler="leaselab.lessons.demo:publish")
+        a = fleet.spawn("leaselab.lessons.demo:publish", lease=1.0, name="A")
         wait_until(lambda: q.get(job_id).worker == "A", message="A to claim the job")
         time.sleep(0.3)
-        a.signal(signal.SIGSTOP)
-        wait_until(lambda: process_state(a.pid) == "T", message="A to be stopped")
+        fleet.pause(a)
+        wait_until(lambda: process_state(fleet.pid(a)) == "T", message="A to be stopped")
         until = q.get(job_id).lease_until
         wait_until(lambda: time.time() > until, message="A's lease to run out")
         assert q.reap() == [job_id]
-        b = spawn_worker(db, "B", lease=30, handler="leaselab.lessons.demo:publish", exit_when_idle=True)
-        assert b.wait(timeout=60) == 0, b.stderr()
+        b = fleet.spawn("leaselab.lessons.demo:publish", lease=30, name="B", exit_when_idle=True)
+        assert fleet.wait(b, timeout=60) == 0, log_of(fleet, b)
         with FencedStore(store) as pages:
             assert pages.read("home.html")[0] == {"worker": "B", "attempt": 2}
-        a.signal(signal.SIGCONT)
+        fleet.resume(a)
         # A learns it lost the lease from the refused heartbeat or, first, from its own deadline: a
         # handler that checks its lease may raise, and end the attempt, before the overdue beat is sent.
-        wait_until(lambda: "heartbeat refused" in a.stdout() or "may have run out" in a.stdout(),
+        wait_until(lambda: "heartbeat refused" in log_of(fleet, a) or "may have run out" in log_of(fleet, a),
                    message="A to log the lost lease")
-        wait_until(lambda: "ended without its lease" in a.stdout(), message="A's handler to end")
+        wait_until(lambda: "ended without its lease" in log_of(fleet, a), message="A's handler to end")
         with FencedStore(store) as pages:
             page = pages.read("home.html")[0]
         # Unfenced and unchecked, the zombie overwrites B's page; checking its lease, it never writes.
         assert page == ({"worker": "B", "attempt": 2} if check_lease else {"worker": "A", "attempt": 1})
         if check_lease:
-            assert "ended without its lease: LeaseLost" in a.stdout()
-        a.signal(signal.SIGTERM)
-        assert a.wait() == 0, a.stderr()
+            assert "ended without its lease: LeaseLost" in log_of(fleet, a)
+        fleet.stop(a)
+        assert fleet.wait(a, timeout=60) == 0, log_of(fleet, a)
 
 
 def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats_set_them(tmp_path):

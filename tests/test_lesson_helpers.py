@@ -9,6 +9,7 @@ import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, lessons
 from leaselab.lessons import demo
+from polling import pid_gone, wait_until
 
 
 def test_scratch_makes_a_fresh_folder_and_cleanup_removes_it():
@@ -66,7 +67,6 @@ def test_claim_plan_uses_the_partial_index_without_a_sort(tmp_path):
 def test_cleanup_at_exit_ends_the_workers_and_removes_the_folder_when_the_interpreter_exits(tmp_path):
     import subprocess
     import sys
-    import time
 
     script = """
 import sys
@@ -81,18 +81,13 @@ lessons.cleanup_at_exit(folder, fleet)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     folder, pid = done.stdout.split()
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    state = Path(f"/proc/{pid}/stat").read_text().split()[2] if Path(f"/proc/{pid}/stat").exists() else "gone"
-    assert state in ("gone", "Z"), f"worker {pid} outlived the interpreter (state {state})"
+    wait_until(lambda: pid_gone(int(pid)), 10, message=f"worker {pid} to end with the interpreter")
     assert not Path(folder).exists(), f"{folder} was left behind"
 
 
 def test_cleanup_at_exit_removes_the_folder_even_when_the_kernel_is_killed(tmp_path):
     import subprocess
     import sys
-    import time
 
     script = """
 import os, signal
@@ -108,11 +103,10 @@ os.kill(os.getpid(), signal.SIGKILL)   # as nbval and a hard kernel restart do: 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr
     folder, pid = done.stdout.split()
-    deadline = time.monotonic() + 15
-    while (Path(folder).exists() or Path(f"/proc/{pid}").exists()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not Path(f"/proc/{pid}").exists(), f"worker {pid} outlived its killed parent"
-    assert not Path(folder).exists(), f"{folder} was left behind by a killed kernel"
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, interval=0.1,
+               message=f"worker {pid} to end after its parent was killed")
+    wait_until(lambda: not Path(folder).exists(), 15, interval=0.1,
+               message=f"{folder} to be removed after the kernel was killed")
 
 
 def test_claim_steps_counts_the_work_of_one_real_claim(tmp_path):

@@ -10,20 +10,15 @@ import time
 
 import pytest
 
-from procs import shut_down
 from polling import wait_until
 from leaselab import Status
 from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
-from leaselab.lab.fleet import Fleet
 from leaselab.lessons.demo import read_effects
 
 
 @pytest.fixture
-def server_fleet(pg_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    f = Fleet(pg_url, grace=5.0)
-    yield f
-    shut_down(f)
+def server_fleet(pg_url, fleet_on):
+    return fleet_on(pg_url)
 
 
 def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_refused(server_fleet):
@@ -84,15 +79,12 @@ def test_partitioning_an_unknown_or_dead_worker_is_a_clear_error(server_fleet):
         server_fleet.heal("w1")
 
 
-def test_a_worker_of_a_sqlite_queue_has_no_network_to_cut(tmp_path):
-    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
-    try:
-        fleet.spawn(lease=5.0, name="w1")
-        with pytest.raises(PartitionUnsupported, match="SQLite file"):
-            fleet.partition("w1")
-        assert not fleet.status()[0].partitioned
-    finally:
-        fleet.shutdown()
+def test_a_worker_of_a_sqlite_queue_has_no_network_to_cut(tmp_path, fleet_on):
+    fleet = fleet_on(tmp_path / "lab.db")
+    fleet.spawn(lease=5.0, name="w1")
+    with pytest.raises(PartitionUnsupported, match="SQLite file"):
+        fleet.partition("w1")
+    assert not fleet.status()[0].partitioned
 
 
 def test_shutdown_ends_a_cut_off_worker_cleanly(server_fleet):
@@ -139,11 +131,8 @@ def test_a_dropped_reply_cuts_the_worker_once_and_it_carries_on_with_its_jobs(se
     assert [a.action for a in fleet.actions] == ["spawn", "drop-reply"]
 
 
-def test_a_worker_of_a_sqlite_queue_has_no_reply_to_drop(tmp_path):
-    fleet = Fleet(tmp_path / "lab.db", grace=5.0)
-    try:
-        fleet.spawn(lease=5.0, name="w1")
-        with pytest.raises(PartitionUnsupported, match="SQLite file"):
-            fleet.drop_reply("w1")
-    finally:
-        fleet.shutdown()
+def test_a_worker_of_a_sqlite_queue_has_no_reply_to_drop(tmp_path, fleet_on):
+    fleet = fleet_on(tmp_path / "lab.db")
+    fleet.spawn(lease=5.0, name="w1")
+    with pytest.raises(PartitionUnsupported, match="SQLite file"):
+        fleet.drop_reply("w1")

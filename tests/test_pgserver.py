@@ -8,11 +8,11 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import pytest
 
 from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
+from polling import wait_until
 
 
 @pytest.fixture
@@ -110,10 +110,8 @@ def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog
     finally:
         starter.send_signal(signal.SIGKILL)
         starter.wait(10)
-    deadline = time.monotonic() + 30
-    while (_postmaster_alive(folder) or os.path.exists(folder)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert not _postmaster_alive(folder) and not os.path.exists(folder)
+    wait_until(lambda: not _postmaster_alive(folder) and not os.path.exists(folder), 30, interval=0.2,
+               message="the watchdog to stop the server and remove its folder")
 
 
 def psql(bin_dir, url: str, sql: str) -> subprocess.CompletedProcess:

@@ -35,6 +35,8 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
 from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
 from leaselab.lessons.pgserver import free_port  # noqa: E402
 from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
+from leaselab.lessons.skew import SKEWED_WORKER  # noqa: E402
+from polling import wait_until  # noqa: E402
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
@@ -63,13 +65,10 @@ def _interleave(url: str, statement: str) -> tuple[tuple, tuple, bool]:
         b_thread = threading.Thread(target=lambda: got.update(row=b.execute(statement, _claim_params("B")).fetchone()))
         b_thread.start()
         b_pid = b.info.backend_pid
-        deadline = time.monotonic() + 10
-        waited = False
-        while b_thread.is_alive() and time.monotonic() < deadline:
-            if _waiting_on_a_lock(admin, b_pid):
-                waited = True
-                break
-            time.sleep(0.01)
+        # B either comes to wait on A's row lock or gets through without waiting; which is the result.
+        waited = wait_until(lambda: "waited" if _waiting_on_a_lock(admin, b_pid) else
+                            ("went through" if not b_thread.is_alive() else None), 10, interval=0.01,
+                            message="B to wait on A's row lock or finish its claim") == "waited"
         a.commit()
         b_thread.join(10)
         assert not b_thread.is_alive()
@@ -103,43 +102,11 @@ def test_leaselabs_claim_under_the_same_interleaving_gives_the_second_connection
 
 # -- whose clock ---------------------------------------------------------------------------
 
-# A worker process whose own clock is off by SKEW seconds: time.time is shifted before leaselab
-# is imported, so everything in the process that asks the system for the time gets it wrong.
-SKEWED_WORKER = r"""
-import sys, time
-skew = float(sys.argv[1])
-real = time.time
-time.time = lambda: real() + skew
-from leaselab.cli import main
-sys.exit(main(sys.argv[2:]))
-"""
-
-
-def _skewed_worker(url: str, skew: float, name: str, tmp_path, spawned: list) -> subprocess.Popen:
-    log = open(tmp_path / f"{name}.log", "wb")
-    p = subprocess.Popen([sys.executable, "-c", SKEWED_WORKER, str(skew), "worker", "--db", url,
-                          "--handler", "leaselab.lessons.demo:echo", "--name", name, "--lease", "5",
-                          "--poll", "0.05", "--max-poll", "0.2"], stdout=log, stderr=subprocess.STDOUT)
-    spawned.append((p, log))
-    return p
-
-
-@pytest.fixture
-def spawned():
-    procs: list = []
-    yield procs
-    for p, log in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(10)
-        log.close()
-
-
-def _wait(condition, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
+def _skewed_worker(fleet, skew: float, name: str) -> str:
+    """A worker of ``fleet`` whose own clock is off by ``skew`` seconds (lesson 6's program as the launcher):
+    everything in the process that asks the system for the time gets it wrong."""
+    return fleet.spawn("leaselab.lessons.demo:echo", lease=5.0, name=name, max_poll=0.2,
+                       launcher=(sys.executable, "-c", SKEWED_WORKER, repr(skew)))
 
 
 def test_without_a_clock_a_postgresql_queue_takes_the_time_from_the_server(pg_url):
@@ -155,13 +122,14 @@ def test_without_a_clock_a_postgresql_queue_takes_the_time_from_the_server(pg_ur
         assert q.get(q.enqueue("y")).run_at == 1000
 
 
-def test_a_worker_whose_clock_runs_ten_minutes_fast_does_not_steal_a_live_lease(pg_url, tmp_path, spawned):
+def test_a_worker_whose_clock_runs_ten_minutes_fast_does_not_steal_a_live_lease(pg_url, fleet_on):
     with Queue(pg_url) as q:
         q.enqueue("held")
         held = q.claim("holder", lease=120)
-        _skewed_worker(pg_url, +600, "fast", tmp_path, spawned)
+        _skewed_worker(fleet_on(pg_url), +600, "fast")
         later = q.enqueue("later")
-        _wait(lambda: q.get(later).status is Status.DONE)  # it ran its loop, reaper included
+        wait_until(lambda: q.get(later).status is Status.DONE, 30,
+                   message="the fast worker to run a job")  # it ran its loop, reaper included
         time.sleep(1.5)  # and more reaps, at least once a second
         job = q.get(held.id)
         assert (job.status, job.token, job.attempts) == (Status.RUNNING, held.token, 1)
@@ -171,12 +139,12 @@ def test_a_worker_whose_clock_runs_ten_minutes_fast_does_not_steal_a_live_lease(
             assert wrong.reap() == [held.id]
 
 
-def test_a_worker_whose_clock_runs_ten_minutes_slow_still_reaps_an_expired_lease(pg_url, tmp_path, spawned):
+def test_a_worker_whose_clock_runs_ten_minutes_slow_still_reaps_an_expired_lease(pg_url, fleet_on):
     with Queue(pg_url) as q:
         q.enqueue("abandoned")
         gone = q.claim("crashed", lease=1)  # its holder never comes back
-        _skewed_worker(pg_url, -600, "slow", tmp_path, spawned)
-        _wait(lambda: q.get(gone.id).status is Status.DONE)
+        _skewed_worker(fleet_on(pg_url), -600, "slow")
+        wait_until(lambda: q.get(gone.id).status is Status.DONE, 30, message="the slow worker to redo the job")
         job = q.get(gone.id)
         assert (job.attempts, job.worker) == (2, "slow")
         assert [e.kind for e in q.events(gone.id)][:3] == ["enqueued", "claimed", "reaped"]
@@ -194,7 +162,7 @@ def test_an_idle_postgresql_worker_wakes_on_notify_long_before_its_poll(pg_url):
             time.sleep(0.5)  # the worker found nothing and waits, for up to a minute by its poll
             started = time.monotonic()
             job_id = producer.enqueue("wake")
-            _wait(lambda: producer.get(job_id).status is Status.DONE, timeout=20)
+            wait_until(lambda: producer.get(job_id).status is Status.DONE, 20, message="the notified worker")
             assert time.monotonic() - started < 20
         finally:
             worker.stop()

@@ -7,6 +7,7 @@ that a success depends on.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from collections import Counter
 import pytest
 
 from polling import pid_gone, process_state, wait_until
+from procs import log_of
 from leaselab import Queue, Status
 from leaselab.worker import STARTED
 
@@ -36,15 +38,16 @@ def story(q: Queue, job_id: int) -> list[tuple[str, str | None]]:
     return [(e.kind, e.worker) for e in q.events(job_id) if e.kind != "heartbeat"]
 
 
-def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_once(tmp_path, spawn_worker):
+def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_once(tmp_path, fleet_on):
     db = tmp_path / "jobs.db"
     n_jobs, n_workers = 2000, 8
     with Queue(db) as q:
         ids = q.enqueue_many([{"n": n} for n in range(n_jobs)])
-    workers = [spawn_worker(db, f"w{i}", lease=60, handler="leaselab.lessons.demo:echo", exit_when_idle=True)
+    fleet = fleet_on(db)
+    workers = [fleet.spawn("leaselab.lessons.demo:echo", lease=60, name=f"w{i}", exit_when_idle=True)
                for i in range(n_workers)]
     for w in workers:
-        assert w.wait(timeout=180) == 0, f"{w.name} exited badly:\n{w.stderr()}"
+        assert fleet.wait(w, timeout=180) == 0, f"{w} exited badly:\n{fleet.log_tail(w)}"
 
     with Queue(db) as q:
         assert q.stats() == {"pending": 0, "running": 0, "done": n_jobs, "dead": 0}
@@ -58,61 +61,64 @@ def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_onc
     per_worker = Counter(j.worker for j in jobs)
     assert len(per_worker) > 1, per_worker
     for w in workers:
-        assert "database is locked" not in w.stderr() and "Traceback" not in w.stderr(), w.stderr()
+        log = log_of(fleet, w)
+        assert "database is locked" not in log and "Traceback" not in log, log
 
 
-def test_a_paused_worker_past_its_lease_is_fenced_off_and_the_other_result_stands(tmp_path, spawn_worker):
+def test_a_paused_worker_past_its_lease_is_fenced_off_and_the_other_result_stands(tmp_path, fleet_on):
     db = tmp_path / "jobs.db"
+    fleet = fleet_on(db)
     with Queue(db) as q:
         job_id = q.enqueue({"seconds": 4})
-        a = spawn_worker(db, "A", lease=1.5)
+        a = fleet.spawn(lease=1.5, name="A")
         claim_a = wait_until(lambda: claimed_by(q, job_id, "A"), message="A to claim the job")
 
-        a.signal(signal.SIGSTOP)
-        wait_until(lambda: process_state(a.pid) == "T", message="A to be stopped")
+        fleet.pause(a)
+        wait_until(lambda: process_state(fleet.pid(a)) == "T", message="A to be stopped")
         until = q.get(job_id).lease_until  # read after the stop: no heartbeat can move it now
         wait_until(lambda: time.time() > until, message="A's lease to run out")
         assert q.reap() == [job_id]
 
-        b = spawn_worker(db, "B", lease=30, exit_when_idle=True)
-        assert b.wait(timeout=60) == 0, b.stderr()
+        b = fleet.spawn(lease=30, name="B", exit_when_idle=True)
+        assert fleet.wait(b, timeout=60) == 0, log_of(fleet, b)
         done = q.get(job_id)
         assert done.status is Status.DONE and done.result["worker"] == "B" and done.attempts == 2
 
-        a.signal(signal.SIGCONT)
+        fleet.resume(a)
         lost = wait_until(lambda: [e for e in q.events(job_id) if e.kind == "lease_lost"],
                           message="A's write to be refused")
         assert [(e.worker, e.token, e.attempt) for e in lost] == [("A", claim_a.token, 1)]
-        wait_until(lambda: "lease lost" in a.stdout(), message="A to log the lost lease")
+        wait_until(lambda: "lease lost" in log_of(fleet, a), message="A to log the lost lease")
 
-        a.signal(signal.SIGTERM)
-        assert a.wait() == 0, a.stderr()
+        fleet.stop(a)
+        assert fleet.wait(a, timeout=60) == 0, log_of(fleet, a)
         final = q.get(job_id)
         assert final.status is Status.DONE and final.result["worker"] == "B" and final.worker == "B"
         assert story(q, job_id) == [("enqueued", None), ("claimed", "A"), ("reaped", "A"), ("claimed", "B"),
                                     ("completed", "B"), ("lease_lost", "A")]
 
 
-def test_a_worker_killed_mid_job_has_its_job_reaped_retried_and_done(tmp_path, spawn_worker):
+def test_a_worker_killed_mid_job_has_its_job_reaped_retried_and_done(tmp_path, fleet_on):
     db = tmp_path / "jobs.db"
+    fleet = fleet_on(db)
     with Queue(db) as q:
         job_id = q.enqueue({"seconds": 5})
-        a = spawn_worker(db, "A", lease=2)
+        a = fleet.spawn(lease=2, name="A")
         wait_until(lambda: claimed_by(q, job_id, "A"), message="A to claim the job")
-        a.signal(signal.SIGKILL)
-        assert a.wait() == -signal.SIGKILL
+        fleet.kill(a)
+        assert fleet.wait(a, timeout=60) == -signal.SIGKILL
         assert q.get(job_id).status is Status.RUNNING  # nobody knows yet
 
         # B reaps on its own: no extra process or call is needed to bring the job back.
-        b = spawn_worker(db, "B", lease=30, exit_when_idle=True)
-        assert b.wait(timeout=60) == 0, b.stderr()
+        b = fleet.spawn(lease=30, name="B", exit_when_idle=True)
+        assert fleet.wait(b, timeout=60) == 0, log_of(fleet, b)
         job = q.get(job_id)
         assert job.status is Status.DONE and job.attempts == 2 and job.result["worker"] == "B"
         assert story(q, job_id) == [("enqueued", None), ("claimed", "A"), ("reaped", "A"), ("claimed", "B"),
                                     ("completed", "B")]
         reaped = [e for e in q.events(job_id) if e.kind == "reaped"]
         assert reaped[0].detail == "lease expired"
-        assert "reaped expired leases of jobs [%d]" % job_id in b.stdout()
+        assert "reaped expired leases of jobs [%d]" % job_id in log_of(fleet, b)
 
 
 def test_importing_the_core_pulls_in_no_pandas_ipywidgets_or_matplotlib():
@@ -122,7 +128,7 @@ def test_importing_the_core_pulls_in_no_pandas_ipywidgets_or_matplotlib():
     assert json.loads(out.stdout) == []
 
 
-def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, spawn_worker):
+def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, fleet_on):
     (tmp_path / "probe_handler.py").write_text(textwrap.dedent(f"""
         import sys
 
@@ -132,37 +138,39 @@ def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, spawn_wo
     db = tmp_path / "jobs.db"
     with Queue(db) as q:
         job_id = q.enqueue("probe")
-    w = spawn_worker(db, "probe", handler="probe_handler:heavy", exit_when_idle=True,
-                     env={"PYTHONPATH": str(tmp_path)})
-    assert w.wait() == 0, w.stderr()
+    # fleet_on runs the test in tmp_path, and a fleet's workers import handlers from the current folder.
+    fleet = fleet_on(db)
+    w = fleet.spawn("probe_handler:heavy", lease=30, name="probe", exit_when_idle=True)
+    assert fleet.wait(w, timeout=60) == 0, log_of(fleet, w)
     with Queue(db) as q:
         job = q.get(job_id)
     assert job.status is Status.DONE and job.result == []
 
 
 def test_with_ignore_sigint_sigint_does_not_stop_a_worker_and_sigterm_lets_it_finish_the_job_and_exit_0(
-        tmp_path, spawn_worker):
+        tmp_path, fleet_on):
     db = tmp_path / "jobs.db"
+    fleet = fleet_on(db)  # a fleet's workers are started with --ignore-sigint
     with Queue(db) as q:
-        w = spawn_worker(db, "w-sig", lease=10, extra=["--ignore-sigint"])
-        w.wait_started()
-        w.signal(signal.SIGINT)  # what a notebook's Interrupt sends to the kernel's process group
+        w = fleet.spawn(lease=10, name="w-sig")  # returns once it has started
+        os.kill(fleet.pid(w), signal.SIGINT)  # what a notebook's Interrupt sends to the kernel's process group
         first = q.enqueue({"seconds": 0})
         wait_until(lambda: q.get(first).status is Status.DONE, message="the worker to run a job after SIGINT")
-        assert w.popen.poll() is None and q.get(first).worker == "w-sig"
+        assert fleet.state(w) == "running" and q.get(first).worker == "w-sig"
 
         second = q.enqueue({"seconds": 2})
         wait_until(lambda: claimed_by(q, second, "w-sig"), message="the worker to claim the slow job")
-        w.signal(signal.SIGTERM)
-        assert w.wait() == 0, w.stderr()
+        fleet.stop(w)
+        assert fleet.wait(w, timeout=60) == 0, log_of(fleet, w)
         job = q.get(second)
         assert job.status is Status.DONE and job.result["worker"] == "w-sig"
-        assert "exiting" in w.stdout() and "Traceback" not in w.stderr()
+        assert "exiting" in log_of(fleet, w) and "Traceback" not in log_of(fleet, w)
 
 
 def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG_DFL,
                         extra: tuple[str, ...] = ()) -> subprocess.Popen:
     """``leaselab worker`` as a shell starts it: SIGINT at its default (or ignored, as for ``worker &``)."""
+    # Not a Fleet: a fleet's worker always gets --ignore-sigint and a session of its own; a terminal's gets neither.
     log = open(tmp_path / f"{name}.out", "wb")
     try:
         return subprocess.Popen(
@@ -270,6 +278,7 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
     db = tmp_path / "jobs.db"
     Queue(db).close()
     log = tmp_path / "orphan.out"
+    # Not a Fleet: the parent that dies is a separate bare process (test_fleet kills a Fleet's parent).
     parent_code = textwrap.dedent(f"""
         import subprocess, sys, time
         with open({str(log)!r}, "wb") as out:
@@ -296,23 +305,23 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
 
 
 def test_a_killed_workers_job_comes_back_about_one_lease_later_while_every_live_worker_is_in_a_long_handler(
-        tmp_path, spawn_worker):
+        tmp_path, fleet_on):
     # Issue 19, row 5: the reaper ran only at the top of the worker loop, so with w1 busy for a
     # minute the killed worker's job waited the whole minute. The pulse reaps on its own cadence.
     db, lease = tmp_path / "jobs.db", 2.0
+    fleet = fleet_on(db)
     with Queue(db) as q:
         long_job = q.enqueue({"seconds": 90})
-        w1 = spawn_worker(db, "w1", lease=lease)
+        w1 = fleet.spawn(lease=lease, name="w1")
         wait_until(lambda: claimed_by(q, long_job, "w1"), message="w1 to claim the long job")
         victim = q.enqueue({"seconds": 90})
-        w2 = spawn_worker(db, "w2", lease=lease)
+        w2 = fleet.spawn(lease=lease, name="w2")
         wait_until(lambda: claimed_by(q, victim, "w2"), message="w2 to claim the second job")
-        w2.signal(signal.SIGKILL)
-        w2.wait()
+        fleet.kill(w2)
         # lease + reap interval (min(lease, 1)) + slack for a shared machine; the old code took
         # the 90 s of w1's handler.
         wait_until(lambda: any(e.kind == "reaped" for e in q.events(victim)), timeout=15,
                    message="the killed worker's job to be reaped while w1 is still in its handler")
         assert q.get(long_job).status is Status.RUNNING and q.get(long_job).worker == "w1"
-        assert w1.popen.poll() is None and "completed job" not in w1.stdout()
-    assert f"reaped expired leases of jobs [{victim}]" in w1.stdout()
+        assert fleet.state(w1) == "running" and "completed job" not in log_of(fleet, w1)
+    assert f"reaped expired leases of jobs [{victim}]" in log_of(fleet, w1)

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from procs import shut_down
 from polling import wait_until
 from leaselab import Status
 from leaselab.errors import ScenarioTimeout
-from leaselab.lab.fleet import Fleet
 from leaselab.lab.scenario import (Scenario, enqueue, parse_line, pause, resume, spawn, wait_idle, wait_leases,
                                wait_running)
 from leaselab.lab.timeline import timeline_data
@@ -30,10 +28,8 @@ ZOMBIE = """
 
 
 @pytest.fixture
-def fleet(tmp_path):
-    f = Fleet(tmp_path / "lab.db")
-    yield f
-    shut_down(f)
+def fleet(tmp_path, fleet_on):
+    return fleet_on(tmp_path / "lab.db")
 
 
 def test_the_text_form_and_the_list_form_are_the_same_scenario():

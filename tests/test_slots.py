@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import threading
 import time
 
@@ -12,6 +11,7 @@ from leaselab import Queue, Status, Worker
 
 import history
 from polling import wait_until
+from procs import log_of
 
 
 def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queue(tmp_path):
@@ -87,14 +87,14 @@ def test_the_cli_refuses_a_concurrency_below_one(tmp_path, capsys):
     assert "concurrency" in capsys.readouterr().err
 
 
-def test_a_paused_worker_with_four_slots_gets_lease_lost_for_every_job_it_held(tmp_path, spawn_worker):
+def test_a_paused_worker_with_four_slots_gets_lease_lost_for_every_job_it_held(tmp_path, fleet_on):
     db = tmp_path / "q.db"
+    fleet = fleet_on(db)
     with Queue(db) as q:
         ids = q.enqueue_many([{"seconds": 2.0}] * 4)
-        w = spawn_worker(db, "w1", lease=1.0, extra=["--concurrency", "4", "--poll", "0.02"])
-        w.wait_started()
+        w = fleet.spawn(lease=1.0, name="w1", concurrency=4, poll=0.02)
         wait_until(lambda: q.stats()["running"] == 4, message="all four jobs running in w1")
-        w.signal(signal.SIGSTOP)
+        fleet.pause(w)
         try:
             time.sleep(1.3)  # past every lease
             assert sorted(q.reap()) == ids
@@ -105,39 +105,38 @@ def test_a_paused_worker_with_four_slots_gets_lease_lost_for_every_job_it_held(t
                 taken.append(job)
             assert sorted(j.id for j in taken) == ids
         finally:
-            w.signal(signal.SIGCONT)
-        wait_until(lambda: w.stdout().count("lease lost on job") >= 4, message="w1 to learn it lost all four")
+            fleet.resume(w)
+        wait_until(lambda: log_of(fleet, w).count("lease lost on job") >= 4, message="w1 to learn it lost all four")
         for job in taken:
             q.complete(job.id, job.token, "from w2")
-        w.signal(signal.SIGTERM)
-        assert w.wait() == 0
+        fleet.stop(w)
+        assert fleet.wait(w, timeout=60) == 0
         assert [q.get(i).result for i in ids] == ["from w2"] * 4
-        assert "lost 4" in w.stdout()
+        assert "lost 4" in log_of(fleet, w)
 
 
-def test_sigterm_lets_every_running_slot_finish_and_claims_nothing_more(tmp_path, spawn_worker):
+def test_sigterm_lets_every_running_slot_finish_and_claims_nothing_more(tmp_path, fleet_on):
     db = tmp_path / "q.db"
+    fleet = fleet_on(db)
     with Queue(db) as q:
         ids = q.enqueue_many([{"seconds": 1.0}] * 3 + [{"seconds": 0}] * 3)
-        w = spawn_worker(db, "w1", lease=5.0, extra=["--concurrency", "3"])
-        w.wait_started()
+        w = fleet.spawn(lease=5.0, name="w1", concurrency=3)
         wait_until(lambda: q.stats()["running"] == 3, message="three jobs running")
-        w.signal(signal.SIGTERM)
-        assert w.wait() == 0
+        fleet.stop(w)
+        assert fleet.wait(w, timeout=60) == 0
         assert [q.get(i).status for i in ids] == [Status.DONE] * 3 + [Status.PENDING] * 3
 
 
-def test_sigkill_mid_batch_loses_nothing_and_the_history_holds(tmp_path, spawn_worker):
+def test_sigkill_mid_batch_loses_nothing_and_the_history_holds(tmp_path, fleet_on):
     db, effects = tmp_path / "q.db", str(tmp_path / "effects.jsonl")
+    fleet = fleet_on(db)
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0.3, "effects": effects}] * 16, max_attempts=3)
-        w1 = spawn_worker(db, "w1", lease=1.0, extra=["--concurrency", "4"])
-        w1.wait_started()
+        w1 = fleet.spawn(lease=1.0, name="w1", concurrency=4)
         wait_until(lambda: q.stats()["running"] == 4, message="w1 to hold four jobs")
-        w1.signal(signal.SIGKILL)
-        w1.wait()
-        w2 = spawn_worker(db, "w2", lease=1.0, exit_when_idle=True, extra=["--concurrency", "4"])
-        assert w2.wait() == 0, w2.stdout()
+        fleet.kill(w1)
+        w2 = fleet.spawn(lease=1.0, name="w2", exit_when_idle=True, concurrency=4)
+        assert fleet.wait(w2, timeout=60) == 0, log_of(fleet, w2)
         assert q.stats()["done"] == 16
     jobs, events, effect_lines = history.load(str(db), effects)
     assert history.check_all(jobs, events, effect_lines) == []

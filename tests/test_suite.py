@@ -64,7 +64,8 @@ def test_quick_runs_only_the_library_and_contract_modules_and_each_of_them(suite
 
 def test_the_stall_injector_stops_and_continues_a_kernel_below_its_command_and_keeps_the_exit_code():
     # A stand-in kernel: a grandchild whose command line names ipykernel_launcher, that prints the
-    # longest it went without running (a SIGSTOP of 1 s shows as a gap of about 1 s).
+    # longest it went without running (a SIGSTOP of 1 s shows as a gap of about 1 s). Its loop is the
+    # measurement, for a fixed 4 s: not a wait for a condition.
     kernel = ("import time\nend = time.monotonic() + 4; last = time.monotonic(); gap = 0\n"
               "while time.monotonic() < end:\n    time.sleep(0.02); now = time.monotonic()\n"
               "    gap = max(gap, now - last); last = now\nprint(round(gap, 2))")

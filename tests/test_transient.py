@@ -24,19 +24,30 @@ import pytest
 
 import history
 from polling import wait_until
+from procs import log_of
 from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
 from leaselab.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
 
 
-def start_worker(db: Path, log: Path, *extra: str) -> subprocess.Popen:
+# A fleet's worker as these tests start it: quick polls, and it exits once the queue is empty.
+FAST = dict(lease=5.0, name="w1", poll=0.01, max_poll=0.1, exit_when_idle=True)
+WORKER_EXITS_WITHIN = 90.0
+
+
+def start_worker(db: Path | str, log: Path) -> subprocess.Popen:
+    """The worker of ``FAST`` as a bare process, for the tests that watch it before it has started.
+
+    Not a Fleet: ``Fleet.spawn`` returns once the worker's start line is out, which it prints only
+    once the queue is open, and these tests watch it wait for the queue to open."""
     with open(log, "wb") as fh:
         return subprocess.Popen(
             [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:task",
-             "--name", "w1", "--lease", "5", "--poll", "0.01", "--max-poll", "0.1", "--exit-when-idle", *extra],
+             "--name", FAST["name"], "--lease", repr(FAST["lease"]), "--poll", repr(FAST["poll"]),
+             "--max-poll", repr(FAST["max_poll"]), "--exit-when-idle"],
             stdout=fh, stderr=subprocess.STDOUT)
 
 
-def finish(proc: subprocess.Popen, timeout: float = 90) -> int:
+def finish(proc: subprocess.Popen, timeout: float = WORKER_EXITS_WITHIN) -> int:
     try:
         return proc.wait(timeout)
     except subprocess.TimeoutExpired:  # pragma: no cover - a hang is the failure being tested
@@ -72,21 +83,21 @@ def hold_write_lock(db: Path, seconds: float) -> None:
         conn.close()
 
 
-@pytest.mark.parametrize("concurrency", ["1", "3"], ids=["one job at a time", "three at once"])
-def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_every_job(tmp_path, concurrency):
-    db, log = tmp_path / "q.db", tmp_path / "w1.log"
+@pytest.mark.parametrize("concurrency", [1, 3], ids=["one job at a time", "three at once"])
+def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_every_job(
+        tmp_path, fleet_on, concurrency):
+    db = tmp_path / "q.db"
     with Queue(db) as q:
         ids = q.enqueue_many([{"seconds": 0.05}] * 30)
-    proc = start_worker(db, log, "--busy-timeout", "0.2", "--concurrency", concurrency)
-    try:
-        with Queue(db) as q:
-            wait_until(lambda: q.stats()["done"] >= 2, message="the worker's first jobs")
-        for _ in range(2):  # each hold outlasts the worker's busy timeout many times over
-            hold_write_lock(db, 1.5)
-            time.sleep(0.2)
-    finally:
-        code = finish(proc)
-    text = log.read_text()
+    fleet = fleet_on(db)
+    name = fleet.spawn(**FAST, busy_timeout=0.2, concurrency=concurrency)
+    with Queue(db) as q:
+        wait_until(lambda: q.stats()["done"] >= 2, message="the worker's first jobs")
+    for _ in range(2):  # each hold outlasts the worker's busy timeout many times over
+        hold_write_lock(db, 1.5)
+        time.sleep(0.2)
+    code = fleet.wait(name, WORKER_EXITS_WITHIN)  # None: it did not exit by itself
+    text = log_of(fleet, name)
     assert code == 0, text
     assert "Traceback" not in text and "error:" not in text
     assert FAULT_WAITING in text and "write lock" in text and FAULT_CLEARED in text
@@ -97,27 +108,26 @@ def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_
     assert_history_holds(db)
 
 
-def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(tmp_path):
+def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(tmp_path, fleet_on):
     from leaselab.lab.dashboard import worker_row_html
-    from leaselab.lab.fleet import Fleet
 
     db = tmp_path / "lab.db"
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0.05}] * 200)
-    with Fleet(str(db)) as fleet:
-        name = fleet.spawn(lease=5.0, poll=0.01, busy_timeout=0.2)
-        holder = threading.Thread(target=hold_write_lock, args=(db, 3.0))
-        holder.start()
-        try:
-            waiting = wait_until(lambda: next((w for w in fleet.status() if w.badge == "waiting"), None),
-                                 message="the waiting badge")
-            assert waiting.name == name and "write lock" in waiting.fault
-            assert "leaselab-state-waiting" in worker_row_html(waiting, "en")
-            assert "ждёт" in worker_row_html(waiting, "ru")
-        finally:
-            holder.join()
-        wait_until(lambda: fleet.status()[0].badge == "running", message="the worker running again")
-        assert fleet.status()[0].fault is None
+    fleet = fleet_on(db)
+    name = fleet.spawn(lease=5.0, poll=0.01, busy_timeout=0.2)
+    holder = threading.Thread(target=hold_write_lock, args=(db, 3.0))
+    holder.start()
+    try:
+        waiting = wait_until(lambda: next((w for w in fleet.status() if w.badge == "waiting"), None),
+                             message="the waiting badge")
+        assert waiting.name == name and "write lock" in waiting.fault
+        assert "leaselab-state-waiting" in worker_row_html(waiting, "en")
+        assert "ждёт" in worker_row_html(waiting, "ru")
+    finally:
+        holder.join()
+    wait_until(lambda: fleet.status()[0].badge == "running", message="the worker running again")
+    assert fleet.status()[0].fault is None
 
 
 # -- a full disk that frees up ---------------------------------------------------------------
@@ -180,29 +190,30 @@ def test_a_full_disk_is_disk_full_naming_the_file_and_nothing_half_written_survi
         assert q.get(first).result == "done"
 
 
-def test_a_worker_waits_out_a_full_disk_and_no_acknowledged_enqueue_or_completion_is_lost(small_disk, tmp_path):
-    db, log = small_disk / "q.db", tmp_path / "w1.log"
+def test_a_worker_waits_out_a_full_disk_and_no_acknowledged_enqueue_or_completion_is_lost(
+        small_disk, tmp_path, fleet_on):
+    db = small_disk / "q.db"
     with Queue(db) as q:
         acknowledged = q.enqueue_many([{"seconds": 0.05}] * 5)
-    proc = start_worker(db, log)
-    try:
-        with Queue(db) as q:
-            wait_until(lambda: q.stats()["done"] >= 1, message="the worker's first job")
-            ballast = fill(small_disk)
-            refused = 0
-            for _ in range(300):
-                try:
-                    acknowledged.append(q.enqueue({"seconds": 0.05, "pad": "x" * 900}))
-                except DiskFull:
-                    refused += 1
-            assert refused > 0
-            wait_until(lambda: FAULT_WAITING in log.read_text(), message="the worker waiting on the full disk")
-            assert proc.poll() is None  # waiting, not exited
-            ballast.unlink()
-            acknowledged += q.enqueue_many([{"seconds": 0.01}] * 3)
-    finally:
-        code = finish(proc)
-    text = log.read_text()
+    # Its log and record off the small disk, which is about to be full.
+    fleet = fleet_on(db, log_dir=tmp_path / "logs", actions_file=tmp_path / "actions.jsonl")
+    name = fleet.spawn(**FAST)
+    with Queue(db) as q:
+        wait_until(lambda: q.stats()["done"] >= 1, message="the worker's first job")
+        ballast = fill(small_disk)
+        refused = 0
+        for _ in range(300):
+            try:
+                acknowledged.append(q.enqueue({"seconds": 0.05, "pad": "x" * 900}))
+            except DiskFull:
+                refused += 1
+        assert refused > 0
+        wait_until(lambda: FAULT_WAITING in log_of(fleet, name), message="the worker waiting on the full disk")
+        assert fleet.state(name) == "running"  # waiting, not exited
+        ballast.unlink()
+        acknowledged += q.enqueue_many([{"seconds": 0.01}] * 3)
+    code = fleet.wait(name, WORKER_EXITS_WITHIN)  # None: it did not exit by itself
+    text = log_of(fleet, name)
     assert code == 0, text
     assert "Traceback" not in text and "disk holding the queue file is full" in text and FAULT_CLEARED in text
     completed = {int(n) for n in re.findall(r"completed job (\d+)", text)}
@@ -246,22 +257,23 @@ def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_
         assert job.status.value == "running" and job.worker == "w"  # its lease runs out; a reaper brings it back
 
 
-def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp_path):
-    db, log = tmp_path / "q.db", tmp_path / "w1.log"
+def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp_path, fleet_on):
+    db = tmp_path / "q.db"
     with Queue(db) as q:
         q.enqueue(1, delay=3600)  # pending for an hour: the worker polls, and --exit-when-idle keeps it
-    proc = start_worker(db, log)
-    try:
-        wait_until(lambda: "started" in log.read_text(), message="the worker started")
-        conn = sqlite3.connect(db)
-        conn.execute("ALTER TABLE jobs RENAME TO not_jobs")  # the file is no longer a queue it can use
-        conn.commit()
-        conn.close()
-    finally:
-        code = finish(proc)
-    text = log.read_text()
+    fleet = fleet_on(db)
+    name = fleet.spawn(**FAST)  # returns once the worker has started
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE jobs RENAME TO not_jobs")  # the file is no longer a queue it can use
+    conn.commit()
+    conn.close()
+    code = fleet.wait(name, WORKER_EXITS_WITHIN)
+    text = log_of(fleet, name)
     assert code == 2
-    errors = [line for line in text.splitlines() if "error:" in line]
+    # The pulse reaps at once when the worker starts, and spawn returns at the start line: the rename
+    # may come before that first reap, whose failure the pulse logs and shrugs off. It is not the reason.
+    errors = [line for line in text.splitlines() if "error:" in line
+              and not re.search(rf" {FAST['name']}: reap failed: .*no such table: jobs$", line)]
     assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and "no such table" in errors[0]
     assert "Traceback" not in text and FAULT_WAITING not in text
 
