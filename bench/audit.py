@@ -1,6 +1,6 @@
 """Does your queue fence its zombies? The same faults and the same checker, run against leaselab and Python queues people use.
 
-    ./dev bench audit [--quick] [--readme]
+    ./dev bench audit [--quick] [--readme] [--only QUEUE ...]
 
 For each contender (``audit_contenders``), each scenario enqueues one job whose handler
 (``audit_ledger.handle``) records every run in a ledger file outside the queue and puts the
@@ -488,14 +488,30 @@ def write_readme(rows: list[Row], quick: bool) -> None:
     README.write_text(text)
 
 
+def queue_name(contender: Contender) -> str:
+    """The queue a contender is, as ``--only`` names it: its name's first word, in lower case (``leaselab``, ``huey``)."""
+    return contender.name.split(" (", 1)[0].lower()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="leaselab on SQLite, huey and persist-queue only")
     ap.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON (one object per row) instead")
+    ap.add_argument("--only", action="append", metavar="QUEUE",
+                    help="audit only this queue of the list (its name's first word, e.g. leaselab); repeatable")
     args = ap.parse_args(argv)
+    contenders = audit_contenders.quick() if args.quick else audit_contenders.full()
+    if args.only:
+        names = sorted({queue_name(c) for c in contenders})
+        unknown = [n for n in args.only if n.lower() not in names]
+        if unknown:
+            ap.error(f"--only {unknown[0]}: not in this list; it has {', '.join(names)}")
+        if args.readme:
+            ap.error("--readme writes the whole table: it cannot be given with --only")
+        contenders = [c for c in contenders if queue_name(c) in {n.lower() for n in args.only}]
     began = time.monotonic()
-    rows = audit(quick=args.quick)
+    rows = audit(quick=args.quick, contenders=contenders)
     step(f"audit done in {time.monotonic() - began:.0f} s")
     if args.json:
         print(json.dumps([dataclasses.asdict(r) for r in rows], indent=1))

@@ -177,3 +177,14 @@ def test_the_lesson_finds_the_audit_two_folders_above_its_own_as_on_binder_where
     assert peers.find_script(tmp_path) == BENCH / "audit.py"
     with pytest.raises(FileNotFoundError, match="clone of leaselab's repository"):
         peers.run(tmp_path / "no-audit.py")
+
+
+def test_only_names_a_queue_of_the_list_and_a_name_not_in_it_is_refused_with_the_list(capsys):
+    import audit_contenders
+
+    assert sorted(audit.queue_name(c) for c in audit_contenders.quick()) == ["huey", "leaselab", "persist-queue"]
+    for argv, words in ((["--quick", "--only", "sidekiq"], "--only sidekiq: not in this list; it has huey, leaselab, persist-queue"),
+                        (["--quick", "--only", "huey", "--readme"], "--readme writes the whole table")):
+        with pytest.raises(SystemExit) as exited:
+            audit.main(argv)
+        assert exited.value.code == 2 and words in capsys.readouterr().err

@@ -17,6 +17,10 @@ from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, Wor
 from leaselab.lab.fleet import faults_path, read_actions
 from leaselab.worker import STARTED
 
+# How far a server's clock, carried forward by a worker, and this process's may disagree in a test:
+# a round trip and then some (0.15 s seen under load).
+CLOCK_SLACK = 0.5
+
 
 @pytest.fixture
 def fleet(target, fleet_on):
@@ -266,7 +270,8 @@ def test_a_worker_spawned_with_three_slots_holds_three_jobs_and_status_shows_the
     wait_until(lambda: len(fleet.status()[0].jobs) == 3, message="w1 to hold three jobs")
     status = fleet.status()[0]
     assert status.concurrency == 3 and status.jobs == tuple(ids[:3]) and status.job_id in ids[:3]
-    assert 0 < status.lease_left <= 5.0
+    # On a server the lease runs on the server's clock and lease_left on this one's (5.005 s was seen).
+    assert 0 < status.lease_left <= 5.0 + CLOCK_SLACK
     fleet.pause(name)
     assert "holding jobs " + ", ".join(map(str, ids[:3])) in [a.detail for a in fleet.actions if a.action == "pause"]
     fleet.resume(name)
