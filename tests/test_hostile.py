@@ -18,8 +18,9 @@ import pytest
 
 import history
 from leaselab import InvalidPayload, Job, Queue, Status, Worker
-from leaselab.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION
+from leaselab.backends.sqlite import SCHEMA_VERSION
 from leaselab.job import MAX_JSON_DEPTH
+from sqlite_marks import old_file
 
 DEEP = "[" * 200_000 + "]" * 200_000  # the payload of the issue: Python's decoder recursed into a RecursionError
 
@@ -148,11 +149,7 @@ def test_a_current_file_refuses_a_value_of_the_wrong_type_and_keeps_the_row(tmp_
 
 def version_2_file(path: Path) -> None:
     """A file as leaselab's schema version 2 wrote it (untyped tables), with a finished, a running and pending jobs."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.executescript((Path(__file__).parent / "data" / "schema_v2.sql").read_text())
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 2")
+    conn = old_file(path, 2)
     for n in range(6):
         conn.execute("INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts)"
                      " VALUES (?, 1, 1, 1, 3)", (json.dumps({"n": n}),))

@@ -27,8 +27,9 @@ from leaselab import (
     SchemaTooNew,
     UnsupportedSQLite,
 )
-from leaselab.backends.sqlite import APPLICATION_ID, SCHEMA_VERSION, require_sqlite
+from leaselab.backends.sqlite import SCHEMA_VERSION, require_sqlite
 from procs import as_nobody
+from sqlite_marks import old_file
 
 
 # -- a new file, an old file -------------------------------------------------------------
@@ -45,11 +46,7 @@ def test_a_new_file_uses_small_pages_and_the_current_schema(db_path, clock):
 
 def _version_1_file(path: Path) -> dict[int, list[tuple]]:
     """A file as leaselab's schema version 1 wrote it (4 KiB pages, events indexed by job), with history."""
-    conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode = WAL")
-    conn.executescript((Path(__file__).parent / "data" / "schema_v1.sql").read_text())
-    conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-    conn.execute("PRAGMA user_version = 1")
+    conn = old_file(path, 1)
     for n in range(3):
         conn.execute("INSERT INTO jobs (payload, run_at, created_at, updated_at) VALUES (?, 1, 1, 1)", (str(n),))
     for job_id, token in ((1, "a"), (2, "b"), (1, "c")):  # job 1 is claimed twice, around job 2
