@@ -18,7 +18,7 @@ from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import pid_gone
 from procs import shut_down
-from servers import BACKENDS, DatabasePool, servers_left_running, start_pg_server
+from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
 # Every server the run starts, in any process below it, is named after the run (its cluster_name,
@@ -82,6 +82,12 @@ def clock() -> ManualClock:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "jobs.db"
+
+
+@pytest.fixture
+def bin_dir():
+    """PostgreSQL's programs, for a test that starts servers of its own."""
+    return pg_bin_dir()
 
 
 @pytest.fixture(scope="session")

@@ -38,12 +38,20 @@ def start_pg_server(**options):
 def needs_postgres() -> None:
     """For a test that starts its servers through leaselab itself (``--db postgresql``): psycopg and
     the server binaries must be here; without them it skips, or fails in CI, as ``start_pg_server``."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError as exc:
+        _unavailable(exc)
+    pg_bin_dir()
+
+
+def pg_bin_dir():
+    """The folder of PostgreSQL's programs (``find_bin_dir``); without them the test skips, or fails in CI."""
     from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
 
     try:
-        import psycopg  # noqa: F401
-        find_bin_dir()
-    except (ImportError, PgUnavailable) as exc:
+        return find_bin_dir()
+    except PgUnavailable as exc:
         _unavailable(exc)
 
 
@@ -51,6 +59,28 @@ def _unavailable(exc: BaseException) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"PostgreSQL tests cannot run in CI: {exc}")
     pytest.skip(f"PostgreSQL tests need psycopg and the server binaries: {exc}")
+
+
+def open_at_once(target: str, use: Callable, times: int = 16) -> list[Exception]:
+    """``times`` threads each open a ``Queue`` on ``target`` at once and call ``use`` on it; the
+    leaselab errors they met (an empty list when every one opened and used it)."""
+    from leaselab import LeaselabError, Queue
+
+    errors: list[Exception] = []
+
+    def open_one() -> None:
+        try:
+            with Queue(target) as q:
+                use(q)
+        except LeaselabError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=open_one) for _ in range(times)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return errors
 
 
 def fresh_database(server, prefix: str) -> str:

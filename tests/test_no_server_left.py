@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from browser_support import descendants
-from leaselab.lessons.pgserver import LABEL_VARIABLE, PgNotRunning, PgServer, PgStartFailed, PgUnavailable, find_bin_dir
+from leaselab.lessons.pgserver import LABEL_VARIABLE, PgNotRunning, PgServer, PgStartFailed
 from polling import pid_gone, wait_until
 from servers import labelled_servers, server_leftovers, servers_left_running, wait_nothing_left
 
@@ -49,14 +49,6 @@ if "exit" not in sys.argv:
 """
 
 
-@pytest.fixture
-def bin_dir() -> Path:
-    try:
-        return find_bin_dir()
-    except PgUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
 
 
 def owner_env(tmp: Path) -> dict[str, str]:

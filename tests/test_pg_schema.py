@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 import history
-from leaselab import LeaselabError, Queue, Status, Worker
+from leaselab import Queue, Status, Worker
+from servers import open_at_once
 
 try:
     import psycopg
@@ -223,21 +223,7 @@ def test_sixteen_queues_opening_a_version_1_database_at_once_upgrade_it_once(pg_
     version_1_database(pg_url)
     raw(pg_url, "UPDATE jobs SET lease_until = 'NaN' WHERE id = 2")
     raw(pg_url, "UPDATE jobs SET run_at = 'Infinity' WHERE id = 5")
-    errors: list = []
-
-    def open_one():
-        try:
-            with Queue(pg_url) as q:
-                q.stats()
-        except LeaselabError as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_one) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    assert open_at_once(pg_url, lambda q: q.stats()) == []
     assert raw(pg_url, "SELECT job_id, count(*) FROM events WHERE kind = 'dead' GROUP BY job_id ORDER BY 1") == [
         (2, 1), (5, 1)]
     assert mark(pg_url) == [("leaselab queue, schema 2", "leaselab queue, schema 2")]

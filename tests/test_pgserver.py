@@ -11,18 +11,10 @@ import tempfile
 
 import pytest
 
-from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
+from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, find_bin_dir
 from polling import wait_until
 
 
-@pytest.fixture
-def bin_dir():
-    try:
-        return find_bin_dir()
-    except PgUnavailable as exc:
-        if os.environ.get("CI"):
-            pytest.fail(str(exc))
-        pytest.skip(str(exc))
 
 
 def _postmaster_alive(folder) -> bool:

@@ -15,7 +15,6 @@ import pytest
 
 from leaselab import (
     Backoff,
-    LeaselabError,
     ManualClock,
     NotALeaselabDatabase,
     Queue,
@@ -37,6 +36,7 @@ from leaselab.lessons.pgserver import free_port  # noqa: E402
 from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
 from leaselab.lessons.skew import SKEWED_WORKER  # noqa: E402
 from polling import wait_until  # noqa: E402
+from servers import open_at_once  # noqa: E402
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
@@ -258,21 +258,7 @@ def test_a_newer_schema_is_refused(pg_url):
 
 
 def test_sixteen_queues_opening_a_new_database_at_once_create_the_schema_once(pg_url):
-    errors: list = []
-
-    def open_one():
-        try:
-            with Queue(pg_url) as q:
-                q.enqueue("x")
-        except LeaselabError as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=open_one) for _ in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert errors == []
+    assert open_at_once(pg_url, lambda q: q.enqueue("x")) == []
     with Queue(pg_url) as q:
         assert q.stats()["pending"] == 16
 
