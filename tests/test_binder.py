@@ -28,20 +28,9 @@ LANGS = ("ru",)  # the languages nbval does not run (testpaths): see the docstri
 
 pytestmark = pytest.mark.binder
 
-# Runs inside the fresh environment: execute one notebook in its folder, named like its language
-# (lessons read their language from it), and write the result beside it. A cell's timeout only
-# bounds a failure: lessons run side by side here, on a machine the rest of the suite shares.
-RUNNER = r"""
-import sys
-from pathlib import Path
-import nbformat
-from nbclient import NotebookClient
-
-path = Path(sys.argv[1])
-nb = nbformat.read(path, as_version=4)
-NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
-nbformat.write(nb, path.with_suffix(".out.ipynb"))
-"""
+# Runs each notebook inside the fresh environment, in its folder (named like its language: lessons
+# read their language from it), writing the result beside it.
+RUN_NOTEBOOK = Path(__file__).resolve().parent / "run_notebook.py"
 
 # Lessons at once, each in its own kernel and process: they wait on their workers far more than they
 # compute, and each makes its own scratch folders, ports and servers, as under nbval side by side.
@@ -126,8 +115,8 @@ def test_the_lessons_run_in_a_fresh_environment_made_only_from_binder(memory_pat
     nbformat.write(probe, memory_path / "run" / "probe.ipynb")
 
     def execute(notebook: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([str(python), "-c", RUNNER, str(notebook)], cwd=memory_path / "run", env=env,
-                              capture_output=True, text=True, timeout=1200)
+        return subprocess.run([str(python), str(RUN_NOTEBOOK), str(notebook), "--out", str(notebook.with_suffix(".out.ipynb"))],
+                              cwd=memory_path / "run", env=env, capture_output=True, text=True, timeout=1200)
 
     # Last lesson first: the later lessons run longest (7 runs the audit, 6 a server), so the last to start is short.
     order = sorted(copies, reverse=True) + [memory_path / "run" / "probe.ipynb"]

@@ -319,3 +319,36 @@ def test_a_fleet_given_an_actions_file_records_there_and_not_beside_the_queue(tm
     fleet.kill(fleet.spawn(lease=2.0))
     assert [json.loads(line)["action"] for line in record.read_text().splitlines()][:2] == ["spawn", "kill"]
     assert not faults_path(fleet.path).exists()
+
+
+SPINNER = '''
+import time
+
+def spin(job):
+    end = time.monotonic() + job.payload["seconds"]
+    while time.monotonic() < end:
+        pass
+'''
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_pause_returns_once_the_worker_is_stopped_even_when_it_waits_for_the_cpu(fleet, tmp_path):
+    """kill(SIGSTOP) returns once the signal is sent; a worker that is runnable but not running (here it
+    shares one CPU with this thread) goes on until it is scheduled. pause() waits until it is stopped."""
+    (tmp_path / "spinner.py").write_text(SPINNER)
+    job_id = fleet.queue.enqueue({"seconds": 60})
+    name = fleet.spawn("spinner:spin", lease=30.0)
+    wait_until(claimed_by(fleet.queue, name), message="the worker to claim the spinning job")
+    pid = fleet.pid(name)
+    cpu = min(os.sched_getaffinity(0))
+    mine = os.sched_getaffinity(0)
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(thread), {cpu})
+    os.sched_setaffinity(0, {cpu})
+    try:
+        fleet.pause(name)
+        state = process_state(pid)
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert state == "T", f"pause() returned with the worker in state {state!r}"
+    assert fleet.queue.get(job_id).worker == name

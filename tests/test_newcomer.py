@@ -143,13 +143,7 @@ class Api:
             return exc.code, exc.read().decode(errors="replace")
 
 
-RUN_ALL = r"""
-import json, sys
-import nbformat, nbclient
-nb = nbformat.reads(open(sys.argv[1], encoding="utf-8").read(), as_version=4)
-nbclient.NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": sys.argv[2]}}).execute()
-open(sys.argv[1], "w", encoding="utf-8").write(nbformat.writes(nb))
-"""
+RUN_NOTEBOOK = Path(__file__).resolve().parent / "run_notebook.py"
 
 
 def run_and_save(api: Api, python: Path, root: Path, lesson: str, env: dict[str, str], scratch: Path) -> dict:
@@ -158,7 +152,7 @@ def run_and_save(api: Api, python: Path, root: Path, lesson: str, env: dict[str,
     assert status == 200, f"GET {lesson}: {status} {model}"
     path = scratch / "lesson.ipynb"
     path.write_text(json.dumps(model["content"]), encoding="utf-8")
-    done = subprocess.run([str(python), "-c", RUN_ALL, str(path), str(root / Path(lesson).parent)],
+    done = subprocess.run([str(python), str(RUN_NOTEBOOK), str(path), "--in", str(root / Path(lesson).parent)],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"running {lesson} failed:\n{done.stderr[-3000:]}"
     content = json.loads(path.read_text(encoding="utf-8"))

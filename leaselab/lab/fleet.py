@@ -218,6 +218,19 @@ def process_state(pid: int) -> str | None:
     return text[text.rfind(")") + 2:].split(" ", 1)[0]  # the name in parentheses may hold spaces
 
 
+# How long pause() waits for the kernel to show a SIGSTOPped worker stopped (a loaded machine may
+# take a moment to schedule it) before it carries on anyway.
+STOP_TIMEOUT = 5.0
+
+
+def _wait_stopped(pid: int, timeout: float) -> None:
+    """Return once ``pid`` is stopped ('T', or 't' under a tracer), has ended, or ``timeout`` passed
+    (also at once where there is no /proc to tell)."""
+    deadline = time.monotonic() + timeout
+    while process_state(pid) not in ("T", "t", "Z", None) and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 class Fleet:
     """Owns the worker processes of one queue file.
 
@@ -398,6 +411,9 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             proc = self._alive(name, "pause")
             if proc.paused_at is None:
                 os.kill(proc.popen.pid, sig)
+                # kill() returns once the signal is sent, not once it has landed: a worker waiting
+                # for a CPU runs on (and may commit a claim) until it is next scheduled.
+                _wait_stopped(proc.popen.pid, STOP_TIMEOUT)
                 proc.paused_at = self.clock()
                 # Read after the stop: a frozen process can no longer claim or let go.
                 held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
