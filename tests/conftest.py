@@ -18,7 +18,7 @@ from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import pid_gone
 from procs import shut_down
-from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
+from servers import BACKENDS, DatabasePool, in_memory, pg_bin_dir, servers_left_running, start_pg_server
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
 # Every server the run starts, in any process below it, is named after the run (its cluster_name,
@@ -50,24 +50,22 @@ def pytest_sessionfinish(session):
 
 # -- scratch in memory ------------------------------------------------------------------------------
 # A test that writes hundreds of megabytes it throws away (a virtual environment with JupyterLab)
-# writes them to memory: on the disk, that flood of dirty pages once kept a crashed server's
-# processes in their writes for a minute beside it, side by side in CI, and its restart never came back.
-MEMORY = Path("/dev/shm")
-MEMORY_ROOM = 2 << 30  # bytes free it needs, or the test writes under tmp_path after all
+# writes them to memory (servers.in_memory), where they hold up no other test's writes to the disk.
 
 
 @pytest.fixture
 def memory_path(tmp_path: Path):
-    """A fresh folder on /dev/shm (a tmpfs) when it has ``MEMORY_ROOM`` free, else ``tmp_path``; removed at teardown."""
-    if not (MEMORY.is_dir() and os.access(MEMORY, os.W_OK) and shutil.disk_usage(MEMORY).free >= MEMORY_ROOM):
+    """A fresh folder in memory (``servers.in_memory``) when there is room, else ``tmp_path``; removed at teardown."""
+    memory = in_memory()
+    if memory is None:
         yield tmp_path
         return
     # Named after this process: one left by a process that was killed is removed by the next run.
-    for left in MEMORY.glob("leaselab-test-*-*"):
+    for left in memory.glob("leaselab-test-*-*"):
         owner = left.name.split("-")[2]
         if owner.isdigit() and pid_gone(int(owner)):
             shutil.rmtree(left, ignore_errors=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"leaselab-test-{os.getpid()}-", dir=MEMORY))
+    folder = Path(tempfile.mkdtemp(prefix=f"leaselab-test-{os.getpid()}-", dir=memory))
     try:
         yield folder
     finally:

@@ -7,9 +7,11 @@ test module's ``from conftest import ...`` may get the lessons' one.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import threading
 import time
+from pathlib import Path
 from typing import Callable
 
 import pytest
@@ -23,14 +25,30 @@ BACKENDS = ("sqlite", "postgresql")
 IN_PROCESS_BACKENDS = BACKENDS + ("apsw",)
 
 
+# Memory, for what the suite writes and throws away: a crashed server's restart once waited a minute
+# and more behind other tests' writes to the disk (a virtual environment being installed, benchmarks
+# flushing), side by side in CI, and never came back in time.
+MEMORY = Path("/dev/shm")
+MEMORY_ROOM = 2 << 30  # bytes free it needs, or the disk serves after all
+
+
+def in_memory() -> Path | None:
+    """/dev/shm when it is a writable folder with ``MEMORY_ROOM`` free (a tmpfs: nothing written there
+    waits on a disk), else None."""
+    if MEMORY.is_dir() and os.access(MEMORY, os.W_OK) and shutil.disk_usage(MEMORY).free >= MEMORY_ROOM:
+        return MEMORY
+    return None
+
+
 def start_pg_server(**options):
-    """A throw-away PostgreSQL cluster. Without PostgreSQL the test that needs it skips with the
-    reason, except in CI (``CI`` set), where it fails: CI must run them all."""
+    """A throw-away PostgreSQL cluster, its folder in memory when there is room (``in_memory``).
+    Without PostgreSQL the test that needs it skips with the reason, except in CI (``CI`` set),
+    where it fails: CI must run them all."""
     from leaselab.lessons.pgserver import PgServer, PgUnavailable
 
     try:
         import psycopg  # noqa: F401  (the postgres extra)
-        return PgServer(**options).start()
+        return PgServer(**{"parent": in_memory(), **options}).start()
     except (ImportError, PgUnavailable) as exc:
         _unavailable(exc)
 

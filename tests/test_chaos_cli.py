@@ -19,15 +19,22 @@ from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
 from leaselab.errors import FaultNotApplicable, UnknownFault
 from polling import pid_gone, wait_until
-from servers import needs_postgres
+from servers import in_memory, needs_postgres
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
 
 
+def memory_tmpdir() -> dict[str, str]:
+    """TMPDIR for a ``leaselab chaos`` run: in memory when there is room, so the throw-away server it
+    starts and crashes there waits on no disk (``servers.in_memory``)."""
+    memory = in_memory()
+    return {"TMPDIR": str(memory)} if memory is not None else {}
+
+
 def chaos(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m leaselab chaos ARGS`` in ``tmp_path``, with the tests' handlers importable."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]), **memory_tmpdir())
     return subprocess.run([sys.executable, "-m", "leaselab", "chaos", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
@@ -176,7 +183,7 @@ def test_a_queue_that_already_holds_jobs_is_refused(tmp_path):
 
 def test_ctrl_c_stops_every_worker_and_removes_the_throw_away_server(tmp_path):
     needs_postgres()
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), **memory_tmpdir())
     proc = subprocess.Popen([sys.executable, "-m", "leaselab", "chaos", "--db", "postgresql", "--handler",
                              "leaselab.lessons.demo:task", "--seconds", "120", "--payload", '{"seconds": 0.05}'],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

@@ -11,7 +11,7 @@ import tempfile
 
 import pytest
 
-from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, find_bin_dir
+from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
 from polling import wait_until
 
 
@@ -169,3 +169,15 @@ def test_server_settings_that_could_break_the_server_or_its_urls_are_refused_bef
                                                                                               message):
     with pytest.raises(ValueError, match=message):
         PgServer(bin_dir, settings=settings)
+
+
+def test_a_server_given_a_parent_folder_lives_in_it_and_leaves_it_as_it_found_it(bin_dir, open_dir, tmp_path):
+    # open_dir: as root the server runs as its own user, who must pass through the parent.
+    with PgServer(bin_dir, parent=open_dir) as server:
+        assert server.folder.parent == open_dir and server.setting("port") == str(server.port)
+    assert list(open_dir.iterdir()) == []
+    with pytest.raises(ValueError, match="parent must be an existing folder"):
+        PgServer(bin_dir, parent=open_dir / "nowhere")
+    if os.geteuid() == 0:  # the server's user cannot enter a root-only folder: said before anything starts
+        with pytest.raises(PgUnavailable, match="cannot enter"):
+            PgServer(bin_dir, parent=tmp_path).start()

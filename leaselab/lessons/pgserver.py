@@ -171,11 +171,17 @@ class PgServer:
     """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
 
     def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0, *, fsync: bool = False,
-                 settings: dict[str, str | int | float] | None = None):
+                 settings: dict[str, str | int | float] | None = None, parent: str | os.PathLike | None = None):
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         self.timeout = timeout
         self.fsync = bool(fsync)
         self.settings = _checked_settings(settings or {})
+        # Where the server's folder is made: the temp folder by default (or /tmp, for a server user who
+        # cannot reach it); a test suite gives a folder in memory, so no other program's writes to the
+        # disk can hold up the server's.
+        self.parent = Path(parent) if parent is not None else None
+        if self.parent is not None and not self.parent.is_dir():
+            raise ValueError(f"parent must be an existing folder, got {str(parent)!r}")
         self.port: int | None = None
         self.folder: Path | None = None
         self._user = _run_as()
@@ -238,7 +244,12 @@ class PgServer:
         label = os.environ.get(LABEL_VARIABLE)
         if label is not None and not _LABEL.fullmatch(label):
             raise ValueError(f"{LABEL_VARIABLE} must be up to 63 letters, digits or _.:- , got {label!r}")
-        parent = _parent_for(self._user) or tempfile.gettempdir()
+        if self.parent is None:
+            parent = _parent_for(self._user) or tempfile.gettempdir()
+        elif self._user is not None and not reachable_by(self.parent, self._user):
+            raise PgUnavailable(f"the server runs as {self._user.pw_name}, who cannot enter {self.parent}")
+        else:
+            parent = str(self.parent)
         uid, gid = (self._user.pw_uid, self._user.pw_gid) if self._user is not None else (-1, -1)
         self._owner = os.getpid()
         _LIVE.add(self)
