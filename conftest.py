@@ -56,7 +56,7 @@ QUICK = (
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
-                     help="only the library and the backend contract (conftest.QUICK): about a minute")
+                     help="only the library and the backend contract (conftest.QUICK): under a minute")
 
 
 def pytest_ignore_collect(collection_path, config):
