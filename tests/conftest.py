@@ -135,7 +135,6 @@ def pg_url(pg_databases) -> str:
     pg_databases.give_back(url)
 
 
-
 @pytest.fixture
 def pg_queue_url(pg_queues) -> str:
     """The URL of a new database holding a new, empty queue, as ``Queue`` makes it on first open

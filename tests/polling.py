@@ -6,12 +6,12 @@ the wrong one."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from leaselab import lessons
+from leaselab.lab.fleet import process_state  # the fleet's own reading of /proc, shared
 
 # Generous: the machine is shared and has two cores. A deadline only bounds a failure, never a success.
 DEFAULT_TIMEOUT = 20.0
@@ -24,16 +24,6 @@ def wait_until(condition: Callable[[], object], timeout: float = DEFAULT_TIMEOUT
         return lessons.wait_until(condition, timeout, interval, what=message)
     except TimeoutError as exc:
         pytest.fail(str(exc))
-
-
-def process_state(pid: int) -> str | None:
-    """The one-letter state in /proc/PID/stat ('R', 'S', 'T', 'Z', ...), or None if the pid is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # The command name in parentheses may hold spaces; the state follows the last ')'.
-    return stat[stat.rindex(")") + 2]
 
 
 def pid_gone(pid: int) -> bool:

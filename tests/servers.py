@@ -6,6 +6,7 @@ test module's ``from conftest import ...`` may get the lessons' one.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -101,13 +102,17 @@ def open_at_once(target: str, use: Callable, times: int = 16) -> list[Exception]
     return errors
 
 
+_DATABASES = itertools.count(1)  # next() on it is one step: pools' threads and tests may ask at once
+
+
+def database_name(prefix: str) -> str:
+    """A database name no other test of this run is given: ``prefix``, this process's pid, a count."""
+    return f"{prefix}{os.getpid()}_{next(_DATABASES)}"
+
+
 def fresh_database(server, prefix: str) -> str:
     """The URL of a new, empty database on ``server``, its name unique in this run."""
-    fresh_database.count += 1
-    return server.create_database(f"{prefix}{os.getpid()}_{fresh_database.count}")
-
-
-fresh_database.count = 0
+    return server.create_database(database_name(prefix))
 
 
 class DatabasePool:
@@ -131,7 +136,6 @@ class DatabasePool:
         self._admin = psycopg.connect(server.url("postgres"), autocommit=True)
         self._ready: list[object] = []   # URLs, or the exception that stopped the making
         self._used: list[str] = []       # names to drop
-        self._count = 0
         self._changed = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name=f"databases-{prefix}", daemon=True)
@@ -149,8 +153,7 @@ class DatabasePool:
                 if dropping is not None:
                     self._admin.execute(f'DROP DATABASE IF EXISTS "{dropping}" WITH (FORCE)')
                     continue
-                self._count += 1
-                name = f"{self.prefix}{os.getpid()}_{self._count}"
+                name = database_name(self.prefix)
                 self._admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{self.template}"')
                 made: object = self.server.url(name)
             except Exception as exc:  # noqa: BLE001 - a failed drop is harmless; a failed make goes to take()

@@ -21,16 +21,13 @@ import nbformat
 import pytest
 
 from polling import wait_until
+from procs import RUN_NOTEBOOK
 
 ROOT = Path(__file__).resolve().parents[1]
 BINDER = ROOT / "binder"
 LANGS = ("ru",)  # the languages nbval does not run (testpaths): see the docstring
 
 pytestmark = pytest.mark.binder
-
-# Runs each notebook inside the fresh environment, in its folder (named like its language: lessons
-# read their language from it), writing the result beside it.
-RUN_NOTEBOOK = Path(__file__).resolve().parent / "run_notebook.py"
 
 # Lessons at once, each in its own kernel and process: they wait on their workers far more than they
 # compute, and each makes its own scratch folders, ports and servers, as under nbval side by side.

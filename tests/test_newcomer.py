@@ -34,6 +34,7 @@ from pathlib import Path
 import pytest
 
 from browser_support import descendants, free_port, kill_all, wait_for
+from procs import RUN_NOTEBOOK
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
@@ -141,9 +142,6 @@ class Api:
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode(errors="replace")
-
-
-RUN_NOTEBOOK = Path(__file__).resolve().parent / "run_notebook.py"
 
 
 def run_and_save(api: Api, python: Path, root: Path, lesson: str, env: dict[str, str], scratch: Path) -> dict:
