@@ -13,12 +13,19 @@ Without xdist (``pytest -n 0``, or pytest alone) the order is the same.
 
 from __future__ import annotations
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
+
+# The suite's helpers (tests/binder_env.py here) are top-level modules of tests/, as its test modules import them.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 
 # Markers and files, longest first: what a worker should take before anything else. A test's tier is
 # the first entry that matches it; everything else keeps its place after them.
 LONGEST_FIRST = (
-    "binder",                      # a pip install of JupyterLab, then every Russian lesson (7 minutes)
+    "binder",                      # makes the environment binder/ installs (a minute), which the lessons run in
     "tests/test_browser.py",       # JupyterLab in Chromium, in both languages
     "chaos",                       # fault-injection runs with real processes
     "tests/test_newcomer.py",      # a clone, a venv, the README line by line
@@ -57,6 +64,23 @@ QUICK = (
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true",
                      help="only the library and the backend contract (conftest.QUICK): under a minute")
+
+
+def pytest_configure(config):
+    # The run's first process names the run: its xdist workers inherit the variable, and what they share
+    # (the binder's environment: tests/binder_env.py) is named by it. A pytest run inside a test is a
+    # run of its own.
+    if not hasattr(config, "workerinput"):
+        from binder_env import RUN_OWNER
+
+        os.environ[RUN_OWNER] = str(os.getpid())
+
+
+def pytest_unconfigure(config):
+    if not hasattr(config, "workerinput"):
+        from binder_env import remove_own
+
+        remove_own()
 
 
 def pytest_ignore_collect(collection_path, config):

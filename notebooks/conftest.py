@@ -1,13 +1,32 @@
-"""nbval runs the lessons as tests. A lesson that starts its own PostgreSQL server (lesson 6) skips,
-with the reason, on a machine without PostgreSQL or psycopg, except in CI (``CI`` set), which
-must run them all, as ``tests/conftest.py`` does for the PostgreSQL tests."""
+"""nbval runs the lessons as tests, each in a kernel of the environment binder/ installs.
+
+- The kernel (``binder_env.KERNEL``, named in ``addopts``) is the Python of the fresh environment
+  ``tests/binder_env.py`` makes once per run from ``binder/requirements.txt``: a lesson that passes
+  here runs on what mybinder.org installs, and on nothing the tests installed beside it.
+- Each lesson's kernel gets a TMPDIR of its own. Once the kernel has stopped, no scratch folder may
+  be left in it and no process may name it (a worker, or lesson 6's server, whose data folder is
+  there): the lesson's last cell fails at teardown otherwise.
+- A lesson that starts its own PostgreSQL server (lesson 6) skips, with the reason, on a machine
+  without PostgreSQL or psycopg, except in CI (``CI`` set), which must run them all, as
+  ``tests/conftest.py`` does for the PostgreSQL tests.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's helpers
+import binder_env  # noqa: E402
+from polling import wait_until  # noqa: E402
+from servers import processes_naming  # noqa: E402
+
+# A lesson's janitor (lessons.cleanup_at_exit) outlives its kernel by 2 s on purpose.
+LEFT_BEHIND_WAIT = 10
 
 NEEDS_A_SERVER = "PgServer("  # what a lesson that starts its own server has in a code cell
 
@@ -37,3 +56,50 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if Path(str(item.fspath)) in needing:
             item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def _is_lesson(item: pytest.Item) -> bool:
+    return item.path.suffix == ".ipynb"
+
+
+def _scratch(item: pytest.Item) -> Path:
+    return binder_env.home() / "tmp" / f"{item.path.parent.name}-{item.path.stem}"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    # Around nbval's own setup, which starts the notebook's kernel at its first cell: the kernel
+    # inherits these variables from this process, which gets its own back at once.
+    if not _is_lesson(item) or item.get_closest_marker("skip") is not None:
+        return (yield)
+    folder = binder_env.ensure()
+    scratch = _scratch(item)
+    scratch.mkdir(parents=True, exist_ok=True)
+    saved = {name: os.environ.get(name) for name in ("JUPYTER_PATH", "TMPDIR")}
+    os.environ.update(binder_env.kernel_lookup(folder), TMPDIR=str(scratch))
+    try:
+        return (yield)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    if _is_lesson(item) and (nextitem is None or nextitem.path != item.path) and _scratch(item).exists():
+        # nbval's teardown of the notebook, just done, stopped its kernel.
+        scratch = _scratch(item)
+
+        def left() -> list[str]:
+            return [p.name for p in scratch.iterdir()] + processes_naming(str(scratch))
+
+        try:
+            wait_until(lambda: not left(), LEFT_BEHIND_WAIT, interval=0.25, message="the lesson to leave nothing")
+        except pytest.fail.Exception:
+            pytest.fail(f"{item.path.name} left behind, {LEFT_BEHIND_WAIT} s after its kernel stopped: {left()}")
+        shutil.rmtree(scratch, ignore_errors=True)
+    return result

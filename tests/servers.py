@@ -198,7 +198,7 @@ def server_leftovers(folder: str | os.PathLike, port: int | None, *pids: int) ->
     """What a server that lived in ``folder`` on ``port`` left behind: processes that name its folder
     (the postmaster), any of ``pids`` still alive, the folder itself, and a port that still answers."""
     folder = str(folder)
-    left = [f"pid {pid} ({' '.join(argv)})" for pid, argv in _processes() if any(folder in a for a in argv)]
+    left = processes_naming(folder)
     left += [f"pid {pid} ({' '.join(_argv(pid)) or '?'})" for pid in pids if not pid_gone(pid)]
     if os.path.lexists(folder):
         left.append(f"the folder {folder} (holding {sorted(os.listdir(folder)) if os.path.isdir(folder) else '?'})")
@@ -251,6 +251,11 @@ def _argv(pid: int) -> list[str]:
             return [os.fsdecode(a) for a in fh.read().split(b"\0")[:-1]]
     except OSError:
         return []
+
+
+def processes_naming(text: str) -> list[str]:
+    """Every live process with ``text`` in one of its arguments (a postmaster's -D, a worker's --db), as "pid N (argv)"."""
+    return [f"pid {pid} ({' '.join(argv)})" for pid, argv in _processes() if pid != os.getpid() and any(text in a for a in argv)]
 
 
 def _processes() -> list[tuple[int, list[str]]]:

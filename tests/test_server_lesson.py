@@ -180,8 +180,8 @@ def _left_behind(folder: Path, timeout: float = 15.0) -> tuple[list[str], list[s
         time.sleep(0.2)
 
 
-# Lesson 6 run to its end leaves no server, process or folder: tests/test_binder.py runs every
-# Russian lesson in a fresh environment with a TMPDIR of its own and checks exactly that.
+# Lesson 6 run to its end leaves no server, process or folder: nbval runs every lesson with a TMPDIR
+# of its own and checks exactly that once its kernel has stopped (notebooks/conftest.py).
 
 
 def test_a_kernel_killed_after_lesson_six_started_its_server_leaves_nothing(private_tmp):
