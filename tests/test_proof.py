@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import sqlite3
+import subprocess
+import sys
+
 import pytest
 
+from leaselab import Queue
 from leaselab.chaos import proof
 from leaselab.chaos.texts import text
+from polling import process_state, wait_until
 
 PLAIN = '''
 from leaselab.lessons import effects, gates
@@ -63,3 +70,61 @@ def test_a_fix_that_fails_every_first_attempt_on_purpose_is_over_its_budget_of_a
                                                  "        raise RuntimeError('not yet')\n")
     line = proof.grade(wasteful, tmp_path, "en")
     assert line.startswith(text("proof_wrong", "en", detail=text("proof_after", "en"))) and "over the budget" in line
+
+
+# A worker whose other thread takes the queue's write lock again and again, on one CPU shared with
+# two spinning processes: when its handler freezes, it is runnable but seldom running.
+BUSY_VICTIM = r'''
+import os, sqlite3, sys, threading, time
+from types import SimpleNamespace
+from leaselab.lessons import gates
+
+db, cpu = sys.argv[1], int(sys.argv[2])
+os.sched_setaffinity(0, {cpu})  # the threads and the watcher process started below inherit it
+
+def write_again_and_again():
+    conn = sqlite3.connect(db, timeout=60, isolation_level=None)
+    while True:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO side VALUES (1)")
+        conn.execute("COMMIT")
+        time.sleep(0.001)  # as a heartbeat, the lock is free most of the time (the watcher gets it)
+
+threading.Thread(target=write_again_and_again, daemon=True).start()
+os.environ["LEASELAB_DB"] = db
+print("ready", flush=True)
+sys.stdin.readline()  # once the spinners run
+gates.freeze_until_done_by_another(SimpleNamespace(id=1, attempts=1))
+'''
+SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+def test_the_freeze_after_the_payment_stops_the_worker_holding_no_write_lock(tmp_path):
+    """kill(SIGSTOP) returns once the signal is queued, and a worker waiting for a CPU runs on: the
+    watcher keeps the write lock until the kernel shows the worker stopped, so it is never frozen
+    inside a write, which would stall every other worker of the file."""
+    db = tmp_path / "q.db"
+    with Queue(db) as q:
+        q.enqueue({"n": 1})
+    sqlite3.connect(db, isolation_level=None).execute("CREATE TABLE side (x)")
+    cpu = min(os.sched_getaffinity(0))
+    victim = subprocess.Popen([sys.executable, "-c", BUSY_VICTIM, str(db), str(cpu)], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    spinners: list[subprocess.Popen] = []
+    try:
+        assert victim.stdout.readline().strip() == "ready"
+        spinners += [subprocess.Popen([sys.executable, "-c", SPIN, str(cpu)]) for _ in range(2)]
+        victim.stdin.write("go\n")
+        victim.stdin.flush()
+        wait_until(lambda: process_state(victim.pid) == "T", 30, message="the frozen worker to be stopped")
+        other = sqlite3.connect(db, timeout=3, isolation_level=None)
+        try:
+            other.execute("BEGIN IMMEDIATE")  # raises "database is locked" if the worker froze inside a write
+            other.execute("UPDATE jobs SET status = 'done', attempts = 2 WHERE id = 1")  # the watcher ends
+            other.execute("COMMIT")
+        finally:
+            other.close()
+    finally:
+        for proc in spinners + [victim]:
+            proc.kill()
+            proc.wait()

@@ -63,6 +63,11 @@ while not done_by_another() and time.time() < until:
         lock.execute("BEGIN IMMEDIATE")
         try:
             os.kill(pid, signal.SIGSTOP)
+            # kill() returns once the signal is queued: a worker that waits for a CPU runs on until it
+            # is next scheduled, and would take the lock the moment it is let go, then stop holding it.
+            held_until = time.monotonic() + 5
+            while not stopped() and time.monotonic() < held_until:
+                time.sleep(0.001)
         finally:
             lock.execute("ROLLBACK")
     time.sleep(0.05)
