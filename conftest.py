@@ -29,9 +29,12 @@ LONGEST_FIRST = (
     "tests/test_browser.py",       # JupyterLab in Chromium, in both languages
     "chaos",                       # fault-injection runs with real processes
     "tests/test_newcomer.py",      # a clone, a venv, the README line by line
-    "notebooks/",                  # one group per lesson, each a minute or so
     "tests/test_server_lesson.py",
     "build",
+    # One group per lesson, each a minute or so, after the two above: a lesson's kernel needs the
+    # binder's environment, which the binder test is making meanwhile (a worker taking a lesson
+    # sooner waited for it, idle: 148 s in a run of five workers).
+    "notebooks/",
 )
 
 
