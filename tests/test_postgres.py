@@ -426,6 +426,9 @@ def test_a_server_restart_is_one_transient_error_then_the_queue_carries_on_with_
             assert [q.get(i).result for i in ids] == ["before", "after"]
 
 
+RESYNC_STEP_BACK = 0.25  # seconds: half of a slow round trip to a local server, with room
+
+
 def test_the_server_clock_is_read_once_per_resync_not_once_per_call(pg_url, monkeypatch):
     from leaselab.backends.postgres import backend
 
@@ -439,7 +442,9 @@ def test_the_server_clock_is_read_once_per_resync_not_once_per_call(pg_url, monk
         monkeypatch.setattr(backend, "CLOCK_RESYNC", 0.0)  # every call reads the server again
         seen.clear()
         after = q.clock()
-        assert seen == [sql.SERVER_NOW.strip()] and before <= after < before + 5
+        # A reading is placed at the midpoint of its round trip (backend.now), so a resync may step back
+        # by up to half a round trip: 0.7 ms was seen on a loaded machine. Not more than that.
+        assert seen == [sql.SERVER_NOW.strip()] and before - RESYNC_STEP_BACK <= after < before + 5
 
 
 # -- the worker's hot path: one statement, one round trip --------------------------------------
