@@ -90,9 +90,9 @@ def pytest_runtest_setup(item):
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item, nextitem):
     result = yield
-    if _is_lesson(item) and (nextitem is None or nextitem.path != item.path) and _scratch(item).exists():
+    scratch = _scratch(item) if _is_lesson(item) else None
+    if scratch is not None and (nextitem is None or nextitem.path != item.path) and scratch.exists():
         # nbval's teardown of the notebook, just done, stopped its kernel.
-        scratch = _scratch(item)
 
         def left() -> list[str]:
             return [p.name for p in scratch.iterdir()] + processes_naming(str(scratch))

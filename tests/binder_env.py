@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NoReturn
 
 from polling import pid_gone
 from servers import in_memory
@@ -99,17 +100,13 @@ def _build(folder: Path) -> None:
                              cwd=ROOT, env=clean_environment(folder), capture_output=True, text=True,
                              timeout=INSTALL_TIMEOUT)
     if install.returncode != 0:
-        said = f"pip install -r {REQUIREMENTS} exited {install.returncode}:\n{install.stderr[-3000:]}"
-        (folder / "failed").write_text(said, encoding="utf-8")
-        raise BinderEnvFailed(said)
+        _failed(folder, f"pip install -r {REQUIREMENTS} exited {install.returncode}:\n{install.stderr[-3000:]}")
     # What a lesson's kernel imports, once, in one process: the lessons' packages are there (else
     # every lesson would fail on its first cell), and the kernels that start side by side find them
     # compiled instead of each compiling them again.
     warm = run_python(folder, "-c", LESSON_IMPORTS)
     if warm.returncode != 0:
-        said = f"binder/requirements.txt installs no {LESSON_IMPORTS!r}:\n{warm.stderr[-3000:]}"
-        (folder / "failed").write_text(said, encoding="utf-8")
-        raise BinderEnvFailed(said)
+        _failed(folder, f"{REQUIREMENTS} installs no {LESSON_IMPORTS!r}:\n{warm.stderr[-3000:]}")
     spec = folder / "jupyter" / "kernels" / KERNEL
     spec.mkdir(parents=True)
     env = clean_environment(folder)
@@ -130,6 +127,12 @@ def _sweep(parent: Path) -> None:
                 shutil.rmtree(left, ignore_errors=True)
             else:
                 left.unlink(missing_ok=True)
+
+
+def _failed(folder: Path, said: str) -> NoReturn:
+    """Say why the build failed, to this process and to every other one of the run that waits on it."""
+    (folder / "failed").write_text(said, encoding="utf-8")
+    raise BinderEnvFailed(said)
 
 
 def remove_own() -> None:

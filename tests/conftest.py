@@ -18,7 +18,7 @@ from leaselab.lessons.pgserver import LABEL_VARIABLE
 
 from polling import pid_gone
 from procs import shut_down
-from servers import BACKENDS, DatabasePool, in_memory, pg_bin_dir, servers_left_running, start_pg_server
+from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
 # Every server the run starts, in any process below it, is named after the run (its cluster_name,
@@ -46,30 +46,6 @@ def pytest_sessionfinish(session):
             else:
                 print(line, file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-# -- scratch in memory ------------------------------------------------------------------------------
-# A test that writes hundreds of megabytes it throws away (a virtual environment with JupyterLab)
-# writes them to memory (servers.in_memory), where they hold up no other test's writes to the disk.
-
-
-@pytest.fixture
-def memory_path(tmp_path: Path):
-    """A fresh folder in memory (``servers.in_memory``) when there is room, else ``tmp_path``; removed at teardown."""
-    memory = in_memory()
-    if memory is None:
-        yield tmp_path
-        return
-    # Named after this process: one left by a process that was killed is removed by the next run.
-    for left in memory.glob("leaselab-test-*-*"):
-        owner = left.name.split("-")[2]
-        if owner.isdigit() and pid_gone(int(owner)):
-            shutil.rmtree(left, ignore_errors=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"leaselab-test-{os.getpid()}-", dir=memory))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture

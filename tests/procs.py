@@ -10,7 +10,7 @@ from typing import Callable
 
 from polling import pid_gone
 
-# A program, run by the Python of another environment (the binder's, a fresh clone's): one notebook, Run All.
+# A program, run by the Python of another environment (a fresh clone's): one notebook, Run All.
 RUN_NOTEBOOK = Path(__file__).resolve().parent / "run_notebook.py"
 
 NOBODY = 65534  # uid and gid of "nobody": a user the permission bits apply to (root ignores them)

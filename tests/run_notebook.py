@@ -2,7 +2,7 @@
 Run All does, and write it with its outputs: ``python run_notebook.py NOTEBOOK [--in FOLDER] [--out PATH]``.
 
 A program, not a module the tests import: the tests run it with the Python of another environment
-(the binder's fresh one, a fresh clone's), which has nbclient but not this test suite. The kernel
+(a fresh clone's), which has nbclient but not this test suite. The kernel
 works in ``FOLDER`` (the notebook's own by default: lessons read their language from its name);
 the result goes to ``PATH`` (the notebook itself by default). A cell's timeout only bounds a failure.
 """

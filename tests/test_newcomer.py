@@ -350,7 +350,7 @@ def test_every_other_readme_command_works_as_written_from_a_fresh_clone(tmp_path
     assert unknown.returncode == 2 and "throughput" in unknown.stderr
 
     # ./dev test passes its words to pytest; ./dev build reaches notebooks/build.py.
-    # -n 0: one process for one small module, not four workers each collecting it.
+    # -n 0: one process for one small module, not a pool of workers each collecting it.
     done = sh(readme_command("run every test") + " -n 0 -q -p no:cacheprovider tests/test_backoff.py")
     assert done.returncode == 0 and " passed" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
     done = sh(readme_command("rebuild the lessons") + " --help")
