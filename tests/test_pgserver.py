@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 
 import pytest
 
@@ -129,6 +131,47 @@ def test_a_crashed_server_refuses_connections_then_recovers_on_the_same_url_with
         server.restart(down_for=0.2)
         assert psql(bin_dir, url, "SELECT count(*) FROM t").stdout.strip() == "1"
     assert not folder.exists() and not _postmaster_alive(folder)
+
+
+def _dialling(port: int, stop: threading.Event, sockets: list) -> None:
+    """Open TCP connections to ``port`` and never send a startup packet: clients whose network was cut."""
+    while not stop.is_set():
+        try:
+            sockets.append(socket.create_connection(("127.0.0.1", port), timeout=0.5))
+        except OSError:
+            pass
+        stop.wait(0.2)
+
+
+@pytest.mark.parametrize("stuck", ["a backend", "the postmaster"])
+def test_a_crash_ends_and_the_server_recovers_whatever_its_processes_and_clients_do(bin_dir, stuck):
+    """A server process that cannot act on SIGQUIT (stopped) holds up an immediate shutdown; PostgreSQL
+    SIGKILLs it after 5 s, once, and then waits for the "dead-end" children of the connections made
+    meanwhile, each waiting up to a minute for a startup packet. crash() must end it all the same,
+    so that recover() finds it stopped and starts it again (before, the postmaster was SIGKILLed after
+    a minute and its pid file left the server "running" for good)."""
+    import psycopg
+
+    with PgServer(bin_dir) as server:
+        url = server.create_database("stuck")
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE TABLE t (i int); INSERT INTO t VALUES (1)")
+            backend = conn.execute("SELECT pg_backend_pid()").fetchone()[0]
+            postmaster = int((server.data_dir / "postmaster.pid").read_text().split()[0])
+            os.kill(backend if stuck == "a backend" else postmaster, signal.SIGSTOP)
+            stop, sockets = threading.Event(), []
+            dialler = threading.Thread(target=_dialling, args=(server.port, stop, sockets))
+            dialler.start()
+            try:
+                server.crash()
+            finally:
+                stop.set()
+                dialler.join()
+                for sock in sockets:
+                    sock.close()
+        assert not server.running and not _postmaster_alive(server.folder)
+        server.recover()
+        assert psql(bin_dir, url, "SELECT i FROM t").stdout.strip() == "1"
 
 
 def test_with_a_lazy_wal_writer_a_crash_loses_asynchronous_commits_and_never_a_synchronous_one(bin_dir):

@@ -69,6 +69,7 @@ _OWN_SETTINGS = ("listen_addresses", "port", "unix_socket_directories", "fsync",
 # had been idle. At the largest delay it writes every 10 s and sleeps only after 500 s idle,
 # and no timed checkpoint (which writes all the WAL) comes in the way for a day.
 LAZY_WAL_WRITER = {"wal_writer_delay": "10s", "checkpoint_timeout": "1d"}
+PORT_RETAKE = 10.0  # seconds recover() tries to bind the server's own port again while another program holds it
 
 class PgUnavailable(RuntimeError):
     """Raised when no PostgreSQL server binaries (initdb, postgres) can be found on this machine."""
@@ -317,7 +318,9 @@ class PgServer:
     def crash(self) -> None:
         """Stop the server as a killed process stops: no checkpoint, every connection drops, its memory is lost.
 
-        The data folder stays; ``recover()`` starts the server on it again. The watchdog
+        An immediate shutdown (SIGQUIT) whose end does not depend on the clients: a server
+        process that does not quit within a second is SIGKILLed, and the postmaster itself
+        after ``pgwatchdog.HALT_TIMEOUT`` (``pgwatchdog.end_postmaster`` says why). The data folder stays; ``recover()`` starts the server on it again. The watchdog
         stays too: if this process dies before or after ``recover()``, the server is still
         stopped and its folder removed.
         """
@@ -335,11 +338,18 @@ class PgServer:
         """
         if self.folder is None or self.running:
             raise PgNotRunning(f"cannot recover {self!r}: it is " + ("running" if self.running else "stopped"))
-        logged = self._log_size()
-        started = self._serve(PgNotRunning)
-        if not started["ok"]:
-            raise PgStartFailed(f"the server did not start again on port {self.port} after a crash (another "
-                                f"process may have taken the port): {started['error']}{self._log(logged)}")
+        # The port is the clients' address and must stay; a program that took it meanwhile (any
+        # outgoing connection may get it as its own local port) usually lets it go in a moment.
+        deadline = time.monotonic() + PORT_RETAKE
+        while True:
+            logged = self._log_size()
+            started = self._serve(PgNotRunning)
+            if started["ok"]:
+                return
+            if "Address already in use" not in self._log(logged) or time.monotonic() > deadline:
+                raise PgStartFailed(f"the server did not start again on port {self.port} after a crash: "
+                                    f"{started['error']}{self._log(logged)}")
+            time.sleep(0.2)
 
     def restart(self, down_for: float = 0.0) -> None:
         """``crash()``, stay down for ``down_for`` seconds (clients meet a refused connection), then ``recover()``."""

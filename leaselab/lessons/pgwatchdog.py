@@ -36,8 +36,11 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+CHILDREN_GRACE = 1.0  # seconds a server's children have to act on SIGQUIT before they are SIGKILLed
+HALT_TIMEOUT = 10.0  # seconds an immediate shutdown may take before the postmaster is SIGKILLed too
 
 
 class WatchdogGone(RuntimeError):
@@ -146,15 +149,71 @@ def postmasters(data_dir: str | os.PathLike) -> list[int]:
 
 
 def end_server(data_dir: str | os.PathLike, grace: float = 5.0) -> None:
-    """End every server running on ``data_dir``: ``grace`` seconds to end on its own, then SIGQUIT, then SIGKILL."""
+    """End every server running on ``data_dir``: ``grace`` seconds to end on its own, then ``end_postmaster``."""
     left = _wait_gone(postmasters(data_dir), grace)  # a watchdog just killed: PR_SET_PDEATHSIG is ending it
-    for sig, wait in ((signal.SIGQUIT, 10.0), (signal.SIGKILL, 5.0)):
-        for pid in left:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        left = _wait_gone(left, wait)
+    for pid in left:
+        end_postmaster(pid, lambda wait, pid=pid: not _wait_gone([pid], wait), 10.0)
+    if left:
+        Path(data_dir, "postmaster.pid").unlink(missing_ok=True)  # a SIGKILLed postmaster's, if one was
+
+
+def end_postmaster(pid: int, ended: Callable[[float], bool], timeout: float) -> bool:
+    """An immediate shutdown of postmaster ``pid`` that ends within ``timeout`` seconds, whatever its children do.
+
+    SIGQUIT first (``pg_ctl stop -m immediate``): the postmaster tells its children to quit
+    and exits once they have, removing its shared memory and its pid file. A child that
+    does not act on SIGQUIT (one stopped, say) gets SIGKILL from the postmaster only after
+    5 s, and only once; a client that connects in the meantime gets a "dead-end" child,
+    which the postmaster then waits for, and which waits up to ``authentication_timeout``
+    (60 s) for a startup packet that a client cut off from the network never sends. So
+    after ``CHILDREN_GRACE`` every child still there is SIGKILLed, again each round, and
+    after ``timeout`` the postmaster too. ``ended(wait)`` says whether it has ended,
+    waiting up to ``wait`` seconds. True if it ended on SIGQUIT, without being SIGKILLed.
+    """
+    start = time.monotonic()
+    _signal(pid, signal.SIGQUIT)
+    while not ended(0.1):
+        waited = time.monotonic() - start
+        if waited > timeout:
+            _signal(pid, signal.SIGSTOP)  # it forks no child while its children are listed and ended
+            children = _children(pid)
+            _signal(pid, signal.SIGKILL)
+            for child in children:
+                _signal(child, signal.SIGKILL)
+            ended(5.0)
+            _wait_gone(children, 5.0)
+            return False
+        if waited > CHILDREN_GRACE:
+            for child in _children(pid):
+                _signal(child, signal.SIGKILL)
+    return True
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
+    found = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                fields = fh.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 1 and fields[1] == str(pid).encode():
+            found.append(int(entry))
+    return found
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def remove_folder(folder: str | os.PathLike, timeout: float = 5.0) -> None:
@@ -329,19 +388,25 @@ class _WatchdogProcess:
                 raise _OwnerGone
 
     def do_halt(self, command: dict) -> dict:
-        return {"ok": True} if self.halt(command["timeout"]) else {"ok": False, "error": "it is not running"}
+        ran = self.halt(min(command["timeout"], HALT_TIMEOUT))
+        return {"ok": True} if ran else {"ok": False, "error": "it is not running"}
 
-    def halt(self, timeout: float = 10.0) -> bool:
-        """An immediate shutdown (SIGQUIT, as ``pg_ctl stop -m immediate``), SIGKILL after ``timeout``; False if none ran."""
+    def halt(self, timeout: float = HALT_TIMEOUT) -> bool:
+        """An immediate shutdown that ends within ``timeout`` seconds (``end_postmaster``); False if none ran."""
         server, self.server = self.server, None
         if server is None or server.poll() is not None:
             return False
-        server.send_signal(signal.SIGQUIT)
-        try:
-            server.wait(timeout)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+
+        def ended(wait: float) -> bool:
+            try:
+                server.wait(wait)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+
+        if not end_postmaster(server.pid, ended, timeout) and self.folder is not None:
+            # SIGKILLed, it left its pid file: a new postmaster would take a pid used again since for its own.
+            (self.folder / "data" / "postmaster.pid").unlink(missing_ok=True)
         return True
 
     def finish(self) -> None:
