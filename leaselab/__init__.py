@@ -35,6 +35,7 @@ from .errors import (
     QueueNotEmpty,
     ScenarioTimeout,
     SchemaTooNew,
+    ServerNotRecovered,
     ServerRefused,
     SignalsUnsupported,
     TransientError,
@@ -55,6 +56,6 @@ __all__ = [
     "Backoff", "CrashKeptTheClaim", "DatabaseBusy", "DatabaseMissing", "DatabaseUnreachable", "DatabaseUnwritable", "DiskFull", "FaultMissed", "FaultNotApplicable",
     "Event", "HandlerError", "InvalidEffects", "InvalidPayload", "InvalidTarget", "Job", "JobNotFound", "Lease", "LeaseLost",
     "LeaselabError", "ManualClock", "NotALeaselabDatabase", "PartitionUnsupported", "ProxyError", "QueueNotEmpty", "Queue",
-    "ScenarioTimeout", "SchemaTooNew", "ServerRefused", "SignalsUnsupported", "Status", "TransientError", "UnknownFault",
+    "ScenarioTimeout", "SchemaTooNew", "ServerNotRecovered", "ServerRefused", "SignalsUnsupported", "Status", "TransientError", "UnknownFault",
     "UnknownWorker", "UnsupportedSQLite", "Worker", "WorkerExists", "WorkerNotRunning", "load_handler",
 ]

@@ -137,5 +137,9 @@ class FaultMissed(LeaselabError, RuntimeError):
     """Raised when a fault a lesson's trial put into a handler never struck, so its verdict would prove nothing."""
 
 
+class ServerNotRecovered(LeaselabError, RuntimeError):
+    """Raised when ``leaselab chaos`` crashed the server it started and could not start it again: the rest of the run would prove nothing."""
+
+
 class QueueNotEmpty(LeaselabError, ValueError):
     """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""

@@ -14,12 +14,13 @@ from pathlib import Path
 import pytest
 
 from leaselab import Queue
-from leaselab.chaos import FAULTS, applicable, plan
+from leaselab.chaos import FAULTS, applicable, plan, run
 from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
-from leaselab.errors import FaultNotApplicable, UnknownFault
+from leaselab.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
+from leaselab.lessons.pgserver import PgServer
 from polling import pid_gone, wait_until
-from servers import in_memory, needs_postgres
+from servers import fresh_database, in_memory, needs_postgres
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -149,6 +150,37 @@ def test_a_short_run_on_a_throw_away_server_with_partitions_dropped_replies_and_
     port = int(re.search(r"127\.0\.0\.1:(\d+)", done.stderr).group(1))
     assert not _listening(port), "the throw-away server outlived the run"
     assert (tmp_path / "leaselab-chaos" / "logs").is_dir()
+
+
+class SquattedServer(PgServer):
+    """A throw-away server whose port another program takes as soon as it crashes, and keeps: it cannot start again."""
+
+    squatter: socket.socket | None = None
+
+    def crash(self) -> None:
+        super().crash()
+        self.squatter = socket.socket()
+        self.squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.squatter.bind(("127.0.0.1", self.port))
+        self.squatter.listen()
+
+    def stop(self) -> None:
+        if self.squatter is not None:
+            self.squatter.close()
+        super().stop()
+
+
+def test_a_server_that_does_not_come_back_after_a_crash_ends_the_run_with_an_error_that_says_so(tmp_path):
+    """Not the feeder's "connection refused", nor a drain that times out: the crash that the server
+    did not survive, and why (its port taken, here, for longer than recover() waits for it)."""
+    needs_postgres()
+    with SquattedServer(parent=in_memory()) as server:
+        url = fresh_database(server, "squatted")
+        with pytest.raises(ServerNotRecovered, match=r"crashed at \d+\.\ds did not start again: PgStartFailed") as raised:
+            run(url, "leaselab.lessons.demo:task", workers=1, jobs=20, seconds=6, lease=1.0, seed=3,
+                server=server, faults=("server-crash",), folder=tmp_path / "run")
+        assert "Address already in use" in str(raised.value)
+        assert not server.running
 
 
 @pytest.mark.parametrize("args, message", [

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..check import Report, check
 from ..checks import integer, positive
-from ..errors import QueueNotEmpty, TransientError
+from ..errors import QueueNotEmpty, ServerNotRecovered, TransientError
 from ..lab.fleet import Fleet, WorkerStatus, files_prefix
 from ..backends import is_server_url
 from ..queue import Queue
@@ -275,6 +275,10 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
                 next_report += progress_every
         if raised:
             raise raised[0]
+        down = [a for a in nemesis.applied if a.step.fault == "server-crash" and a.missed is not None]
+        if down:  # the server stayed down: whatever failed after (the feeder, say) failed for that
+            raise ServerNotRecovered(f"the server crashed at {down[0].at:.1f}s did not start again: "
+                                     f"{down[0].missed}") from (fed[0] if fed else None)
         if fed:
             raise fed[0]
         deadline = time.monotonic() + drain_timeout
