@@ -309,7 +309,8 @@ class Queue:
         """Record a failed attempt and return the new status: ``pending`` (after backoff) or ``dead``.
 
         Safe to retry after a reply that never came: a job this token already failed is answered
-        with its status, not with ``LeaseLost``.
+        with the status that failure gave it (even if the job has been claimed again since), not
+        with ``LeaseLost``.
         """
         job_id, token = self._fence_args(job_id, token)
         if not isinstance(error, str):
@@ -516,8 +517,8 @@ _WRITTEN = {"complete": ({"done"}, "completed", "result"), "fail": ({"pending", 
 
 
 def _went_through(refusals: Refusals, job_id: int, token: str, action: str, written: str | None) -> str | None:
-    """The job's status if the row shows this very write (``action`` by ``token``, writing
-    ``written``) already made: a try whose reply was lost went through. Else None.
+    """The status this very write (``action`` by ``token``, writing ``written``) left the job in,
+    if the job shows it already made: a try whose reply was lost went through. Else None.
 
     A token is unique to one claim and only its holder completes or fails the job, so a row
     under the same token, with the same last event and the same value, can only be that write.
@@ -532,6 +533,11 @@ def _went_through(refusals: Refusals, job_id: int, token: str, action: str, writ
     if (outcome.token == token and outcome.status in statuses and outcome.last_event == event
             and getattr(outcome, field) == written):
         return outcome.status
+    if (action == "fail" and written is not None and outcome.token != token
+            and refusals.failed(job_id, token, written)):
+        # Failed by this token, then claimed again: the failure had put it back to pending (a
+        # dead job is never claimed again, and keeps the token that ended it).
+        return "pending"
     return None
 
 

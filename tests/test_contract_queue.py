@@ -199,6 +199,25 @@ def test_fail_on_the_last_attempt_makes_the_job_dead(queue, clock):
     assert kinds(queue, job_id) == ["enqueued", "claimed", "failed", "claimed", "failed", "dead"]
 
 
+def test_a_failure_retried_after_its_job_was_claimed_again_is_answered_pending_and_is_no_lost_lease(queue, clock):
+    """The retry of a fail whose reply never came, arriving once the job is on its next attempt: the
+    first try went through (the history holds its ``failed`` event), so the retry is answered with
+    the status that failure gave, and nothing is recorded as lost. Another failure is refused."""
+    job_id = queue.enqueue("x", max_attempts=3)
+    first = queue.claim("w1", LEASE)
+    assert queue.fail(first.id, first.token, "boom") is Status.PENDING
+    clock.advance(100)
+    second = queue.claim("w2", LEASE)
+    assert queue.fail(first.id, first.token, "boom") is Status.PENDING
+    assert kinds(queue, job_id) == ["enqueued", "claimed", "failed", "claimed"]
+    for refused in (lambda: queue.fail(first.id, first.token, "another error"),
+                    lambda: queue.complete(first.id, first.token)):
+        with pytest.raises(LeaseLost):
+            refused()
+    assert kinds(queue, job_id)[-2:] == ["lease_lost", "lease_lost"]
+    assert (queue.get(job_id).status, queue.get(job_id).token) == (Status.RUNNING, second.token)
+
+
 # -- reap -------------------------------------------------------------------------
 
 

@@ -54,6 +54,9 @@ class SqlRefusals:
         rows = self._run(self._sql.OUTCOME, {"id": job_id}).fetchall()
         return Outcome(*rows[0]) if rows else None
 
+    def failed(self, job_id: int, token: str, error: str) -> bool:
+        return self._run(self._sql.FAILED_BY, {"id": job_id, "token": token, "error": error}).fetchone()[0] > 0
+
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
         rows = self._run(self._sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail,
                                                        "after": 0}).fetchall()

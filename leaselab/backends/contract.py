@@ -93,6 +93,10 @@ class Refusals(Protocol):
         """The job's row as an ``Outcome``; None for an unknown id."""
         ...
 
+    def failed(self, job_id: int, token: str, error: str) -> bool:
+        """Whether the job's history holds a ``failed`` event by the claim ``token`` with ``error``."""
+        ...
+
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
         """Append a ``lease_lost`` event naming the claim ``token`` made; the job's status, None for an unknown id."""
         ...

@@ -133,6 +133,13 @@ GET = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id = :id"
 # went through under this very token (a retry after a lost reply) is told apart from a refusal.
 OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE id = :id"
 
+# A failure that went through unseen and was then overtaken: the job, put back to pending, was
+# claimed again, so its row names another token. Its 'failed' event under this token says so.
+FAILED_BY = JOB_CHAIN.replace(":after", "0") + """
+SELECT count(*) FROM events
+ WHERE id IN (SELECT id FROM chain) AND token = :token AND kind = 'failed' AND detail = :error
+"""
+
 # The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
 # A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
 HELD_BY = f"""

@@ -12,6 +12,7 @@ from ..sql import (  # the statements both dialects run as they are
     ENQUEUE,
     EVENTS,
     EVENTS_FOR_JOB,
+    FAILED_BY,
     GET,
     HELD_BY,
     LINK_EVENT,
