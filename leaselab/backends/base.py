@@ -79,6 +79,11 @@ class SqlBackend:
         self.name = name
         self.tracer = tracer
         self._lock = threading.RLock()
+        # A call pays only for the hooks its dialect fills in: SQLite bounds no call and adapts no
+        # parameter, and a worker's every statement would otherwise go through both for nothing.
+        dialect = type(self)
+        self._bounds_calls = dialect._bounded is not SqlBackend._bounded
+        self._adapts_params = dialect._prepare is not SqlBackend._prepare
 
     # -- the dialect's hooks (the caller holds the lock) ------------------------------------
 
@@ -127,12 +132,16 @@ class SqlBackend:
 
     def _alone(self, statement: str, params: Any, durable: bool, read: Callable[[Any], T]) -> T:
         """Run one statement in its own transaction, traced, bounded and translated; ``read(cursor)``."""
-        params = self._prepare(params)
+        if self._adapts_params:
+            params = self._prepare(params)
         if self.tracer is not None:
             self.tracer(statement.strip(), params)
         with self._lock:
             conn = self._connection()
             try:
+                if not self._bounds_calls:
+                    self._sync(conn, durable)
+                    return read(conn.execute(statement, params))
                 with self._bounded(conn):
                     self._sync(conn, durable)
                     return read(conn.execute(statement, params))
@@ -143,7 +152,8 @@ class SqlBackend:
     def transaction(self, durable: bool) -> Iterator[Run]:
         """One transaction under the lock; yields run(statement, params) -> the driver's cursor."""
         def run(statement: str, params: Any = ()) -> Any:
-            params = self._prepare(params)
+            if self._adapts_params:
+                params = self._prepare(params)
             if self.tracer is not None:
                 self.tracer(statement.strip(), params)
             return conn.execute(statement, params)
@@ -151,7 +161,7 @@ class SqlBackend:
         with self._lock:
             conn = self._connection()
             try:
-                with self._bounded(conn):
+                with self._bounded(conn) if self._bounds_calls else _UNBOUNDED:
                     self._sync(conn, durable)
                     with self._begin(conn):
                         yield run
