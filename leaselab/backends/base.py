@@ -67,6 +67,54 @@ class SqlRefusals:
         return status
 
 
+class _Transaction:
+    """``SqlBackend.transaction`` where no call is bounded (SQLite): the lock, the synced commit if
+    asked, the dialect's BEGIN ... COMMIT, and every driver error translated, as one plain context:
+    a worker enters one per job, and a generator's context costs several calls more. A dialect that
+    bounds its calls takes ``_bounded_transaction`` instead."""
+
+    __slots__ = ("_backend", "_durable", "_conn", "_begun")
+
+    def __init__(self, backend: "SqlBackend", durable: bool):
+        self._backend, self._durable = backend, durable
+
+    def __enter__(self) -> Run:
+        backend = self._backend
+        backend._lock.acquire()
+        try:
+            conn = self._conn = backend._connection()
+            backend._sync(conn, self._durable)
+            begun = backend._begin(conn)
+            begun.__enter__()
+            self._begun = begun
+        except backend.driver_error as exc:
+            backend._lock.release()
+            raise backend._translate(exc) from exc
+        except BaseException:
+            backend._lock.release()
+            raise
+        return self._run
+
+    def _run(self, statement: str, params: Any = ()) -> Any:
+        backend = self._backend
+        if backend._adapts_params:
+            params = backend._prepare(params)
+        if backend.tracer is not None:
+            backend.tracer(statement.strip(), params)
+        return self._conn.execute(statement, params)
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> None:
+        backend = self._backend
+        try:
+            self._begun.__exit__(kind, exc, tb)  # COMMIT, or a rollback after an error; never swallows it
+        except backend.driver_error as failed:  # the COMMIT itself failed (a full disk, say)
+            raise backend._translate(failed) from failed
+        finally:
+            backend._lock.release()
+        if exc is not None and isinstance(exc, backend.driver_error):
+            raise backend._translate(exc) from exc
+
+
 class SqlBackend:
     """One connection, guarded by a lock so threads may share it, and the statements of one dialect."""
 
@@ -148,9 +196,16 @@ class SqlBackend:
             except self.driver_error as exc:
                 raise self._translate(exc) from exc
 
-    @contextmanager
-    def transaction(self, durable: bool) -> Iterator[Run]:
+    def transaction(self, durable: bool) -> AbstractContextManager[Run]:
         """One transaction under the lock; yields run(statement, params) -> the driver's cursor."""
+        if self._bounds_calls:
+            return self._bounded_transaction(durable)
+        return _Transaction(self, durable)
+
+    @contextmanager
+    def _bounded_transaction(self, durable: bool) -> Iterator[Run]:
+        """``transaction`` on a dialect that bounds its calls: the bound wraps the whole transaction,
+        so it sees every error of it first (a call it cut, on PostgreSQL)."""
         def run(statement: str, params: Any = ()) -> Any:
             if self._adapts_params:
                 params = self._prepare(params)
@@ -161,7 +216,7 @@ class SqlBackend:
         with self._lock:
             conn = self._connection()
             try:
-                with self._bounded(conn) if self._bounds_calls else _UNBOUNDED:
+                with self._bounded(conn):
                     self._sync(conn, durable)
                     with self._begin(conn):
                         yield run

@@ -119,6 +119,7 @@ class SqliteBackend(SqlBackend):
         if not create and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
             raise DatabaseMissing(path, nearest_queue_file(path))
         self._conn = self._open(path, busy_timeout, create)
+        self._immediate = _Immediate(self._conn)  # the one connection's transaction, made once
         self._synchronous_full = False  # prepare() leaves the connection at synchronous = NORMAL
         self._conn.create_function(
             "leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter
@@ -167,7 +168,7 @@ class SqliteBackend(SqlBackend):
             self._synchronous_full = durable
 
     def _begin(self, conn: sqlite3.Connection) -> "_Immediate":
-        return _Immediate(conn)
+        return self._immediate if conn is self._conn else _Immediate(conn)
 
     def _translate(self, exc: sqlite3.Error) -> LeaselabError:
         return translate(exc, self.path)
