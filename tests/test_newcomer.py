@@ -286,8 +286,11 @@ def newcomer_shell(tmp_path: Path):
     env.pop("PYTHONPATH", None)
 
     def sh(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
+        # A terminal's SIGINT is at its default, whatever this runner inherited (a CI script started in
+        # the background runs it with SIGINT ignored, and bash cannot reset what it was started ignoring).
         return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL)
+                              timeout=timeout, stdin=subprocess.DEVNULL,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
     return clone, venv, sh
 
