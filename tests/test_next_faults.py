@@ -104,6 +104,32 @@ def test_a_completion_whose_reply_was_lost_is_found_done_and_the_job_claimed_wit
     assert [kind for kind, *_ in _events(direct, b)] == ["enqueued", "claimed", "completed"]
 
 
+def test_a_claim_still_running_when_its_call_timed_out_cannot_commit_after_the_queue_looked(pg_queue_url):
+    """A chaos run's finding: a claim cut by the call timeout was still under way on the server; the
+    worker's look by its token (``held_by``) came first and found nothing, then the claim committed,
+    and the job, claimed by a worker that did not know it, was reaped to dead unrun. The next call
+    now ends the cut call's session first and waits until it is gone, so the look is the truth.
+
+    Here the claim waits on a lock another program holds, with the session's own lock and statement
+    timeouts lifted (as a server slower than the call timeout would be), and the lock is let go
+    only after the look."""
+    with Queue(pg_queue_url) as q:
+        job_id = q.enqueue("x", max_attempts=1)
+    with psycopg.connect(pg_queue_url) as other, Queue(pg_queue_url) as q:
+        q.call_timeout = 0.5
+        q.backend.connection.execute("SET lock_timeout = 0; SET statement_timeout = 0")
+        other.execute("LOCK TABLE jobs IN SHARE MODE")  # an UPDATE waits; a SELECT does not
+        with pytest.raises(DatabaseUnreachable):
+            q.claim("w1", lease=30, token="cafe" * 8)
+        looked = [job.id for job in q.held_by("cafe" * 8)]
+        other.rollback()  # the lock goes: a claim still waiting on it would now commit
+        time.sleep(0.5)
+    with Queue(pg_queue_url) as q:
+        job = q.get(job_id)
+    held = job.status is Status.RUNNING and job.token == "cafe" * 8
+    assert looked == ([job_id] if held else []), (looked, job.status, job.token)
+
+
 def test_a_different_second_completion_under_the_same_token_is_still_refused(pg_url):
     with Queue(pg_url) as q:
         q.enqueue("x")

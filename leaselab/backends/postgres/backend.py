@@ -145,6 +145,8 @@ class PostgresBackend(SqlBackend):
         self.backoff_params = {"backoff_base": min(float(backoff.base), cap), "backoff_cap": cap,
                                "backoff_jitter": float(backoff.jitter)}
         self._conn: psycopg.Connection | None = None
+        self._session: tuple[int, Any] | None = None  # the open connection's (pid, backend_start)
+        self._orphan: tuple[int, Any] | None = None  # a dropped session whose last call is unknown
         self._listener: psycopg.Connection | None = None
         self._synchronous: bool | None = None
         self._clock_base: tuple[float, float] | None = None  # (server time, monotonic time) of the last reading
@@ -274,9 +276,29 @@ class PostgresBackend(SqlBackend):
     def _connection(self) -> psycopg.Connection:
         """The open connection, reconnecting first if the last one dropped; caller holds the lock."""
         if self._conn is None or self._conn.closed:
-            self._conn = self._open()
+            conn = self._open()
+            try:
+                if self._orphan is not None:
+                    self._end_orphan(conn, *self._orphan)
+                session = conn.execute(sql.SESSION).fetchone()
+            except BaseException as exc:
+                conn.close()
+                if isinstance(exc, psycopg.Error):
+                    raise self._translate(exc) from exc
+                raise
+            self._conn, self._session = conn, session
             self._synchronous = None
         return self._conn
+
+    def _end_orphan(self, conn: psycopg.Connection, pid: int, started: Any) -> None:
+        """End the session of the call whose reply never came, and wait until it has ended (see
+        ``statements.END_SESSION``); ``DatabaseUnreachable`` if it outlasts the busy timeout."""
+        rows = conn.execute(sql.END_SESSION, {"pid": pid, "started": started,
+                                              "wait_ms": max(1, int(self._limit() * 1000))}).fetchall()
+        if rows and not rows[0][0]:
+            raise DatabaseUnreachable(f"{self.name}: the session of a call whose reply never came is still "
+                                      f"ending on the server (pid {pid}); what it did is not known yet")
+        self._orphan = None
 
     def _ensure_schema(self, conn: psycopg.Connection, create: bool) -> None:
         """Create the schema in an empty database, or upgrade an older one in place (``create`` or not)."""
@@ -431,8 +453,8 @@ class PostgresBackend(SqlBackend):
 
     def _translate(self, exc: psycopg.Error) -> LeaselabError:
         if self._conn is not None and self._conn.broken:
-            self._conn.close()  # the next call opens a new connection
-            self._conn = None
+            self._conn.close()  # the next call opens a new connection, once this one's session has ended
+            self._conn, self._orphan = None, self._session or self._orphan
         return translate(exc, self.name, self.url)
 
 

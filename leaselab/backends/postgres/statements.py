@@ -15,6 +15,18 @@ LINK_EVENT = pyformat(sql.LINK_EVENT)
 GET = pyformat(sql.GET)
 OUTCOME = pyformat(sql.OUTCOME)
 FAILED_BY = pyformat(sql.FAILED_BY)
+
+# After a call whose reply never came, the session that ran it may still be at it: the client's end
+# was cut (the call timeout, a dropped network), not the server's, and a statement still on its way
+# there may yet run and commit. Before the queue reads any outcome (held_by after a lost claim, say)
+# that session is ended and waited for (PostgreSQL 14's two-argument pg_terminate_backend), so what
+# it did is committed or rolled back for good. Its start time tells it from a later session that
+# was given the same pid. SESSION names a new connection's own session for that.
+SESSION = "SELECT pid, backend_start FROM pg_stat_activity WHERE pid = pg_backend_pid()"
+END_SESSION = """
+SELECT pg_terminate_backend(pid, %(wait_ms)s) FROM pg_stat_activity
+ WHERE pid = %(pid)s AND backend_start = %(started)s
+"""
 HELD_BY = pyformat(sql.HELD_BY)
 LIST_JOBS = pyformat(sql.LIST_JOBS)
 LIST_JOBS_BY_STATUS = pyformat(sql.LIST_JOBS_BY_STATUS)
