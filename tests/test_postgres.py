@@ -465,6 +465,42 @@ def test_complete_and_claim_is_one_statement_on_a_server(pg_url):
         assert [e.kind for e in q.events(nxt.id)] == ["enqueued", "claimed"]
 
 
+def test_the_workers_statements_write_their_own_history_and_every_other_write_still_gets_the_triggers(pg_url):
+    """The worker's statements link their events themselves (no plpgsql call per row): with the history
+    trigger off, a worker with slots still leaves every job's whole history, linked; another program's
+    write, and the queue's other statements, still get theirs from the trigger."""
+    import history
+
+    with Queue(pg_url) as q:
+        q.enqueue_many(list(range(12)))
+    with psycopg.connect(pg_url, autocommit=True) as admin:
+        admin.execute("ALTER TABLE jobs DISABLE TRIGGER jobs_changed")
+        with Queue(pg_url) as q:
+            assert Worker(q, "leaselab.lessons.demo:echo", name="w", concurrency=4, exit_when_idle=True).run().completed == 12
+            q.enqueue_many(["x", "y"])
+            x = q.claim_many(1, "w")[0]
+            y = q.complete_and_claim(x.id, x.token, "X", "w")
+            assert q.complete_many([(y.id, y.token, "Y")]) == []
+        admin.execute("ALTER TABLE jobs ENABLE TRIGGER jobs_changed")
+        jobs, events, _ = history.load(pg_url)
+        assert history.check_links(jobs, events) == history.check_events_agree(jobs, events) == []
+        kinds = {}
+        for event in events:
+            kinds.setdefault(event["job_id"], []).append(event["kind"])
+        assert set(map(tuple, kinds.values())) == {("enqueued", "claimed", "completed")} and len(kinds) == 14
+        # Another program's write names what it did in last_event and leaves the links alone: the trigger writes it.
+        admin.execute("UPDATE jobs SET status = 'dead', last_error = 'by hand', updated_at = 1, last_event = 'failed'"
+                      " WHERE id = 1")
+        with Queue(pg_url) as q:
+            assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "completed", "failed", "dead"]
+            q.enqueue("z")
+            z = q.claim("w")  # CLAIM, as lessons print it, still relies on the trigger
+            q.complete(z.id, z.token, None)
+            assert [e.kind for e in q.events(z.id)] == ["enqueued", "claimed", "completed"]
+        jobs, events, _ = history.load(pg_url)
+        assert history.check_links(jobs, events) == []
+
+
 def test_workers_draining_with_complete_and_claim_at_once_never_share_a_job(pg_url):
     n, threads = 400, 8
     with Queue(pg_url) as q:

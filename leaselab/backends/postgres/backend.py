@@ -39,7 +39,7 @@ from ..base import SqlBackend, claimed
 from ..contract import Backend, Claim, Claimed, Completion, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300

@@ -1,4 +1,4 @@
--- leaselab schema for PostgreSQL, version 2: the same two tables as the SQLite file, the same
+-- leaselab schema for PostgreSQL, version 3: the same two tables as the SQLite file, the same
 -- columns, the same event kinds and the same per-job linked list of events. Times are unix
 -- seconds (double precision), so a Job reads the same from either backend. The comment on
 -- each table marks it as leaselab's: a database may hold other applications' tables, but a
@@ -78,9 +78,12 @@ BEGIN
 END $$;
 
 CREATE TRIGGER jobs_enqueued BEFORE INSERT ON jobs
-    FOR EACH ROW EXECUTE FUNCTION leaselab_job_enqueued();
+    FOR EACH ROW WHEN (NEW.last_event_id IS NULL) EXECUTE FUNCTION leaselab_job_enqueued();
 
 -- Every state change sets last_event; the chain's own update (last_event_id only) does not fire it.
+-- A statement that wrote its own event and set last_event_id to it (the worker's hot path:
+-- statements.py) is skipped by the WHEN, which costs no plpgsql call. Any other writer, another
+-- program's included, still gets its history from here. (Version 3 added the WHENs.)
 CREATE FUNCTION leaselab_job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
@@ -99,7 +102,8 @@ BEGIN
 END $$;
 
 CREATE TRIGGER jobs_changed BEFORE UPDATE OF last_event ON jobs
-    FOR EACH ROW EXECUTE FUNCTION leaselab_job_changed();
+    FOR EACH ROW WHEN (NEW.last_event_id IS NOT DISTINCT FROM OLD.last_event_id)
+    EXECUTE FUNCTION leaselab_job_changed();
 
 -- Idle workers LISTEN on leaselab_jobs: one notification per enqueuing statement, sent at commit.
 -- Wake idle workers, but only when they may be idle: when no job that was already waiting could
@@ -123,5 +127,5 @@ CREATE TRIGGER jobs_notify AFTER INSERT ON jobs REFERENCING NEW TABLE AS inserte
     FOR EACH STATEMENT EXECUTE FUNCTION leaselab_notify_enqueued();
 
 -- The mark the backend looks for before it writes anything into a database.
-COMMENT ON TABLE jobs IS 'leaselab queue, schema 2';
-COMMENT ON TABLE events IS 'leaselab queue, schema 2';
+COMMENT ON TABLE jobs IS 'leaselab queue, schema 3';
+COMMENT ON TABLE events IS 'leaselab queue, schema 3';

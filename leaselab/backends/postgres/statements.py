@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .. import sql
 from ..sql import pyformat
+from ...job import JOB_COLUMNS
 
 ENQUEUE = pyformat(sql.ENQUEUE)
 COMPLETE = pyformat(sql.COMPLETE)
@@ -46,8 +47,6 @@ _SKIP_LOCKED = "\n              FOR UPDATE SKIP LOCKED"
 
 CLAIM = pyformat("\n" + sql.claim(_SKIP_LOCKED) + "\n")
 
-CLAIM_MANY = pyformat("\n" + sql.claim_many(_SKIP_LOCKED) + "\n")
-
 # A renewal's lease runs from when the server applied it, not from when it was sent: a beat that
 # waited on another transaction's lock (shorter than the busy timeout, so no error) would otherwise
 # write a lease that had already run out. The rows are locked first (FOR UPDATE in the CTE), and
@@ -72,47 +71,140 @@ HEARTBEAT = pyformat("\n" + _RENEWED.format(fenced="id = :id AND token = :token"
 RETURNING jobs.lease_until
 """)
 
+
+# -- the worker's hot path: statements that write their own history -------------------------------
+# The triggers of schema.sql write a job's history for any statement that changes it, but each row
+# costs a plpgsql call with an INSERT of its own. The statements a worker sends for every job write
+# the events themselves instead, in the same statement: lock the rows (the fence, or SKIP LOCKED),
+# insert one event per row linked to the job's newest (one INSERT, completions first, so the ids
+# keep the order the triggers gave), then update the rows with last_event_id set to the new event,
+# which tells the trigger (its WHEN) that the history is already written. Same events, same links,
+# same transaction, and no plpgsql call per row (bench/README, "history written by the statement").
+_RETURNING_JOB = ", ".join(f"jobs.{column.strip()}" for column in JOB_COLUMNS.split(","))
+
+# The jobs still held under their tokens, locked, with the result each completion writes.
+_HELD_ONE = """held AS (
+    SELECT j.id, j.worker, j.token, j.attempts, j.last_event_id AS prev, :result::text AS result FROM jobs j
+     WHERE j.id = :id AND j.status = 'running' AND j.token = :token
+       FOR UPDATE OF j
+)"""
+# Many completions: :done is a JSON array of {"id", "token", "result"} objects, each fenced by its own token.
+_HELD_MANY = """held AS (
+    SELECT j.id, j.worker, j.token, j.attempts, j.last_event_id AS prev, d.result
+      FROM jsonb_to_recordset(:done::jsonb) AS d (id bigint, token text, result text)
+      JOIN jobs j ON j.id = d.id
+     WHERE j.status = 'running' AND j.token = d.token
+       FOR UPDATE OF j
+)"""
+
+
+def _pending(limit: str, also: str = "") -> str:
+    """The runnable jobs the claim takes, in claim order, locked (SKIP LOCKED), as CLAIM picks them."""
+    return f"""pending AS (
+    SELECT id, attempts + 1 AS attempt, last_event_id AS prev FROM jobs
+     WHERE status = 'pending' AND run_at <= :now{also}
+     ORDER BY priority DESC, run_at ASC, id ASC
+     LIMIT {limit}{_SKIP_LOCKED}
+)"""
+
+
+_COMPLETED_EVENTS = "SELECT 1 AS step, id, 'completed' AS kind, worker, token, attempts AS attempt, prev FROM held"
+
+
+def _claimed_events(token: str) -> str:
+    return (f"SELECT 2 AS step, id, 'claimed' AS kind, :worker AS worker, {token.format(id='id')} AS token,"
+            " attempt, prev FROM pending")
+
+
+def _logged(*events: str) -> str:
+    """One INSERT of the statement's events, in order (completions, then claims), each linked to its job's newest."""
+    union = "\n        UNION ALL\n        ".join(events)
+    return f"""logged AS (
+    INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
+    SELECT id, kind, :now, worker, token, attempt, NULL, prev FROM (
+        {union}
+    ) AS e ORDER BY step, id
+    RETURNING id, job_id
+)"""
+
+
+# The completion: COMPLETE's columns, and the head of the job's history.
+_COMPLETED = f"""completed AS ({sql.COMPLETED.format(result="held.result")}, last_event_id = logged.id
+      FROM held JOIN logged ON logged.job_id = held.id
+     WHERE jobs.id = held.id
+    RETURNING jobs.id
+)"""
+
+
+def _claimed(token: str) -> str:
+    """The claim: CLAIM's columns (``token`` with ``{id}`` for the job id), and the head of the job's history."""
+    return f"""claimed AS (
+    UPDATE jobs SET status = 'running', attempts = attempts + 1,
+           lease_until = :lease_until, worker = :worker, token = {token.format(id="jobs.id")}, started_at = :now,
+           updated_at = :now, last_event = 'claimed', last_event_id = logged.id
+      FROM pending JOIN logged ON logged.job_id = pending.id
+     WHERE jobs.id = pending.id
+    RETURNING {_RETURNING_JOB}
+)"""
+
+
+# A batch of claims: up to :n runnable jobs, each token the call's :token, a dash and the job id.
+_BATCH_TOKEN = ":token || '-' || {id}"
+
+CLAIM_MANY = pyformat(f"""
+WITH {_pending(":n")},
+{_logged(_claimed_events(_BATCH_TOKEN))},
+{_claimed(_BATCH_TOKEN)}
+SELECT * FROM claimed
+""")
+
 # A worker's hot path in one statement, one round trip: complete the job it holds (fenced by its
 # token), and only if that changed a row, claim the next job exactly as CLAIM does. Always one
 # row: how many jobs were completed (0 or 1), then the claimed job's columns, NULL when none.
-# The two UPDATEs touch different rows (the completed job is running, the claim takes a pending
-# one), and the claim waits for the completion through EXISTS, so it never runs after a refusal.
-# Sent as BEGIN, COMPLETE, CLAIM, COMMIT it took four round trips, and lost to two autocommit calls.
+# The claim only looks for a job once the completion holds its row (EXISTS), so it never runs
+# after a refusal. Sent as BEGIN, COMPLETE, CLAIM, COMMIT it took four round trips, and lost to
+# two autocommit calls.
 COMPLETE_AND_CLAIM = pyformat(f"""
-WITH completed AS ({sql.COMPLETE}RETURNING id
-), claimed AS (
-{sql.claim(_SKIP_LOCKED, token=":next_token", also=" AND EXISTS (SELECT 1 FROM completed)")}
-)
+WITH {_HELD_ONE},
+{_pending("1", also=" AND EXISTS (SELECT 1 FROM held)")},
+{_logged(_COMPLETED_EVENTS, _claimed_events(":next_token"))},
+{_COMPLETED},
+{_claimed(":next_token")}
 SELECT (SELECT count(*) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
 
-# Many completions in one statement, one round trip: :done is a JSON array of
-# {"id", "token", "result"} objects, each fenced by its own token as COMPLETE is. A job
-# missing from what it returns was refused; the queue records those refusals afterwards.
-_COMPLETE_MANY = "\n" + sql.COMPLETED.format(result="d.result") + """
-  FROM jsonb_to_recordset(:done::jsonb) AS d (id bigint, token text, result text)
- WHERE jobs.id = d.id AND jobs.status = 'running' AND jobs.token = d.token
-RETURNING jobs.id
-"""
-COMPLETE_MANY = pyformat(_COMPLETE_MANY)
+# Many completions in one statement, one round trip. A job missing from what it returns was
+# refused; the queue records those refusals afterwards.
+COMPLETE_MANY = pyformat(f"""
+WITH {_HELD_MANY},
+{_logged(_COMPLETED_EVENTS)},
+{_COMPLETED}
+SELECT id FROM completed
+""")
 
 # A worker with slots refills what finished: COMPLETE_MANY and CLAIM_MANY in one statement, one
 # round trip. Always at least one row: the ids completed (an array, NULL for none), then one
 # claimed job's columns per row (NULL when none was claimed). The claim does not wait for the
 # completions: a refused job frees its slot as a completed one does.
 COMPLETE_MANY_AND_CLAIM = pyformat(f"""
-WITH completed AS ({_COMPLETE_MANY}), claimed AS (\n{sql.claim_many(_SKIP_LOCKED)}\n)
+WITH {_HELD_MANY},
+{_pending(":n")},
+{_logged(_COMPLETED_EVENTS, _claimed_events(_BATCH_TOKEN))},
+{_COMPLETED},
+{_claimed(_BATCH_TOKEN)}
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
 
 # The same with one completion, what a one-slot worker sends for every job: the job's id, token and
 # result as parameters, not a JSON array the server unpacks (jsonb_to_recordset) for each job.
 # The claims' token is :next_token here, since :token is the completion's fence.
+_NEXT_BATCH_TOKEN = ":next_token || '-' || {id}"
 COMPLETE_ONE_AND_CLAIM = pyformat(f"""
-WITH completed AS ({sql.COMPLETE}RETURNING id
-), claimed AS (
-{sql.claim(_SKIP_LOCKED, token=":next_token || '-' || id", pick="IN", limit=":n")}
-)
+WITH {_HELD_ONE},
+{_pending(":n")},
+{_logged(_COMPLETED_EVENTS, _claimed_events(_NEXT_BATCH_TOKEN))},
+{_COMPLETED},
+{_claimed(_NEXT_BATCH_TOKEN)}
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
 
@@ -233,5 +325,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE events ALTER COLUMN attempt TYPE bigint",
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 2'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 2'",
+    ),
+    # 2 -> 3: the history triggers skip a row whose statement wrote its own event (schema.sql), so the
+    # worker's statements can write theirs. Nothing else changes: the tables and the rows stay.
+    2: (
+        "DROP TRIGGER jobs_enqueued ON jobs",
+        "CREATE TRIGGER jobs_enqueued BEFORE INSERT ON jobs"
+        " FOR EACH ROW WHEN (NEW.last_event_id IS NULL) EXECUTE FUNCTION leaselab_job_enqueued()",
+        "DROP TRIGGER jobs_changed ON jobs",
+        "CREATE TRIGGER jobs_changed BEFORE UPDATE OF last_event ON jobs"
+        " FOR EACH ROW WHEN (NEW.last_event_id IS NOT DISTINCT FROM OLD.last_event_id)"
+        " EXECUTE FUNCTION leaselab_job_changed()",
+        "COMMENT ON TABLE jobs IS 'leaselab queue, schema 3'",
+        "COMMENT ON TABLE events IS 'leaselab queue, schema 3'",
     ),
 }
