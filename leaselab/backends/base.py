@@ -230,7 +230,11 @@ class SqlBackend:
 
     def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
         with self.transaction(durable) as run:
-            return [run(self.statements.ENQUEUE, _enqueued(job, now)).fetchone()[0] for job in jobs]
+            return self._ids_of_each(run, self.statements.ENQUEUE, [_enqueued(job, now) for job in jobs])
+
+    def _ids_of_each(self, run: Run, statement: str, each: list[dict[str, Any]]) -> list[int]:
+        """Inside an open transaction, ``statement`` once per parameter set; the id each one returned."""
+        return [run(statement, params).fetchone()[0] for params in each]
 
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
         rows = self.run(self.statements.CLAIM, _claiming(claim), durable=durable)
