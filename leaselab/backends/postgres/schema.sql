@@ -78,12 +78,12 @@ BEGIN
 END $$;
 
 CREATE TRIGGER jobs_enqueued BEFORE INSERT ON jobs
-    FOR EACH ROW WHEN (NEW.last_event_id IS NULL) EXECUTE FUNCTION leaselab_job_enqueued();
+    FOR EACH ROW EXECUTE FUNCTION leaselab_job_enqueued();
 
 -- Every state change sets last_event; the chain's own update (last_event_id only) does not fire it.
--- A statement that wrote its own event and set last_event_id to it (the worker's hot path:
+-- A statement that wrote its own event and set last_event_id to it (a worker's batches:
 -- statements.py) is skipped by the WHEN, which costs no plpgsql call. Any other writer, another
--- program's included, still gets its history from here. (Version 3 added the WHENs.)
+-- program's included, still gets its history from here. (Version 3 added the WHEN.)
 CREATE FUNCTION leaselab_job_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)

@@ -321,12 +321,9 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 2'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 2'",
     ),
-    # 2 -> 3: the history triggers skip a row whose statement wrote its own event (schema.sql), so the
-    # worker's statements can write theirs. Nothing else changes: the tables and the rows stay.
+    # 2 -> 3: the history trigger skips a row whose statement wrote its own event (schema.sql), so a
+    # worker's batch statements can write theirs. Nothing else changes: the tables and the rows stay.
     2: (
-        "DROP TRIGGER jobs_enqueued ON jobs",
-        "CREATE TRIGGER jobs_enqueued BEFORE INSERT ON jobs"
-        " FOR EACH ROW WHEN (NEW.last_event_id IS NULL) EXECUTE FUNCTION leaselab_job_enqueued()",
         "DROP TRIGGER jobs_changed ON jobs",
         "CREATE TRIGGER jobs_changed BEFORE UPDATE OF last_event ON jobs"
         " FOR EACH ROW WHEN (NEW.last_event_id IS NOT DISTINCT FROM OLD.last_event_id)"
