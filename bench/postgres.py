@@ -20,6 +20,9 @@ Rows, one job at a time:
   each an autocommit statement; no history, no Python around ``execute``. "Fused": the same two
   statements in one (a completion and the next claim, one round trip), as leaselab's worker path
   sends them: the least a fenced at-least-once drain on a server can do.
+- leaselab's statement by hand: its COMPLETE_AND_CLAIM (k at a time, COMPLETE_MANY_AND_CLAIM) on its
+  own schema through psycopg with nothing around it: the floor of a drain that keeps leaselab's
+  history (two events per job in the same transaction), as the raw rows are the floor without.
 - leaselab worker path: ``complete_and_claim`` in a loop (one statement per job on a server),
   as ``Worker`` does; two calls: ``claim`` then ``complete``.
 - leaselab Worker: the real worker loop (heartbeat thread, reaper, log) with a no-op handler.
@@ -37,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import multiprocessing as mp
 import os
@@ -55,6 +59,8 @@ import throughput  # noqa: E402  (the machine line lives there)
 from progress import step  # noqa: E402
 
 from leaselab import Queue, Worker  # noqa: E402
+from leaselab.backends.postgres import statements as pg_sql  # noqa: E402
+from leaselab.queue import new_token  # noqa: E402
 from leaselab.lessons.pgserver import PgServer  # noqa: E402
 
 # Procrastinate warns, once per process, that its App lives in the __main__ module; it works the same.
@@ -195,6 +201,34 @@ def leaselab_worker_path(url: str, slots: int, ready, go) -> list:
     return got
 
 
+def leaselab_by_hand_drain(url: str, slots: int, ready, go) -> list:
+    """leaselab's own statements on its own schema, sent by hand through psycopg with nothing around them:
+    one at a time COMPLETE_AND_CLAIM, k at a time COMPLETE_MANY_AND_CLAIM. The floor of a drain that keeps
+    leaselab's history (two events per job, in the same transaction), as the raw rows are the floor without."""
+    got = []
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = on")
+        _ready(ready, go)
+        now = time.time()
+        held = conn.execute(pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots,
+                                                "token": new_token()}).fetchall()
+        while held:
+            got.extend(int(row[1]) for row in held)
+            now = time.time()
+            claiming = {"now": now, "lease_until": now + 30, "worker": "w"}
+            if slots == 1:
+                (row,) = held
+                nxt = conn.execute(pg_sql.COMPLETE_AND_CLAIM, {**claiming, "id": row[0], "token": row[9],
+                                                               "result": "null", "next_token": new_token()}).fetchone()
+                held = [] if nxt[1] is None else [nxt[1:]]
+            else:
+                done = json.dumps([{"id": row[0], "token": row[9], "result": "null"} for row in held])
+                rows = conn.execute(pg_sql.COMPLETE_MANY_AND_CLAIM, {**claiming, "done": done, "n": slots,
+                                                                     "token": new_token()}).fetchall()
+                held = [row[1:] for row in rows if row[1] is not None]
+    return got
+
+
 def leaselab_two_calls(url: str, slots: int, ready, go) -> list:
     got = []
     name = f"bench-{os.getpid()}"
@@ -332,6 +366,8 @@ CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
                   raw_fused_drain, False),
     "raw-fused-batch": ("raw floor, fused, k at a time: k completions + k claims", raw_prepare, raw_enqueue,
                         raw_fused_batch_drain, True),
+    "leaselab-hand": ("leaselab's statement by hand, its history kept", leaselab_prepare, leaselab_enqueue,
+                      leaselab_by_hand_drain, True),
     "leaselab": ("leaselab, worker path (complete_and_claim)", leaselab_prepare, leaselab_enqueue,
                  leaselab_worker_path, False),
     "leaselab-calls": ("leaselab, two calls", leaselab_prepare, leaselab_enqueue, leaselab_two_calls, False),
@@ -470,11 +506,17 @@ def targets(k: int) -> list[tuple[str, tuple[str, int], tuple[str, int], str, st
         ("`Worker` ÷ its own queue calls (`complete_and_claim` in a loop), drain", ("leaselab-worker", 1),
          ("leaselab", 1), "drain", "≥ 0.85"),
         ("worker path ÷ the raw fused floor, drain", ("leaselab", 1), ("raw-fused", 1), "drain", "≥ 0.8"),
+        ("leaselab's statement by hand ÷ the raw fused floor, drain (the most a drain that keeps the history "
+         "could: the ceiling of the one above)", ("leaselab-hand", 1), ("raw-fused", 1), "drain", "(none)"),
         ("`Worker` ÷ the raw fused floor, drain", ("leaselab-worker", 1), ("raw-fused", 1), "drain", "(none)"),
         (f"`Worker`, {k} slots ÷ PgQueuer `batch_size={k}`, drain", ("leaselab-worker", k), ("pgqueuer", k),
          "drain", "≥ 2"),
         (f"the raw fused floor, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most any design could)",
          ("raw-fused-batch", k), ("pgqueuer", k), "drain", "(the ceiling of the one above)"),
+        (f"leaselab's batch statement by hand, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most a "
+         "worker that keeps the history could)", ("leaselab-hand", k), ("pgqueuer", k), "drain", "(none)"),
+        (f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, {k} at a time, drain",
+         ("leaselab-worker", k), ("leaselab-hand", k), "drain", "(none)"),
         (f"`Worker`, {k} slots ÷ the raw fused floor {k} at a time, drain", ("leaselab-worker", k),
          ("raw-fused-batch", k), "drain", "(none)"),
         ("enqueue ÷ a raw `INSERT`", ("leaselab", 1), ("raw", 1), "enqueue", "≥ 0.9"),

@@ -1,6 +1,6 @@
 """Where a job's time goes on PostgreSQL: the drain and the enqueue taken apart, one layer at a time.
 
-    ./dev bench postgres_breakdown [--jobs 2000] [--repeat 3] [--fsync off]
+    ./dev bench postgres_breakdown [--jobs 2000] [--repeat 3] [--slots 8] [--fsync off]
 
 One throw-away server with fsync on (as ``bench/postgres.py``), one process, a fresh database
 per row and round, rows interleaved round by round. Each row adds one layer to the one above:
@@ -13,6 +13,14 @@ drain (claim + complete, one job at a time):
 - ``Queue.complete_many_and_claim`` with one job: the statement the ``Worker`` sends (a JSON
   array of completions, a batch claim), the same Python;
 - ``Worker``, one slot: the loop's own bookkeeping (leases, pulse, outcome) on top.
+
+drain, k jobs at a time (``--slots k``), the same layers for a worker with k slots:
+- raw fused, k at a time: the bare table, the k completions and the next k claims in one
+  statement (``postgres.py``'s floor for k slots);
+- leaselab's COMPLETE_MANY_AND_CLAIM sent by hand: leaselab's schema and its batch statement,
+  which writes its own history rows (no trigger call per row), psycopg with nothing around it;
+- ``Queue.complete_many_and_claim`` with k jobs in a loop: the queue's Python per batch;
+- ``Worker`` with k slots: the handlers on k threads, the leases, the pulse, the outcomes.
 
 enqueue (one call per job): a raw INSERT; leaselab's ENQUEUE by hand with its triggers off, then
 with the history trigger, then with both (history and the notification check); ``Queue.enqueue``.
@@ -27,7 +35,7 @@ the round trip shows; with fsync on, each row's flush is most of its time. Print
 from __future__ import annotations
 
 import argparse
-import os
+import functools
 import statistics
 import sys
 import time
@@ -46,7 +54,6 @@ from progress import step  # noqa: E402
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as sql  # noqa: E402
 from leaselab.lessons.pgserver import PgServer  # noqa: E402
-from leaselab.queue import new_token  # noqa: E402
 
 WAL = "SELECT wal_records, wal_bytes, wal_sync FROM pg_stat_wal"
 
@@ -77,17 +84,7 @@ def raw_fused(url: str) -> None:
 
 
 def leaselab_by_hand(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("SET synchronous_commit = on")
-        now = time.time()
-        row = conn.execute(sql.CLAIM, {"now": now, "lease_until": now + 30, "worker": "w",
-                                       "token": new_token()}).fetchone()
-        while row is not None:
-            now = time.time()
-            row = conn.execute(sql.COMPLETE_AND_CLAIM, {
-                "id": row[0], "token": row[9], "result": "null", "now": now, "lease_until": now + 30,
-                "worker": "w", "next_token": new_token()}).fetchone()
-            row = None if row[1] is None else row[1:]
+    pg.leaselab_by_hand_drain(url, 1, _NoWait(), _NoWait())
 
 
 def queue_calls(url: str) -> None:
@@ -109,6 +106,27 @@ def worker(url: str) -> None:
         Worker(q, lambda job: None, name="w", exit_when_idle=True, poll=0.01, max_poll=0.05, log=None).run()
 
 
+def raw_fused_k(url: str, k: int) -> None:
+    pg.raw_fused_batch_drain(url, k, _NoWait(), _NoWait())
+
+
+def leaselab_by_hand_k(url: str, k: int) -> None:
+    pg.leaselab_by_hand_drain(url, k, _NoWait(), _NoWait())
+
+
+def queue_calls_k(url: str, k: int) -> None:
+    with Queue(url, durability="full") as q:
+        jobs = q.claim_many(k, "w")
+        while jobs:
+            _, jobs = q.complete_many_and_claim([(job.id, job.token, None) for job in jobs], k, "w")
+
+
+def worker_k(url: str, k: int) -> None:
+    with Queue(url, durability="full") as q:
+        Worker(q, lambda job: None, name="w", exit_when_idle=True, poll=0.01, max_poll=0.05, log=None,
+               concurrency=k).run()
+
+
 class _NoWait:
     def put(self, _: object) -> None:
         pass
@@ -123,6 +141,14 @@ DRAINS: dict[str, tuple[Callable[[str, int], None], Callable[[str], None]]] = {
     "Queue.complete_and_claim in a loop": (_leaselab_db, queue_calls),
     "Queue.complete_many_and_claim, 1 job": (_leaselab_db, queue_batch_of_one),
     "Worker, 1 slot": (_leaselab_db, worker),
+}
+
+# The same layers k at a time: the timed part takes (url, k).
+DRAINS_K: dict[str, tuple[Callable[[str, int], None], Callable[[str, int], None]]] = {
+    "raw fused, k at a time, bare table (the floor)": (_raw_db, raw_fused_k),
+    "leaselab's COMPLETE_MANY_AND_CLAIM by hand": (_leaselab_db, leaselab_by_hand_k),
+    "Queue.complete_many_and_claim, k jobs": (_leaselab_db, queue_calls_k),
+    "Worker, k slots": (_leaselab_db, worker_k),
 }
 
 
@@ -175,9 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--slots", type=int, default=8, help="k, for the k-at-a-time drain (default 8)")
     ap.add_argument("--fsync", choices=("on", "off"), default="on",
                     help="off: no flush costs anything, so what each layer costs the CPU shows (default on)")
     args = ap.parse_args(argv)
+    drains = {**DRAINS, **{label: (prepare, functools.partial(drain, k=args.slots))
+                           for label, (prepare, drain) in DRAINS_K.items()}}
     runs: dict[str, list[tuple[float, tuple[float, ...]]]] = {}
     step(f"starting a throw-away PostgreSQL server with fsync {args.fsync}")
     with PgServer(fsync=args.fsync == "on") as server:
@@ -186,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
             prepared_from = conn.prepare_threshold  # leaselab's connections keep psycopg's default
         n = 0
         for round_ in range(args.repeat):
-            for label, (prepare, drain) in DRAINS.items():
+            for label, (prepare, drain) in drains.items():
                 n += 1
                 step(f"round {round_ + 1}/{args.repeat}: drain, {label}")
                 url = server.create_database(f"d{n}")
@@ -211,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"# {throughput.machine()}, PostgreSQL {version} (fsync {args.fsync}), psycopg {psycopg.__version__} "
           f"(a statement is prepared on the server after {prepared_from} runs on a connection)")
     print(f"# {args.jobs} jobs per row, {args.repeat} rounds, rows interleaved; medians\n")
-    for title, rows in (("drain, one job at a time", DRAINS), ("enqueue, one call per job", ENQUEUES)):
+    for title, rows in (("drain, one job at a time", DRAINS), (f"drain, {args.slots} jobs at a time", DRAINS_K),
+                        ("enqueue, one call per job", ENQUEUES)):
         floor = next(iter(rows))
         print(f"| {title:<44} | jobs/s | ÷ floor | ÷ row above | WAL records/job | WAL bytes/job | flushes/job |")
         print("|" + "---|" * 7)
