@@ -15,8 +15,8 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from queue import Empty, SimpleQueue
 from time import monotonic as _monotonic
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -156,19 +156,73 @@ def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Cal
         return result
 
 
+# A finished attempt: its lease, the handler's return value, and the exception it raised (or None).
+Finished = tuple[Lease, Any, "BaseException | None"]
+
+
 class _Inline:
-    """The executor of a one-slot worker: the handler runs on the loop's thread, at once."""
+    """The slot of a one-slot worker: the handler runs on the loop's thread, at once."""
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> Future:
-        future: Future = Future()
+    def __init__(self, call: Callable[[Job, Lease], Any]):
+        self._call = call
+        self._finished: list[Finished] = []
+
+    def start(self, lease: Lease) -> None:
         try:
-            future.set_result(fn(*args))
-        except Exception as exc:  # the attempt's failure, as a pool thread would report it
-            future.set_exception(exc)
-        return future
+            self._finished.append((lease, self._call(lease.job, lease), None))
+        except Exception as exc:  # the attempt's failure, as a slot thread reports it
+            self._finished.append((lease, None, exc))
 
-    def shutdown(self, wait: bool = True) -> None:
+    def finished(self, timeout: float | None) -> list[Finished]:
+        done, self._finished = self._finished, []
+        return done
+
+    def shutdown(self) -> None:
         pass
+
+
+class _Threads:
+    """The slots of a worker with k of them: k threads that take leases from one queue and put each
+    finished attempt on another, which the loop blocks on. A ``Future`` per job and
+    ``concurrent.futures.wait`` over every running one (a waiter installed on each, every turn of the
+    loop) cost the worker twice its own CPU per job with eight slots (bench/README)."""
+
+    def __init__(self, k: int, call: Callable[[Job, Lease], Any], name: str):
+        self._call = call
+        self._todo: SimpleQueue[Lease | None] = SimpleQueue()
+        self._done: SimpleQueue[Finished] = SimpleQueue()
+        self._threads = [threading.Thread(target=self._serve, name=f"{name}-slot-{i + 1}", daemon=True)
+                         for i in range(k)]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self) -> None:
+        while (lease := self._todo.get()) is not None:
+            try:
+                self._done.put((lease, self._call(lease.job, lease), None))
+            except BaseException as exc:  # sys.exit() too: the attempt's failure, never a lost slot
+                self._done.put((lease, None, exc))
+
+    def start(self, lease: Lease) -> None:
+        self._todo.put(lease)
+
+    def finished(self, timeout: float | None) -> list[Finished]:
+        """Every attempt finished so far; if none, wait up to ``timeout`` seconds (None: until one is)."""
+        try:
+            done = [self._done.get(timeout=timeout)]
+        except Empty:
+            return []
+        while True:
+            try:
+                done.append(self._done.get_nowait())
+            except Empty:
+                return done
+
+    def shutdown(self) -> None:
+        for _ in self._threads:
+            self._todo.put(None)
+        for thread in self._threads:
+            thread.join()
 
 
 class Worker:
@@ -268,24 +322,25 @@ class Worker:
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
-        pool = _Inline() if self.concurrency == 1 else ThreadPoolExecutor(
-            max_workers=self.concurrency, thread_name_prefix=f"{self.name}-slot")
-        running: dict[Future, Lease] = {}
+        slots = _Inline(self.call_handler) if self.concurrency == 1 else _Threads(
+            self.concurrency, self.call_handler, self.name)
+        running = 0
         wait_for = self.poll
         with self._running():
             try:
                 starting: list[Lease] = []
                 while True:
                     for lease in starting:  # one slot: the handler runs here, now
-                        running[pool.submit(self.call_handler, lease.job, lease)] = lease
+                        slots.start(lease)
+                    running += len(starting)
                     starting = []
-                    finished = [f for f in running if f.done()]
+                    finished = slots.finished(timeout=0)
                     if finished:
-                        outcome = [(f, running.pop(f)) for f in finished]
-                        starting = self._finish(outcome, self._free(len(running), max_jobs))[1]
+                        running -= len(finished)
+                        starting = self._finish(finished, self._free(running, max_jobs))[1]
                         wait_for = self.poll
                         continue
-                    free = self._free(len(running), max_jobs)
+                    free = self._free(running, max_jobs)
                     if free:
                         starting = self._claim(free)
                         if starting:
@@ -300,9 +355,13 @@ class Worker:
                         wait_for = min(wait_for * 2, self.max_poll)
                         continue
                     # Wake when a handler finishes, or after a poll interval to refill free slots.
-                    wait(list(running), timeout=self.poll if free else None, return_when=FIRST_COMPLETED)
+                    finished = slots.finished(timeout=self.poll if free else None)
+                    if finished:
+                        running -= len(finished)
+                        starting = self._finish(finished, self._free(running, max_jobs))[1]
+                        wait_for = self.poll
             finally:
-                pool.shutdown(wait=True)
+                slots.shutdown()
         return self.stats
 
     def process(self, job: Job) -> str:
@@ -312,8 +371,9 @@ class Worker:
         """
         with self._running():
             lease = self._hold(job, sent=None)
-            future = _Inline().submit(self.call_handler, job, lease)
-            outcomes, _ = self._finish([(future, lease)], 0)
+            slot = _Inline(self.call_handler)
+            slot.start(lease)
+            outcomes, _ = self._finish(slot.finished(timeout=0), 0)
         return outcomes[0]
 
     @contextmanager
@@ -361,14 +421,13 @@ class Worker:
         self._leases.add(lease)
         return lease
 
-    def _finish(self, finished: list[tuple[Future, Lease]], free: int) -> tuple[list[str], list[Lease]]:
+    def _finish(self, finished: list[Finished], free: int) -> tuple[list[str], list[Lease]]:
         """Write the outcome of every finished handler: fail what raised, then complete the rest and
         refill ``free`` slots in one transaction. Returns (each job's outcome, the leases claimed)."""
         outcomes: dict[int, str] = {}
         completions: list[tuple[Lease, Any]] = []
-        for future, lease in finished:
+        for lease, result, error in finished:
             self._pulse.remove(lease)  # no beat from here on: none can be refused for a job finished here
-            error = future.exception()
             job = lease.job
             if lease.refused or isinstance(error, LeaseLost):
                 self.stats.lost += 1
@@ -376,14 +435,14 @@ class Worker:
                 self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {why}")
                 outcomes[id(lease)] = "lost"
             elif error is None:
-                completions.append((lease, future.result()))
+                completions.append((lease, result))
             else:
                 outcomes[id(lease)] = self._fail(lease, f"{type(error).__name__}: {error}")
         claimed: list[Lease] = []
         if completions:
             done, claimed = self._complete(completions, free)
             outcomes.update(done)
-        return [outcomes[id(lease)] for _, lease in finished], claimed
+        return [outcomes[id(lease)] for lease, _, _ in finished], claimed
 
     def _complete(self, completions: list[tuple[Lease, Any]], free: int) -> tuple[dict[int, str], list[Lease]]:
         token = new_token()

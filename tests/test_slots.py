@@ -71,6 +71,28 @@ def test_a_slot_whose_handler_raises_fails_that_job_alone(tmp_path):
         assert (stats.completed, stats.failed, stats.lost) == (3, 2, 0)
 
 
+def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_the_next(tmp_path):
+    """SystemExit is no Exception: a slot thread still reports it as the attempt's failure (as a Future
+    did), instead of dying with the job held and leaving the worker waiting for it."""
+    def handler(job):
+        if job.payload == "exit":
+            raise SystemExit(3)
+        return job.payload
+
+    with Queue(tmp_path / "q.db") as q:
+        first = q.enqueue("exit", max_attempts=1)
+        rest = q.enqueue_many(list("abcde"))
+        worker = Worker(q, handler, name="w1", concurrency=2, exit_when_idle=True, poll=0.01)
+        runs = threading.Thread(target=worker.run, daemon=True)  # a slot lost with its job would hang run()
+        runs.start()
+        runs.join(60)
+        assert not runs.is_alive(), "the worker is still waiting for the slot that ran sys.exit()"
+        stats = worker.stats
+        assert q.get(first).status is Status.DEAD and q.get(first).last_error.startswith("SystemExit: 3")
+        assert [q.get(i).result for i in rest] == list("abcde")
+        assert (stats.completed, stats.failed, stats.lost) == (5, 1, 0)
+
+
 @pytest.mark.parametrize("value", [0, -1, 1.5, "4", True])
 def test_concurrency_must_be_a_positive_int(tmp_path, value):
     with Queue(tmp_path / "q.db") as q:
