@@ -162,6 +162,11 @@ class SqlBackend:
     def _check_tokens(self, tokens: Iterable[str]) -> None:
         """Refuse tokens the engine cannot hold, before they travel inside a JSON array."""
 
+    @staticmethod
+    def _rows(cursor: Any) -> list[tuple]:
+        """The rows a statement returned, [] for one that returns none."""
+        return cursor.fetchall() if cursor.description is not None else []
+
     # -- plumbing -------------------------------------------------------------------------
 
     @property
@@ -172,7 +177,7 @@ class SqlBackend:
 
     def run(self, statement: str, params: Any = (), *, durable: bool = False) -> list[tuple]:
         """Run one statement in its own transaction and return its rows (an escape hatch, as ``connection``)."""
-        return self._alone(statement, params, durable, _rows)
+        return self._alone(statement, params, durable, self._rows)
 
     def _changed(self, statement: str, params: Any, durable: bool) -> int:
         """Run one statement in its own transaction; how many rows it changed (not its triggers)."""
@@ -325,10 +330,6 @@ def _claiming(claim: Claim) -> dict[str, Any]:
 
 def _completing(done: Completion, now: float) -> dict[str, Any]:
     return {"id": done.id, "token": done.token, "result": done.result, "now": now}
-
-
-def _rows(cursor: Any) -> list[tuple]:
-    return cursor.fetchall() if cursor.description is not None else []
 
 
 def _rowcount(cursor: Any) -> int:
