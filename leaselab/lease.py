@@ -17,8 +17,7 @@ import inspect
 import math
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable
 
 from .errors import LeaseLost
 from .job import Job
@@ -38,7 +37,9 @@ class Lease:
     def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
                  margin: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.job = job
-        self.lost = threading.Event()
+        # ``lost`` is made when first asked for: most attempts end before anyone waits on it, and a
+        # worker makes a Lease for every job it claims (an Event is a Condition and two locks).
+        self._lost: threading.Event | None = None
         self.refused = False  # the database itself said the token no longer holds the job
         self.seconds = seconds
         self.margin = (MARGIN * seconds if margin is None else margin) if seconds is not None else 0.0
@@ -48,6 +49,21 @@ class Lease:
         self.deadline: float | None = None
         if seconds is not None:
             self.deadline = (clock() if sent is None else sent) + seconds - self.margin
+
+    @property
+    def lost(self) -> threading.Event:
+        """Set once the lease may be gone: a heartbeat refused, or its deadline passed."""
+        with self._expiring:
+            return self._event()
+
+    def _event(self) -> threading.Event:
+        # Caller holds _expiring, so two threads asking at once get the same Event.
+        if self._lost is None:
+            self._lost = threading.Event()
+        return self._lost
+
+    def _is_lost(self) -> bool:
+        return self._lost is not None and self._lost.is_set()
 
     @property
     def fence(self) -> tuple[int, int]:
@@ -61,13 +77,14 @@ class Lease:
 
     def renewed(self, sent: float) -> None:
         """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
-        if self.seconds is not None and not self.lost.is_set():
+        if self.seconds is not None and not self._is_lost():
             self.deadline = max(self.deadline, sent + self.seconds - self.margin)
 
     def refuse(self) -> None:
         """The database refused this token: the job is no longer this attempt's."""
         self.refused = True
-        self.lost.set()
+        with self._expiring:
+            self._event().set()
 
     def left(self) -> float | None:
         """Seconds until the worker gives this lease up on its own clock (negative once past), or None."""
@@ -79,13 +96,13 @@ class Lease:
         The first call to find the deadline passed (the handler's ``check()`` or the worker's
         watcher, whichever comes first) sets ``lost`` and tells the worker, once.
         """
-        if not self.lost.is_set() and self.deadline is not None and self._clock() >= self.deadline:
+        if not self._is_lost() and self.deadline is not None and self._clock() >= self.deadline:
             with self._expiring:
-                if not self.lost.is_set():
-                    self.lost.set()
-                    if self._on_expired is not None:
-                        self._on_expired(self)
-        return self.lost.is_set()
+                announce = not self._is_lost()
+                self._event().set()
+            if announce and self._on_expired is not None:
+                self._on_expired(self)
+        return self._is_lost()
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if the lease may be gone (a heartbeat refused, or no acknowledged
@@ -94,7 +111,7 @@ class Lease:
             raise LeaseLost(self.job.id, self.job.token)
 
     def __repr__(self) -> str:
-        return f"Lease(job={self.job.id}, attempt={self.job.attempts}, lost={self.lost.is_set()})"
+        return f"Lease(job={self.job.id}, attempt={self.job.attempts}, lost={self._is_lost()})"
 
 
 class Leases:
@@ -140,18 +157,11 @@ class Leases:
         with self._changed:
             return [lease for lease in self._held.values() if not lease.refused]
 
-    @contextmanager
-    def claiming(self, token: str) -> Iterator[None]:
+    def claiming(self, token: str) -> "_Claiming":
         """Count the jobs a claim made with ``token`` as this worker's from before it is sent until
         its leases are added: a freeze that falls after the claim commits and before ``add``
-        must not leave them to the worker's own reaper (see ``keep``)."""
-        with self._changed:
-            self._claiming.append(token)
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._claiming.remove(token)
+        must not leave them to the worker's own reaper (see ``keep``). A context: one per claim."""
+        return _Claiming(self, token)
 
     def keep(self) -> list[str]:
         """The tokens this worker's reaper must not reap: its renewable leases' and those of its
@@ -195,6 +205,23 @@ class Leases:
                 wait = None if soonest is None else max(soonest, 0.001)
                 self._wake_at = math.inf if wait is None else time.monotonic() + wait
                 self._changed.wait(wait)
+
+
+class _Claiming:
+    """``Leases.claiming``: a plain context (a generator's costs several calls more, once per job)."""
+
+    __slots__ = ("_leases", "_token")
+
+    def __init__(self, leases: Leases, token: str):
+        self._leases, self._token = leases, token
+
+    def __enter__(self) -> None:
+        with self._leases._changed:
+            self._leases._claiming.append(self._token)
+
+    def __exit__(self, *exc: Any) -> None:
+        with self._leases._changed:
+            self._leases._claiming.remove(self._token)
 
 
 def wants_lease(handler: Callable[..., Any]) -> bool:

@@ -360,7 +360,8 @@ class Queue:
                 self.fail(job.id, job.token, job.reason)
             else:
                 jobs.append(job)
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        if len(jobs) > 1:  # a one-slot worker's every claim holds one job
+            jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
         return jobs
 
     def heartbeat_many(self, held: Iterable[tuple[int, str]], lease: float = DEFAULT_LEASE) -> dict[int, float]:
