@@ -543,6 +543,12 @@ def test_complete_many_is_one_statement_on_a_server_and_a_job_given_twice_is_ref
         assert q.complete_many([(c.id, c.token, "first"), (c.id, c.token, "second")]) == [c.id]
         assert q.get(c.id).result == "first"
         assert [e.kind for e in q.events(c.id)][-1] == "lease_lost"
+    import history
+
+    # One completion, one event: the second is no orphan 'completed' event outside the job's linked history.
+    jobs, events, _ = history.load(pg_url)
+    assert history.check_links(jobs, events) == []
+    assert [e["kind"] for e in events if e["job_id"] == c.id].count("completed") == 1
 
 
 @pytest.mark.parametrize("call", ["complete_many", "heartbeat_many"])

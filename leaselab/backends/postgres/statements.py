@@ -85,14 +85,19 @@ RETURNING jobs.lease_until
 # (COMPLETE_AND_CLAIM, COMPLETE_ONE_AND_CLAIM) keep the triggers (bench/README).
 _RETURNING_JOB = ", ".join(f"jobs.{column.strip()}" for column in JOB_COLUMNS.split(","))
 
-# The jobs still held under their tokens, locked, with the result each completion writes.
-# Many completions: :done is a JSON array of {"id", "token", "result"} objects, each fenced by its own token.
-_HELD_MANY = """held AS (
-    SELECT j.id, j.worker, j.token, j.attempts, j.last_event_id AS prev, d.result
-      FROM jsonb_to_recordset(:done::jsonb) AS d (id bigint, token text, result text)
+# The jobs still held under their tokens, locked, with the result each completion writes: :done is
+# a JSON array of {"id", "token", "result"} objects, each fenced by its own token. A job given twice
+# is completed once, by the first (one event, one result; the queue refuses the second), as an
+# UPDATE ... FROM did; DISTINCT ON comes after the lock, since FOR UPDATE cannot go with it.
+_HELD_MANY = """fenced AS (
+    SELECT j.id, j.worker, j.token, j.attempts, j.last_event_id AS prev, d.result, d.n
+      FROM ROWS FROM (jsonb_to_recordset(:done::jsonb) AS (id bigint, token text, result text))
+           WITH ORDINALITY AS d (id, token, result, n)
       JOIN jobs j ON j.id = d.id
      WHERE j.status = 'running' AND j.token = d.token
        FOR UPDATE OF j
+), held AS (
+    SELECT DISTINCT ON (id) id, worker, token, attempts, prev, result FROM fenced ORDER BY id, n
 )"""
 
 
