@@ -124,7 +124,7 @@ class Leases:
 
     def __init__(self, on_expired: Callable[[Lease], None] | None = None):
         self._held: dict[str, Lease] = {}
-        self._claiming: list[str] = []  # tokens of claims sent whose leases are not recorded yet
+        self._kept: list[str] = []  # tokens kept from the reaper though not renewed: see keeping()
         self._changed = threading.Condition()
         self._closed = False
         self._wake_at = math.inf  # the monotonic time the watcher sleeps until (inf: for ever)
@@ -157,17 +157,18 @@ class Leases:
         with self._changed:
             return [lease for lease in self._held.values() if not lease.refused]
 
-    def claiming(self, token: str) -> "_Claiming":
-        """Count the jobs a claim made with ``token`` as this worker's from before it is sent until
-        its leases are added: a freeze that falls after the claim commits and before ``add``
-        must not leave them to the worker's own reaper (see ``keep``). A context: one per claim."""
-        return _Claiming(self, token)
+    def keeping(self, *tokens: str) -> "_Keeping":
+        """Count ``tokens`` as this worker's while the context lasts, renewed or not: a claim's from
+        before it is sent until its leases are added, and a finished attempt's from when its lease
+        stops being renewed until its outcome is written. A freeze that falls in either window
+        must not leave those jobs to the worker's own reaper (see ``keep``)."""
+        return _Keeping(self, tokens)
 
     def keep(self) -> list[str]:
-        """The tokens this worker's reaper must not reap: its renewable leases' and those of its
-        claims in flight (a batch claim's token keeps every job it took, ``Queue.reap``)."""
+        """The tokens this worker's reaper must not reap: its renewable leases', its claims' in flight
+        (a batch claim's token keeps every job it took, ``Queue.reap``) and its outcomes' in flight."""
         with self._changed:
-            return [lease.token for lease in self._held.values() if not lease.refused] + self._claiming
+            return [lease.token for lease in self._held.values() if not lease.refused] + self._kept
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
         # No wake: a renewal only moves deadlines later, and a watcher that wakes early looks again.
@@ -207,21 +208,22 @@ class Leases:
                 self._changed.wait(wait)
 
 
-class _Claiming:
-    """``Leases.claiming``: a plain context (a generator's costs several calls more, once per job)."""
+class _Keeping:
+    """``Leases.keeping``: a plain context (a generator's costs several calls more, once per job)."""
 
-    __slots__ = ("_leases", "_token")
+    __slots__ = ("_leases", "_tokens")
 
-    def __init__(self, leases: Leases, token: str):
-        self._leases, self._token = leases, token
+    def __init__(self, leases: Leases, tokens: tuple[str, ...]):
+        self._leases, self._tokens = leases, tokens
 
     def __enter__(self) -> None:
         with self._leases._changed:
-            self._leases._claiming.append(self._token)
+            self._leases._kept.extend(self._tokens)
 
     def __exit__(self, *exc: Any) -> None:
         with self._leases._changed:
-            self._leases._claiming.remove(self._token)
+            for token in self._tokens:
+                self._leases._kept.remove(token)
 
 
 def wants_lease(handler: Callable[..., Any]) -> bool:

@@ -402,7 +402,7 @@ class Worker:
 
     def _claim(self, n: int) -> list[Lease]:
         token, sent = new_token(), _monotonic()
-        with self._leases.claiming(token):  # from the send to _hold, the pulse's reap keeps these jobs
+        with self._leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
             try:
                 jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
                                     again=lambda: self.queue.held_by(token) or self.queue.claim_many(
@@ -424,6 +424,14 @@ class Worker:
     def _finish(self, finished: list[Finished], free: int) -> tuple[list[str], list[Lease]]:
         """Write the outcome of every finished handler: fail what raised, then complete the rest and
         refill ``free`` slots in one transaction. Returns (each job's outcome, the leases claimed)."""
+        # Kept from the worker's own reaper until the outcomes are written: no longer renewed, a lease
+        # that runs out meanwhile (a freeze) must not hand the job to anyone, this worker included.
+        # The refill's claims too, as in _claim.
+        refill = new_token()
+        with self._leases.keeping(refill, *[lease.token for lease, _, _ in finished]):
+            return self._write_outcomes(finished, free, refill)
+
+    def _write_outcomes(self, finished: list[Finished], free: int, refill: str) -> tuple[list[str], list[Lease]]:
         outcomes: dict[int, str] = {}
         completions: list[tuple[Lease, Any]] = []
         for lease, result, error in finished:
@@ -440,14 +448,9 @@ class Worker:
                 outcomes[id(lease)] = self._fail(lease, f"{type(error).__name__}: {error}")
         claimed: list[Lease] = []
         if completions:
-            done, claimed = self._complete(completions, free)
+            done, claimed = self._complete_and_claim(completions, free, refill)
             outcomes.update(done)
         return [outcomes[id(lease)] for lease, _, _ in finished], claimed
-
-    def _complete(self, completions: list[tuple[Lease, Any]], free: int) -> tuple[dict[int, str], list[Lease]]:
-        token = new_token()
-        with self._leases.claiming(token):  # the refill's claims, as in _claim
-            return self._complete_and_claim(completions, free, token)
 
     def _complete_and_claim(self, completions: list[tuple[Lease, Any]], free: int,
                             token: str) -> tuple[dict[int, str], list[Lease]]:

@@ -354,3 +354,46 @@ def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_ow
     assert (job.status, job.attempts) == (Status.DONE, 1), [e.kind for e in q.events(job_id)]
     assert "reaped" not in [e.kind for e in q.events(job_id)]
     q.close()
+
+
+@pytest.mark.parametrize("outcome", ["completes", "fails"])
+def test_a_worker_does_not_reap_a_job_it_is_finishing_though_its_lease_ran_out_meanwhile(tmp_path, outcome):
+    """The worker stops renewing a lease when its handler returns, before it writes the outcome. A
+    freeze just then (or a loaded machine: the suite once met it) let the lease run out, and the
+    worker's own reaper, keeping only the leases it renewed, took the job from under its outcome."""
+    clock = ManualClock()
+    reaped_at: list[float] = []
+
+    def after_the_lease_ran_out() -> None:
+        woke = clock.advance(31)  # the freeze outlasted the lease on the queue's clock
+        wait_until(lambda: any(t >= woke for t in reaped_at), message="the worker's own reaper to run after waking")
+
+    class FreezesBeforeTheOutcome(Queue):
+        def complete_many_and_claim(self, *args, **kwargs):
+            after_the_lease_ran_out()
+            return super().complete_many_and_claim(*args, **kwargs)
+
+        def fail(self, *args, **kwargs):
+            after_the_lease_ran_out()
+            return super().fail(*args, **kwargs)
+
+        def reap(self, keep=()):
+            now = self.clock()
+            moved = super().reap(keep)
+            reaped_at.append(now)
+            return moved
+
+    def handler(job):
+        if outcome == "fails":
+            raise RuntimeError("no")
+        return "done"
+
+    with FreezesBeforeTheOutcome(tmp_path / "q.db", clock=clock, backoff=Backoff(base=0, jitter=0)) as q:
+        job_id = q.enqueue("x", max_attempts=1)
+        stats = Worker(q, handler, name="w1", lease=30, reap_every=0.05).run(max_jobs=1)
+        kinds = [e.kind for e in q.events(job_id)]
+        assert "reaped" not in kinds and "lease_lost" not in kinds, kinds
+        if outcome == "completes":
+            assert (q.get(job_id).status, stats.completed, stats.lost) == (Status.DONE, 1, 0), kinds
+        else:
+            assert (q.get(job_id).status, stats.failed, stats.lost) == (Status.DEAD, 1, 0), kinds
