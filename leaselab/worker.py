@@ -329,12 +329,13 @@ class Worker:
         with self._running():
             try:
                 starting: list[Lease] = []
+                woken: list[Finished] = []  # what the wait at the bottom of the loop returned
                 while True:
                     for lease in starting:  # one slot: the handler runs here, now
                         slots.start(lease)
                     running += len(starting)
                     starting = []
-                    finished = slots.finished(timeout=0)
+                    finished, woken = woken or slots.finished(timeout=0), []
                     if finished:
                         running -= len(finished)
                         starting = self._finish(finished, self._free(running, max_jobs))[1]
@@ -355,11 +356,7 @@ class Worker:
                         wait_for = min(wait_for * 2, self.max_poll)
                         continue
                     # Wake when a handler finishes, or after a poll interval to refill free slots.
-                    finished = slots.finished(timeout=self.poll if free else None)
-                    if finished:
-                        running -= len(finished)
-                        starting = self._finish(finished, self._free(running, max_jobs))[1]
-                        wait_for = self.poll
+                    woken = slots.finished(timeout=self.poll if free else None)
             finally:
                 slots.shutdown()
         return self.stats
