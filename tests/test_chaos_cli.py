@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from leaselab import Queue
-from leaselab.chaos import FAULTS, applicable, plan, run
+from leaselab.chaos import FAULTS, Progress, applicable, plan, run
+from leaselab.chaos.run import ProgressLines
 from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
 from leaselab.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
@@ -103,6 +104,21 @@ def test_a_short_run_on_sqlite_with_the_demo_task_is_clean_and_shows_progress(tm
     assert len(progress) >= 2, done.stderr
     assert progress[-1].split("jobs done ")[1].startswith("150/150")
     assert (tmp_path / "q.db.chaos" / "logs" / "w1.log").exists()
+
+
+def test_the_closing_progress_line_is_dropped_only_when_it_repeats_the_last_one_not_for_following_it_closely():
+    # A CI run ended on "149/150" with every job done: the closing line was dropped for coming
+    # within 0.5 s of one printed a moment before the last job finished.
+    shown: list[Progress] = []
+    lines = ProgressLines(shown.append)
+    lines.show(Progress(4.9, 149, 150, 7, {"kill": 2, "pause": 5}))
+    lines.show(Progress(4.95, 150, 150, 7, {"kill": 2, "pause": 5}), last=True)
+    assert [p.render() for p in shown] == ["   4.9s  jobs done 149/150  faults 7 (kill 2, pause 5)",
+                                           "   5.0s  jobs done 150/150  faults 7 (kill 2, pause 5)"]
+    lines.show(Progress(5.0, 150, 150, 7, {"kill": 2, "pause": 5}), last=True)  # says the same: dropped
+    lines.show(Progress(5.1, 150, 150, 7, {"kill": 2, "pause": 5}))             # a line on its period is not
+    assert [p.elapsed for p in shown] == [4.9, 4.95, 5.1]
+    ProgressLines(None).show(Progress(1.0, 1, 2, 0, {}), last=True)  # no one listening: nothing to do
 
 
 def test_a_handler_whose_outside_effect_repeats_under_pauses_is_caught_with_exit_1(tmp_path):

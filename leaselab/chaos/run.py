@@ -63,6 +63,28 @@ class Progress:
                     faults=self.faults, detail=f" ({detail[2:]})" if detail else "")
 
 
+class ProgressLines:
+    """Hands each ``Progress`` on to ``progress``, except a closing one that would repeat the last.
+
+    The closing line is dropped only when it says what the line before it said (the same jobs
+    finished, the same faults), never for coming soon after it: a line printed a moment before the
+    last job finished must not stand as the run's last word.
+    """
+
+    def __init__(self, progress: Callable[[Progress], None] | None) -> None:
+        self.progress = progress
+        self.shown: Progress | None = None
+
+    def show(self, now: Progress, *, last: bool = False) -> None:
+        if self.progress is None:
+            return
+        if last and self.shown is not None and (self.shown.finished, self.shown.by_fault) == (
+                now.finished, now.by_fault):
+            return
+        self.shown = now
+        self.progress(now)
+
+
 @dataclass
 class ChaosResult:
     """What a run did and what the checker found. ``clean``: no anomaly, drained, nothing acknowledged missing."""
@@ -255,17 +277,16 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
                 pass
             return last
 
-        reported = [0.0]
+        lines = ProgressLines(progress)
 
         def report_progress(last: bool = False) -> None:
-            # The closing line is skipped when one was just printed: it would say the same.
-            if progress is not None and not (last and time.monotonic() - reported[0] < 0.5):
-                reported[0] = time.monotonic()
-                counts = look()
-                applied = [a.step.fault for a in list(nemesis.applied) if a.missed is None]
-                progress(Progress(time.monotonic() - t0, counts.get("done", 0) + counts.get("dead", 0),
-                                  len(job_list), len(applied),
-                                  {f: n for f in FAULTS if (n := applied.count(f))}))
+            if progress is None:
+                return
+            counts = look()
+            applied = [a.step.fault for a in list(nemesis.applied) if a.missed is None]
+            lines.show(Progress(time.monotonic() - t0, counts.get("done", 0) + counts.get("dead", 0),
+                                len(job_list), len(applied), {f: n for f in FAULTS if (n := applied.count(f))}),
+                       last=last)
 
         next_report = time.monotonic() + progress_every
         while thread.is_alive() or feeder.is_alive():
