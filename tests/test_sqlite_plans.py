@@ -36,6 +36,31 @@ def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btr
 
 
 @sqlite_only
+def test_a_batch_claim_of_one_job_reads_its_id_as_a_scalar_not_through_a_temporary_list(queue, clock):
+    # A one-slot worker claims and refills one job at a time through the batch calls: with IN,
+    # SQLite would fill a temporary table with the one id and probe it (a fifth of a claim's cost).
+    queue.enqueue_many([{"i": i} for i in range(4)])
+    ran: list[str] = []
+    queue.backend.connection.set_trace_callback(ran.append)
+    try:
+        [one] = queue.claim_many(1, "w", LEASE, token="t1")
+        refused, [refill] = queue.complete_many_and_claim([(one.id, one.token, None)], 1, "w", LEASE, token="t2")
+        two = queue.claim_many(2, "w", LEASE, token="t3")
+    finally:
+        queue.backend.connection.set_trace_callback(None)
+    # SQLite reports the statement again for each trigger program it runs: each claim once.
+    claims = list(dict.fromkeys(s for s in ran if s.strip().startswith("UPDATE jobs SET status = 'running'")))
+    assert len(claims) == 3, ran
+    for statement in claims[:2]:
+        steps = plan(queue, statement, {})
+        assert any("SCALAR SUBQUERY" in s for s in steps) and not any("LIST SUBQUERY" in s for s in steps), steps
+    assert any("LIST SUBQUERY" in s for s in plan(queue, claims[2], {}))  # k at a time: IN, as it must
+    # The same tokens as any batch claim: the call's token, '-', the job's id.
+    assert (one.token, refill.token, refused) == (f"t1-{one.id}", f"t2-{refill.id}", [])
+    assert sorted(j.token for j in two) == sorted(f"t3-{j.id}" for j in two) and len(two) == 2
+
+
+@sqlite_only
 def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepping_over_each(queue):
     queue.enqueue_many(list(range(20)), priority=9, delay=3600)  # urgent, but not yet
     queue.enqueue_many(["first", "second"])

@@ -173,6 +173,9 @@ class SqliteBackend(SqlBackend):
     def _translate(self, exc: sqlite3.Error) -> LeaselabError:
         return translate(exc, self.path)
 
+    def _claim_many_statement(self, n: int) -> str:
+        return sql.CLAIM_MANY_OF_ONE if n == 1 else sql.CLAIM_MANY
+
     # -- SQLite's own strategy -------------------------------------------------------------
     # SQLite has no UPDATE inside WITH, so a completion and the next claim are COMPLETE then
     # CLAIM in one transaction (one commit, one sync); on a file there is no round trip to save.
@@ -202,7 +205,7 @@ class SqliteBackend(SqlBackend):
                 if run(sql.COMPLETE, {"id": item.id, "token": item.token, "result": item.result, "now": now}).rowcount:
                     completed.append(item.id)
             if claim is not None and n > 0:
-                rows = run(sql.CLAIM_MANY, {"now": claim.now, "lease_until": claim.lease_until,
+                rows = run(self._claim_many_statement(n), {"now": claim.now, "lease_until": claim.lease_until,
                                             "worker": claim.worker, "token": claim.token, "n": n}).fetchall()
         return completed, claimed(rows)
 

@@ -30,6 +30,12 @@ CLAIM = "\n" + sql.claim(lock="") + "\n"
 
 CLAIM_MANY = "\n" + sql.claim_many(lock="") + "\n"
 
+# A batch of one (a one-slot worker's claims and refills, a slot freed on its own): the batch's
+# tokens, picked with = instead of IN. For IN, SQLite fills a temporary table with the subquery's
+# ids and probes it; = reads the one id as a scalar. 52k instructions a claim of 279k (callgrind,
+# bench/README "Throughput, fourth round").
+CLAIM_MANY_OF_ONE = "\n" + sql.claim(lock="", token=sql.BATCH_TOKEN) + "\n"
+
 # A renewal's lease runs from when SQLite applied it, not from when it was asked for:
 # leaselab_now() is the queue's clock, registered on the connection and read as the statement
 # runs, after SQLite granted it the write lock. A beat that waited for the lock (less than the
