@@ -125,7 +125,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         # One line per message, whatever a handler's error or a job's text holds: a newline in
         # it would forge a log line of its own, an ESC would drive the reader's terminal.
-        print(f"{stamp()} {printable(message)}", flush=True)
+        # One write of the whole line: print() writes the text and its end apart, and the pulse's
+        # thread logs too, so two lines could interleave.
+        sys.stdout.write(f"{stamp()} {printable(message)}\n")
+        sys.stdout.flush()
 
     # SIGTERM (and a first Ctrl-C) are honoured from here on, even before the worker exists:
     # opening the file and importing the handler take a while, and a stop asked for then must

@@ -37,6 +37,7 @@ class Lease:
     def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
                  margin: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.job = job
+        self.token = job.token  # the claim's token: with the fence, what tells this claim from any other
         # ``lost`` is made when first asked for: most attempts end before anyone waits on it, and a
         # worker makes a Lease for every job it claims (an Event is a Condition and two locks).
         self._lost: threading.Event | None = None
@@ -69,11 +70,6 @@ class Lease:
     def fence(self) -> tuple[int, int]:
         """The attempt's fence, ``(job id, attempts)``, for a store outside the queue."""
         return self.job.fence
-
-    @property
-    def token(self) -> str:
-        """The claim's token: with the fence, what tells this claim from any other."""
-        return self.job.token
 
     def renewed(self, sent: float) -> None:
         """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
@@ -125,7 +121,10 @@ class Leases:
     def __init__(self, on_expired: Callable[[Lease], None] | None = None):
         self._held: dict[str, Lease] = {}
         self._kept: list[str] = []  # tokens kept from the reaper though not renewed: see keeping()
-        self._changed = threading.Condition()
+        # Taken as a plain lock where nothing waits or is woken (a worker adds, keeps and removes
+        # every job it claims): a Condition's own enter and exit are Python calls around the lock's.
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
         self._closed = False
         self._wake_at = math.inf  # the monotonic time the watcher sleeps until (inf: for ever)
         self._shortest = math.inf  # the shortest time to a deadline any lease had when added
@@ -140,7 +139,7 @@ class Leases:
         # it sleeps as long as the shortest lease it was given, so a lease no shorter needs no wake.
         lease._on_expired = self._on_expired
         left = lease.left()
-        with self._changed:
+        with self._lock:
             self._held[lease.token] = lease
             if left is not None:
                 if left > 0:
@@ -149,12 +148,12 @@ class Leases:
                     self._changed.notify()
 
     def remove(self, lease: Lease) -> None:
-        with self._changed:
+        with self._lock:
             self._held.pop(lease.token, None)
 
     def renewable(self) -> list[Lease]:
         """The leases a heartbeat should renew now: held, and not refused."""
-        with self._changed:
+        with self._lock:
             return [lease for lease in self._held.values() if not lease.refused]
 
     def keeping(self, *tokens: str) -> "_Keeping":
@@ -167,17 +166,17 @@ class Leases:
     def keep(self) -> list[str]:
         """The tokens this worker's reaper must not reap: its renewable leases', its claims' in flight
         (a batch claim's token keeps every job it took, ``Queue.reap``) and its outcomes' in flight."""
-        with self._changed:
+        with self._lock:
             return [lease.token for lease in self._held.values() if not lease.refused] + self._kept
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
         # No wake: a renewal only moves deadlines later, and a watcher that wakes early looks again.
-        with self._changed:
+        with self._lock:
             for lease in leases:
                 lease.renewed(sent)
 
     def __len__(self) -> int:
-        with self._changed:
+        with self._lock:
             return len(self._held)
 
     def close(self) -> None:
@@ -217,11 +216,11 @@ class _Keeping:
         self._leases, self._tokens = leases, tokens
 
     def __enter__(self) -> None:
-        with self._leases._changed:
+        with self._leases._lock:
             self._leases._kept.extend(self._tokens)
 
     def __exit__(self, *exc: Any) -> None:
-        with self._leases._changed:
+        with self._leases._lock:
             for token in self._tokens:
                 self._leases._kept.remove(token)
 
