@@ -35,6 +35,9 @@ def _stamp(t: float | None) -> str:
         return f"{t:.3f}"
 
 
+_MILLISECONDS = tuple(f".{ms:03d}" for ms in range(1000))  # a format spec per line cost more than the rest
+
+
 class _LogStamps:
     """``_stamp(time.time())`` for the worker's log, its ``HH:MM:SS`` made once a second: a busy worker
     writes two lines a job, and ``strftime`` was the most expensive part of each."""
@@ -53,7 +56,7 @@ class _LogStamps:
         if whole != second:
             hms = datetime.fromtimestamp(whole).strftime("%H:%M:%S")
             self._second = (whole, hms)
-        return f"{hms}.{micros // 1000:03d}"
+        return hms + _MILLISECONDS[micros // 1000]
 
 
 def _short(value: object, width: int, as_json: bool = False) -> str:

@@ -34,6 +34,10 @@ class Lease:
     by hand for a test or a lesson), only a refused heartbeat sets ``lost``.
     """
 
+    # A worker makes one for every job it claims: slots make each smaller and quicker to fill.
+    __slots__ = ("job", "token", "_lost", "refused", "seconds", "margin", "_clock", "_expiring", "_on_expired",
+                 "deadline")
+
     def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
                  margin: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.job = job

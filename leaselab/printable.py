@@ -32,7 +32,9 @@ def printable(text: str) -> str:
     Everything else, backslashes included, is left as it is: the result is for a reader's
     eyes, not to be parsed back.
     """
-    return _UNPRINTABLE.sub(_escape, text)
+    # str.isprintable() is False for every character the pattern matches (Unicode's Cc, Cf, Zl and Zp),
+    # and one C call: most text has nothing to escape, and every worker log line comes through here.
+    return text if text.isprintable() else _UNPRINTABLE.sub(_escape, text)
 
 
 def has_unprintable(text: str) -> bool:

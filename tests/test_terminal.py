@@ -13,7 +13,7 @@ import pytest
 
 from leaselab import Queue
 from leaselab.cli import main
-from leaselab.printable import printable
+from leaselab.printable import has_unprintable, printable
 
 REPO = Path(__file__).resolve().parent.parent
 CONTROLS = ("\x1b", "\r", "\x07", "\x9b", "\u202e")
@@ -28,6 +28,15 @@ CONTROLS = ("\x1b", "\r", "\x07", "\x9b", "\u202e")
 ])
 def test_printable_shows_every_control_character_as_an_escape_and_leaves_the_rest(raw, shown):
     assert printable(raw) == shown
+
+
+def test_no_character_that_needs_an_escape_passes_through_as_it_is_whatever_text_surrounds_it():
+    # printable() hands text back untouched when str.isprintable() says it may: that shortcut must
+    # never pass a character the escapes are for, in any of Unicode's 1,114,112 code points.
+    needing = [c for c in map(chr, range(sys.maxunicode + 1)) if has_unprintable(c)]
+    assert len(needing) > 60 and {"\x1b", "\x85", "\u202e", "\u2029"} <= set(needing)
+    for c in needing:
+        assert c not in printable(c) and c not in printable(f"claimed job 7{c} (attempt 1/3)"), hex(ord(c))
 
 
 def leaselab(*argv: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
