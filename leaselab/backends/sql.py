@@ -45,17 +45,18 @@ def claim(lock: str, token: str = ":token", pick: str = "=", limit: str = "1", a
     return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock)
 
 
-# A batch claim's token for each job: the call's random :token with the job's id after it.
-BATCH_TOKEN = ":token || '-' || id"
+def batch_token(token: str = ":token", job_id: str = "id") -> str:
+    """A batch claim's token for each job: the call's random ``token``, a dash and the job's id, so every
+    claim still writes a token no other claim ever wrote (``HELD_BY`` and ``REAP`` read the call's back)."""
+    return f"{token} || '-' || {job_id}"
 
 
 def claim_many(lock: str) -> str:
     """A batch of the same claim: up to :n runnable jobs in claim order, leased in one statement.
 
-    Each job's token is the call's random :token with the job id after it, so every claim still
-    writes a token no other claim ever wrote. RETURNING gives no order; the queue sorts.
+    Each job's token is ``batch_token()``. RETURNING gives no order; the queue sorts.
     """
-    return claim(lock, token=BATCH_TOKEN, pick="IN", limit=":n")
+    return claim(lock, token=batch_token(), pick="IN", limit=":n")
 
 
 # A completion: what it writes, with where the result comes from.

@@ -152,7 +152,7 @@ def _claimed(token: str) -> str:
 
 
 # A batch of claims: up to :n runnable jobs, each token the call's :token, a dash and the job id.
-_BATCH_TOKEN = ":token || '-' || {id}"
+_BATCH_TOKEN = sql.batch_token(job_id="{id}")
 
 CLAIM_MANY = pyformat(f"""
 WITH {_pending(":n")},
@@ -203,7 +203,7 @@ SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one
 COMPLETE_ONE_AND_CLAIM = pyformat(f"""
 WITH completed AS ({sql.COMPLETE}RETURNING id
 ), claimed AS (
-{sql.claim(_SKIP_LOCKED, token=":next_token || '-' || id", pick="IN", limit=":n")}
+{sql.claim(_SKIP_LOCKED, token=sql.batch_token(":next_token"), pick="IN", limit=":n")}
 )
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)

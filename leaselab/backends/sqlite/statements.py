@@ -34,7 +34,7 @@ CLAIM_MANY = "\n" + sql.claim_many(lock="") + "\n"
 # tokens, picked with = instead of IN. For IN, SQLite fills a temporary table with the subquery's
 # ids and probes it; = reads the one id as a scalar. 52k instructions a claim of 279k (callgrind,
 # bench/README "Throughput, fourth round").
-CLAIM_MANY_OF_ONE = "\n" + sql.claim(lock="", token=sql.BATCH_TOKEN) + "\n"
+CLAIM_MANY_OF_ONE = "\n" + sql.claim(lock="", token=sql.batch_token()) + "\n"
 
 # A renewal's lease runs from when SQLite applied it, not from when it was asked for:
 # leaselab_now() is the queue's clock, registered on the connection and read as the statement
