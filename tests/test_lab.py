@@ -7,7 +7,7 @@ import html
 import pytest
 
 from polling import pid_gone, process_state, wait_until
-from procs import shut_down
+from procs import log_of, shut_down
 from leaselab.lab.i18n import STRINGS, t
 from leaselab.lab.dashboard import Lab
 from leaselab.worker import STARTED
@@ -232,12 +232,17 @@ def test_a_write_lock_held_elsewhere_ends_a_click_in_a_hint_to_resume_the_paused
 def test_the_jobs_at_once_box_spawns_a_worker_with_slots_and_its_row_lists_every_job_it_holds(make_lab, lang):
     lab = make_lab(lang=lang, lease=5.0)
     assert lab.slots_input.description == t("slots", lang)
-    ids = lab.queue.enqueue_many([{"seconds": 3}] * 2)
+    # Jobs long enough that a loaded machine cannot poll past the time both are held (with 3 s, a
+    # newcomer's full run once missed it); the teardown ends the worker without waiting for them.
+    ids = lab.queue.enqueue_many([{"seconds": 30}] * 2)
     lab.slots_input.value = 2
     lab.spawn_button.click()
     name = lab.fleet.names[0]
     assert lab.fleet.status()[0].concurrency == 2
-    wait_until(lambda: len(lab.fleet.status()[0].jobs) == 2, message="two jobs held")
+    try:
+        wait_until(lambda: len(lab.fleet.status()[0].jobs) == 2, message="two jobs held")
+    except pytest.fail.Exception:
+        pytest.fail(f"two jobs not held at once: {lab.fleet.status()[0]}\n{log_of(lab.fleet, name)}")
     lab.refresh()
     assert f"{ids[0]}, {ids[1]}" in lab.row(name).cells.value
 
