@@ -11,13 +11,14 @@ import sys
 import threading
 import time
 from datetime import datetime
-from typing import Callable, Sequence
+from typing import Sequence
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
 from .words import LANGS
 from .errors import DatabaseMissing, LeaselabError
 from .job import Status
+from .logline import LineLog
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 
@@ -33,30 +34,6 @@ def _stamp(t: float | None) -> str:
         return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
     except (ValueError, OverflowError, OSError):  # a time no calendar holds (year 10000, say): the number
         return f"{t:.3f}"
-
-
-_MILLISECONDS = tuple(f".{ms:03d}" for ms in range(1000))  # a format spec per line cost more than the rest
-
-
-class _LogStamps:
-    """``_stamp(time.time())`` for the worker's log, its ``HH:MM:SS`` made once a second: a busy worker
-    writes two lines a job, and ``strftime`` was the most expensive part of each."""
-
-    def __init__(self, clock: Callable[[], float] = time.time):
-        self._clock = clock
-        self._second: tuple[float, str] = (math.nan, "")  # one tuple: the pulse thread logs too
-
-    def __call__(self) -> str:
-        # The microseconds as datetime.fromtimestamp rounds them (half to even), carried into the second.
-        fraction, whole = math.modf(self._clock())
-        micros = round(fraction * 1e6)
-        if micros >= 1_000_000:
-            whole, micros = whole + 1, micros - 1_000_000
-        second, hms = self._second
-        if whole != second:
-            hms = datetime.fromtimestamp(whole).strftime("%H:%M:%S")
-            self._second = (whole, hms)
-        return hms + _MILLISECONDS[micros // 1000]
 
 
 def _short(value: object, width: int, as_json: bool = False) -> str:
@@ -123,15 +100,7 @@ def _jobs_phrase(ids: list[int]) -> tuple[str, str]:
 def cmd_worker(args: argparse.Namespace) -> int:
     from .worker import STARTED, STOPPED, Worker, load_handler, outlast
 
-    stamp = _LogStamps()
-
-    def log(message: str) -> None:
-        # One line per message, whatever a handler's error or a job's text holds: a newline in
-        # it would forge a log line of its own, an ESC would drive the reader's terminal.
-        # One write of the whole line: print() writes the text and its end apart, and the pulse's
-        # thread logs too, so two lines could interleave.
-        sys.stdout.write(f"{stamp()} {printable(message)}\n")
-        sys.stdout.flush()
+    log = LineLog()  # the worker hands it each turn's lines at once (LineLog.lines)
 
     # SIGTERM (and a first Ctrl-C) are honoured from here on, even before the worker exists:
     # opening the file and importing the handler take a while, and a stop asked for then must

@@ -23,6 +23,10 @@ from .errors import LeaseLost
 from .job import Job
 
 MARGIN = 0.1  # of the lease: how long before the database could reap a job the worker gives it up
+# Taken when a lease's ``lost`` is first made, set, or found due, so that whoever finds the deadline
+# passed first announces it, once. One for every lease: those moments are rare, and a worker makes a
+# Lease for every job it claims.
+_EXPIRING = threading.Lock()
 
 
 class Lease:
@@ -35,8 +39,7 @@ class Lease:
     """
 
     # A worker makes one for every job it claims: slots make each smaller and quicker to fill.
-    __slots__ = ("job", "token", "_lost", "refused", "seconds", "margin", "_clock", "_expiring", "_on_expired",
-                 "deadline")
+    __slots__ = ("job", "token", "_lost", "refused", "seconds", "margin", "_clock", "_on_expired", "deadline")
 
     def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
                  margin: float | None = None, clock: Callable[[], float] = time.monotonic):
@@ -49,7 +52,6 @@ class Lease:
         self.seconds = seconds
         self.margin = (MARGIN * seconds if margin is None else margin) if seconds is not None else 0.0
         self._clock = clock
-        self._expiring = threading.Lock()  # whoever finds the deadline passed first announces it, once
         self._on_expired: Callable[[Lease], None] | None = None  # set by the Leases that hold it
         self.deadline: float | None = None
         if seconds is not None:
@@ -58,11 +60,11 @@ class Lease:
     @property
     def lost(self) -> threading.Event:
         """Set once the lease may be gone: a heartbeat refused, or its deadline passed."""
-        with self._expiring:
+        with _EXPIRING:
             return self._event()
 
     def _event(self) -> threading.Event:
-        # Caller holds _expiring, so two threads asking at once get the same Event.
+        # Caller holds _EXPIRING, so two threads asking at once get the same Event.
         if self._lost is None:
             self._lost = threading.Event()
         return self._lost
@@ -83,7 +85,7 @@ class Lease:
     def refuse(self) -> None:
         """The database refused this token: the job is no longer this attempt's."""
         self.refused = True
-        with self._expiring:
+        with _EXPIRING:
             self._event().set()
 
     def left(self) -> float | None:
@@ -97,7 +99,7 @@ class Lease:
         watcher, whichever comes first) sets ``lost`` and tells the worker, once.
         """
         if not self._is_lost() and self.deadline is not None and self._clock() >= self.deadline:
-            with self._expiring:
+            with _EXPIRING:
                 announce = not self._is_lost()
                 self._event().set()
             if announce and self._on_expired is not None:
@@ -136,24 +138,40 @@ class Leases:
         self._thread = threading.Thread(target=self._watch, name="lease-deadlines", daemon=True)
         self._thread.start()
 
-    def add(self, lease: Lease) -> None:
+    def add(self, *leases: Lease) -> None:
+        """Hold ``leases`` (a claim's, all at once: one lock taken for a batch)."""
         # The watcher is woken only for a deadline sooner than the one it sleeps toward. A worker
         # claims thousands of jobs a second and finishes each before the watcher looks: woken for
         # every claim made while it held nothing, it cost a thread switch per job. Holding nothing,
         # it sleeps as long as the shortest lease it was given, so a lease no shorter needs no wake.
-        lease._on_expired = self._on_expired
-        left = lease.left()
+        now = time.monotonic()
         with self._lock:
-            self._held[lease.token] = lease
-            if left is not None:
-                if left > 0:
-                    self._shortest = min(self._shortest, left)
-                if time.monotonic() + left < self._wake_at:
-                    self._changed.notify()
+            for lease in leases:
+                lease._on_expired = self._on_expired
+                self._held[lease.token] = lease
+                if lease.deadline is not None:
+                    left = lease.deadline - lease._clock()
+                    if left > 0:
+                        self._shortest = min(self._shortest, left)
+                    if now + left < self._wake_at:
+                        self._changed.notify()
 
-    def remove(self, lease: Lease) -> None:
+    def remove(self, *leases: Lease) -> None:
         with self._lock:
-            self._held.pop(lease.token, None)
+            for lease in leases:
+                self._held.pop(lease.token, None)
+
+    def hand_in(self, leases: Iterable[Lease], *tokens: str) -> "_Keeping":
+        """Stop holding ``leases`` (their handlers finished) and keep their tokens, and ``tokens``,
+        from the reaper until the returned context exits: ``remove`` and ``keeping`` in one step,
+        so no moment passes in which a finished attempt's token is neither held nor kept."""
+        with self._lock:
+            kept = list(tokens)
+            for lease in leases:
+                self._held.pop(lease.token, None)
+                kept.append(lease.token)
+            self._kept.extend(kept)
+        return _Keeping(self, kept)
 
     def renewable(self) -> list[Lease]:
         """The leases a heartbeat should renew now: held, and not refused."""
@@ -161,10 +179,12 @@ class Leases:
             return [lease for lease in self._held.values() if not lease.refused]
 
     def keeping(self, *tokens: str) -> "_Keeping":
-        """Count ``tokens`` as this worker's while the context lasts, renewed or not: a claim's from
-        before it is sent until its leases are added, and a finished attempt's from when its lease
-        stops being renewed until its outcome is written. A freeze that falls in either window
-        must not leave those jobs to the worker's own reaper (see ``keep``)."""
+        """Count ``tokens`` as this worker's from this call until the returned context exits, renewed
+        or not: a claim's from before it is sent until its leases are added, and a finished attempt's
+        from when its lease stops being renewed until its outcome is written (``hand_in``). A freeze
+        that falls in either window must not leave those jobs to the worker's own reaper (see ``keep``)."""
+        with self._lock:
+            self._kept.extend(tokens)
         return _Keeping(self, tokens)
 
     def keep(self) -> list[str]:
@@ -212,16 +232,16 @@ class Leases:
 
 
 class _Keeping:
-    """``Leases.keeping``: a plain context (a generator's costs several calls more, once per job)."""
+    """What ``Leases.keeping`` and ``hand_in`` return: the tokens are kept from the call on, and let go
+    when the context exits (a plain class: a generator's context costs several calls more, once per job)."""
 
     __slots__ = ("_leases", "_tokens")
 
-    def __init__(self, leases: Leases, tokens: tuple[str, ...]):
+    def __init__(self, leases: Leases, tokens: Iterable[str]):
         self._leases, self._tokens = leases, tokens
 
     def __enter__(self) -> None:
-        with self._leases._lock:
-            self._leases._kept.extend(self._tokens)
+        pass
 
     def __exit__(self, *exc: Any) -> None:
         with self._leases._lock:

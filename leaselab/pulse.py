@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable
+from contextlib import AbstractContextManager
+from typing import Callable, Iterable
 
 from . import faults
 from .errors import LeaselabError, TransientError
@@ -49,11 +50,12 @@ class Pulse:
         self._stop.set()
         self._thread.join()
 
-    def remove(self, lease: Lease) -> None:
-        """Stop renewing ``lease`` (its handler finished); waits for a beat in flight to end, so
-        that beat cannot be refused for a job this worker is about to complete."""
+    def hand_in(self, leases: Iterable[Lease], *tokens: str) -> AbstractContextManager[None]:
+        """Stop renewing ``leases`` (their handlers finished) and keep their tokens, and ``tokens``, from
+        the reaper until the returned context exits (``Leases.hand_in``). Waits for a beat in flight
+        to end first, so that beat cannot be refused for a job this worker is about to complete."""
         with self.beating:
-            self.leases.remove(lease)
+            return self.leases.hand_in(leases, *tokens)
 
     def _run(self) -> None:
         wait = 0.0

@@ -424,6 +424,8 @@ class Queue:
         """Of ``items``, the ids refused once those whose earlier try went through unseen are set apart;
         each refusal written into its job's history. A second completion of one job in the same call
         is refused: the first one is the one that completed."""
+        if len(completed) == len(items):  # each row is updated once: every item completed, none twice
+            return []
         left = set(completed)
         unchanged = []
         for item in items:

@@ -24,6 +24,7 @@ from . import faults
 from .errors import HandlerError, InvalidPayload, LeaseLost, TransientError
 from .job import Job
 from .lease import Lease, Leases, wants_lease
+from .logline import LineLog
 from .checks import integer, positive
 from .printable import has_unprintable
 from .pulse import Pulse
@@ -163,13 +164,14 @@ Finished = tuple[Lease, Any, "BaseException | None"]
 class _Inline:
     """The slot of a one-slot worker: the handler runs on the loop's thread, at once."""
 
-    def __init__(self, call: Callable[[Job, Lease], Any]):
-        self._call = call
+    def __init__(self, handler: Callable[..., Any], with_lease: bool):
+        self._handler, self._with_lease = handler, with_lease  # as Worker.call_handler calls it
         self._finished: list[Finished] = []
 
     def start(self, lease: Lease) -> None:
         try:
-            self._finished.append((lease, self._call(lease.job, lease), None))
+            result = self._handler(lease.job, lease) if self._with_lease else self._handler(lease.job)
+            self._finished.append((lease, result, None))
         except Exception as exc:  # the attempt's failure, as a slot thread reports it
             self._finished.append((lease, None, exc))
 
@@ -187,8 +189,8 @@ class _Threads:
     ``concurrent.futures.wait`` over every running one (a waiter installed on each, every turn of the
     loop) cost the worker twice its own CPU per job with eight slots (bench/README)."""
 
-    def __init__(self, k: int, call: Callable[[Job, Lease], Any], name: str):
-        self._call = call
+    def __init__(self, k: int, handler: Callable[..., Any], with_lease: bool, name: str):
+        self._handler, self._with_lease = handler, with_lease  # as Worker.call_handler calls it
         self._todo: SimpleQueue[Lease | None] = SimpleQueue()
         self._done: SimpleQueue[Finished] = SimpleQueue()
         self._threads = [threading.Thread(target=self._serve, name=f"{name}-slot-{i + 1}", daemon=True)
@@ -197,9 +199,10 @@ class _Threads:
             thread.start()
 
     def _serve(self) -> None:
+        handler, with_lease = self._handler, self._with_lease
         while (lease := self._todo.get()) is not None:
             try:
-                self._done.put((lease, self._call(lease.job, lease), None))
+                self._done.put((lease, handler(lease.job, lease) if with_lease else handler(lease.job), None))
             except BaseException as exc:  # sys.exit() too: the attempt's failure, never a lost slot
                 self._done.put((lease, None, exc))
 
@@ -238,6 +241,9 @@ class Worker:
     A handler taking a second argument gets the attempt's ``Lease``: its ``lost`` is set
     when a heartbeat is refused, or when no heartbeat has been acknowledged for the lease
     less a tenth (the worker's own clock, so a cut-off worker learns it too).
+    ``log`` gets each line, prefixed with the worker's name, as it is made; a ``LineLog``
+    (the ``leaselab worker`` command's) gets the lines of one turn of the loop together
+    (its completions, then the claims made with them), unless one says a wait begins.
     """
 
     def __init__(
@@ -272,19 +278,44 @@ class Worker:
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
         self._log_fn = log
+        # A LineLog (the command's) takes a turn's lines at once: one stamp, one write. Any other
+        # log gets each line as it is made.
+        self._log_lines = log.lines if isinstance(log, LineLog) else None
+        self._turn: list[str] | None = None  # the lines of the turn in progress, written at its end
         self._stop = threading.Event()
         self._wants_lease = wants_lease(self.handler)
         self._leases: Leases | None = None
         self._pulse: Pulse | None = None
         self.fault: str | None = None  # the transient fault the worker is waiting out, if any
 
-    def _log(self, message: str) -> None:
+    def log(self, message: str) -> None:
+        """Write one line to the worker's log, prefixed with its name, at once (from any thread)."""
         if self._log_fn is not None:
             self._log_fn(f"{self.name}: {message}")
 
-    def log(self, message: str) -> None:
-        """Write one line to the worker's log, prefixed with its name."""
+    def _log(self, message: str) -> None:
+        """A line from the loop's own thread: kept until the end of the turn if one is in progress."""
+        if self._turn is not None:
+            self._turn.append(message)
+        elif self._log_fn is not None:
+            self._log_fn(f"{self.name}: {message}")
+
+    def _log_now(self, message: str) -> None:
+        """A line that must not wait for the turn's end (a wait about to begin): written, with the
+        turn's lines before it, at once."""
         self._log(message)
+        self._write_turn(keep_open=True)
+
+    def _begin_turn(self) -> None:
+        """Hold the loop's lines from here to ``_write_turn``, if the log can take them at once."""
+        self._turn = [] if self._log_lines is not None else None
+
+    def _write_turn(self, keep_open: bool = False) -> None:
+        """Write the turn's lines in order, in one write, and end it unless ``keep_open``."""
+        lines = self._turn
+        self._turn = [] if keep_open and lines is not None else None
+        if lines:
+            self._log_lines([f"{self.name}: {message}" for message in lines])
 
     def call_handler(self, job: Job, lease: Lease | None = None) -> Any:
         """Run the handler on one job and return its result; an exception is the attempt's failure.
@@ -316,14 +347,14 @@ class Worker:
 
     def outlast(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T | object:
         """``call()`` retried through transient faults, logged; see ``leaselab.worker.outlast``."""
-        return outlast(what, call, stop=self._stop, log=self._log, again=again, state=self)
+        return outlast(what, call, stop=self._stop, log=self._log_now, again=again, state=self)
 
     # -- the loop -------------------------------------------------------------
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
-        slots = _Inline(self.call_handler) if self.concurrency == 1 else _Threads(
-            self.concurrency, self.call_handler, self.name)
+        slots = _Inline(self.handler, self._wants_lease) if self.concurrency == 1 else _Threads(
+            self.concurrency, self.handler, self._wants_lease, self.name)
         running = 0
         wait_for = self.poll
         with self._running():
@@ -367,8 +398,8 @@ class Worker:
         Exactly one job: nothing is claimed with the completion.
         """
         with self._running():
-            lease = self._hold(job, sent=None)
-            slot = _Inline(self.call_handler)
+            [lease] = self._hold([job], sent=None)
+            slot = _Inline(self.handler, self._wants_lease)
             slot.start(lease)
             outcomes, _ = self._finish(slot.finished(timeout=0), 0)
         return outcomes[0]
@@ -381,7 +412,7 @@ class Worker:
             return
         self._leases = Leases(on_expired=self._gave_up)
         try:
-            with Pulse(self.queue, self._leases, self.lease, self.reap_every, self._log,
+            with Pulse(self.queue, self._leases, self.lease, self.reap_every, self.log,
                        on_reaped=self._reaped) as self._pulse:
                 yield
         finally:
@@ -390,7 +421,7 @@ class Worker:
 
     def _free(self, running: int, max_jobs: int | None) -> int:
         """How many jobs to claim now: the free slots, within ``max_jobs``, none once stopping."""
-        if self.stopping:
+        if self._stop.is_set():
             return 0
         free = self.concurrency - running
         if max_jobs is not None:
@@ -399,40 +430,51 @@ class Worker:
 
     def _claim(self, n: int) -> list[Lease]:
         token, sent = new_token(), _monotonic()
-        with self._leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
-            try:
-                jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
-                                    again=lambda: self.queue.held_by(token) or self.queue.claim_many(
-                                        n, self.name, self.lease, token=token))
-            except InvalidPayload as exc:  # the queue already failed that job; take the next
-                self._log(f"skipped a damaged job: {exc}")
-                return []
-            if jobs is STOPPED:
-                return []
-            return [self._hold(job, sent) for job in jobs]
+        self._begin_turn()
+        try:
+            with self._leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
+                try:
+                    jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
+                                        again=lambda: self.queue.held_by(token) or self.queue.claim_many(
+                                            n, self.name, self.lease, token=token))
+                except InvalidPayload as exc:  # the queue already failed that job; take the next
+                    self._log(f"skipped a damaged job: {exc}")
+                    return []
+                if jobs is STOPPED:
+                    return []
+                return self._hold(jobs, sent)
+        finally:
+            self._write_turn()
 
-    def _hold(self, job: Job, sent: float | None) -> Lease:
-        self.stats.claimed += 1
-        self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
-        lease = Lease(job, self.lease, sent=sent)
-        self._leases.add(lease)
-        return lease
+    def _hold(self, jobs: list[Job], sent: float | None) -> list[Lease]:
+        """A lease for each job just claimed (the claim sent at monotonic ``sent``), held from now on."""
+        leases = []
+        for job in jobs:
+            self.stats.claimed += 1
+            self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
+            leases.append(Lease(job, self.lease, sent=sent))
+        self._leases.add(*leases)
+        return leases
 
     def _finish(self, finished: list[Finished], free: int) -> tuple[list[str], list[Lease]]:
         """Write the outcome of every finished handler: fail what raised, then complete the rest and
         refill ``free`` slots in one transaction. Returns (each job's outcome, the leases claimed)."""
-        # Kept from the worker's own reaper until the outcomes are written: no longer renewed, a lease
-        # that runs out meanwhile (a freeze) must not hand the job to anyone, this worker included.
-        # The refill's claims too, as in _claim.
+        # No beat from here on (none can be refused for a job finished here), and kept from the worker's
+        # own reaper until the outcomes are written: a lease that runs out meanwhile (a freeze) must not
+        # hand the job to anyone, this worker included. The refill's claims too, as in _claim.
+        # The turn's lines (outcomes, then claims) are written at its end, together.
         refill = new_token()
-        with self._leases.keeping(refill, *[lease.token for lease, _, _ in finished]):
-            return self._write_outcomes(finished, free, refill)
+        self._begin_turn()
+        try:
+            with self._pulse.hand_in([lease for lease, _, _ in finished], refill):
+                return self._write_outcomes(finished, free, refill)
+        finally:
+            self._write_turn()
 
     def _write_outcomes(self, finished: list[Finished], free: int, refill: str) -> tuple[list[str], list[Lease]]:
         outcomes: dict[int, str] = {}
         completions: list[tuple[Lease, Any]] = []
         for lease, result, error in finished:
-            self._pulse.remove(lease)  # no beat from here on: none can be refused for a job finished here
             job = lease.job
             if lease.refused or isinstance(error, LeaseLost):
                 self.stats.lost += 1
@@ -484,7 +526,7 @@ class Worker:
         refused, jobs = outcome
         for lease, _ in completions:
             outcomes[id(lease)] = self._completed(lease, refused)
-        return outcomes, [self._hold(job, sent) for job in jobs]
+        return outcomes, self._hold(jobs, sent)
 
     def _completed(self, lease: Lease, refused: Any) -> str:
         if refused is STOPPED:
@@ -517,9 +559,9 @@ class Worker:
         self._log(f"stopped with job {lease.job.id}'s outcome unwritten: its lease runs out and it runs again")
         return "lost"
 
-    def _gave_up(self, lease: Lease) -> None:
-        self._log(f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
-                  f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises")
+    def _gave_up(self, lease: Lease) -> None:  # on whichever thread found the deadline passed
+        self.log(f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
+                 f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises")
 
     def _reaped(self, moved: list[int]) -> None:
         self.stats.reaped += len(moved)

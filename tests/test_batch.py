@@ -129,6 +129,18 @@ def test_complete_many_and_claim_completes_the_batch_and_refills_the_slots_in_on
     assert refused == [] and claimed == [] and queue.stats()["done"] == 3
 
 
+def test_a_job_given_twice_in_one_batch_is_completed_once_and_its_second_completion_refused(queue):
+    """Every job but one given once, that one twice: the count of rows completed falls one short of
+    the items, and the second completion (another result, the same token) is the one refused."""
+    queue.enqueue_many(["a", "b", "c"])
+    a, b, c = queue.claim_many(3, worker="w1")
+    items = [(a.id, a.token, "A"), (b.id, b.token, "B"), (b.id, b.token, "B again"), (c.id, c.token, "C")]
+    refused, claimed = queue.complete_many_and_claim(items, 1, worker="w1")
+    assert refused == [b.id] and claimed == []
+    assert [queue.get(j.id).result for j in (a, b, c)] == ["A", "B", "C"]
+    assert [e.kind for e in queue.events(b.id)][-2:] == ["completed", "lease_lost"]
+
+
 def test_complete_many_and_claim_claims_even_when_nothing_completes(queue):
     queue.enqueue_many(["a", "b"])
     refused, claimed = queue.complete_many_and_claim([], 5, worker="w1")

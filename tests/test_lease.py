@@ -164,3 +164,23 @@ def test_the_watcher_sleeping_toward_a_long_lease_still_gives_up_a_shorter_one_a
         assert time.monotonic() - started < 3
     finally:
         leases.close()
+
+
+def test_leases_handed_in_stop_being_renewed_but_stay_kept_from_the_reaper_until_their_outcome_is_written(tmp_path):
+    """``hand_in`` is remove and keep in one step: at no moment is a finished attempt's token neither
+    renewed nor kept, and once the outcome is written (the context exits) it is neither."""
+    from leaselab.lease import Lease, Leases
+
+    with Queue(tmp_path / "q.db") as q:
+        q.enqueue_many(["a", "b", "c"])
+        a, b, c = (Lease(job, 30) for job in q.claim_many(3, "w1"))
+    leases = Leases()
+    try:
+        leases.add(a, b, c)
+        assert sorted(leases.keep()) == sorted([a.token, b.token, c.token]) and len(leases) == 3
+        with leases.hand_in([a, b], "refill-claim"):
+            assert leases.renewable() == [c]
+            assert sorted(leases.keep()) == sorted([c.token, "refill-claim", a.token, b.token])
+        assert leases.keep() == [c.token] and leases.renewable() == [c] and len(leases) == 1
+    finally:
+        leases.close()
