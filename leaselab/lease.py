@@ -149,17 +149,16 @@ class Leases:
             for lease in leases:
                 lease._on_expired = self._on_expired
                 self._held[lease.token] = lease
-                if lease.deadline is not None:
-                    left = lease.deadline - lease._clock()
+                left = lease.left()
+                if left is not None:
                     if left > 0:
                         self._shortest = min(self._shortest, left)
                     if now + left < self._wake_at:
                         self._changed.notify()
 
-    def remove(self, *leases: Lease) -> None:
+    def remove(self, lease: Lease) -> None:
         with self._lock:
-            for lease in leases:
-                self._held.pop(lease.token, None)
+            self._held.pop(lease.token, None)
 
     def hand_in(self, leases: Iterable[Lease], *tokens: str) -> "_Keeping":
         """Stop holding ``leases`` (their handlers finished) and keep their tokens, and ``tokens``,

@@ -164,14 +164,13 @@ Finished = tuple[Lease, Any, "BaseException | None"]
 class _Inline:
     """The slot of a one-slot worker: the handler runs on the loop's thread, at once."""
 
-    def __init__(self, handler: Callable[..., Any], with_lease: bool):
-        self._handler, self._with_lease = handler, with_lease  # as Worker.call_handler calls it
+    def __init__(self, call: Callable[[Job, Lease], Any]):
+        self._call = call
         self._finished: list[Finished] = []
 
     def start(self, lease: Lease) -> None:
         try:
-            result = self._handler(lease.job, lease) if self._with_lease else self._handler(lease.job)
-            self._finished.append((lease, result, None))
+            self._finished.append((lease, self._call(lease.job, lease), None))
         except Exception as exc:  # the attempt's failure, as a slot thread reports it
             self._finished.append((lease, None, exc))
 
@@ -189,8 +188,8 @@ class _Threads:
     ``concurrent.futures.wait`` over every running one (a waiter installed on each, every turn of the
     loop) cost the worker twice its own CPU per job with eight slots (bench/README)."""
 
-    def __init__(self, k: int, handler: Callable[..., Any], with_lease: bool, name: str):
-        self._handler, self._with_lease = handler, with_lease  # as Worker.call_handler calls it
+    def __init__(self, k: int, call: Callable[[Job, Lease], Any], name: str):
+        self._call = call
         self._todo: SimpleQueue[Lease | None] = SimpleQueue()
         self._done: SimpleQueue[Finished] = SimpleQueue()
         self._threads = [threading.Thread(target=self._serve, name=f"{name}-slot-{i + 1}", daemon=True)
@@ -199,10 +198,9 @@ class _Threads:
             thread.start()
 
     def _serve(self) -> None:
-        handler, with_lease = self._handler, self._with_lease
         while (lease := self._todo.get()) is not None:
             try:
-                self._done.put((lease, handler(lease.job, lease) if with_lease else handler(lease.job), None))
+                self._done.put((lease, self._call(lease.job, lease), None))
             except BaseException as exc:  # sys.exit() too: the attempt's failure, never a lost slot
                 self._done.put((lease, None, exc))
 
@@ -353,8 +351,8 @@ class Worker:
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
-        slots = _Inline(self.handler, self._wants_lease) if self.concurrency == 1 else _Threads(
-            self.concurrency, self.handler, self._wants_lease, self.name)
+        slots = _Inline(self.call_handler) if self.concurrency == 1 else _Threads(
+            self.concurrency, self.call_handler, self.name)
         running = 0
         wait_for = self.poll
         with self._running():
@@ -399,7 +397,7 @@ class Worker:
         """
         with self._running():
             [lease] = self._hold([job], sent=None)
-            slot = _Inline(self.handler, self._wants_lease)
+            slot = _Inline(self.call_handler)
             slot.start(lease)
             outcomes, _ = self._finish(slot.finished(timeout=0), 0)
         return outcomes[0]
@@ -421,7 +419,7 @@ class Worker:
 
     def _free(self, running: int, max_jobs: int | None) -> int:
         """How many jobs to claim now: the free slots, within ``max_jobs``, none once stopping."""
-        if self._stop.is_set():
+        if self.stopping:
             return 0
         free = self.concurrency - running
         if max_jobs is not None:
