@@ -100,6 +100,33 @@ def test_a_stored_payload_200000_deep_is_failed_by_the_claim_and_listed_as_damag
         assert listed[1].damage is None and listed[1].payload == 2
 
 
+# JSON as other programs write it: the reader has a quick path for the text leaselab writes itself
+# (one value, nothing around it), and every other text must read exactly as json.loads reads it.
+OTHER_JSON = [" 7 ", '{"a": [1, 2]}\n', "\t[true, null]", "1 2", '{"a": 1} {"b": 2}', "\ufeff1", "[1, 2", "'a'",
+              '"x" ,', "00", "-", ""]
+
+
+@pytest.mark.parametrize("text", OTHER_JSON, ids=repr)
+def test_a_stored_payload_another_program_wrote_reads_as_json_loads_reads_it(tmp_path, text):
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        job_id = q.enqueue(0, max_attempts=1)
+    raw(path, "UPDATE jobs SET payload = ? WHERE id = ?", (text, job_id))
+    try:
+        expected = json.loads(text)
+    except ValueError as exc:
+        with Queue(path) as q:
+            with pytest.raises(InvalidPayload, match=f"job {job_id}: the stored payload is not JSON") as caught:
+                q.claim("w")
+            assert str(exc) in str(caught.value)  # json.loads's own words for the fault
+            [listed] = q.jobs()
+            assert listed.status is Status.DEAD and str(exc) in listed.damage
+        return
+    with Queue(path) as q:
+        assert q.claim("w").payload == expected
+        assert q.get(job_id).payload == expected
+
+
 def test_a_worker_process_outlives_a_200000_deep_payload_and_jobs_lists_it_marked(tmp_path):
     path = tmp_path / "q.db"
     with Queue(path) as q:
