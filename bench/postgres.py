@@ -32,7 +32,9 @@ Rows, one job at a time:
 With ``--slots k``, the three workers again, k jobs at a time (leaselab ``concurrency=k``,
 PgQueuer ``batch_size=k``, Procrastinate ``concurrency=k``), beside the raw fused floor k at a time
 (the k completions and the next k claims in one statement, one round trip per k jobs: the most any
-worker with k slots could do with that many round trips). At the end, the ratios the throughput
+worker with k slots could do with that many round trips), and leaselab's batch statement by hand twice: bare,
+and with each job handed to one of k threads and back (the least a worker running k plain handlers at once
+adds). At the end, the ratios the throughput
 issue (25) sets targets for. Printed, never asserted.
 """
 
@@ -46,6 +48,7 @@ import multiprocessing as mp
 import os
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -229,6 +232,48 @@ def leaselab_by_hand_drain(url: str, slots: int, ready, go) -> list:
     return got
 
 
+def leaselab_by_hand_threads_drain(url: str, slots: int, ready, go) -> list:
+    """leaselab's batch statement by hand, as ``leaselab_by_hand_drain``, with each claimed job handed to one of
+    ``slots`` threads and its result handed back (a ``SimpleQueue`` each way) before the batch completes: the
+    least a worker that runs k plain (not async) handlers at once adds to the bare statement. No leases, no
+    log, no retries."""
+    from queue import SimpleQueue
+
+    todo: SimpleQueue = SimpleQueue()
+    done: SimpleQueue = SimpleQueue()
+
+    def serve() -> None:
+        while (row := todo.get()) is not None:
+            done.put((row, int(row[1])))
+
+    threads = [threading.Thread(target=serve, daemon=True) for _ in range(slots)]
+    for thread in threads:
+        thread.start()
+    got = []
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("SET synchronous_commit = on")
+            _ready(ready, go)
+            now = time.time()
+            held = conn.execute(pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots,
+                                                    "token": new_token()}).fetchall()
+            while held:
+                for row in held:
+                    todo.put(row)
+                finished = [done.get() for _ in held]
+                got.extend(payload for _, payload in finished)
+                now = time.time()
+                batch = json.dumps([{"id": row[0], "token": row[9], "result": "null"} for row, _ in finished])
+                rows = conn.execute(pg_sql.COMPLETE_MANY_AND_CLAIM, {"now": now, "lease_until": now + 30, "worker": "w",
+                                                                     "done": batch, "n": slots,
+                                                                     "token": new_token()}).fetchall()
+                held = [row[1:] for row in rows if row[1] is not None]
+    finally:
+        for _ in threads:
+            todo.put(None)
+    return got
+
+
 def leaselab_two_calls(url: str, slots: int, ready, go) -> list:
     got = []
     name = f"bench-{os.getpid()}"
@@ -368,6 +413,8 @@ CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
                         raw_fused_batch_drain, True),
     "leaselab-hand": ("leaselab's statement by hand, its history kept", leaselab_prepare, leaselab_enqueue,
                       leaselab_by_hand_drain, True),
+    "leaselab-hand-threads": ("leaselab's statement by hand, each job via a thread", leaselab_prepare,
+                              leaselab_enqueue, leaselab_by_hand_threads_drain, True),
     "leaselab": ("leaselab, worker path (complete_and_claim)", leaselab_prepare, leaselab_enqueue,
                  leaselab_worker_path, False),
     "leaselab-calls": ("leaselab, two calls", leaselab_prepare, leaselab_enqueue, leaselab_two_calls, False),
@@ -377,7 +424,8 @@ CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
                       procrastinate_drain, True),
 }
 PEERS = ("pgqueuer", "procrastinate")
-ONLY_K_AT_A_TIME = {"raw-fused-batch"}  # one at a time it is the raw fused row
+# One at a time, the first is the raw fused row and the second the bare statement by hand.
+ONLY_K_AT_A_TIME = {"raw-fused-batch", "leaselab-hand-threads"}
 
 
 # -- running one contender in P processes -------------------------------------------------------
@@ -515,6 +563,11 @@ def targets(k: int) -> list[tuple[str, tuple[str, int], tuple[str, int], str, st
          ("raw-fused-batch", k), ("pgqueuer", k), "drain", "(the ceiling of the one above)"),
         (f"leaselab's batch statement by hand, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most a "
          "worker that keeps the history could)", ("leaselab-hand", k), ("pgqueuer", k), "drain", "(none)"),
+        (f"leaselab's batch statement by hand, each job via one of {k} threads ÷ PgQueuer `batch_size={k}`, drain "
+         "(the most a worker that keeps the history and runs plain handlers on threads could)",
+         ("leaselab-hand-threads", k), ("pgqueuer", k), "drain", "(none)"),
+        (f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, each job via a thread, drain",
+         ("leaselab-worker", k), ("leaselab-hand-threads", k), "drain", "(none)"),
         (f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, {k} at a time, drain",
          ("leaselab-worker", k), ("leaselab-hand", k), "drain", "(none)"),
         (f"`Worker`, {k} slots ÷ the raw fused floor {k} at a time, drain", ("leaselab-worker", k),
