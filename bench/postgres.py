@@ -208,6 +208,40 @@ def leaselab_by_hand_drain(url: str, slots: int, ready, go) -> list:
     """leaselab's own statements on its own schema, sent by hand through psycopg with nothing around them:
     one at a time COMPLETE_AND_CLAIM, k at a time COMPLETE_MANY_AND_CLAIM. The floor of a drain that keeps
     leaselab's history (two events per job, in the same transaction), as the raw rows are the floor without."""
+    return _by_hand(url, slots, ready, go, lambda held: [int(row[1]) for row in held])
+
+
+def leaselab_by_hand_threads_drain(url: str, slots: int, ready, go) -> list:
+    """leaselab's statements by hand, as ``leaselab_by_hand_drain``, with each claimed job handed to one of
+    ``slots`` threads and its result handed back (a ``SimpleQueue`` each way) before the batch completes: the
+    least a worker that runs k plain (not async) handlers at once adds to the bare statement. No leases, no
+    log, no retries."""
+    from queue import SimpleQueue
+
+    todo: SimpleQueue = SimpleQueue()
+    done: SimpleQueue = SimpleQueue()
+
+    def serve() -> None:
+        while (row := todo.get()) is not None:
+            done.put(int(row[1]))
+
+    def run(held: list) -> list:
+        for row in held:
+            todo.put(row)
+        return [done.get() for _ in held]
+
+    threads = [threading.Thread(target=serve, daemon=True) for _ in range(slots)]
+    for thread in threads:
+        thread.start()
+    try:
+        return _by_hand(url, slots, ready, go, run)
+    finally:
+        for _ in threads:
+            todo.put(None)
+
+
+def _by_hand(url: str, slots: int, ready, go, run: Callable[[list], list]) -> list:
+    """Drain with leaselab's statements sent by hand; ``run(rows)`` runs the claimed jobs, returns their payloads."""
     got = []
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("SET synchronous_commit = on")
@@ -216,7 +250,7 @@ def leaselab_by_hand_drain(url: str, slots: int, ready, go) -> list:
         held = conn.execute(pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots,
                                                 "token": new_token()}).fetchall()
         while held:
-            got.extend(int(row[1]) for row in held)
+            got.extend(run(held))
             now = time.time()
             claiming = {"now": now, "lease_until": now + 30, "worker": "w"}
             if slots == 1:
@@ -229,48 +263,6 @@ def leaselab_by_hand_drain(url: str, slots: int, ready, go) -> list:
                 rows = conn.execute(pg_sql.COMPLETE_MANY_AND_CLAIM, {**claiming, "done": done, "n": slots,
                                                                      "token": new_token()}).fetchall()
                 held = [row[1:] for row in rows if row[1] is not None]
-    return got
-
-
-def leaselab_by_hand_threads_drain(url: str, slots: int, ready, go) -> list:
-    """leaselab's batch statement by hand, as ``leaselab_by_hand_drain``, with each claimed job handed to one of
-    ``slots`` threads and its result handed back (a ``SimpleQueue`` each way) before the batch completes: the
-    least a worker that runs k plain (not async) handlers at once adds to the bare statement. No leases, no
-    log, no retries."""
-    from queue import SimpleQueue
-
-    todo: SimpleQueue = SimpleQueue()
-    done: SimpleQueue = SimpleQueue()
-
-    def serve() -> None:
-        while (row := todo.get()) is not None:
-            done.put((row, int(row[1])))
-
-    threads = [threading.Thread(target=serve, daemon=True) for _ in range(slots)]
-    for thread in threads:
-        thread.start()
-    got = []
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("SET synchronous_commit = on")
-            _ready(ready, go)
-            now = time.time()
-            held = conn.execute(pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots,
-                                                    "token": new_token()}).fetchall()
-            while held:
-                for row in held:
-                    todo.put(row)
-                finished = [done.get() for _ in held]
-                got.extend(payload for _, payload in finished)
-                now = time.time()
-                batch = json.dumps([{"id": row[0], "token": row[9], "result": "null"} for row, _ in finished])
-                rows = conn.execute(pg_sql.COMPLETE_MANY_AND_CLAIM, {"now": now, "lease_until": now + 30, "worker": "w",
-                                                                     "done": batch, "n": slots,
-                                                                     "token": new_token()}).fetchall()
-                held = [row[1:] for row in rows if row[1] is not None]
-    finally:
-        for _ in threads:
-            todo.put(None)
     return got
 
 
