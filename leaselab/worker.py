@@ -11,6 +11,7 @@ tokens the worker made itself, before it decides anything: never guessed as lost
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 import threading
@@ -72,7 +73,19 @@ def load_handler(path: str) -> Handler:
         raise HandlerError(f"module {module_name!r} has no handler named {attr!r}") from None
     if not callable(handler):
         raise HandlerError(f"handler {path!r} is not callable")
+    _refuse_coroutine(handler, path)
     return handler
+
+
+def _refuse_coroutine(handler: Callable[..., Any], name: str) -> None:
+    """``HandlerError`` for a coroutine function: called as a plain function, it would return a coroutine
+    that never runs, and every job would fail as "not JSON"."""
+    # An async def function, a partial of one, or an object whose __call__ is one.
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+        call = getattr(handler, "__name__", "handler")
+        raise HandlerError(f"handler {name} is asynchronous (async def): the worker calls handlers as plain "
+                           f"functions, on its own threads; call it from one, e.g. "
+                           f"def run(job): return asyncio.run({call}(job))")
 
 
 def _folders() -> list[str]:
@@ -262,6 +275,7 @@ class Worker:
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
         if not callable(self.handler):
             raise HandlerError(f"handler must be callable or 'module:function', got {handler!r}")
+        _refuse_coroutine(self.handler, getattr(handler, "__qualname__", repr(handler)))
         self.lease = positive("lease", lease)
         self.poll = positive("poll", poll)
         self.max_poll = max(self.poll, positive("max_poll", max_poll))

@@ -67,6 +67,18 @@ def test_the_worker_command_with_a_handler_that_does_not_import_exits_2_with_one
     assert "Traceback" not in proc.stderr
 
 
+def test_the_worker_command_with_an_async_handler_exits_2_with_one_line_and_claims_nothing(queue_file, tmp_path):
+    (tmp_path / "asynchandlers.py").write_text("async def work(job):\n    return job.payload\n")
+    before = snapshot(queue_file)
+    proc = subprocess.run(
+        [sys.executable, "-m", "leaselab", "worker", "--db", queue_file, "--handler", "asynchandlers:work",
+         "--exit-when-idle"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert "handler asynchandlers:work is asynchronous (async def)" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert snapshot(queue_file) == before
+
+
 def test_the_enqueue_command_refuses_text_that_is_not_json_and_writes_nothing(queue_file):
     before = snapshot(queue_file)
     proc = subprocess.run([sys.executable, "-m", "leaselab", "enqueue", "{'single': 'quotes'}", "--db", queue_file],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 
 import pytest
@@ -101,6 +102,26 @@ def test_a_bad_handler_path_is_a_handler_error_at_construction(queue, path):
 def test_a_handler_that_is_not_callable_is_a_handler_error(queue):
     with pytest.raises(HandlerError):
         Worker(queue, 42, name="w1")
+
+
+async def _async_handler(job):
+    return job.payload
+
+
+class _AsyncCallable:
+    async def __call__(self, job):
+        return job.payload
+
+
+@pytest.mark.parametrize("handler", [_async_handler, functools.partial(_async_handler), _AsyncCallable()],
+                         ids=["async def", "a partial of one", "an object with an async __call__"])
+def test_an_async_handler_is_a_handler_error_at_construction_and_no_job_is_touched(queue, handler):
+    """Called as a plain function it would return a coroutine that never runs, and every job would fail
+    with "not JSON": the worker refuses it up front and says why."""
+    job_id = queue.enqueue(1)
+    with pytest.raises(HandlerError, match=r"is asynchronous \(async def\).*asyncio\.run"):
+        Worker(queue, handler, name="w1")
+    assert queue.get(job_id).status is Status.PENDING and queue.get(job_id).attempts == 0
 
 
 def test_a_bad_worker_lease_is_refused(queue):
