@@ -32,10 +32,9 @@ Rows, one job at a time:
 With ``--slots k``, the three workers again, k jobs at a time (leaselab ``concurrency=k``,
 PgQueuer ``batch_size=k``, Procrastinate ``concurrency=k``), beside the raw fused floor k at a time
 (the k completions and the next k claims in one statement, one round trip per k jobs: the most any
-worker with k slots could do with that many round trips), and leaselab's batch statement by hand twice: bare,
-and with each job handed to one of k threads and back (the least a worker running k plain handlers at once
-adds). At the end, the ratios the throughput
-issue (25) sets targets for. Printed, never asserted.
+worker with k slots could do with that many round trips), and leaselab's batch statement by hand twice:
+bare, and with each job handed to one of k threads and back (the least a worker running k plain handlers
+at once adds). At the end, the ratios the throughput issue (25) sets targets for. Printed, never asserted.
 """
 
 from __future__ import annotations
