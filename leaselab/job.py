@@ -57,7 +57,8 @@ def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
     # Only JSON is ever read back: something else in the file (a planted pickle, say) is damage, not code.
     try:
         if isinstance(text, str):
-            check_json_depth(what, text, of_job=job_id)
+            if len(text) > MAX_JSON_DEPTH:  # a shorter text cannot nest that deep: no call for most payloads
+                check_json_depth(what, text, of_job=job_id)
             try:
                 value, end = _SCAN_JSON(text, 0)
             except StopIteration:  # no value at the very start: json.loads skips whitespace or names the fault
@@ -69,11 +70,6 @@ def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
         if isinstance(exc, InvalidPayload):
             raise
         raise InvalidPayload(f"job {job_id}: the stored {what} is not JSON ({exc})") from None
-
-
-def _seconds(value: float | int | None) -> float | None:
-    # SQLite may hand back a whole REAL as an int (RETURNING skips column affinity).
-    return None if value is None else float(value)
 
 
 # The columns every statement that returns a job selects, in this order.
@@ -119,7 +115,9 @@ class Job:
          worker, token, result, last_error, created_at, started_at, finished_at) = row
         # A worker builds one Job per claim, so this skips the frozen __init__ (one guarded
         # setattr per field, about half of a claim's Python time) and gives the instance its fields
-        # as one dict, built in one step; it is as frozen as any other afterwards.
+        # as one dict, built in one step; it is as frozen as any other afterwards. The times are
+        # made floats in line (SQLite may hand back a whole REAL as an int: RETURNING skips column
+        # affinity), not by a helper: a call costs as much as the rest of a field.
         job = object.__new__(cls)
         object.__setattr__(job, "__dict__", {
             "id": id_,
@@ -129,14 +127,14 @@ class Job:
             "run_at": float(run_at),
             "attempts": attempts,
             "max_attempts": max_attempts,
-            "lease_until": _seconds(lease_until),
+            "lease_until": None if lease_until is None else float(lease_until),
             "worker": worker,
             "token": token,
             "result": None if result is None else _load_json(id_, "result", result),
             "last_error": last_error,
             "created_at": float(created_at),
-            "started_at": _seconds(started_at),
-            "finished_at": _seconds(finished_at),
+            "started_at": None if started_at is None else float(started_at),
+            "finished_at": None if finished_at is None else float(finished_at),
             "damage": None,
         })
         return job
