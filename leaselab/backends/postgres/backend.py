@@ -200,9 +200,18 @@ class PostgresBackend(SqlBackend):
             # connection intact) before the watchdog would cut the call.
             # The server's own keepalives end this session's transaction, and free its locks, when
             # this worker's host is cut off for good.
+            # No bitmap scans: on a jobs table autovacuum has not analyzed yet (a new database, the first
+            # minute of a burst), the planner guesses a handful of pending rows and serves the claim by a
+            # bitmap scan of every runnable job and a sort of them all, so each claim reads the whole
+            # backlog (measured: 2.9 ms a batch statement with 6,800 jobs waiting, 0.56 ms without). The
+            # claim's ordered walk of jobs_claim, which stops after LIMIT rows, is then its only index
+            # path, whatever the statistics say (SQLite's schema writes the statistics its claim needs;
+            # PostgreSQL's cannot be written). No statement of the queue needs a bitmap: each reads by
+            # one index, by id, or the whole table.
             conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('tcp_keepalives_idle', %s, false),"
                          " set_config('tcp_keepalives_interval', %s, false),"
-                         " set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', %s, false)",
+                         " set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', %s, false),"
+                         " set_config('enable_bitmapscan', 'off', false)",
                          (f"{int(limit * 1000)}ms", str(probe), str(probe), str(int(limit * 1000))))
             if self._call_timeout is not None:
                 conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(limit * 1000)}ms",))
