@@ -14,6 +14,12 @@ Procrastinate keep). leaselab runs with ``durability="full"``: its enqueue and c
 for the flush, a claim does not (losing a claim only causes a retry). The raw floor waits on
 every statement, as the peers do.
 
+Matched plans: each run's tables are new, so autovacuum may or may not have analyzed them when a drain
+starts; leaselab's connection turns bitmap scans off so its claims walk the claim index in order whatever
+the statistics say (see
+``PostgresBackend._open``); the raw floors and leaselab's statement by hand run with the same setting.
+The peers run as they ship.
+
 Rows, one job at a time:
 
 - raw floor: a bare table with the claim index, the SKIP LOCKED claim and the fenced completion,
@@ -124,6 +130,14 @@ RETURNING id, payload
 # -- the contenders: prepare(url) once; enqueue(url, numbers); drain(url, slots) -> payloads run ---------
 
 
+def _drain_connection(url: str) -> psycopg.Connection:
+    """A floor's connection, planned as leaselab's own is (no bitmap scans: ``PostgresBackend._open``), so on a
+    fresh table a floor's claim walks its claim index too, and is never slower than leaselab's for a plan's sake."""
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("SET enable_bitmapscan = off")
+    return conn
+
+
 def raw_prepare(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(RAW_SCHEMA)
@@ -139,7 +153,7 @@ def raw_enqueue(url: str, numbers: list[int], ready, go) -> None:
 def raw_drain(url: str, slots: int, ready, go) -> list:
     got = []
     token = os.urandom(16).hex()
-    with psycopg.connect(url, autocommit=True) as conn:
+    with _drain_connection(url) as conn:
         _ready(ready, go)
         while True:
             now = time.time()
@@ -153,7 +167,7 @@ def raw_drain(url: str, slots: int, ready, go) -> list:
 def raw_fused_drain(url: str, slots: int, ready, go) -> list:
     got = []
     token = os.urandom(16).hex()
-    with psycopg.connect(url, autocommit=True) as conn:
+    with _drain_connection(url) as conn:
         _ready(ready, go)
         now = time.time()
         row = conn.execute(RAW_CLAIM, {"now": now, "until": now + 30, "token": token}).fetchone()
@@ -167,7 +181,7 @@ def raw_fused_drain(url: str, slots: int, ready, go) -> list:
 
 def raw_fused_batch_drain(url: str, slots: int, ready, go) -> list:
     got = []
-    with psycopg.connect(url, autocommit=True) as conn:
+    with _drain_connection(url) as conn:
         _ready(ready, go)
         now, token = time.time(), os.urandom(16).hex()
         rows = conn.execute(RAW_CLAIM_BATCH, {"now": now, "until": now + 30, "token": token, "k": slots}).fetchall()
@@ -242,7 +256,7 @@ def leaselab_by_hand_threads_drain(url: str, slots: int, ready, go) -> list:
 def _by_hand(url: str, slots: int, ready, go, run: Callable[[list], list]) -> list:
     """Drain with leaselab's statements sent by hand; ``run(rows)`` runs the claimed jobs, returns their payloads."""
     got = []
-    with psycopg.connect(url, autocommit=True) as conn:
+    with _drain_connection(url) as conn:
         conn.execute("SET synchronous_commit = on")
         _ready(ready, go)
         now = time.time()
