@@ -508,8 +508,19 @@ class Worker:
         items = [(lease.job.id, lease.token, result) for lease, result in completions]
         sent = _monotonic()
 
-        def first():
-            return self.queue.complete_many_and_claim(items, free, self.name, self.lease, token=token)
+        if len(items) == 1 and free == 1:  # one slot: the single call, cheaper than a batch of one
+            (job_id, job_token, result), = items
+
+            def first():
+                try:
+                    job = self.queue.complete_and_claim(job_id, job_token, result, self.name, self.lease,
+                                                        next_token=token)
+                except LeaseLost:  # refused and recorded; nothing was claimed
+                    return [job_id], []
+                return [], ([] if job is None else [job])
+        else:
+            def first():
+                return self.queue.complete_many_and_claim(items, free, self.name, self.lease, token=token)
 
         def again():
             # The first try may have committed unseen: completions already written under their own
