@@ -520,21 +520,24 @@ say("l6_partitioned_now", names=[s.name for s in fleet.status() if s.partitioned
 print(lessons.history([e for e in cut.events(job_id) if e.kind != "heartbeat"], lang=lang))
 
 # %% [markdown] tags=["en"]
-# Once its connection came back, `w1`'s completion, retried until then, reached the server
-# with its old token, matched no row, and `w1` got `LeaseLost`:
-# its result was not written (its log, `fleet.log_tail("w1")`, says "result not written"),
-# and `w2`'s result stands. In the history the refused completion is dated when `w1` sent
-# that last try, after the heal. On the timeline the shaded interval on `w1`'s lane is the
-# partition, as a pause is shaded in lesson 3.
+# Once its connection came back, the first of `w1`'s late writes to reach the server carried
+# its old token and matched no row. Which write that was is a race: its completion, retried
+# until then, or a heartbeat its pulse had sent before that completion. The history above
+# names the one refused ("complete refused" or "heartbeat refused"). Either way `w1` got
+# `LeaseLost`, its result was not written (its log, `fleet.log_tail("w1")`, says "result
+# not written"), and `w2`'s result stands. On the timeline the shaded interval on `w1`'s
+# lane is the partition, as a pause is shaded in lesson 3.
 
 # %% [markdown] tags=["ru"]
-# Как только подключение вернулось, завершение от `w1`, которое он повторял, пока не
-# вернулась сеть, дошло до сервера со старым токеном, не совпало ни с одной строкой, и `w1`
-# получил `LeaseLost`: результат записан не был (в журнале воркера, `fleet.log_tail("w1")`,
-# об этом строка «result not written»), и результат `w2` остался в силе. В истории
-# отклонённое завершение помечено временем последней попытки `w1`, уже после
-# восстановления сети. На временной шкале закрашенный интервал на дорожке `w1` — разрыв
-# сети, так же как в уроке 3 закрашена заморозка.
+# Как только подключение вернулось, первая же запоздалая запись `w1`, дошедшая до сервера,
+# пришла со старым токеном и не совпала ни с одной строкой. Какой она окажется, решает гонка:
+# завершение, которое `w1` повторял всё это время, или heartbeat, отправленный пульсом
+# раньше этого завершения.
+# В истории выше видно, какую из них отклонили (complete или heartbeat).
+# В любом случае `w1` получил `LeaseLost`, результат записан не был (в журнале воркера,
+# `fleet.log_tail("w1")`, об этом строка «result not written»), и результат `w2` остался в
+# силе. На временной шкале закрашенный интервал на дорожке `w1` — разрыв сети, так же как в
+# уроке 3 закрашена заморозка.
 
 # %% tags=["nbval-ignore-output"]
 timeline.draw(timeline.timeline_data(cut.events(), fleet.actions), lang=lang)
