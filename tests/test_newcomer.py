@@ -263,6 +263,7 @@ SMALL_BENCH_ARGS = {
     "consumers": "--jobs 200 --repeat 1 --threads 2 --no-strace",
     "postgres": "--jobs 40 --repeat 1 --procs 1 --slots 2",
     "postgres_breakdown": "--jobs 40 --repeat 1",
+    "postgres_cpu": "--jobs 40 --repeat 1 --slots 2",
     "audit": "--quick --only leaselab",  # the README command runs; test_audit runs the peers
 }
 BENCHMARKS_AT_ONCE = 3
