@@ -68,7 +68,7 @@ def two_loops(url: str, slots: int, ready, go) -> list:
     return got
 
 
-CONTENDERS = {key: (row[0], row[1], row[2], row[3]) for key, row in pg.CONTENDERS.items()}
+CONTENDERS = {key: row[:4] for key, row in pg.CONTENDERS.items()}  # name, prepare, enqueue, drain
 CONTENDERS["two-loops"] = ("two `Worker`s of k/2 slots, one process", pg.leaselab_prepare, pg.leaselab_enqueue,
                            two_loops)
 
