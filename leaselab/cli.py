@@ -21,6 +21,7 @@ from .job import Status
 from .logline import LineLog
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
+from .signals import Relay
 
 EXIT_ANOMALY = 1  # check: the run broke a promise
 EXIT_BAD_INPUT = 2
@@ -81,7 +82,7 @@ def _watch_parent(parent: int, interval: float = 0.5) -> None:
 
 
 def _say(line: str) -> None:
-    """Write one line straight to stdout: safe inside a signal handler, where print() may be mid-write."""
+    """Write one line straight to stdout, past ``sys.stdout``'s buffer: said before an ``os._exit()``, it stays said."""
     data = line.encode(errors="replace") + b"\n"
     try:
         while data:
@@ -111,14 +112,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
     interrupts = 0
     held: list[int] | None = None  # the jobs being finished after a first Ctrl-C, once known
     announcer: threading.Thread | None = None
+    # Held by interrupted() from its stop to the announcer's start, and by the run's end to look for
+    # that announcer: a run ended by this very stop always finds it (and joins it) then.
+    announcing = threading.Lock()
 
-    def stop(*_: object) -> None:
+    def stop() -> None:
         stop_asked.set()
         if worker is not None:
             worker.stop()
 
     def announce() -> None:
-        # Asked of the queue, on a thread: the handler may interrupt the main thread mid-statement,
+        # Asked of the queue, on a thread of its own: a busy file must not hold up a second Ctrl-C,
         # and with several slots no single attribute knows every job this worker holds.
         nonlocal held
         try:
@@ -133,7 +137,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         else:
             log("no job running: stopping")
 
-    def interrupted(*_: object) -> None:
+    def interrupted() -> None:
         nonlocal interrupts, announcer
         interrupts += 1
         if interrupts > 1:
@@ -143,20 +147,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
             else:
                 _say(f"{_stamp(time.time())} stopped at once")
             os._exit(EXIT_INTERRUPTED)
-        stop()
-        if worker is None or queue is None:
-            _say(f"{_stamp(time.time())} stopping before the first job, Ctrl-C again to quit at once")
-        else:
-            announcer = threading.Thread(target=announce, name="ctrl-c")
-            announcer.start()
+        with announcing:
+            stop()
+            if worker is None or queue is None:
+                _say(f"{_stamp(time.time())} stopping before the first job, Ctrl-C again to quit at once")
+            else:
+                announcer = threading.Thread(target=announce, name="ctrl-c")
+                announcer.start()
 
     # A notebook's Interrupt sends SIGINT to the kernel's group: the lab's workers (--ignore-sigint,
     # or started with SIGINT already ignored, as a shell does for `worker &`) must not stop on it.
     # In a terminal, Ctrl-C is how a person stops a worker.
+    # The handlers only pass the signal on: stop() and interrupted() run on the relay's thread, since
+    # a handler that sets an Event can deadlock the main thread in its wait (leaselab.signals).
+    # The handlers before are back when the command returns: main() may run inside a longer-lived
+    # program, a test for one.
     ignore_sigint = args.ignore_sigint or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else interrupted), \
-        signal.signal(signal.SIGTERM, stop)
-    try:
+    with Relay({signal.SIGINT: signal.SIG_IGN if ignore_sigint else interrupted, signal.SIGTERM: stop},
+               name="worker-signals"):
         handler = load_handler(args.handler)  # a bad --handler is reported before a bad --db
         parent = os.getppid()
         if parent > 1:  # from here on: a worker waiting for its server must not outlive who started it
@@ -185,15 +193,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
         try:
             stats = worker.run()
         finally:
-            if announcer is not None:  # it reads the queue: say which jobs are finishing before closing it
-                announcer.join()
+            with announcing:
+                started = announcer
+            if started is not None:  # it reads the queue: say which jobs are finishing before closing it
+                started.join()
             queue.close()
         log(f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
             f"lost {stats.lost}, reaped {stats.reaped}")
         return 0
-    finally:  # main() may run inside a longer-lived program, a test for one
-        signal.signal(signal.SIGINT, before[0])
-        signal.signal(signal.SIGTERM, before[1])
 
 
 def cmd_reap(args: argparse.Namespace) -> int:

@@ -14,7 +14,8 @@ PACKAGE = Path(__file__).resolve().parents[1] / "leaselab"
 
 CORE_MODULES = ("leaselab", "leaselab.queue", "leaselab.worker", "leaselab.cli", "leaselab.job",
                 "leaselab.errors", "leaselab.clock", "leaselab.backoff", "leaselab.checks", "leaselab.words",
-                "leaselab.lease", "leaselab.pulse", "leaselab.faults", "leaselab.printable", "leaselab.logline")
+                "leaselab.lease", "leaselab.pulse", "leaselab.faults", "leaselab.printable", "leaselab.logline",
+                "leaselab.signals")
 FORBIDDEN_FOR_CORE = ("leaselab.lab", "leaselab.lessons", "pandas", "ipywidgets", "matplotlib", "psycopg",
                       "apsw")  # a driver is imported only for a target that needs it
 
@@ -102,7 +103,7 @@ ALLOWED = {
               "leaselab.words", "leaselab.worker"},
     "cli": {"leaselab.backends", "leaselab.backends.sqlite.backend", "leaselab.chaos.command", "leaselab.check",
             "leaselab.errors", "leaselab.job", "leaselab.logline", "leaselab.printable", "leaselab.queue",
-            "leaselab.worker", "leaselab.words"},
+            "leaselab.signals", "leaselab.worker", "leaselab.words"},
 }
 
 

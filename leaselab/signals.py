@@ -1,0 +1,78 @@
+"""Signal handlers whose work runs on a thread of their own, so a signal cannot deadlock the process.
+
+Python runs a signal's handler on the main thread between two bytecodes, wherever that thread
+happens to be, locks held included. ``threading.Event.set()`` takes the lock of the Event's
+Condition, and ``Event.wait()`` holds that same lock for a few bytecodes on its way in and out.
+A SIGTERM landing there, with a handler that sets the Event, leaves the main thread waiting on
+a lock it holds itself, for ever (Python's ``signal`` documentation warns of exactly this). A
+``leaselab worker`` stopped with SIGTERM hung that way once in CI, idle in its poll.
+
+So the handler installed here does one thing that takes no Python lock: it writes the signal's
+number into a pipe. A thread of this module's own reads the pipe and calls the action.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import traceback
+from typing import Callable, Mapping, Union
+
+# What to do on a signal: a function of no arguments, run on the relay's thread, or SIG_IGN.
+Action = Union[Callable[[], None], signal.Handlers]
+
+
+class Relay:
+    """A context manager: from ``__enter__`` to ``__exit__``, each signal in ``actions`` runs its action
+    on the relay's own thread (``signal.SIG_IGN`` ignores it); at the exit the handlers that were there
+    before are put back. Signals arriving together run their actions one after another, in order.
+
+    Install it on the main thread, as ``signal.signal`` requires.
+    """
+
+    def __init__(self, actions: Mapping[int, Action], name: str = "signals"):
+        self._actions = dict(actions)
+        self._name = name
+        self._before: dict[int, object] = {}
+        self._read = self._write = -1
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "Relay":
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._write, False)  # a burst that fills the pipe drops signals, never blocks
+        self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
+        self._thread.start()
+        try:
+            for signum, action in self._actions.items():
+                handler = action if action is signal.SIG_IGN else self._handle
+                self._before[signum] = signal.signal(signum, handler)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, before in self._before.items():
+            signal.signal(signum, before)
+        self._before.clear()
+        # Handlers are off, so nothing writes any more: closing the write end ends the thread's read.
+        os.close(self._write)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        os.close(self._read)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        # On the main thread, between any two bytecodes: nothing here may take a lock.
+        try:
+            os.write(self._write, bytes((signum,)))
+        except OSError:  # a full pipe: that many signals queued already say the same
+            pass
+
+    def _serve(self) -> None:
+        while data := os.read(self._read, 64):
+            for signum in data:
+                try:
+                    self._actions[signum]()
+                except Exception:  # a failed action must not end the relay: the next signal still counts
+                    traceback.print_exc()
