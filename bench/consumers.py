@@ -11,6 +11,10 @@ with ``--exit-when-idle``; huey: the consumer has stored N results). Rows:
 - leaselab's queue calls: what the worker sends per job (``complete_and_claim`` in a loop, no
   handler, no log), in a process of its own started the same way, so the worker ÷ this row is
   the cost of the worker's own bookkeeping;
+- the flat loop: those calls plus what a one-slot worker must do per job (its lease held and
+  kept from its reaper, the handler, the turn's two log lines, a stop check) written as one
+  loop with no layers, started the same way: the floor for a worker that logs each job; at
+  NORMAL once more with the lines made but not written, to show what writing them costs;
 - huey's own consumer (``huey_consumer -k thread -w k``) on ``SqliteHuey``, at its
   default durability (SQLite's default ``synchronous=FULL``). huey deletes a task when
   it dequeues it (at-most-once), so it never writes a completion;
@@ -33,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -102,11 +107,70 @@ def drain_by_calls(db: str, durability: str) -> None:
             job = q.complete_and_claim(job.id, job.token, job.payload, "bench")
 
 
+def drain_flat(db: str, durability: str, log_lines: str = "log") -> None:
+    """What a one-slot worker must do per job besides its queue calls, written as one flat loop:
+    a ``Lease`` held in the worker's ``Leases`` (its own deadline, kept from its reaper while the
+    outcome is written, under the lock a heartbeat holds), the demo handler, the two log lines of
+    the turn through the command's ``LineLog``, a stop check, the counts. No layers, no outcome
+    routing beyond a completion: the floor for a worker that logs each job and keeps its promises.
+    With ``log_lines="nolog"`` the lines are made but never written: what the log's writing costs."""
+    from leaselab import Queue
+    from leaselab.errors import LeaseLost
+    from leaselab.lease import Lease, Leases
+    from leaselab.lessons.demo import echo
+    from leaselab.logline import LineLog
+    from leaselab.queue import DEFAULT_LEASE, new_token
+
+    name, seconds, stop = "bench", DEFAULT_LEASE, threading.Event()
+    log = LineLog() if log_lines == "log" else argparse.Namespace(lines=lambda lines: None)
+    beating, leases = threading.Lock(), Leases()
+    claimed = completed = 0
+    try:
+        with Queue(db, durability=durability) as q:
+            sent = time.monotonic()
+            job, turn = q.claim(name, seconds, token=new_token()), []
+            while job is not None and not stop.is_set():
+                lease = Lease(job, seconds, sent=sent)
+                leases.add(lease)
+                claimed += 1
+                turn.append(f"{name}: claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
+                log.lines(turn)
+                try:
+                    result = echo(job)
+                except Exception:  # the demo's echo never raises; a worker would fail the job here
+                    result = None
+                refill = new_token()
+                with beating:
+                    kept = leases.hand_in((lease,), refill)
+                with kept:
+                    sent = time.monotonic()
+                    try:
+                        following = q.complete_and_claim(job.id, lease.token, result, name, seconds,
+                                                         next_token=refill)
+                    except LeaseLost:
+                        following, turn = None, [f"{name}: lease lost on job {job.id}"]
+                    else:
+                        completed += 1
+                        turn = [f"{name}: completed job {job.id}"]
+                job = following
+            log.lines(turn + [f"{name}: exiting: claimed {claimed}, completed {completed}"])
+    finally:
+        leases.close()
+
+
 def run_calls(folder: Path, jobs: int, durability: str) -> float:
     """The queue calls of one job at a time in a process of their own, started as the worker is."""
     db = folder / f"calls-{durability}.db"
     fill_leaselab(db, jobs, durability)
     return timed_drain([sys.executable, __file__, "--drain-by-calls", str(db), durability], db, jobs, "the queue calls")
+
+
+def run_flat(folder: Path, jobs: int, durability: str, log_lines: str = "log") -> float:
+    """The one-slot worker's bookkeeping written flat (``drain_flat``), in a process of its own."""
+    db = folder / f"flat-{durability}.db"
+    fill_leaselab(db, jobs, durability)
+    return timed_drain([sys.executable, __file__, "--drain-flat", str(db), durability, log_lines], db, jobs,
+                       "the flat loop")
 
 
 def run_huey(folder: Path, jobs: int, threads: int, strace: str | None = None) -> float:
@@ -178,20 +242,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--data", type=Path, default=HERE / ".data")
     ap.add_argument("--no-strace", action="store_true")
     ap.add_argument("--drain-by-calls", nargs=2, metavar=("DB", "DURABILITY"), help=argparse.SUPPRESS)
+    ap.add_argument("--drain-flat", nargs=3, metavar=("DB", "DURABILITY", "LOG"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.drain_by_calls:
         drain_by_calls(*args.drain_by_calls)
+        return 0
+    if args.drain_flat:
+        drain_flat(*args.drain_flat)
         return 0
     args.data.mkdir(parents=True, exist_ok=True)
     k = args.threads
     rows = {
         f"leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
         "leaselab FULL, queue calls": lambda d: run_calls(d, args.jobs, "full"),
+        "leaselab FULL, flat loop": lambda d: run_flat(d, args.jobs, "full"),
         f"leaselab FULL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "full"),
         f"huey consumer, {k} threads": lambda d: run_huey(d, args.jobs, k),
         f"leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
         f"leaselab NORMAL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "normal"),
         "leaselab NORMAL, queue calls": lambda d: run_calls(d, args.jobs, "normal"),
+        "leaselab NORMAL, flat loop": lambda d: run_flat(d, args.jobs, "normal"),
+        "leaselab NORMAL, flat, lines unwritten": lambda d: run_flat(d, args.jobs, "normal", "nolog"),
         "raw baseline NORMAL (in process)": lambda d: run_raw(d, args.jobs),
     }
     say(f"machine: {throughput.machine()}, SQLite {sqlite3.sqlite_version}")
@@ -213,11 +284,11 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(a / b for a, b in zip(results[ours], results[theirs]))
 
     say("")
-    say(f"| {'contender (one process)':<34} | {'jobs/s, median':>14} | {'min-max':>15} |")
-    say(f"|{'-' * 36}|{'-' * 16}|{'-' * 17}|")
+    say(f"| {'contender (one process)':<38} | {'jobs/s, median':>14} | {'min-max':>15} |")
+    say(f"|{'-' * 40}|{'-' * 16}|{'-' * 17}|")
     for name, rate in med.items():
         span = f"{min(results[name]):,.0f}-{max(results[name]):,.0f}"
-        say(f"| {name:<34} | {rate:>14,.0f} | {span:>15} |")
+        say(f"| {name:<38} | {rate:>14,.0f} | {span:>15} |")
     say("")
     say("ratios, each the median of the rounds' own ratios:")
     say(f"FULL:   leaselab {k} slots / huey {k} threads      = "
@@ -226,6 +297,16 @@ def main(argv: list[str] | None = None) -> int:
         f"{ratio('leaselab FULL, 1 at a time', 'leaselab FULL, queue calls'):.2f}   (target >= 0.85)")
     say(f"NORMAL: leaselab 1 at a time / its queue calls = "
         f"{ratio('leaselab NORMAL, 1 at a time', 'leaselab NORMAL, queue calls'):.2f}   (target >= 0.85)")
+    for level in ("FULL", "NORMAL"):
+        say(f"{level + ':':<8}{'flat loop / its queue calls':<39}= "
+            f"{ratio(f'leaselab {level}, flat loop', f'leaselab {level}, queue calls'):.2f}   "
+            "(the floor for a worker logging each job)")
+        say(f"{level + ':':<8}{'leaselab 1 at a time / flat loop':<39}= "
+            f"{ratio(f'leaselab {level}, 1 at a time', f'leaselab {level}, flat loop'):.2f}   "
+            "(what the worker's structure costs)")
+    say(f"{'NORMAL:':<8}{'flat, lines unwritten / queue calls':<39}= "
+        f"{ratio('leaselab NORMAL, flat, lines unwritten', 'leaselab NORMAL, queue calls'):.2f}   "
+        "(the floor without writing the log)")
     say(f"FULL:   leaselab {k} slots / leaselab 1 at a time = "
         f"{ratio(f'leaselab FULL, {k} slots', 'leaselab FULL, 1 at a time'):.2f}")
     say(f"NORMAL: leaselab {k} slots / leaselab 1 at a time = "
