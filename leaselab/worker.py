@@ -17,6 +17,7 @@ import sys
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from operator import itemgetter
 from queue import Empty, SimpleQueue
 from time import monotonic as _monotonic
 from typing import Any, Callable, Iterator, TypeVar
@@ -172,20 +173,26 @@ def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Cal
 
 # A finished attempt: its lease, the handler's return value, and the exception it raised (or None).
 Finished = tuple[Lease, Any, "BaseException | None"]
+_LEASE = itemgetter(0)  # a finished attempt's lease
 
 
 class _Inline:
-    """The slot of a one-slot worker: the handler runs on the loop's thread, at once."""
+    """The slot of a one-slot worker: the handler runs on the loop's thread, at once.
 
-    def __init__(self, call: Callable[[Job, Lease], Any]):
-        self._call = call
+    ``handler`` is called as ``handler(job, lease)`` when ``with_lease``, else ``handler(job)``:
+    the slot calls it itself, a frame less on every job than a helper that decides each time."""
+
+    def __init__(self, handler: Callable[..., Any], with_lease: bool):
+        self._handler, self._with_lease = handler, with_lease
         self._finished: list[Finished] = []
 
     def start(self, lease: Lease) -> None:
         try:
-            self._finished.append((lease, self._call(lease.job, lease), None))
+            result = self._handler(lease.job, lease) if self._with_lease else self._handler(lease.job)
         except Exception as exc:  # the attempt's failure, as a slot thread reports it
             self._finished.append((lease, None, exc))
+        else:
+            self._finished.append((lease, result, None))
 
     def finished(self, timeout: float | None) -> list[Finished]:
         done, self._finished = self._finished, []
@@ -201,8 +208,8 @@ class _Threads:
     ``concurrent.futures.wait`` over every running one (a waiter installed on each, every turn of the
     loop) cost the worker twice its own CPU per job with eight slots (bench/README)."""
 
-    def __init__(self, k: int, call: Callable[[Job, Lease], Any], name: str):
-        self._call = call
+    def __init__(self, k: int, handler: Callable[..., Any], with_lease: bool, name: str):
+        self._handler, self._with_lease = handler, with_lease
         self._todo: SimpleQueue[Lease | None] = SimpleQueue()
         self._done: SimpleQueue[Finished] = SimpleQueue()
         self._threads = [threading.Thread(target=self._serve, name=f"{name}-slot-{i + 1}", daemon=True)
@@ -211,11 +218,14 @@ class _Threads:
             thread.start()
 
     def _serve(self) -> None:
+        handler, with_lease = self._handler, self._with_lease
         while (lease := self._todo.get()) is not None:
             try:
-                self._done.put((lease, self._call(lease.job, lease), None))
+                result = handler(lease.job, lease) if with_lease else handler(lease.job)
             except BaseException as exc:  # sys.exit() too: the attempt's failure, never a lost slot
                 self._done.put((lease, None, exc))
+            else:
+                self._done.put((lease, result, None))
 
     def start(self, lease: Lease) -> None:
         self._todo.put(lease)
@@ -287,6 +297,7 @@ class Worker:
         if self.queue.call_timeout is None:  # every call ends before the lease could: habit 25
             self.queue.call_timeout = 0.9 * self.lease
         self.name = name or f"worker-{os.getpid()}"
+        self._prefix = f"{self.name}: "  # every line the worker writes begins with its name
         self.exit_when_idle = exit_when_idle
         self.stats = WorkerStats()
         self._log_fn = log
@@ -303,14 +314,14 @@ class Worker:
     def log(self, message: str) -> None:
         """Write one line to the worker's log, prefixed with its name, at once (from any thread)."""
         if self._log_fn is not None:
-            self._log_fn(f"{self.name}: {message}")
+            self._log_fn(self._prefix + message)
 
     def _log(self, message: str) -> None:
         """A line from the loop's own thread: kept until the end of the turn if one is in progress."""
         if self._turn is not None:
-            self._turn.append(message)
+            self._turn.append(self._prefix + message)
         elif self._log_fn is not None:
-            self._log_fn(f"{self.name}: {message}")
+            self._log_fn(self._prefix + message)
 
     def _log_now(self, message: str) -> None:
         """A line that must not wait for the turn's end (a wait about to begin): written, with the
@@ -327,16 +338,7 @@ class Worker:
         lines = self._turn
         self._turn = [] if keep_open and lines is not None else None
         if lines:
-            self._log_lines([f"{self.name}: {message}" for message in lines])
-
-    def call_handler(self, job: Job, lease: Lease | None = None) -> Any:
-        """Run the handler on one job and return its result; an exception is the attempt's failure.
-
-        A handler that takes a second argument gets ``lease`` (a fresh one if none is given).
-        """
-        if self._wants_lease:
-            return self.handler(job, lease if lease is not None else Lease(job))
-        return self.handler(job)
+            self._log_lines(lines)
 
     def queue_idle(self) -> bool:
         """True when no job is pending or running: what ``exit_when_idle`` waits for.
@@ -365,8 +367,8 @@ class Worker:
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
-        slots = _Inline(self.call_handler) if self.concurrency == 1 else _Threads(
-            self.concurrency, self.call_handler, self.name)
+        slots = _Inline(self.handler, self._wants_lease) if self.concurrency == 1 else _Threads(
+            self.concurrency, self.handler, self._wants_lease, self.name)
         running = 0
         wait_for = self.poll
         with self._running():
@@ -411,10 +413,10 @@ class Worker:
         """
         with self._running():
             [lease] = self._hold([job], sent=None)
-            slot = _Inline(self.call_handler)
+            slot = _Inline(self.handler, self._wants_lease)
             slot.start(lease)
             outcomes, _ = self._finish(slot.finished(timeout=0), 0)
-        return outcomes[0]
+        return outcomes[id(lease)]
 
     @contextmanager
     def _running(self) -> Iterator[None]:
@@ -433,7 +435,7 @@ class Worker:
 
     def _free(self, running: int, max_jobs: int | None) -> int:
         """How many jobs to claim now: the free slots, within ``max_jobs``, none once stopping."""
-        if self.stopping:
+        if self._stop.is_set():
             return 0
         free = self.concurrency - running
         if max_jobs is not None:
@@ -468,9 +470,10 @@ class Worker:
         self._leases.add(*leases)
         return leases
 
-    def _finish(self, finished: list[Finished], free: int) -> tuple[list[str], list[Lease]]:
+    def _finish(self, finished: list[Finished], free: int) -> tuple[dict[int, str], list[Lease]]:
         """Write the outcome of every finished handler: fail what raised, then complete the rest and
-        refill ``free`` slots in one transaction. Returns (each job's outcome, the leases claimed)."""
+        refill ``free`` slots in one transaction. Returns (each attempt's outcome by ``id`` of its
+        lease, the leases claimed)."""
         # No beat from here on (none can be refused for a job finished here), and kept from the worker's
         # own reaper until the outcomes are written: a lease that runs out meanwhile (a freeze) must not
         # hand the job to anyone, this worker included. The refill's claims too, as in _claim.
@@ -478,12 +481,12 @@ class Worker:
         refill = new_token()
         self._begin_turn()
         try:
-            with self._pulse.hand_in([lease for lease, _, _ in finished], refill):
+            with self._pulse.hand_in(map(_LEASE, finished), refill):
                 return self._write_outcomes(finished, free, refill)
         finally:
             self._write_turn()
 
-    def _write_outcomes(self, finished: list[Finished], free: int, refill: str) -> tuple[list[str], list[Lease]]:
+    def _write_outcomes(self, finished: list[Finished], free: int, refill: str) -> tuple[dict[int, str], list[Lease]]:
         outcomes: dict[int, str] = {}
         completions: list[tuple[Lease, Any]] = []
         for lease, result, error in finished:
@@ -501,7 +504,7 @@ class Worker:
         if completions:
             done, claimed = self._complete_and_claim(completions, free, refill)
             outcomes.update(done)
-        return [outcomes[id(lease)] for lease, _, _ in finished], claimed
+        return outcomes, claimed
 
     def _complete_and_claim(self, completions: list[tuple[Lease, Any]], free: int,
                             token: str) -> tuple[dict[int, str], list[Lease]]:
@@ -529,7 +532,7 @@ class Worker:
 
         outcomes: dict[int, str] = {}
         try:
-            outcome = self.outlast("complete", first, again=again)
+            outcome = outlast("complete", first, stop=self._stop, log=self._log_now, again=again, state=self)
         except InvalidPayload:
             # One result is not JSON: nothing was written, nothing claimed. Complete them one by one
             # so only that job fails; the loop refills the slots.
