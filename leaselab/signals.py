@@ -4,8 +4,9 @@ Python runs a signal's handler on the main thread between two bytecodes, whereve
 happens to be, locks held included. ``threading.Event.set()`` takes the lock of the Event's
 Condition, and ``Event.wait()`` holds that same lock for a few bytecodes on its way in and out.
 A SIGTERM landing there, with a handler that sets the Event, leaves the main thread waiting on
-a lock it holds itself, for ever (Python's ``signal`` documentation warns of exactly this). A
-``leaselab worker`` stopped with SIGTERM hung that way once in CI, idle in its poll.
+a lock it holds itself, for ever: Python's ``signal`` documentation warns against any lock in a
+handler (since gh-144706). A ``leaselab worker`` stopped with SIGTERM hung that way once in CI,
+idle in its poll.
 
 So the handler installed here does one thing that takes no Python lock: it writes the signal's
 number into a pipe. A thread of this module's own reads the pipe and calls the action.
