@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from polling import wait_until
 from leaselab.errors import ProxyError
 from leaselab.lab.proxy import Proxy, server_address, through
 
@@ -277,3 +278,54 @@ def test_a_dropped_reply_under_a_delay_still_lets_the_request_land(counter):
             with pytest.raises(psycopg.OperationalError):
                 conn.execute("UPDATE counter SET n = n + 1")
     assert counted(counter) == 1
+
+
+def test_a_client_closing_its_connection_does_not_use_up_the_drop_armed_for_the_next_request(counter):
+    """A Terminate gets no reply: taking the drop on it would throw nothing away and leave the fault unseen.
+    (A worker closes a connection as it starts; a drop armed a moment before vanished, now and then.)"""
+    import psycopg
+    with Proxy(server_address(counter)) as proxy:
+        url = through(counter, proxy.port)
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as other:
+            closing = psycopg.connect(url, autocommit=True, connect_timeout=10)
+            proxy.drop_next_reply()
+            closing.close()
+            wait_until(lambda: proxy.connections == 1, message="the closed connection to be gone from the proxy")
+            with pytest.raises(psycopg.OperationalError):
+                other.execute("UPDATE counter SET n = n + 1")
+        assert proxy.replies_dropped == 1
+    assert counted(counter) == 1
+
+
+def test_a_request_abandoned_before_any_reply_gives_the_drop_back_for_the_next_one(counter):
+    import psycopg
+    with Proxy(server_address(counter)) as proxy:
+        url = through(counter, proxy.port)
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as other:
+            abandoning = psycopg.connect(url, autocommit=True, connect_timeout=10)
+            proxy.drop_next_reply()
+            abandoning.pgconn.send_query(b"SELECT pg_sleep(3)")  # taken by the drop; its client leaves at once
+            abandoning.close()
+            wait_until(lambda: proxy.connections == 1, message="the abandoned connection to be gone from the proxy")
+            assert proxy.replies_dropped == 0  # nothing came back to be thrown away
+            with pytest.raises(psycopg.OperationalError):
+                other.execute("UPDATE counter SET n = n + 1")
+        assert proxy.replies_dropped == 1
+    assert counted(counter) == 1
+
+
+def test_a_reply_the_server_cuts_short_counts_as_dropped(counter):
+    import psycopg
+    with Proxy(server_address(counter)) as proxy, psycopg.connect(counter, autocommit=True) as direct:
+        victim = psycopg.connect(through(counter, proxy.port), autocommit=True, connect_timeout=10)
+        try:
+            pid = victim.info.backend_pid
+            proxy.drop_next_reply()
+            victim.pgconn.send_query(b"SELECT pg_sleep(30)")  # sent; its reply is never read
+            wait_until(lambda: direct.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
+                                              (pid,)).fetchone() == ("active",), message="the sleep to start")
+            direct.execute("SELECT pg_terminate_backend(%s)", (pid,))  # the server says why (FATAL), then closes
+            wait_until(lambda: proxy.replies_dropped == 1, message="the cut-short reply to be counted")
+            assert proxy.connections == 0
+        finally:
+            victim.close()

@@ -36,6 +36,9 @@ DEFAULT_PG_PORT = 5432
 REPLY_QUIET = 0.5
 # How often the proxy's thread looks at its flags when it has nothing due sooner.
 IDLE_TICK = 0.5
+# A client's Terminate message, sent as it closes its connection: no reply ever follows it, so
+# it is no request whose reply could be dropped (``drop_next_reply`` waits for the next one).
+TERMINATE = b"X\x00\x00\x00\x04"
 
 
 def server_address(url: str) -> tuple[str, int]:
@@ -77,7 +80,8 @@ class _LostReply:
     client could not learn is already settled on the server.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, armed: bool) -> None:
+        self.armed = armed  # taken from ``drop_next_reply``'s count, not from a ``drop_replies`` window
         self.header = b""
         self.skip = 0
         self.complete = False
@@ -155,7 +159,8 @@ class Proxy:
 
     @property
     def replies_dropped(self) -> int:
-        """How many connections have had a reply thrown away and been cut, since the proxy started."""
+        """How many replies were thrown away (all of them, or what came before their connection
+        ended), each cutting its connection, since the proxy started."""
         with self._lock:
             return self._replies_dropped
 
@@ -191,7 +196,9 @@ class Proxy:
         connection is closed once the server has finished answering, so its driver raises
         (psycopg's ``OperationalError``) while the statement's outcome already stands on
         the server. Each call arms one more drop. On a connection not yet open, the
-        "request" is its start-up, and the client fails to connect.
+        "request" is its start-up, and the client fails to connect. A client closing its
+        connection does not use a drop up, nor does a request whose connection ends before
+        any of its reply came back: the drop waits for the next request.
         """
         self._check_open()
         with self._lock:
@@ -309,8 +316,8 @@ class Proxy:
             return
         now = time.monotonic()
         if sock in self._clients:
-            if sock not in self._lost and self._take_drop(now):
-                self._lost[sock] = _LostReply()
+            if sock not in self._lost and data != TERMINATE and (armed := self._take_drop(now)) is not None:
+                self._lost[sock] = _LostReply(armed)
         elif other in self._lost:
             self._lost[other].heard(data, now)
             return
@@ -320,12 +327,14 @@ class Proxy:
         else:
             queue.append((now + self._delay, data))
 
-    def _take_drop(self, now: float) -> bool:
+    def _take_drop(self, now: float) -> bool | None:
+        """Whether to drop the reply to the request just read: True if an armed drop is taken,
+        False if a ``drop_replies`` window covers it, None to let the reply through."""
         with self._lock:
             if self._drops_armed:
                 self._drops_armed -= 1
                 return True
-            return now < self._drop_until
+            return False if now < self._drop_until else None
 
     def _send(self, sock: socket.socket, data: bytes) -> None:
         try:
@@ -343,11 +352,12 @@ class Proxy:
         now = time.monotonic()
         for client, lost in list(self._lost.items()):
             if lost.over(now):
-                with self._lock:
-                    self._replies_dropped += 1
                 self._drop(client)
 
     def _drop(self, sock: socket.socket) -> None:
+        """Close a pair. A reply being thrown away on it counts as dropped if any of it was;
+        if none came (the client gave up first, or its request wants no answer), an armed
+        drop is given back for the next request: the fault asked for has not happened yet."""
         with self._lock:
             other = self._pairs.pop(sock, None)
             if other is not None:
@@ -358,7 +368,13 @@ class Proxy:
             if s is None:
                 continue
             self._outbox.pop(s, None)
-            self._lost.pop(s, None)
+            lost = self._lost.pop(s, None)
+            if lost is not None:
+                with self._lock:
+                    if lost.last_heard is not None:
+                        self._replies_dropped += 1
+                    elif lost.armed:
+                        self._drops_armed += 1
             if s in self._selector.get_map():
                 self._selector.unregister(s)
             s.close()
