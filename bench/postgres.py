@@ -295,6 +295,9 @@ def leaselab_worker(url: str, slots: int, ready, go) -> list:
     with Queue(url, durability="full") as q:
         worker = Worker(q, lambda job: got.append(job.payload), name=f"bench-{os.getpid()}", exit_when_idle=True, concurrency=slots,
                         poll=0.01, max_poll=0.05, log=lambda line: None)
+        # Setting the worker's call timeout closed the queue's connection, so that the next call opens one
+        # with the timeout's limits: open it now, as every other contender is connected before the start.
+        q.stats()
         _ready(ready, go)
         worker.run()
     return got
