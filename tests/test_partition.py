@@ -123,8 +123,8 @@ def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before
 def test_a_dropped_reply_cuts_the_worker_once_and_it_carries_on_with_its_jobs(server_fleet):
     fleet, q = server_fleet, server_fleet.queue
     fleet.spawn(lease=5.0, name="w1")
-    # The next statement it sends (an idle poll, most likely) runs, unanswered. Not the Terminate of the
-    # connection it closed as it started, which a loaded proxy may read only now: that has no reply.
+    # The next statement it sends (an idle poll, most likely) runs, unanswered. If a loaded proxy reads only
+    # now the Terminate of the connection the worker closed as it started, that gets no reply and the drop waits.
     fleet.drop_reply("w1")
     try:
         wait_until(lambda: fleet.status()[0].replies_dropped == 1, message="the reply to be dropped")

@@ -281,7 +281,7 @@ def test_a_dropped_reply_under_a_delay_still_lets_the_request_land(counter):
 
 
 def test_a_client_closing_its_connection_does_not_use_up_the_drop_armed_for_the_next_request(counter):
-    """A Terminate gets no reply: taking the drop on it would throw nothing away and leave the fault unseen.
+    """A Terminate gets no reply: a drop taken on it throws nothing away, so it is given back for the next request.
     (A worker closes a connection as it starts; a drop armed a moment before vanished, now and then.)"""
     import psycopg
     with Proxy(server_address(counter)) as proxy:

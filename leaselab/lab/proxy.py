@@ -36,9 +36,6 @@ DEFAULT_PG_PORT = 5432
 REPLY_QUIET = 0.5
 # How often the proxy's thread looks at its flags when it has nothing due sooner.
 IDLE_TICK = 0.5
-# A client's Terminate message, sent as it closes its connection: no reply ever follows it, so
-# it is no request whose reply could be dropped (``drop_next_reply`` waits for the next one).
-TERMINATE = b"X\x00\x00\x00\x04"
 
 
 def server_address(url: str) -> tuple[str, int]:
@@ -196,9 +193,9 @@ class Proxy:
         connection is closed once the server has finished answering, so its driver raises
         (psycopg's ``OperationalError``) while the statement's outcome already stands on
         the server. Each call arms one more drop. On a connection not yet open, the
-        "request" is its start-up, and the client fails to connect. A client closing its
-        connection does not use a drop up, nor does a request whose connection ends before
-        any of its reply came back: the drop waits for the next request.
+        "request" is its start-up, and the client fails to connect. A request whose connection
+        ends before any of its reply came back does not use the drop up (a client closing its
+        connection sends one that never gets a reply): the drop waits for the next request.
         """
         self._check_open()
         with self._lock:
@@ -316,7 +313,7 @@ class Proxy:
             return
         now = time.monotonic()
         if sock in self._clients:
-            if sock not in self._lost and data != TERMINATE and (armed := self._take_drop(now)) is not None:
+            if sock not in self._lost and (armed := self._take_drop(now)) is not None:
                 self._lost[sock] = _LostReply(armed)
         elif other in self._lost:
             self._lost[other].heard(data, now)
