@@ -532,7 +532,7 @@ class Worker:
 
         outcomes: dict[int, str] = {}
         try:
-            outcome = outlast("complete", first, stop=self._stop, log=self._log_now, again=again, state=self)
+            outcome = self.outlast("complete", first, again=again)
         except InvalidPayload:
             # One result is not JSON: nothing was written, nothing claimed. Complete them one by one
             # so only that job fails; the loop refills the slots.
