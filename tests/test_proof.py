@@ -117,6 +117,12 @@ def test_the_freeze_after_the_payment_stops_the_worker_holding_no_write_lock(tmp
         victim.stdin.write("go\n")
         victim.stdin.flush()
         wait_until(lambda: process_state(victim.pid) == "T", 30, message="the frozen worker to be stopped")
+        # The watcher stays in the worker's session, so a kernel that schedules sessions as groups
+        # (autogroup) never weighs it alone against the spinners, and leaves the worker's process
+        # group, so a Ctrl-C sent to that group cannot kill it and leave the worker stopped for good.
+        with open(f"/proc/{victim.pid}/task/{victim.pid}/children") as fh:
+            (watcher,) = [int(pid) for pid in fh.read().split()]
+        assert os.getsid(watcher) == os.getsid(victim.pid) and os.getpgid(watcher) != os.getpgid(victim.pid)
         other = sqlite3.connect(db, timeout=3, isolation_level=None)
         try:
             other.execute("BEGIN IMMEDIATE")  # raises "database is locked" if the worker froze inside a write

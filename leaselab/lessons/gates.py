@@ -38,8 +38,16 @@ DONE_BY_ANOTHER = "SELECT status = 'done' AND attempts > ? FROM jobs WHERE id = 
 # stopped holding SQLite's write lock would stall every other worker, and nobody could take its
 # job. It stops the worker again whenever someone else (a nemesis's resume) has let it run, until
 # another attempt has finished the job (or the minute is up); then it sends SIGCONT (a few times).
+#
+# It leaves the worker's process group (a terminal's Ctrl-C must not kill it and leave the worker
+# stopped for good) but not its session. Where the kernel groups processes by session for the
+# scheduler (autogroup, on by default in Debian's and Ubuntu's kernels), a new session is a
+# scheduling group of its own, weighed against the others as one: a watcher that sleeps most of the
+# time, on a CPU busy with another group, was measured waiting runnable for up to 25 s, too late
+# to freeze anything. In the worker's session it shares the worker's group and runs when it wakes.
 FREEZER = r"""
 import os, signal, sqlite3, sys, time
+os.setpgrp()
 pid, db, job, attempt, until, sql = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
 def done_by_another():
     try:
@@ -113,7 +121,7 @@ def freeze_until_done_by_another(job: Any) -> None:
         raise RuntimeError("freezing until another attempt is done needs $LEASELAB_DB (the lab's workers carry it)")
     until = time.time() + FREEZE_FOR_AT_MOST
     subprocess.Popen([sys.executable, "-c", FREEZER, str(os.getpid()), db, str(job.id), str(job.attempts),
-                      repr(until), DONE_BY_ANOTHER], start_new_session=True, stdin=subprocess.DEVNULL)
+                      repr(until), DONE_BY_ANOTHER], stdin=subprocess.DEVNULL)
     while not _done_by_another(db, job) and time.time() < until:
         time.sleep(0.05)
 
