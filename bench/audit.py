@@ -297,7 +297,7 @@ def partition(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict
     contender.enqueue("partition", "partition", ledger)
     if address is None:
         return no_network(contender, folder, ledger)
-    from leaselab.lab.proxy import Proxy
+    from leaselab.harness.proxy import Proxy
     with Proxy(address) as proxy, Workers(contender, folder) as workers:
         contender.proxied["A"] = proxy.port
         try:

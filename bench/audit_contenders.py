@@ -85,7 +85,7 @@ class Contender:
         """``url`` for worker ``name``: through its proxy when the partition scenario gave it one."""
         if name not in self.proxied:
             return url
-        from leaselab.lab.proxy import through
+        from leaselab.harness.proxy import through
         return through(url, self.proxied[name])
 
     def worker(self, name: str) -> tuple[list[str], dict[str, str]]:
@@ -130,7 +130,7 @@ class Leaselab(Contender):
 
     def open(self):
         if self.backend == "postgres":
-            from leaselab.lessons.pgserver import PgServer
+            from leaselab.harness.pgserver import PgServer
             self.server = PgServer().start()
 
     def close(self):
@@ -160,7 +160,7 @@ class Leaselab(Contender):
     def server_address(self):
         if self.server is None:
             return None
-        from leaselab.lab.proxy import server_address
+        from leaselab.harness.proxy import server_address
         return server_address(self.target)
 
     def worker(self, name):
@@ -423,11 +423,11 @@ class PgQueuer(Contender):
         return version("pgqueuer")
 
     def server_address(self):
-        from leaselab.lab.proxy import server_address
+        from leaselab.harness.proxy import server_address
         return server_address(self.url)
 
     def open(self):
-        from leaselab.lessons.pgserver import PgServer
+        from leaselab.harness.pgserver import PgServer
         self.server = PgServer().start()
 
     def close(self):

@@ -71,7 +71,7 @@ def fill_leaselab(db: Path, jobs: int, durability: str) -> None:
 
 
 def leaselab_cmd(db: Path, slots: int, durability: str) -> list[str]:
-    return [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:echo",
+    return [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.harness.demo:echo",
             "--name", "bench", "--exit-when-idle", "--concurrency", str(slots), "--durability", durability,
             "--poll", "0.01", "--max-poll", "0.05"]
 
@@ -116,9 +116,9 @@ def drain_flat(db: str, durability: str, log_lines: str = "log") -> None:
     With ``log_lines="nolog"`` the lines are made but never written: what the log's writing costs."""
     from leaselab import Queue
     from leaselab.errors import LeaseLost
-    from leaselab.lease import Lease, Leases
-    from leaselab.lessons.demo import echo
-    from leaselab.logline import LineLog
+    from leaselab.worker.lease import Lease, Leases
+    from leaselab.harness.demo import echo
+    from leaselab.worker.logline import LineLog
     from leaselab.queue import DEFAULT_LEASE, new_token
 
     name, seconds, stop = "bench", DEFAULT_LEASE, threading.Event()

@@ -2,7 +2,7 @@
 
     ./dev bench postgres [--jobs 2000] [--repeat 3] [--procs 1,4] [--slots 8] [--only raw,pgqueuer]
 
-One throw-away server (``leaselab.lessons.pgserver``) started **with fsync on**, its folder on
+One throw-away server (``leaselab.harness.pgserver``) started **with fsync on**, its folder on
 the real disk, so a synchronous commit pays for the flush as on a production server. A fresh
 database per contender, process count and round; contenders interleaved round by round.
 Same workload as the SQLite tables (``bench/throughput.py``): enqueue N small jobs one call at a
@@ -69,7 +69,7 @@ from progress import step  # noqa: E402
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as pg_sql  # noqa: E402
 from leaselab.queue import new_token  # noqa: E402
-from leaselab.lessons.pgserver import PgServer  # noqa: E402
+from leaselab.harness.pgserver import PgServer  # noqa: E402
 
 # Procrastinate warns, once per process, that its App lives in the __main__ module; it works the same.
 logging.getLogger("procrastinate").setLevel(logging.ERROR)

@@ -53,7 +53,7 @@ from progress import step  # noqa: E402
 
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as sql  # noqa: E402
-from leaselab.lessons.pgserver import PgServer  # noqa: E402
+from leaselab.harness.pgserver import PgServer  # noqa: E402
 
 WAL = "SELECT wal_records, wal_bytes, wal_sync FROM pg_stat_wal"
 

@@ -132,7 +132,7 @@ def worker_case(data: Path, runs: int = 7) -> tuple[float, float, dict[str, int]
             job_id = q.enqueue({"seconds": 0})
         t0 = time.time()
         proc = subprocess.Popen([sys.executable, "-m", "leaselab", "worker", "--db", str(path),
-                                 "--handler", "leaselab.lessons.demo:task", "--name", "starter", "--lease", "30"],
+                                 "--handler", "leaselab.harness.demo:task", "--name", "starter", "--lease", "30"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             with Queue(path) as q:

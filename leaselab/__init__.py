@@ -46,7 +46,7 @@ from .errors import (
     WorkerNotRunning,
 )
 from .job import Event, Job, Status
-from .lease import Lease
+from .worker.lease import Lease
 from .queue import Queue
 from .worker import Worker, load_handler
 

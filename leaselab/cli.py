@@ -18,10 +18,10 @@ from .backends.sqlite.backend import nearest_queue_file
 from .words import LANGS
 from .errors import DatabaseMissing, LeaselabError
 from .job import Status
-from .logline import LineLog
+from .worker.logline import LineLog
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
-from .signals import Relay
+from .worker.signals import Relay
 
 EXIT_ANOMALY = 1  # check: the run broke a promise
 EXIT_BAD_INPUT = 2
@@ -159,7 +159,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # or started with SIGINT already ignored, as a shell does for `worker &`) must not stop on it.
     # In a terminal, Ctrl-C is how a person stops a worker.
     # The handlers only pass the signal on: stop() and interrupted() run on the relay's thread, since
-    # a handler that sets an Event can deadlock the main thread in its wait (leaselab.signals).
+    # a handler that sets an Event can deadlock the main thread in its wait (leaselab.worker.signals).
     # The handlers before are back when the command returns: main() may run inside a longer-lived
     # program, a test for one.
     ignore_sigint = args.ignore_sigint or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
@@ -374,7 +374,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("worker", "run one worker process", cmd_worker)
     p.add_argument("--handler", required=True, metavar="MODULE:FUNCTION",
-                   help="the function that runs each job, e.g. leaselab.lessons.demo:task, or myh:work for "
+                   help="the function that runs each job, e.g. leaselab.harness.demo:task, or myh:work for "
                         "myh.py in the current folder")
     p.add_argument("--name", type=_worker_name, default=None,
                    help="the name in the queue's rows and the log (default: worker-PID)")
@@ -418,7 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("chaos", "run real workers under a seeded fault schedule, then check what the queue kept "
                          "(exit 0 clean, 1 broken)", cmd_chaos)
-    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.lessons.demo:task")
+    p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.harness.demo:task")
     p.add_argument("--workers", type=_positive_int, metavar="N", default=4, help="worker processes kept running (default 4)")
     p.add_argument("--concurrency", type=_positive_int, metavar="N", default=1, help="jobs each worker runs at once (default 1)")
     p.add_argument("--jobs", type=_positive_int, metavar="N", default=500, help="how many jobs (default 500)")

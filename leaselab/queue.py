@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 from .backends import open_backend
 from .backends.contract import Backend, Claim, Claimed, Completion, NewJob, Refusals, Unreadable
 from .backoff import Backoff
-from .checks import integer, number, positive, text
+from .arguments import integer, number, positive, text
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
 from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth

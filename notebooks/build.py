@@ -56,7 +56,7 @@ WIDGET_REF = re.compile(r"IPY_MODEL_([0-9a-f]{32})")
 RUN_SPECIFIC = (
     # tempfile.mkdtemp's eight random characters after lessons.scratch's prefix
     (re.compile(r"(leaselab-\d\d-[a-z0-9-]+-)[a-z0-9_]{8}(?![a-z0-9_])"), r"\1XXXXXXXX"),
-    # the port a throw-away PostgreSQL server (lessons.pgserver) was given by the system
+    # the port a throw-away PostgreSQL server (harness.pgserver) was given by the system
     (re.compile(r"(postgresql://[^\s@/'\"]+@127\.0\.0\.1:)\d+"), r"\1PORT"),
 )
 

@@ -35,7 +35,7 @@ def _why_no_server() -> str | None:
     try:
         import psycopg  # noqa: F401  (the postgres extra)
 
-        from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
+        from leaselab.harness.pgserver import PgUnavailable, find_bin_dir
     except ImportError as exc:
         return f"lesson needs psycopg (pip install 'leaselab[postgres]'): {exc}"
     try:

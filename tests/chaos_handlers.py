@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from leaselab.check import read_effects, record_effect
-from leaselab.lessons.gates import freeze_until_done_by_another as _freeze_until_done_by_another
+from leaselab.harness.gates import freeze_until_done_by_another as _freeze_until_done_by_another
 
 
 def transfer(job):

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from leaselab import ManualClock, Queue
-from leaselab.lab.fleet import Fleet
-from leaselab.lessons.pgserver import LABEL_VARIABLE
+from leaselab.harness.fleet import Fleet
+from leaselab.harness.pgserver import LABEL_VARIABLE
 
 from polling import pid_gone
 from procs import shut_down
@@ -96,7 +96,7 @@ def crashable_server():
     """A second throw-away server, for the tests that crash it (the session's server serves every
     other test). Its WAL writer is lazy, so a crash loses each commit not made durable, as it can on
     any busy server."""
-    from leaselab.lessons.pgserver import LAZY_WAL_WRITER
+    from leaselab.harness.pgserver import LAZY_WAL_WRITER
 
     server = start_pg_server(settings=LAZY_WAL_WRITER)
     yield server
@@ -132,7 +132,7 @@ def target(request, db_path: Path) -> str:
     if request.param == "sqlite":
         return str(db_path)
     if request.param == "apsw":
-        from leaselab.lessons.powercut import VolatileDisk
+        from leaselab.harness.powercut import VolatileDisk
 
         disk = VolatileDisk()
         request.addfinalizer(disk.cut)

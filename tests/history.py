@@ -1,7 +1,7 @@
 """The chaos suite's use of ``leaselab.check``: the product's rules, plus the demo handler's own contract.
 
 ``leaselab.check`` holds every rule about the queue's promises. What stays here is what
-only ``leaselab.lessons.demo:task`` promises: it records its run (unkeyed: it is not
+only ``leaselab.harness.demo:task`` promises: it records its run (unkeyed: it is not
 idempotent on purpose) at the start of every run, fails only when its payload asks, and
 returns its attempt in the result. The ``check_*`` names are the ones the suites call;
 each returns sentences (an empty list is a clean history).
@@ -56,7 +56,7 @@ def check_links(jobs: list[dict], events: list[dict]) -> list[str]:
 
 
 def _fails_on_purpose(payload: Any, attempt: int) -> bool:
-    """Mirror of ``leaselab.lessons.demo`` rules: does the payload ask this attempt to fail?"""
+    """Mirror of ``leaselab.harness.demo`` rules: does the payload ask this attempt to fail?"""
     rule = payload.get("fail", False) if isinstance(payload, dict) else False
     if isinstance(rule, bool):
         return rule

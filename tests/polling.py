@@ -11,7 +11,7 @@ from typing import Callable
 import pytest
 
 from leaselab import lessons
-from leaselab.lab.fleet import process_state  # the fleet's own reading of /proc, shared
+from leaselab.harness.fleet import process_state  # the fleet's own reading of /proc, shared
 
 # Generous: the machine is shared and has two cores. A deadline only bounds a failure, never a success.
 DEFAULT_TIMEOUT = 20.0

@@ -45,7 +45,7 @@ def start_pg_server(**options):
     """A throw-away PostgreSQL cluster, its folder in memory when there is room (``in_memory``).
     Without PostgreSQL the test that needs it skips with the reason, except in CI (``CI`` set),
     where it fails: CI must run them all."""
-    from leaselab.lessons.pgserver import PgServer, PgUnavailable
+    from leaselab.harness.pgserver import PgServer, PgUnavailable
 
     try:
         import psycopg  # noqa: F401  (the postgres extra)
@@ -66,7 +66,7 @@ def needs_postgres() -> None:
 
 def pg_bin_dir():
     """The folder of PostgreSQL's programs (``find_bin_dir``); without them the test skips, or fails in CI."""
-    from leaselab.lessons.pgserver import PgUnavailable, find_bin_dir
+    from leaselab.harness.pgserver import PgUnavailable, find_bin_dir
 
     try:
         return find_bin_dir()
@@ -232,7 +232,7 @@ def labelled_servers(label: str) -> list[tuple[int, str]]:
 def servers_left_running(label: str, timeout: float) -> list[tuple[int, str]]:
     """The servers named ``label`` still running after ``timeout`` (their watchdogs may be ending them);
     each is then ended and its folder removed, so that nothing stays."""
-    from leaselab.lessons.pgwatchdog import end_server, remove_folder
+    from leaselab.harness.pgwatchdog import end_server, remove_folder
 
     # Not wait_until: this runs after the last test, and what is still running at the timeout is the answer.
     deadline = time.monotonic() + timeout

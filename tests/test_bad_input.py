@@ -278,7 +278,7 @@ def test_sql_looking_payloads_worker_names_and_errors_are_stored_literally(tmp_p
 
 
 def test_importing_leaselab_does_not_import_pickle_or_any_deserializer_that_runs_code():
-    code = ("import sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli, leaselab.lessons.demo; "
+    code = ("import sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli, leaselab.harness.demo; "
             "print(sorted(m for m in ('pickle', '_pickle', 'shelve', 'marshal', 'dill', 'cloudpickle') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -288,7 +288,9 @@ def test_importing_leaselab_does_not_import_pickle_or_any_deserializer_that_runs
 
 CORE = ("queue.py", "backends/__init__.py", "backends/contract.py", "backends/base.py", "backends/sql.py",
         "backends/sqlite/backend.py", "backends/sqlite/statements.py", "job.py",
-        "worker.py", "cli.py", "lessons/demo.py", "errors.py", "backoff.py", "clock.py", "checks.py")
+        "worker/__init__.py", "worker/loop.py", "worker/lease.py", "worker/pulse.py", "worker/faults.py",
+        "worker/signals.py", "worker/logline.py", "cli.py", "harness/demo.py", "errors.py", "backoff.py", "clock.py",
+        "arguments.py", "fencing.py")
 
 
 @pytest.mark.parametrize("module", CORE)
@@ -352,7 +354,7 @@ def test_a_worker_skips_a_damaged_job_and_goes_on_with_the_rest(tmp_path, damage
         ids = q.enqueue_many([1, 2, 3], max_attempts=1)
     _plant(path, ids[damaged], "{not json")
     with Queue(path) as q:
-        stats = Worker(q, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True).run()
+        stats = Worker(q, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True).run()
         assert stats.completed == 2
         statuses = [q.backend.run("SELECT status FROM jobs WHERE id = ?", (i,))[0][0] for i in ids]
         assert statuses == ["dead" if i == damaged else "done" for i in range(3)]

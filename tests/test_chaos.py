@@ -79,7 +79,7 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     server = request.getfixturevalue("crashable_server") if networked else None
     effects = str(tmp_path / "runs.jsonl")  # the demo handler's own line per run, beside chaos's effects file
     rng = random.Random(seed)
-    result = run(target, "leaselab.lessons.demo:task", workers=WORKERS, concurrency=CONCURRENCIES,
+    result = run(target, "leaselab.harness.demo:task", workers=WORKERS, concurrency=CONCURRENCIES,
                  jobs=workload(rng, effects), seconds=NEMESIS_SECONDS, lease=LEASE, seed=seed, server=server,
                  faults=SERVER_FAULTS if networked else FILE_FAULTS, folder=tmp_path / "run",
                  drain_timeout=DRAIN_TIMEOUT, progress=lambda p: print(p.render()))

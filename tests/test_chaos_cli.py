@@ -19,7 +19,7 @@ from leaselab.chaos.run import ProgressLines
 from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
 from leaselab.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
-from leaselab.lessons.pgserver import PgServer
+from leaselab.harness.pgserver import PgServer
 from polling import pid_gone, wait_until
 from servers import fresh_database, in_memory, needs_postgres
 
@@ -81,7 +81,7 @@ def test_a_jumping_worker_reads_a_clock_off_by_the_jump_so_on_a_file_it_reaps_a_
     held_id = fleet.queue.enqueue("held")
     held = fleet.queue.claim("holder", lease=30)
     clock = tmp_path / "w1.clock"
-    name = fleet.spawn("leaselab.lessons.demo:echo", lease=5.0, env=environment(clock), launcher=LAUNCHER)
+    name = fleet.spawn("leaselab.harness.demo:echo", lease=5.0, env=environment(clock), launcher=LAUNCHER)
     later = fleet.queue.enqueue("later")
     wait_until(lambda: fleet.queue.get(later).status == "done", message="a job done on the true clock")
     assert fleet.queue.get(held_id).attempts == 1
@@ -92,7 +92,7 @@ def test_a_jumping_worker_reads_a_clock_off_by_the_jump_so_on_a_file_it_reaps_a_
 
 
 def test_a_short_run_on_sqlite_with_the_demo_task_is_clean_and_shows_progress(tmp_path):
-    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "leaselab.lessons.demo:task",
+    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:task",
                  "--workers", "3", "--jobs", "150", "--seconds", "5", "--seed", "11",
                  "--payload", '{"seconds": 0.02}')
     assert done.returncode == 0, done.stdout + done.stderr
@@ -157,7 +157,7 @@ def test_a_short_run_on_a_throw_away_server_with_partitions_dropped_replies_and_
     seed, seconds = 4, 8
     wanted = plan(seed, seconds=seconds, workers=4, lease=1.0, faults=FAULTS).counts()
     assert {"partition", "drop-reply", "server-crash"} <= wanted.keys()
-    done = chaos(tmp_path, "--db", "postgresql", "--handler", "leaselab.lessons.demo:task", "--jobs", "200",
+    done = chaos(tmp_path, "--db", "postgresql", "--handler", "leaselab.harness.demo:task", "--jobs", "200",
                  "--seconds", str(seconds), "--seed", str(seed), "--payload", '{"seconds": 0.02}', "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
@@ -193,7 +193,7 @@ def test_a_server_that_does_not_come_back_after_a_crash_ends_the_run_with_an_err
     with SquattedServer(parent=in_memory()) as server:
         url = fresh_database(server, "squatted")
         with pytest.raises(ServerNotRecovered, match=r"crashed at \d+\.\ds did not start again: PgStartFailed") as raised:
-            run(url, "leaselab.lessons.demo:task", workers=1, jobs=20, seconds=6, lease=1.0, seed=3,
+            run(url, "leaselab.harness.demo:task", workers=1, jobs=20, seconds=6, lease=1.0, seed=3,
                 server=server, faults=("server-crash",), folder=tmp_path / "run")
         assert "Address already in use" in str(raised.value)
         assert not server.running
@@ -209,7 +209,7 @@ def test_a_server_that_does_not_come_back_after_a_crash_ends_the_run_with_an_err
     (("--workers", "500"), "workers must be at most 32"),
 ])
 def test_bad_input_is_refused_with_exit_2_and_a_message_naming_it(tmp_path, args, message):
-    argv = ["--db", str(tmp_path / "q.db"), "--handler", "leaselab.lessons.demo:task", "--seconds", "1", *args]
+    argv = ["--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:task", "--seconds", "1", *args]
     done = chaos(tmp_path, *argv)
     assert done.returncode == 2, done.stdout + done.stderr
     assert message in done.stderr
@@ -218,14 +218,14 @@ def test_bad_input_is_refused_with_exit_2_and_a_message_naming_it(tmp_path, args
 
 def test_a_crash_of_a_server_chaos_did_not_start_is_refused_before_connecting(tmp_path):
     done = chaos(tmp_path, "--db", "postgresql://someone@127.0.0.1:1/theirs", "--handler",
-                 "leaselab.lessons.demo:task", "--faults", "kill,server-crash")
+                 "leaselab.harness.demo:task", "--faults", "kill,server-crash")
     assert done.returncode == 2 and "this server was not started by chaos" in done.stderr
 
 
 def test_a_queue_that_already_holds_jobs_is_refused(tmp_path):
     with Queue(tmp_path / "q.db") as q:
         q.enqueue({})
-    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "leaselab.lessons.demo:task")
+    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:task")
     assert done.returncode == 2 and "already holds 1 jobs" in done.stderr
 
 
@@ -233,7 +233,7 @@ def test_ctrl_c_stops_every_worker_and_removes_the_throw_away_server(tmp_path):
     needs_postgres()
     env = dict(os.environ, PYTHONPATH=str(REPO), **memory_tmpdir())
     proc = subprocess.Popen([sys.executable, "-m", "leaselab", "chaos", "--db", "postgresql", "--handler",
-                             "leaselab.lessons.demo:task", "--seconds", "120", "--payload", '{"seconds": 0.05}'],
+                             "leaselab.harness.demo:task", "--seconds", "120", "--payload", '{"seconds": 0.05}'],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         # Gated on the run's own word: the first progress line comes once workers are running.

@@ -24,8 +24,8 @@ from leaselab.cli import EXIT_ANOMALY, EXIT_BAD_INPUT, main
 from leaselab.errors import (
     DatabaseMissing, InvalidEffects, InvalidTarget, NotALeaselabDatabase, ServerRefused,
 )
-from leaselab.lessons.demo import task
-from leaselab.lessons.effects import Ledger, deposit
+from leaselab.harness.demo import task
+from leaselab.harness.effects import Ledger, deposit
 from servers import fresh_database
 
 LEASE = 5.0
@@ -357,7 +357,7 @@ def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effect
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0}] * 3)
     fleet = fleet_on(db)
-    w = fleet.spawn("leaselab.lessons.demo:effect", lease=LEASE, name="w1", exit_when_idle=True,
+    w = fleet.spawn("leaselab.harness.demo:effect", lease=LEASE, name="w1", exit_when_idle=True,
                     env={"LEASELAB_EFFECTS": str(effects)})
     assert fleet.wait(w, timeout=60) == 0, fleet.log_tail(w)
     lines = read_effects(effects)

@@ -128,9 +128,9 @@ def test_a_file_that_is_not_sqlite_is_one_line_exit_2_and_unchanged(capsys, tmp_
 
 
 @pytest.mark.parametrize("argv, word", [
-    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "0"], "lease"),
-    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "nan"], "lease"),
-    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "soon"], "lease"),
+    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "0"], "lease"),
+    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "nan"], "lease"),
+    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "soon"], "lease"),
     (["enqueue", "1", "--max-attempts", "0"], "--max-attempts"),
     (["enqueue", "1", "--delay", "-5"], "--delay"),
     (["enqueue", "1", "--priority", "high"], "priority"),
@@ -171,7 +171,7 @@ def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_
 
     enq = cli("enqueue", '{"seconds": 0}', "--db", db, "--count", "3")
     assert enq.returncode == 0, enq.stderr
-    work = cli("worker", "--db", db, "--handler", "leaselab.lessons.demo:task", "--name", "w-cli", "--lease", "5",
+    work = cli("worker", "--db", db, "--handler", "leaselab.harness.demo:task", "--name", "w-cli", "--lease", "5",
                "--exit-when-idle")
     assert work.returncode == 0, work.stderr
     assert "completed 3" in work.stdout and work.stderr == ""
@@ -185,7 +185,7 @@ def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_
 
 
 @pytest.mark.parametrize("command", [["stats"], ["jobs"], ["events"], ["reap"],
-                                     ["worker", "--handler", "leaselab.lessons.demo:task", "--exit-when-idle"]])
+                                     ["worker", "--handler", "leaselab.harness.demo:task", "--exit-when-idle"]])
 def test_a_mistyped_db_is_one_line_exit_2_naming_the_path_and_the_nearest_queue_and_no_file_is_made(
         capsys, tmp_path, command):
     (tmp_path / "lab.db").write_bytes(b"")  # any existing .db file is a candidate for "did you mean"
@@ -232,11 +232,11 @@ def test_help_is_plain_text_without_restructuredtext_markup(capsys):
 # -- what a user reads: flags by their names, units, JSON shown as JSON ------------------------------
 
 @pytest.mark.parametrize("argv, message", [
-    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "abc"],
+    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "abc"],
      "argument --lease: must be a number of seconds > 0, got 'abc'"),
-    (["worker", "--handler", "leaselab.lessons.demo:task", "--lease", "inf"],
+    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "inf"],
      "argument --lease: must be a number of seconds > 0, got 'inf'"),
-    (["worker", "--handler", "leaselab.lessons.demo:task", "--poll", "0"],
+    (["worker", "--handler", "leaselab.harness.demo:task", "--poll", "0"],
      "argument --poll: must be a number of seconds > 0, got '0'"),
     (["enqueue", "1", "--max-attempts", "0"], "argument --max-attempts: must be a whole number >= 1, got '0'"),
     (["enqueue", "1", "--max-attempts", "2.5"], "argument --max-attempts: must be a whole number >= 1, got '2.5'"),
@@ -330,7 +330,7 @@ def test_the_worker_log_stamps_read_exactly_as_the_events_listing_writes_a_time(
     """The log makes its HH:MM:SS once a second; each stamp is still the one ``_stamp`` writes,
     rounding of the milliseconds and the carry into the next second included."""
     from leaselab.cli import _stamp
-    from leaselab.logline import LogStamps
+    from leaselab.worker.logline import LogStamps
 
     base = 1_764_600_000.0
     times = [base + k + f for k in range(3) for f in (0.0, 0.0005, 0.1234565, 0.999, 0.9994999, 0.9999995)]

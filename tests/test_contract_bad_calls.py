@@ -129,9 +129,9 @@ BAD_CALLS: list[tuple[str, Call, type, str, tuple[str, ...]]] = [
     ("an unknown durability", lambda q, s: Queue(s.target, durability="fast"), ValueError, "durability", ()),
     ("a handler module that does not import", lambda q, s: load_handler("no_such_module_xyz:run"), HandlerError,
      "no_such_module_xyz", ()),
-    ("a handler function that does not exist", lambda q, s: Worker(q, "leaselab.lessons.demo:no_such"), HandlerError,
+    ("a handler function that does not exist", lambda q, s: Worker(q, "leaselab.harness.demo:no_such"), HandlerError,
      "no_such", ()),
-    ("a handler path without a colon", lambda q, s: Worker(q, "leaselab.lessons.demo.task"), HandlerError,
+    ("a handler path without a colon", lambda q, s: Worker(q, "leaselab.harness.demo.task"), HandlerError,
      "module:function", ()),
 ]
 

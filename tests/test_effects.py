@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue
-from leaselab.lessons import effects
+from leaselab.harness import effects
 
 
 def test_plain_deposits_all_count_and_keyed_ones_count_once(tmp_path):
@@ -61,7 +61,7 @@ def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_p
     keyed = q.enqueue({"ledger": ledger_file, "account": "b", "amount": 10, "keyed": True, "crash": 1})
     fleet = fleet_on(q.path)
     for name in ("w1", "w2", "w3"):
-        fleet.spawn("leaselab.lessons.effects:deposit", lease=1.0, name=name)
+        fleet.spawn("leaselab.harness.effects:deposit", lease=1.0, name=name)
     wait_until(lambda: q.get(plain).status == q.get(keyed).status == "done", message="both jobs done")
     with effects.Ledger(ledger_file) as ledger:
         assert (ledger.balance("a"), ledger.balance("b")) == (20, 10)

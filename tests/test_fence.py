@@ -12,7 +12,7 @@ import sqlite3
 import pytest
 
 from leaselab import ManualClock, Queue
-from leaselab.lessons.fence import FencedStore
+from leaselab.fencing import FencedStore
 
 
 def test_a_write_with_an_older_fence_is_refused(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
-from leaselab.lab.fleet import faults_path, read_actions
+from leaselab.harness.fleet import faults_path, read_actions
 from leaselab.worker import STARTED
 
 # How far a server's clock, carried forward by a worker, and this process's may disagree in a test:
@@ -123,7 +123,7 @@ def test_shutdown_leaves_no_child_process_even_a_paused_one(tmp_path, fleet_on):
 def test_a_killed_parent_leaves_no_orphan_worker(tmp_path, kill_at_teardown):
     script = textwrap.dedent(f"""
         import sys, time
-        from leaselab.lab.fleet import Fleet
+        from leaselab.harness.fleet import Fleet
         fleet = Fleet({str(tmp_path / "lab.db")!r})
         name = fleet.spawn(lease=2.0)
         print(fleet.pid(name), flush=True)
@@ -169,7 +169,7 @@ def test_a_handler_that_does_not_import_fails_at_spawn_and_starts_nothing(fleet)
     with pytest.raises(HandlerError, match="no_such_module"):
         fleet.spawn(handler="no_such_module:run")
     with pytest.raises(HandlerError, match="no handler named"):
-        fleet.spawn(handler="leaselab.lessons.demo:no_such_function")
+        fleet.spawn(handler="leaselab.harness.demo:no_such_function")
     assert fleet.names == []
 
 

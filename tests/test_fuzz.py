@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import history
 from leaselab import Queue
 from leaselab.cli import main as cli_main
-from leaselab.lab.fleet import Fleet
+from leaselab.harness.fleet import Fleet
 from procs import log_of, shut_down
 from test_hostile import version_2_file
 
@@ -145,7 +145,7 @@ def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
     with Queue(path) as fleet_queue:
         fleet = Fleet(path, queue=fleet_queue)
         try:
-            name = fleet.spawn("leaselab.lessons.demo:echo", lease=2.0, name="fuzz", poll=0.01, max_poll=0.05,
+            name = fleet.spawn("leaselab.harness.demo:echo", lease=2.0, name="fuzz", poll=0.01, max_poll=0.05,
                                exit_when_idle=True)
             returncode = fleet.wait(name, WORKER_TIMEOUT)
             exited_by_itself = returncode is not None

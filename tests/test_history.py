@@ -14,7 +14,7 @@ import pytest
 import history
 from leaselab import LeaseLost, ManualClock, Queue
 from leaselab.check import History, check_history, load
-from leaselab.lessons.demo import task
+from leaselab.harness.demo import task
 
 
 @pytest.fixture

@@ -132,7 +132,7 @@ def test_a_worker_process_outlives_a_200000_deep_payload_and_jobs_lists_it_marke
     with Queue(path) as q:
         bad, good = q.enqueue_many([1, 2], max_attempts=2)
     raw(path, "UPDATE jobs SET payload = ? WHERE id = ?", (DEEP, bad))
-    done = cli("worker", "--db", str(path), "--handler", "leaselab.lessons.demo:echo", "--exit-when-idle",
+    done = cli("worker", "--db", str(path), "--handler", "leaselab.harness.demo:echo", "--exit-when-idle",
                "--poll", "0.01", "--max-poll", "0.05")
     assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr
     assert rows(path, "SELECT id, status FROM jobs ORDER BY id") == [(bad, "dead"), (good, "done")]
@@ -245,7 +245,7 @@ def test_a_version_2_file_holding_hostile_rows_is_upgraded_and_those_jobs_end_de
         assert jobs[2].status is Status.DONE and "result was blob" in jobs[2].last_error
         assert jobs[4].payload == "00FF"  # the blob's bytes are kept, as hex text
         assert jobs[6].status is Status.PENDING and jobs[6].last_error is None
-        assert Worker(q, "leaselab.lessons.demo:echo", name="w", exit_when_idle=True).run().completed == 1
+        assert Worker(q, "leaselab.harness.demo:echo", name="w", exit_when_idle=True).run().completed == 1
         assert q.stats() == {"pending": 0, "running": 0, "done": 2, "dead": 4}
     assert history_of(path)[: len(events_before)] == events_before
     assert_history_holds(path)
@@ -318,6 +318,6 @@ def test_the_timeline_draws_a_file_with_a_damaged_job(tmp_path):
         ids = q.enqueue_many([1, 2], max_attempts=1)
     raw(path, "UPDATE jobs SET payload = ? WHERE id = ?", (DEEP, ids[0]))
     with Queue(path) as q:
-        Worker(q, "leaselab.lessons.demo:echo", name="w", exit_when_idle=True).run()
+        Worker(q, "leaselab.harness.demo:echo", name="w", exit_when_idle=True).run()
         data = timeline_data(q.events())
     assert {(b.job_id, b.outcome) for b in data.bars} == {(ids[0], "dead"), (ids[1], "completed")}

@@ -9,8 +9,8 @@ import pytest
 from polling import process_state, wait_until
 from procs import log_of
 from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
-from leaselab.lease import wants_lease
-from leaselab.lessons.fence import FencedStore
+from leaselab.worker.lease import wants_lease
+from leaselab.fencing import FencedStore
 
 
 def test_check_raises_lease_lost_only_once_lost_is_set(queue):
@@ -67,7 +67,7 @@ def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(
     fleet = fleet_on(db)
     with Queue(db) as q:
         job_id = _publish(q, store, seconds=3.0, check_lease=check_lease)
-        a = fleet.spawn("leaselab.lessons.demo:publish", lease=1.0, name="A")
+        a = fleet.spawn("leaselab.harness.demo:publish", lease=1.0, name="A")
         wait_until(lambda: q.get(job_id).worker == "A", message="A to claim the job")
         time.sleep(0.3)
         fleet.pause(a)
@@ -75,7 +75,7 @@ def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(
         until = q.get(job_id).lease_until
         wait_until(lambda: time.time() > until, message="A's lease to run out")
         assert q.reap() == [job_id]
-        b = fleet.spawn("leaselab.lessons.demo:publish", lease=30, name="B", exit_when_idle=True)
+        b = fleet.spawn("leaselab.harness.demo:publish", lease=30, name="B", exit_when_idle=True)
         assert fleet.wait(b, timeout=60) == 0, log_of(fleet, b)
         with FencedStore(store) as pages:
             assert pages.read("home.html")[0] == {"worker": "B", "attempt": 2}
@@ -116,7 +116,7 @@ def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats
 
 
 def test_a_lease_past_its_deadline_is_announced_once_whether_the_handler_or_the_watcher_finds_it(tmp_path):
-    from leaselab.lease import Lease, Leases
+    from leaselab.worker.lease import Lease, Leases
 
     with Queue(tmp_path / "q.db") as q:
         q.enqueue("x")
@@ -142,7 +142,7 @@ def test_a_lease_past_its_deadline_is_announced_once_whether_the_handler_or_the_
 def test_the_watcher_sleeping_toward_a_long_lease_still_gives_up_a_shorter_one_added_later_on_time(tmp_path):
     """The watcher is woken only for a deadline sooner than its own (not for every claim): a short
     lease added while it sleeps toward a long one, or holds nothing, is still given up at its deadline."""
-    from leaselab.lease import Lease, Leases
+    from leaselab.worker.lease import Lease, Leases
 
     with Queue(tmp_path / "q.db") as q:
         q.enqueue_many(["long", "short", "shorter"])
@@ -169,7 +169,7 @@ def test_the_watcher_sleeping_toward_a_long_lease_still_gives_up_a_shorter_one_a
 def test_leases_handed_in_stop_being_renewed_but_stay_kept_from_the_reaper_until_their_outcome_is_written(tmp_path):
     """``hand_in`` is remove and keep in one step: at no moment is a finished attempt's token neither
     renewed nor kept, and once the outcome is written (the context exits) it is neither."""
-    from leaselab.lease import Lease, Leases
+    from leaselab.worker.lease import Lease, Leases
 
     with Queue(tmp_path / "q.db") as q:
         q.enqueue_many(["a", "b", "c"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, lessons
-from leaselab.lessons import demo
+from leaselab.harness import demo
 from polling import pid_gone, wait_until
 
 
@@ -71,10 +71,10 @@ def test_cleanup_at_exit_ends_the_workers_and_removes_the_folder_when_the_interp
     script = """
 import sys
 from leaselab import lessons
-from leaselab.lab.fleet import Fleet
+from leaselab.harness.fleet import Fleet
 folder = lessons.scratch("exit-test")
 fleet = Fleet(str(folder / "lab.db"))
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0)
+fleet.spawn(handler="leaselab.harness.demo:task", lease=2.0)
 print(folder, fleet.pid("w1"), flush=True)
 lessons.cleanup_at_exit(folder, fleet)
 """
@@ -92,10 +92,10 @@ def test_cleanup_at_exit_removes_the_folder_even_when_the_kernel_is_killed(tmp_p
     script = """
 import os, signal
 from leaselab import lessons
-from leaselab.lab.fleet import Fleet
+from leaselab.harness.fleet import Fleet
 folder = lessons.scratch("kill-test")
 fleet = Fleet(str(folder / "lab.db"))
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=2.0)
+fleet.spawn(handler="leaselab.harness.demo:task", lease=2.0)
 print(folder, fleet.pid("w1"), flush=True)
 lessons.cleanup_at_exit(folder, fleet)
 os.kill(os.getpid(), signal.SIGKILL)   # as nbval and a hard kernel restart do: no atexit

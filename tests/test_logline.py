@@ -7,8 +7,8 @@ import sqlite3
 import threading
 
 from leaselab import Queue, Worker
-from leaselab.faults import WAITING
-from leaselab.logline import LineLog
+from leaselab.worker.faults import WAITING
+from leaselab.worker.logline import LineLog
 
 STAMP = r"\d\d:\d\d:\d\d\.\d\d\d "
 

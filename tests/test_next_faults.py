@@ -16,7 +16,7 @@ import pytest
 
 from leaselab import Backoff, LeaseLost, Queue, Status, Worker
 from leaselab.errors import DatabaseUnreachable
-from leaselab.lab.proxy import Proxy, server_address, through
+from leaselab.harness.proxy import Proxy, server_address, through
 
 from servers import fresh_database
 from polling import wait_until

@@ -18,14 +18,14 @@ from pathlib import Path
 import pytest
 
 from browser_support import descendants
-from leaselab.lessons.pgserver import LABEL_VARIABLE, PgNotRunning, PgServer, PgStartFailed
+from leaselab.harness.pgserver import LABEL_VARIABLE, PgNotRunning, PgServer, PgStartFailed
 from polling import pid_gone, wait_until
 from servers import labelled_servers, server_leftovers, servers_left_running, wait_nothing_left
 
 # What an owner does: start a server, make a database (a connection's backend), say where it all is.
 OWNER = r"""
 import json, sys, threading
-from leaselab.lessons.pgserver import PgServer
+from leaselab.harness.pgserver import PgServer
 
 said = threading.Event()
 
@@ -115,7 +115,7 @@ def test_a_server_whose_owner_exits_without_stopping_it_leaves_nothing(bin_dir, 
 # A lesson's first cell, as lesson 6 starts its server.
 LESSON_CELL = """
 import itertools, json
-from leaselab.lessons.pgserver import PgServer
+from leaselab.harness.pgserver import PgServer
 server = PgServer().start()
 databases = (server.create_database(f"lesson{n}") for n in itertools.count(1))
 next(databases)
@@ -220,7 +220,7 @@ def test_a_server_that_refuses_to_start_raises_its_own_words_at_once_and_leaves_
 
 def test_an_owner_killed_while_initdb_runs_leaves_no_folder_and_no_initdb(open_dir):
     bin_dir = fake_initdb(open_dir)
-    code = f"from leaselab.lessons.pgserver import PgServer; PgServer({str(bin_dir)!r}).start()"
+    code = f"from leaselab.harness.pgserver import PgServer; PgServer({str(bin_dir)!r}).start()"
     owner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL, env=owner_env(open_dir), start_new_session=True)
     try:

@@ -115,6 +115,6 @@ def test_a_handler_given_as_a_file_path_is_refused_with_its_dotted_name(leaselab
 
 def test_a_lesson_handler_given_by_its_path_in_the_clone_gets_the_dotted_name(leaselab_command, tmp_path):
     bad = leaselab(leaselab_command, REPO, "worker", "--db", str(tmp_path / "a.db"), "--handler",
-                   "leaselab/lessons/demo.py:task", "--exit-when-idle")
-    assert bad.returncode == 2 and bad.stderr.strip().endswith("name its module instead: leaselab.lessons.demo:task"), \
+                   "leaselab/harness/demo.py:task", "--exit-when-idle")
+    assert bad.returncode == 2 and bad.stderr.strip().endswith("name its module instead: leaselab.harness.demo:task"), \
         bad.stderr

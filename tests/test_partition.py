@@ -13,7 +13,7 @@ import pytest
 from polling import wait_until
 from leaselab import Status
 from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
-from leaselab.lessons.demo import read_effects
+from leaselab.harness.demo import read_effects
 
 
 @pytest.fixture
@@ -105,7 +105,7 @@ def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before
     fleet, q = server_fleet, server_fleet.queue
     effects, lease = tmp_path / "effects.jsonl", 2.0
     job_id = q.enqueue({"seconds": 30, "effects": str(effects)})
-    fleet.spawn(handler="leaselab.lessons.demo:careful", lease=lease, name="w1")
+    fleet.spawn(handler="leaselab.harness.demo:careful", lease=lease, name="w1")
     wait_until(lambda: [e["detail"]["when"] for e in read_effects(effects)] == ["start"], message="w1 to start the job")
     fleet.partition("w1")
     # About one lease after the last acknowledged heartbeat; generous for a shared machine, and far

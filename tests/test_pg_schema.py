@@ -125,7 +125,7 @@ def test_a_pending_job_past_the_32_bit_limit_is_claimed_and_ends_and_the_other_j
         raw(pg_url, "UPDATE jobs SET attempts = %s WHERE id = %s", (INT_MAX, big))
         last, _ = q.enqueue_many([{"fail": True}, "x"], max_attempts=BIGINT_MAX)
         raw(pg_url, "UPDATE jobs SET attempts = %s WHERE id = %s", (BIGINT_MAX - 1, last))
-        stats = Worker(q, "leaselab.lessons.demo:task", name="w", exit_when_idle=True).run()
+        stats = Worker(q, "leaselab.harness.demo:task", name="w", exit_when_idle=True).run()
         assert stats.completed == 5 and stats.failed == 1
         assert q.get(big).status is Status.DONE and q.get(big).attempts == INT_MAX + 1
         # The very last attempt a bigint allows: claimed once, failed, dead, and never overflowed.
@@ -189,7 +189,7 @@ def test_a_version_1_database_holding_rows_that_stick_jobs_is_upgraded_and_those
         assert jobs[3].last_error == "damaged in the database, found by the upgrade to schema 2: finished_at was Infinity"
         assert [jobs[n].status for n in (8, 9, 10)] == [Status.PENDING] * 3
         assert [jobs[n].last_error for n in (8, 9, 10)] == [None] * 3
-        worker = Worker(q, "leaselab.lessons.demo:echo", name="w", exit_when_idle=True).run()
+        worker = Worker(q, "leaselab.harness.demo:echo", name="w", exit_when_idle=True).run()
         assert worker.completed == 3
         assert q.get(8).attempts == 2**31
         assert q.reap() == []
@@ -210,7 +210,7 @@ def test_a_worker_process_on_an_upgraded_database_drains_the_good_jobs_and_exits
     raw(pg_url, "UPDATE jobs SET attempts = 2147483647 WHERE id = 4")
     raw(pg_url, "UPDATE jobs SET lease_until = 5 WHERE id = 1")  # its holder is gone: reaped, then run again
     done = subprocess.run([sys.executable, "-m", "leaselab", "worker", "--db", pg_url, "--handler",
-                           "leaselab.lessons.demo:echo", "--name", "w", "--exit-when-idle"],
+                           "leaselab.harness.demo:echo", "--name", "w", "--exit-when-idle"],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "completed 3" in done.stdout and "reaped 1" in done.stdout, done.stdout

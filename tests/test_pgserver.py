@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from leaselab.lessons.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
+from leaselab.harness.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
 from polling import wait_until
 
 
@@ -76,7 +76,7 @@ def test_a_bad_database_name_is_refused_before_any_command_runs(bin_dir):
 
 STARTER = r"""
 import os, signal, sys
-from leaselab.lessons import pgserver, pgwatchdog
+from leaselab.harness import pgserver, pgwatchdog
 server = pgserver.PgServer().start()
 if sys.argv[1:] == ["crash"]:
     server.crash()

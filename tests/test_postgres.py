@@ -32,9 +32,9 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
 from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
-from leaselab.lessons.pgserver import free_port  # noqa: E402
+from leaselab.harness.pgserver import free_port  # noqa: E402
 from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
-from leaselab.lessons.skew import SKEWED_WORKER  # noqa: E402
+from leaselab.harness.skew import SKEWED_WORKER  # noqa: E402
 from polling import wait_until  # noqa: E402
 from servers import open_at_once  # noqa: E402
 
@@ -105,7 +105,7 @@ def test_leaselabs_claim_under_the_same_interleaving_gives_the_second_connection
 def _skewed_worker(fleet, skew: float, name: str) -> str:
     """A worker of ``fleet`` whose own clock is off by ``skew`` seconds (lesson 6's program as the launcher):
     everything in the process that asks the system for the time gets it wrong."""
-    return fleet.spawn("leaselab.lessons.demo:echo", lease=5.0, name=name, max_poll=0.2,
+    return fleet.spawn("leaselab.harness.demo:echo", lease=5.0, name=name, max_poll=0.2,
                        launcher=(sys.executable, "-c", SKEWED_WORKER, repr(skew)))
 
 
@@ -344,7 +344,7 @@ def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 def test_every_command_takes_a_postgresql_url_and_a_worker_drains_the_queue(pg_url):
     assert _cli("enqueue", '{"seconds": 0}', "--count", "3", "--db", pg_url).stdout.split() == ["1", "2", "3"]
-    worker = _cli("worker", "--db", pg_url, "--handler", "leaselab.lessons.demo:echo", "--name", "cli-w",
+    worker = _cli("worker", "--db", pg_url, "--handler", "leaselab.harness.demo:echo", "--name", "cli-w",
                   "--exit-when-idle")
     assert worker.returncode == 0, worker.stderr
     assert "completed 3" in worker.stdout
@@ -409,7 +409,7 @@ def test_a_nul_in_a_failure_message_is_kept_visibly_and_a_nul_in_a_worker_name_i
 
 
 def test_a_server_restart_is_one_transient_error_then_the_queue_carries_on_with_nothing_lost(pg_server):
-    from leaselab.lessons.pgserver import PgServer
+    from leaselab.harness.pgserver import PgServer
 
     with PgServer(pg_server.bin_dir) as own:  # its own server: a restart drops every connection to it
         url = own.create_database("restarted")
@@ -600,7 +600,7 @@ def test_one_completion_and_the_refill_go_as_parameters_not_a_json_array_refused
 
 def test_a_heartbeat_through_a_cut_link_raises_unreachable_within_the_call_timeout_and_the_next_call_reconnects(
         pg_url):
-    from leaselab.lab.proxy import Proxy, server_address, through
+    from leaselab.harness.proxy import Proxy, server_address, through
 
     with Queue(pg_url) as direct:
         job_id = direct.enqueue("x")

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("apsw")
 
 from leaselab import LeaselabError, ManualClock, Queue  # noqa: E402
-from leaselab.lessons import powercut  # noqa: E402
+from leaselab.harness import powercut  # noqa: E402
 
 
 def _after_cut(path, durability):

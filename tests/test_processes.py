@@ -44,7 +44,7 @@ def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_onc
     with Queue(db) as q:
         ids = q.enqueue_many([{"n": n} for n in range(n_jobs)])
     fleet = fleet_on(db)
-    workers = [fleet.spawn("leaselab.lessons.demo:echo", lease=60, name=f"w{i}", exit_when_idle=True)
+    workers = [fleet.spawn("leaselab.harness.demo:echo", lease=60, name=f"w{i}", exit_when_idle=True)
                for i in range(n_workers)]
     for w in workers:
         assert fleet.wait(w, timeout=180) == 0, f"{w} exited badly:\n{fleet.log_tail(w)}"
@@ -174,7 +174,7 @@ def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG
     log = open(tmp_path / f"{name}.out", "wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:task",
+            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.harness.demo:task",
              "--name", name, "--lease", str(lease), "--poll", "0.02", "--max-poll", "0.2", *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             # Whatever this test runner inherited (a CI script may run it with SIGINT ignored):
@@ -283,7 +283,7 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
         import subprocess, sys, time
         with open({str(log)!r}, "wb") as out:
             p = subprocess.Popen([sys.executable, "-m", "leaselab", "worker", "--db", {str(db)!r},
-                                  "--handler", "leaselab.lessons.demo:task", "--name", "orphan", "--lease", "5"],
+                                  "--handler", "leaselab.harness.demo:task", "--name", "orphan", "--lease", "5"],
                                  stdout=out, stderr=subprocess.STDOUT)
         print(p.pid, flush=True)
         time.sleep(600)

@@ -15,7 +15,7 @@ from leaselab.chaos.texts import text
 from polling import process_state, wait_until
 
 PLAIN = '''
-from leaselab.lessons import effects, gates
+from leaselab.harness import effects, gates
 
 def pay(job):
     with effects.Ledger(job.payload["ledger"]) as ledger:
@@ -77,7 +77,7 @@ def test_a_fix_that_fails_every_first_attempt_on_purpose_is_over_its_budget_of_a
 BUSY_VICTIM = r'''
 import os, sqlite3, sys, threading, time
 from types import SimpleNamespace
-from leaselab.lessons import gates
+from leaselab.harness import gates
 
 db, cpu = sys.argv[1], int(sys.argv[2])
 os.sched_setaffinity(0, {cpu})  # the threads and the watcher process started below inherit it

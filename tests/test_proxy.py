@@ -12,7 +12,7 @@ import pytest
 
 from polling import wait_until
 from leaselab.errors import ProxyError
-from leaselab.lab.proxy import Proxy, server_address, through
+from leaselab.harness.proxy import Proxy, server_address, through
 
 
 class Echo(socketserver.BaseRequestHandler):

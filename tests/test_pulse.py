@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 
 from leaselab import ManualClock, Queue, Status
-from leaselab.lease import Lease, Leases
-from leaselab.pulse import Pulse
+from leaselab.worker.lease import Lease, Leases
+from leaselab.worker.pulse import Pulse
 
 from polling import wait_until
 

@@ -62,7 +62,7 @@ def test_a_libpq_key_value_string_is_refused_by_name_with_an_error_a_program_can
 
 
 def test_a_fleet_given_a_key_value_string_refuses_it_before_making_a_file(tmp_path, monkeypatch):
-    from leaselab.lab.fleet import Fleet
+    from leaselab.harness.fleet import Fleet
 
     monkeypatch.chdir(tmp_path)  # the fleet makes a relative target absolute before it opens it
     with pytest.raises(InvalidTarget) as caught:
@@ -81,7 +81,7 @@ def test_an_upper_case_scheme_is_a_server_url_not_a_file_name(pg_url, tmp_path):
 
 
 def test_a_driver_error_names_the_server_and_never_the_password_in_any_of_its_forms(tmp_path):
-    from leaselab.lessons.pgserver import free_port
+    from leaselab.harness.pgserver import free_port
 
     port = free_port()  # nothing listens there: the driver's own connection error
     done = leaselab("stats", "--db", f"POSTGRESQL://app:s3c%40r3t@127.0.0.1:{port}/jobs", cwd=tmp_path)

@@ -17,7 +17,8 @@ import nbformat
 import pytest
 
 from leaselab import LeaseLost, Queue, Status
-from leaselab.lessons import exercises, skew
+from leaselab.lessons import exercises
+from leaselab.harness import skew
 from polling import wait_until
 
 pytest.importorskip("psycopg")
@@ -209,7 +210,7 @@ def test_binder_installs_postgresql_with_apt_as_repo2docker_reads_apt_txt():
 
 
 def test_without_initdb_on_path_the_server_comes_from_debians_newest_version_folder(private_tmp, monkeypatch):
-    from leaselab.lessons.pgserver import PgServer, PgUnavailable, find_bin_dir
+    from leaselab.harness.pgserver import PgServer, PgUnavailable, find_bin_dir
 
     try:
         real = find_bin_dir()
@@ -237,7 +238,7 @@ def test_without_initdb_on_path_the_server_comes_from_debians_newest_version_fol
 
 # A machine without PostgreSQL, for one pytest run: this one has it both on PATH and in Debian's folders.
 NO_POSTGRESQL_PLUGIN = """
-from leaselab.lessons import pgserver
+from leaselab.harness import pgserver
 
 def find_bin_dir(*args, **kwargs):
     raise pgserver.PgUnavailable("no PostgreSQL binaries: initdb is neither on PATH nor in /usr/lib/postgresql/*/bin")

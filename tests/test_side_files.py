@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from leaselab import Queue
-from leaselab.lab.fleet import faults_path, logs_path
+from leaselab.harness.fleet import faults_path, logs_path
 
 from polling import wait_until
 

@@ -1,4 +1,4 @@
-"""leaselab.signals: a signal's action runs on the relay's thread, so a signal landing while the main
+"""leaselab.worker.signals: a signal's action runs on the relay's thread, so a signal landing while the main
 thread holds a lock the action needs (Event.wait's own, for a few bytecodes) cannot deadlock it.
 
 Each case runs in a child process of its own: the relay installs process-wide handlers, and a case
@@ -18,7 +18,7 @@ DEADLINE = 60  # seconds; each case finishes in well under one when it passes
 
 
 def run_child(body: str) -> subprocess.CompletedProcess:
-    script = "import os, signal, threading, time\nfrom leaselab.signals import Relay\n" + textwrap.dedent(body)
+    script = "import os, signal, threading, time\nfrom leaselab.worker.signals import Relay\n" + textwrap.dedent(body)
     try:
         return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=DEADLINE)
     except subprocess.TimeoutExpired as exc:  # run() has killed it
@@ -127,7 +127,7 @@ def test_the_worker_command_stopped_by_a_signal_puts_the_handlers_back(tmp_path,
             Watched.started.wait(30)
             os.kill(os.getpid(), {int(sig)})
         threading.Thread(target=send, daemon=True).start()
-        rc = main(["worker", "--db", {str(tmp_path / "jobs.db")!r}, "--handler", "leaselab.lessons.demo:echo",
+        rc = main(["worker", "--db", {str(tmp_path / "jobs.db")!r}, "--handler", "leaselab.harness.demo:echo",
                    "--name", "w"])
         print("rc", rc, signal.getsignal(signal.SIGTERM) is mine, signal.getsignal(signal.SIGINT) is mine,
               flush=True)

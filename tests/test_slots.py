@@ -97,13 +97,13 @@ def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_th
 def test_concurrency_must_be_a_positive_int(tmp_path, value):
     with Queue(tmp_path / "q.db") as q:
         with pytest.raises((TypeError, ValueError), match="concurrency"):
-            Worker(q, "leaselab.lessons.demo:echo", concurrency=value)
+            Worker(q, "leaselab.harness.demo:echo", concurrency=value)
 
 
 def test_the_cli_refuses_a_concurrency_below_one(tmp_path, capsys):
     from leaselab.cli import main
 
-    code = main(["worker", "--db", str(tmp_path / "q.db"), "--handler", "leaselab.lessons.demo:echo",
+    code = main(["worker", "--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:echo",
                  "--concurrency", "0"])
     assert code == 2
     assert "concurrency" in capsys.readouterr().err

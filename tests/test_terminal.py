@@ -68,7 +68,7 @@ def test_jobs_and_events_show_control_characters_in_names_and_errors_escaped(tar
 
 
 def test_a_worker_name_with_a_newline_is_refused_naming_the_flag(capsys, db_path):
-    code, out, err = _run(capsys, "worker", "--db", str(db_path), "--handler", "leaselab.lessons.demo:echo",
+    code, out, err = _run(capsys, "worker", "--db", str(db_path), "--handler", "leaselab.harness.demo:echo",
                           "--name", "w1\n12:00:00.000 w2: completed job 1")
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and "argument --name" in err and "\\n" in err, err

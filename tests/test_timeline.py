@@ -9,7 +9,7 @@ import matplotlib
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue
-from leaselab.lab.fleet import Action, faults_path
+from leaselab.harness.fleet import Action, faults_path
 from leaselab.lab.timeline import Bar, Fault, Mark, draw, load, timeline_data
 
 matplotlib.use("Agg")

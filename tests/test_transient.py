@@ -26,7 +26,7 @@ import history
 from polling import wait_until
 from procs import log_of
 from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
-from leaselab.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
+from leaselab.worker.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
 
 
 # A fleet's worker as these tests start it: quick polls, and it exits once the queue is empty.
@@ -41,7 +41,7 @@ def start_worker(db: Path | str, log: Path) -> subprocess.Popen:
     once the queue is open, and these tests watch it wait for the queue to open."""
     with open(log, "wb") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.lessons.demo:task",
+            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.harness.demo:task",
              "--name", FAST["name"], "--lease", repr(FAST["lease"]), "--poll", repr(FAST["poll"]),
              "--max-poll", repr(FAST["max_poll"]), "--exit-when-idle"],
             stdout=fh, stderr=subprocess.STDOUT)
@@ -342,7 +342,7 @@ def test_the_command_on_a_full_disk_says_in_one_line_that_the_disk_is_full(small
 # -- faults at start: waited out as they are mid-run (issue 19, row 7) ---------------------------
 
 def test_a_worker_whose_first_connections_are_dropped_waits_and_then_runs_the_job(pg_url, tmp_path):
-    from leaselab.lab.proxy import Proxy, server_address, through
+    from leaselab.harness.proxy import Proxy, server_address, through
 
     with Queue(pg_url) as q:
         job_id = q.enqueue({"seconds": 0})
@@ -366,7 +366,7 @@ def test_a_worker_whose_first_connections_are_dropped_waits_and_then_runs_the_jo
 def test_a_stop_while_a_worker_waits_for_a_server_that_is_down_exits_zero(tmp_path):
     import signal
 
-    from leaselab.lessons.pgserver import free_port
+    from leaselab.harness.pgserver import free_port
 
     log = tmp_path / "w1.log"
     proc = start_worker(f"postgresql://nobody@127.0.0.1:{free_port()}/none", log)  # nothing listens there

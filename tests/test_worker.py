@@ -69,7 +69,7 @@ def test_a_handler_exception_fails_the_attempt_with_its_message(queue):
 
 def test_a_handler_that_always_fails_ends_dead(queue):
     job_id = queue.enqueue("x", max_attempts=1)
-    stats = Worker(queue, "leaselab.lessons.demo:failing", name="w1", exit_when_idle=True).run()
+    stats = Worker(queue, "leaselab.harness.demo:failing", name="w1", exit_when_idle=True).run()
     assert stats.failed == 1
     job = queue.get(job_id)
     assert job.status is Status.DEAD and "failed on purpose" in job.last_error
@@ -86,12 +86,12 @@ def test_a_result_that_is_not_json_fails_the_attempt(queue):
 
 def test_a_handler_named_by_import_path_runs(queue):
     job_id = queue.enqueue({"echo": [1, 2, 3]})
-    Worker(queue, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True).run()
+    Worker(queue, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True).run()
     assert queue.get(job_id).result == {"echo": [1, 2, 3]}
 
 
-@pytest.mark.parametrize("path", ["nope", "a:b:c", ":task", "leaselab.lessons.demo:", "no_such_module_xyz:task",
-                                  "leaselab.lessons.demo:no_such_handler", "leaselab.lessons.demo:__doc__"])
+@pytest.mark.parametrize("path", ["nope", "a:b:c", ":task", "leaselab.harness.demo:", "no_such_module_xyz:task",
+                                  "leaselab.harness.demo:no_such_handler", "leaselab.harness.demo:__doc__"])
 def test_a_bad_handler_path_is_a_handler_error_at_construction(queue, path):
     with pytest.raises(HandlerError):
         Worker(queue, path, name="w1")
@@ -126,14 +126,14 @@ def test_an_async_handler_is_a_handler_error_at_construction_and_no_job_is_touch
 
 def test_a_bad_worker_lease_is_refused(queue):
     with pytest.raises(ValueError, match="lease"):
-        Worker(queue, "leaselab.lessons.demo:echo", lease=0)
+        Worker(queue, "leaselab.harness.demo:echo", lease=0)
 
 
 def test_a_worker_opened_by_path_uses_the_same_file(tmp_path):
     path = tmp_path / "jobs.db"
     with Queue(path) as q:
         job_id = q.enqueue("by path")
-    worker = Worker(path, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True)
+    worker = Worker(path, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
     worker.run()
     worker.queue.close()
     with Queue(path) as q:
@@ -156,7 +156,7 @@ def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(tmp
     thread = threading.Thread(target=reaper, daemon=True)
     thread.start()
     try:
-        stats = Worker(q, "leaselab.lessons.demo:sleepy", name="w1", lease=0.6, exit_when_idle=True).run()
+        stats = Worker(q, "leaselab.harness.demo:sleepy", name="w1", lease=0.6, exit_when_idle=True).run()
     finally:
         stop.set()
         thread.join()
@@ -232,7 +232,7 @@ def test_a_worker_reaps_expired_leases_in_its_loop(db_path):
     job_id = q.enqueue("abandoned")
     q.claim("crashed", lease=5)
     clock.advance(6)
-    stats = Worker(q, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True).run()
+    stats = Worker(q, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True).run()
     assert (stats.reaped, stats.completed) == (1, 1)
     job = q.get(job_id)
     assert job.status is Status.DONE and job.attempts == 2 and job.worker == "w1"
@@ -240,7 +240,7 @@ def test_a_worker_reaps_expired_leases_in_its_loop(db_path):
 
 
 def test_exit_when_idle_returns_at_once_on_an_empty_queue(queue):
-    worker = Worker(queue, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True)
+    worker = Worker(queue, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
     worker._stop = RecordingStop(limit=3)
     stats = worker.run()
     assert stats.claimed == 0 and worker._stop.waits == []
@@ -251,7 +251,7 @@ def test_exit_when_idle_returns_at_once_on_an_empty_queue(queue):
 def test_exit_when_idle_waits_while_another_worker_still_runs_a_job(queue):
     queue.enqueue("held")
     held = queue.claim("other", lease=30)
-    worker = Worker(queue, "leaselab.lessons.demo:echo", name="w1", exit_when_idle=True)
+    worker = Worker(queue, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
 
     def on_wait(n):
         if n == 3:
@@ -265,7 +265,7 @@ def test_exit_when_idle_waits_while_another_worker_still_runs_a_job(queue):
 # Counts the idle waits through the stop event, which only a file queue's wait goes through.
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)
 def test_idle_polling_doubles_up_to_max_poll_and_resets_after_a_job(queue):
-    worker = Worker(queue, "leaselab.lessons.demo:echo", name="w1", poll=0.05, max_poll=0.4)
+    worker = Worker(queue, "leaselab.harness.demo:echo", name="w1", poll=0.05, max_poll=0.4)
 
     def on_wait(n):
         if n == 6:
@@ -288,14 +288,14 @@ def test_stop_lets_the_current_job_finish_then_the_loop_returns(queue):
 
 def test_max_jobs_bounds_a_run(queue):
     queue.enqueue_many(range(5))
-    assert Worker(queue, "leaselab.lessons.demo:echo", name="w1").run(max_jobs=2).claimed == 2
+    assert Worker(queue, "leaselab.harness.demo:echo", name="w1").run(max_jobs=2).claimed == 2
     assert queue.stats()["done"] == 2
 
 
 def test_a_bad_handler_path_leaves_no_queue_file_behind(tmp_path):
     db = tmp_path / "never.db"
     with pytest.raises(HandlerError):
-        Worker(db, "leaselab.lessons.demo:no_such_handler")
+        Worker(db, "leaselab.harness.demo:no_such_handler")
     assert not db.exists()
 
 

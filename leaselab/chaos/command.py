@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from ..words import check_lang
-from ..lessons.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
+from ..harness.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
 from ..backends import is_server_url
 from .run import Progress, run
 from .schedule import Schedule, applicable

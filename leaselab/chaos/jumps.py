@@ -1,6 +1,6 @@
 """A worker process whose clock can jump: ``time.time`` reads a shift that the nemesis sets while it runs.
 
-As lesson 6's skewed worker (``leaselab.lessons.skew``), the shift is put into ``time.time``
+As lesson 6's skewed worker (``leaselab.harness.skew``), the shift is put into ``time.time``
 before leaselab loads, so everything in that process that asks the operating system for the
 wall-clock time gets it shifted; unlike that one, the shift changes while the worker runs:
 the nemesis writes a number of seconds into the worker's clock file and sends it SIGUSR1,
@@ -15,7 +15,7 @@ import signal
 import sys
 from pathlib import Path
 
-from ..checks import number
+from ..arguments import number
 
 CLOCK_FILE_ENV = "LEASELAB_CLOCK_FILE"
 

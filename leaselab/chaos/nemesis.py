@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import TransientError, WorkerNotRunning
-from ..lab.fleet import Fleet
+from ..harness.fleet import Fleet
 from . import jumps
 from .schedule import Schedule, Step
 

@@ -2,7 +2,7 @@
 
 A trial runs a payment handler's source on real workers through ``run`` (so under the seeded
 schedule too), with one fault put into the handler at the instant that matters
-(``leaselab.lessons.gates``): ``"after"`` freezes the first attempt of job 1 after its payment
+(``leaselab.harness.gates``): ``"after"`` freezes the first attempt of job 1 after its payment
 until another attempt has finished the job, ``"before"`` kills it just before. Then the checker
 reads the queue and the ledger (the handler's outside world, checked through ``Ledger.effects``).
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..check import Report, check
 from ..errors import FaultMissed
-from ..lessons.effects import Ledger
+from ..harness.effects import Ledger
 from .run import ChaosResult, run
 from .texts import text
 

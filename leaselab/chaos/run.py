@@ -2,7 +2,7 @@
 
 ::
 
-    result = run("chaos.db", "leaselab.lessons.demo:task", workers=4, jobs=500, seconds=30, seed=7)
+    result = run("chaos.db", "leaselab.harness.demo:task", workers=4, jobs=500, seconds=30, seed=7)
     print(result.render())            # the faults applied, then the checker's report
     result.clean                      # no anomaly, the queue drained, no acknowledged job missing
 
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..check import Report, check
-from ..checks import integer, positive
+from ..arguments import integer, positive
 from ..errors import QueueNotEmpty, ServerNotRecovered, TransientError
-from ..lab.fleet import Fleet, WorkerStatus, files_prefix
+from ..harness.fleet import DEFAULT_HANDLER, Fleet, WorkerStatus, files_prefix
 from ..backends import is_server_url
 from ..queue import Queue
 from ..worker import load_handler
@@ -36,7 +36,6 @@ from .nemesis import Applied, Nemesis, Slots, run_in_thread
 from .schedule import FAULTS, Schedule, applicable, plan, slots
 from .texts import text
 
-DEFAULT_HANDLER = "leaselab.lessons.demo:task"
 DEFAULT_LEASE = 1.0
 # Bounds on the load one run may put on a machine: a typo must not start a thousand processes.
 MAX_WORKERS, MAX_CONCURRENCY, MAX_JOBS, MAX_SECONDS = 32, 16, 100_000, 3600.0

@@ -14,7 +14,7 @@ import random
 from dataclasses import asdict, dataclass
 from typing import Iterable
 
-from ..checks import integer, positive
+from ..arguments import integer, positive
 from ..errors import FaultNotApplicable, UnknownFault
 from .texts import text
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from ..checks import positive
+from ..arguments import positive
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
 from .history import History, load
 from .report import KINDS, NOTES, Anomaly, Report
@@ -40,7 +40,7 @@ def check(target: str | os.PathLike, *, effects: EffectSource = None, lease: flo
     the history shows, else those checks are skipped and the report says so). ``idle``: the
     run ended with the workers idle, so a job neither done nor dead is lost or stuck.
     ``now`` replaces the database's clock. ``runs_recorded``: the handler records an effect
-    in every run (as ``leaselab.lessons.demo:task`` does), so a done or dead job with no run
+    in every run (as ``leaselab.harness.demo:task`` does), so a done or dead job with no run
     of its own is an anomaly; ``vanished`` names the workers killed, whose claims may end
     unrun. A missing file raises ``DatabaseMissing`` and is not created.
     """

@@ -1,9 +1,8 @@
-"""The lab: real worker processes you can pause and kill (``fleet``), the dashboard over them
-(``dashboard``), the history drawn as a timeline (``timeline``), scripted scenarios
+"""The lab: the dashboard over a fleet of real workers (``dashboard``; the fleet itself is
+``leaselab.harness.fleet``), the history drawn as a timeline (``timeline``), scripted scenarios
 (``scenario``) and the lab's words in each language (``i18n``).
 
-``from leaselab.lab import Lab`` imports the dashboard, and so ipywidgets, only when asked:
-``leaselab.lab.fleet`` alone runs headless with the standard library.
+``from leaselab.lab import Lab`` imports the dashboard, and so ipywidgets, only when asked.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from typing import Any, Callable
 import ipywidgets as W
 
 from ..errors import DatabaseBusy
-from .fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
+from ..harness.fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
 from ..words import check_lang
 from .i18n import t
 from ..job import Job, Status

@@ -35,12 +35,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ScenarioTimeout
+from ..harness.fleet import DEFAULT_HANDLER
 
 KINDS = ("sleep", "fail", "crash")
 
 
 def demo_payload(kind: str = "sleep", seconds: float = 2.0) -> dict[str, Any]:
-    """The ``leaselab.lessons.demo:task`` payload for a job that sleeps, fails on every attempt, or crashes once.
+    """The ``leaselab.harness.demo:task`` payload for a job that sleeps, fails on every attempt, or crashes once.
 
     A crash hits the first attempt only: a job that crashed every worker would take the whole fleet down.
     """
@@ -264,7 +265,7 @@ class Scenario:
             lease = kw.get("lease", self._lease(target))
             if hasattr(target, "fleet"):
                 return target.spawn(name=name, lease=lease, handler=kw.get("handler"))
-            return fleet.spawn(handler=kw.get("handler", "leaselab.lessons.demo:task"), lease=lease, name=name)
+            return fleet.spawn(handler=kw.get("handler", DEFAULT_HANDLER), lease=lease, name=name)
         if step.verb == "enqueue":
             n = step.args[0] if step.args else 1
             kind, seconds = kw.get("kind", "sleep"), kw.get("seconds", 2.0)

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
-from .fleet import Action, read_actions
+from ..harness.fleet import Action, read_actions
 from ..words import check_lang
 from .i18n import t
 from ..job import Event

@@ -1,15 +1,12 @@
-"""What the lessons need and the library must not: the deliberately wrong claimer (``wrong``),
-side effects that survive a retry (``effects``), a store that checks fencing tokens
-(``fence``), handlers for the demonstrations (``demo``), what the lessons print in each
-language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
-(``exercises``), lesson 7's live run of the audit of other queues (``peers``), a disk that forgets unsynced writes (``powercut``, lesson 5, needs
-APSW), a throw-away PostgreSQL server (``pgserver``), two claims on a server interleaved by
-hand (``race``, lesson 6, needs psycopg), a worker whose clock is off (``skew``), and the
-notebooks' small conveniences (``notebook``, whose functions are also here:
-``lessons.scratch(...)``).
+"""What only the lessons need: the deliberately wrong claimer (``wrong``), what the lessons print
+in each language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
+(``exercises``), lesson 7's live run of the audit of other queues (``peers``), two claims on a
+server interleaved by hand (``race``, lesson 6, needs psycopg), and the notebooks' small
+conveniences (``notebook``, whose functions are also here: ``lessons.scratch(...)``).
 
-Everything here but ``powercut`` and ``race`` imports only the standard library and
-leaselab's core, so a worker process that runs a demonstration handler stays small.
+Nothing but the notebooks imports this package: the real processes, servers and faults the
+lessons drive are in ``leaselab.harness``, shared with ``leaselab chaos``, the tests and the
+benchmarks.
 """
 
 from .notebook import (

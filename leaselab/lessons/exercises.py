@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable
 from ..clock import ManualClock
 from ..job import Event
 from ..queue import Queue
-from .effects import Ledger
+from ..harness.effects import Ledger
 from .texts import text
 from .wrong import NAIVE_SELECT
 

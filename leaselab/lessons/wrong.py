@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from ..clock import Clock, system_clock
 from ..errors import CrashKeptTheClaim
 from ..job import JOB_COLUMNS, Job
-from ..checks import integer, positive, text
+from ..arguments import integer, positive, text
 from ..queue import Queue
 
 # Step one of the naive claim: look for the next job...

@@ -83,7 +83,7 @@
 # %%
 from leaselab import Queue, lessons
 from leaselab.lab import timeline
-from leaselab.lab.fleet import Fleet
+from leaselab.harness.fleet import Fleet
 from leaselab.lab.dashboard import Lab
 from leaselab.lab.scenario import Scenario
 from leaselab.lab.i18n import t

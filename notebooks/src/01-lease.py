@@ -50,7 +50,7 @@ from leaselab import Backoff, ManualClock, Queue, lessons
 from leaselab.backends.sqlite import statements as sql
 from leaselab.lab import timeline
 from leaselab.lab.i18n import t
-from leaselab.lab.fleet import Fleet
+from leaselab.harness.fleet import Fleet
 
 lang = lessons.language()          # "en" or "ru": the folder this notebook lives in
 say = lessons.speaker(lang)         # print() in the notebook's language
@@ -287,10 +287,10 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
 real_id = real.enqueue({"seconds": 2, "hold": str(work / "real.gate")})  # attempt 1 waits there: no gate, no finish
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name="w1")
+fleet.spawn(handler="leaselab.harness.demo:task", lease=3.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what=lessons.text("wait_claim", lang))
 fleet.kill("w1")
-fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name="w2")
+fleet.spawn(handler="leaselab.harness.demo:task", lease=3.0, name="w2")
 lessons.wait_until(lambda: real.get(real_id).status == "done", what=lessons.text("wait_done", lang));
 
 # %% tags=["nbval-check-output"]

@@ -47,9 +47,10 @@
 from leaselab import LeaseLost, ManualClock, Queue, lessons
 from leaselab.backends.sqlite import statements as sql
 from leaselab.lab import timeline
-from leaselab.lessons import fence, wrong
-from leaselab.lessons.fence import FencedStore
-from leaselab.lab.fleet import Fleet
+from leaselab import fencing as fence
+from leaselab.lessons import wrong
+from leaselab.fencing import FencedStore
+from leaselab.harness.fleet import Fleet
 
 lang = lessons.language()
 say = lessons.speaker(lang)
@@ -58,7 +59,7 @@ work = lessons.scratch("03-fencing")
 # %% [markdown] tags=["en"]
 # ## A real zombie overwrites a newer result
 #
-# The handler `leaselab.lessons.demo:publish` works for 3 seconds, then writes a page,
+# The handler `leaselab.harness.demo:publish` works for 3 seconds, then writes a page,
 # `home.html`, into a store (a table in its own SQLite file, standing for a bucket or
 # another service). The page says which worker and which attempt wrote it. This store
 # checks nothing: the last writer wins.
@@ -73,7 +74,7 @@ work = lessons.scratch("03-fencing")
 # %% [markdown] tags=["ru"]
 # ## Настоящий зомби затирает более новый результат
 #
-# Обработчик `leaselab.lessons.demo:publish` работает 3 секунды, а потом записывает
+# Обработчик `leaselab.harness.demo:publish` работает 3 секунды, а потом записывает
 # страницу `home.html` в хранилище (таблицу в отдельном файле SQLite, которая изображает
 # объектное хранилище или чужой сервис). На странице написано, какой воркер и какой
 # попыткой её записал. Это хранилище ничего не проверяет: побеждает последний, кто
@@ -95,10 +96,10 @@ def zombie_run(name, **options):
     gate = work / f"{name}.gate"  # w1's attempt writes only once this file exists
     job_id = queue.enqueue({"store": str(work / f"{name}-pages.db"), "key": "home.html", "seconds": 3,
                             "hold": str(gate), **options})
-    fleet.spawn(handler="leaselab.lessons.demo:publish", lease=3.0, name="w1")
+    fleet.spawn(handler="leaselab.harness.demo:publish", lease=3.0, name="w1")
     lessons.wait_until(lambda: queue.get(job_id).status == "running", what=lessons.text("wait_claim", lang))
     fleet.pause("w1")
-    fleet.spawn(handler="leaselab.lessons.demo:publish", lease=3.0, name="w2")
+    fleet.spawn(handler="leaselab.harness.demo:publish", lease=3.0, name="w2")
     lessons.wait_until(lambda: queue.get(job_id).status == "done", what=lessons.text("wait_done", lang))
     with FencedStore(work / f"{name}-pages.db") as pages:
         say("l3_page_before", **pages.read("home.html")[0])

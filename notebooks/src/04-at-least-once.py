@@ -39,9 +39,9 @@
 # %%
 from leaselab import LeaseLost, ManualClock, Queue, lessons
 from leaselab.lab import timeline
-from leaselab.lessons import effects
-from leaselab.lessons.demo import read_effects
-from leaselab.lab.fleet import Fleet
+from leaselab.harness import effects
+from leaselab.harness.demo import read_effects
+from leaselab.harness.fleet import Fleet
 
 lang = lessons.language()
 say = lessons.speaker(lang)
@@ -50,7 +50,7 @@ work = lessons.scratch("04-at-least-once")
 # %% [markdown] tags=["en"]
 # ## A crash between the effect and `complete`
 #
-# The demo handler `leaselab.lessons.demo:task` appends one line to an "effects" file when it
+# The demo handler `leaselab.harness.demo:task` appends one line to an "effects" file when it
 # starts: that file is the outside world, where every run leaves a trace. With
 # `"crash": 1` the handler kills its own process with `SIGKILL` on the first attempt,
 # right after the effect and before the worker can report completion. Two workers,
@@ -59,7 +59,7 @@ work = lessons.scratch("04-at-least-once")
 # %% [markdown] tags=["ru"]
 # ## Падение между действием и `complete`
 #
-# Демонстрационный обработчик `leaselab.lessons.demo:task` при старте дописывает строку в файл
+# Демонстрационный обработчик `leaselab.harness.demo:task` при старте дописывает строку в файл
 # «эффектов»: этот файл — внешний мир, в котором остаётся след каждого запуска. С
 # `"crash": 1` на первой попытке обработчик убивает собственный процесс сигналом
 # `SIGKILL` сразу после действия и до того, как воркер успеет сообщить о завершении. Два
@@ -71,7 +71,7 @@ fleet = Fleet(real.path)
 effects_file = str(work / "effects.jsonl")
 job_id = real.enqueue({"seconds": 0.2, "effects": effects_file, "crash": 1})
 for name in ("w1", "w2"):
-    fleet.spawn(handler="leaselab.lessons.demo:task", lease=3.0, name=name)
+    fleet.spawn(handler="leaselab.harness.demo:task", lease=3.0, name=name)
 lessons.wait_until(lambda: real.get(job_id).status == "done", what=lessons.text("wait_done", lang));
 
 # %% tags=["nbval-check-output"]
@@ -101,7 +101,7 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # ## Harmless repeats, way one: an idempotency key
 #
 # The effect now is a deposit of 10 into an account, in a ledger (a table in its own
-# SQLite file, standing for a payment service). The handler `leaselab.lessons.effects:deposit`
+# SQLite file, standing for a payment service). The handler `leaselab.harness.effects:deposit`
 # deposits, then crashes on the first attempt. Two jobs: Alice's deposit is a plain
 # insert; Bob's carries an **idempotency key**, `job-<id>`, and the ledger ignores a key
 # it has already seen. Payment APIs offer exactly this: an `Idempotency-Key` header.
@@ -111,7 +111,7 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 # ## Безвредный повтор, способ первый: ключ идемпотентности
 #
 # Теперь действие — зачисление 10 на счёт в реестре (таблица в отдельном файле SQLite,
-# она изображает платёжный сервис). Обработчик `leaselab.lessons.effects:deposit` зачисляет
+# она изображает платёжный сервис). Обработчик `leaselab.harness.effects:deposit` зачисляет
 # деньги и падает на первой попытке. Две задачи: зачисление Алисе — простая вставка, а у
 # зачисления Бобу есть **ключ идемпотентности** `job-<id>`, и реестр игнорирует ключ,
 # который уже видел. Платёжные API предлагают ровно это: заголовок `Idempotency-Key`.
@@ -129,7 +129,7 @@ ledger_file = str(work / "ledger.db")
 alice = pay.enqueue({"ledger": ledger_file, "account": "alice", "amount": 10, "keyed": False, "crash": 1})
 bob = pay.enqueue({"ledger": ledger_file, "account": "bob", "amount": 10, "keyed": True, "crash": 1})
 for name in ("w3", "w4", "w5"):
-    payfleet.spawn(handler="leaselab.lessons.effects:deposit", lease=3.0, name=name)
+    payfleet.spawn(handler="leaselab.harness.effects:deposit", lease=3.0, name=name)
 lessons.wait_until(lambda: pay.get(alice).status == pay.get(bob).status == "done",
                    what=lessons.text("wait_done", lang));
 

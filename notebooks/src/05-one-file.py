@@ -32,8 +32,9 @@ import threading
 import time
 
 from leaselab import ManualClock, Queue, lessons
-from leaselab.lessons import exercises, powercut
+from leaselab.lessons import exercises
 
+from leaselab.harness import powercut
 lang = lessons.language()
 say = lessons.speaker(lang)
 work = lessons.scratch("05-one-file")

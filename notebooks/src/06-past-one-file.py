@@ -18,7 +18,7 @@
 # a worker that keeps running but can no longer reach the server.
 #
 # This lesson starts its own throw-away PostgreSQL server in a temporary folder (the same
-# helper the tests use, `leaselab.lessons.pgserver`) and removes it in the last cell.
+# helper the tests use, `leaselab.harness.pgserver`) and removes it in the last cell.
 
 # %% [markdown] tags=["ru"]
 # # Урок 6. За пределами одного файла: та же очередь на сервере
@@ -30,7 +30,7 @@
 # который продолжает работать, но больше не может достучаться до сервера.
 #
 # Урок запускает собственный временный сервер PostgreSQL во временной папке (тем же
-# помощником, что и тесты, `leaselab.lessons.pgserver`) и удаляет его в последней ячейке.
+# помощником, что и тесты, `leaselab.harness.pgserver`) и удаляет его в последней ячейке.
 
 # %%
 import itertools
@@ -42,10 +42,11 @@ from leaselab.backends.postgres import statements as pg_sql
 from leaselab.backends.sqlite import statements as sqlite_sql
 from leaselab.lab import timeline
 from leaselab.lab.dashboard import Lab
-from leaselab.lab.fleet import Fleet
+from leaselab.harness.fleet import Fleet
 from leaselab.lab.i18n import t
-from leaselab.lessons import exercises, skew
-from leaselab.lessons.pgserver import PgServer
+from leaselab.lessons import exercises
+from leaselab.harness import skew
+from leaselab.harness.pgserver import PgServer
 from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race
 
 lang = lessons.language()
@@ -92,7 +93,7 @@ def drain(name, target, workers, jobs=300):
     queue = Queue(target)
     fleet = Fleet(target, queue=queue, log_dir=work / f"{name}-logs", proxies=False)
     for _ in range(workers):
-        fleet.spawn(handler="leaselab.lessons.demo:echo", lease=30, poll=0.01, max_poll=0.05)
+        fleet.spawn(handler="leaselab.harness.demo:echo", lease=30, poll=0.01, max_poll=0.05)
     queue.enqueue_many([{"n": n} for n in range(jobs)])
     lessons.wait_until(lambda: queue.stats()["done"] == jobs, timeout=300, what=lessons.text("l6_wait_drained", lang))
     fleet.shutdown()
@@ -369,7 +370,7 @@ for q in (honest, fast, slow):
 # monotonic clock never jumps when a wall clock is set, and over 30 seconds it drifts by
 # microseconds; but it stops while its host is suspended, so a worker that wakes from a
 # suspended laptop or virtual machine runs behind the server until its next read. To show
-# it, `leaselab.lessons.skew.spawn` starts a real worker process whose `time.time`, its
+# it, `leaselab.harness.skew.spawn` starts a real worker process whose `time.time`, its
 # wall clock, is shifted by a minute (its monotonic clock is not). Same two jobs, now with
 # two such workers, a minute fast and a minute slow, with the default clock:
 
@@ -388,7 +389,7 @@ for q in (honest, fast, slow):
 # воркеров. Монотонные часы не прыгают, когда переставляют настенные, и за 30 секунд
 # уходят на микросекунды; но пока машина спит, они стоят, и воркер, проснувшийся вместе с
 # ноутбуком или виртуальной машиной, отстаёт от сервера до следующего чтения. Чтобы это
-# показать, `leaselab.lessons.skew.spawn` запускает настоящий процесс-воркер, у которого
+# показать, `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
 # `time.time`, настенные часы, сдвинут на минуту (монотонные часы не сдвинуты). Те же две
 # задачи, но теперь с двумя такими воркерами — один спешит на минуту, другой на минуту
 # отстаёт — и часами по умолчанию:
@@ -591,7 +592,7 @@ lab
 # ### A cut-off handler that asks
 #
 # `w1`'s handler never asked whether it still held the job. Here is one that does:
-# `leaselab.lessons.demo:careful` works for a minute, calls `lease.check()` every tenth of
+# `leaselab.harness.demo:careful` works for a minute, calls `lease.check()` every tenth of
 # a second, and records its side effect only if the lease held to the end. A new worker,
 # `w3`, on a queue of its own, claims one such job with a 2-second lease, and we cut it
 # off. Nobody will refuse it anything: its heartbeats just hang in the proxy. But the
@@ -604,7 +605,7 @@ lab
 # ### Отрезанный от сети обработчик, который проверяет аренду
 #
 # Обработчик `w1` так и не спросил, держит ли он ещё задачу. Вот тот, который спрашивает:
-# `leaselab.lessons.demo:careful` работает минуту, каждую десятую долю секунды вызывает
+# `leaselab.harness.demo:careful` работает минуту, каждую десятую долю секунды вызывает
 # `lease.check()` и записывает свой побочный эффект, только если аренда продержалась до
 # конца. Новый воркер `w3` со своей очередью захватывает такую задачу с арендой на 2
 # секунды, и мы отрезаем его от сети. Отклонять ему никто ничего не будет: его heartbeat
@@ -619,7 +620,7 @@ from leaselab.check import read_effects
 
 own = Queue(next(databases))
 own_fleet = Fleet(own.path, queue=own, log_dir=work / "own-logs")
-own_fleet.spawn(handler="leaselab.lessons.demo:careful", lease=2.0, name="w3")
+own_fleet.spawn(handler="leaselab.harness.demo:careful", lease=2.0, name="w3")
 own_effects = work / "own-effects.jsonl"
 own_id = own.enqueue({"seconds": 60, "effects": str(own_effects)})
 lessons.wait_until(lambda: own.get(own_id).worker == "w3", what=lessons.text("wait_claim", lang))
@@ -687,7 +688,7 @@ own.close()
 
 # %% tags=["nbval-check-output"]
 from leaselab.errors import DatabaseUnreachable
-from leaselab.lab.proxy import Proxy, server_address, through
+from leaselab.harness.proxy import Proxy, server_address, through
 
 direct = next(databases)
 link = Proxy(server_address(direct))
@@ -778,8 +779,8 @@ link.close()
 
 # %% tags=["nbval-ignore-output"]
 from leaselab.lessons import wrong
-from leaselab.lessons.fence import FencedStore
-from leaselab.lessons.pgserver import LAZY_WAL_WRITER
+from leaselab.fencing import FencedStore
+from leaselab.harness.pgserver import LAZY_WAL_WRITER
 
 crashable = PgServer(settings=LAZY_WAL_WRITER).start()
 crash_db = crashable.create_database("crash")

@@ -91,7 +91,7 @@ work = lessons.scratch("07-your-turn")
 
 # %% tags=["nbval-check-output"]
 PLAIN = '''
-from leaselab.lessons import effects, gates
+from leaselab.harness import effects, gates
 
 def pay(job):
     with effects.Ledger(job.payload["ledger"]) as ledger:
@@ -427,7 +427,7 @@ print(peers.facts(audit_rows, lang))
 
 # %%
 MINE = '''
-from leaselab.lessons import effects, gates
+from leaselab.harness import effects, gates
 
 def pay(job):
     half = job.payload["amount"] // 2
@@ -449,7 +449,7 @@ print(proof.grade(MINE, work / "mine", lang))
 # Then move `gates.fault_point(job, "after")` in your copy to between the look and the payment,
 # and run the grade.
 #
-# **3. Write a fault.** `leaselab.lessons.gates` has two fault points. Add a third of your own
+# **3. Write a fault.** `leaselab.harness.gates` has two fault points. Add a third of your own
 # in a copy of the handler with `gates.freeze_until_done_by_another(job)` (for example: freeze
 # the first attempt of job 2 *before* its payment instead of after), and say which of the three
 # handlers of section 2 it breaks, and why.
@@ -461,7 +461,7 @@ print(proof.grade(MINE, work / "mine", lang))
 # ударить? Потом переставьте в своей копии `gates.fault_point(job, "after")` между поиском и
 # платежом и запустите проверку.
 #
-# **3. Напишите сбой.** В `leaselab.lessons.gates` две точки сбоя. Добавьте третью, свою, в
+# **3. Напишите сбой.** В `leaselab.harness.gates` две точки сбоя. Добавьте третью, свою, в
 # копии обработчика с помощью `gates.freeze_until_done_by_another(job)` (например, заморозьте
 # первую попытку задачи 2 *перед* платежом, а не после) и скажите, какой из трёх обработчиков
 # раздела 2 она ломает и почему.

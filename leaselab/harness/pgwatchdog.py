@@ -479,5 +479,5 @@ def main(config: dict) -> int:
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
-        sys.exit("usage: python -I pgwatchdog.py CONFIG (leaselab.lessons.pgserver starts it)")
+        sys.exit("usage: python -I pgwatchdog.py CONFIG (leaselab.harness.pgserver starts it)")
     sys.exit(main(json.loads(sys.argv[1])))

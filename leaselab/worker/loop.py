@@ -23,14 +23,14 @@ from time import monotonic as _monotonic
 from typing import Any, Callable, Iterator, TypeVar
 
 from . import faults
-from .errors import HandlerError, InvalidPayload, LeaseLost, TransientError
-from .job import Job
+from ..errors import HandlerError, InvalidPayload, LeaseLost, TransientError
+from ..job import Job
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
-from .checks import integer, positive
-from .printable import has_unprintable
+from ..arguments import integer, positive
+from ..printable import has_unprintable
 from .pulse import Pulse
-from .queue import DEFAULT_LEASE, Queue, new_token
+from ..queue import DEFAULT_LEASE, Queue, new_token
 
 STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
@@ -76,6 +76,18 @@ def load_handler(path: str) -> Handler:
         raise HandlerError(f"handler {path!r} is not callable")
     _refuse_coroutine(handler, path)
     return handler
+
+
+def handler_path(handler: Callable[..., Any]) -> str:
+    """The ``module:function`` that ``load_handler`` turns back into ``handler``, for a process that must import it.
+
+    A default handler is written as a reference to the function, not as a string, so that an import
+    checker sees the dependency and a renamed function fails where it is named.
+    """
+    module, name = getattr(handler, "__module__", None), getattr(handler, "__qualname__", "")
+    if not module or not name.isidentifier():  # a lambda, a nested function, a bound method
+        raise HandlerError(f"a handler for another process must be a module-level function, got {handler!r}")
+    return f"{module}:{name}"
 
 
 def _refuse_coroutine(handler: Callable[..., Any], name: str) -> None:

@@ -19,9 +19,9 @@ from contextlib import AbstractContextManager
 from typing import Callable, Iterable
 
 from . import faults
-from .errors import LeaselabError, TransientError
+from ..errors import LeaselabError, TransientError
 from .lease import Lease, Leases
-from .queue import Queue
+from ..queue import Queue
 
 Log = Callable[[str], None]
 

@@ -14,7 +14,7 @@ import time
 from datetime import datetime
 from typing import Callable, Sequence, TextIO
 
-from .printable import printable
+from ..printable import printable
 
 MILLISECONDS = tuple(f".{ms:03d}" for ms in range(1000))  # a format spec per line cost more than the rest
 

@@ -23,8 +23,8 @@ from typing import Any
 from ..check import read_effects, record_effect  # read_effects: lessons read what these handlers recorded from here
 from ..errors import LeaseLost
 from ..job import Job
-from ..lease import Lease
-from .fence import FencedStore
+from ..worker.lease import Lease
+from ..fencing import FencedStore
 
 
 def _opts(job: Job) -> dict[str, Any]:

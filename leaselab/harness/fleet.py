@@ -3,7 +3,7 @@
 ``Fleet`` owns the processes; the lab's widgets and lesson scenarios only call it::
 
     fleet = Fleet("lab.db")
-    name = fleet.spawn(handler="leaselab.lessons.demo:sleepy", lease=3.0)   # "w1"
+    name = fleet.spawn(handler="leaselab.harness.demo:sleepy", lease=3.0)   # "w1"
     fleet.pause(name)     # SIGSTOP: frozen; its lease runs out, and once its job is reaped it is a zombie
     fleet.resume(name)    # SIGCONT
     fleet.kill(name)      # SIGKILL: a crash, no clean-up
@@ -36,16 +36,16 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from ..errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
-from ..checks import integer, positive
+from ..arguments import integer, positive
 from ..backends import is_server_url
 from ..queue import Queue
-from .. import faults
-from ..worker import STARTED, load_handler
+from ..worker import STARTED, faults, handler_path, load_handler
+from . import demo
 from .proxy import Proxy, server_address, through
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
 ALIVE = (RUNNING, PAUSED, STOPPING)
-DEFAULT_HANDLER = "leaselab.lessons.demo:task"
+DEFAULT_HANDLER = handler_path(demo.task)
 DEFAULT_GRACE = 5.0
 WATCH_EVERY = 0.02  # seconds between looks for workers that died by themselves
 # Names end up in file names and CSS classes (leaselab-pause-w1), so keep them plain.

@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any, Callable, Iterable
 
-from .errors import LeaseLost
-from .job import Job
+from ..errors import LeaseLost
+from ..job import Job
 
 MARGIN = 0.1  # of the lease: how long before the database could reap a job the worker gives it up
 # Taken when a lease's ``lost`` is first made, set, or found due, so that whoever finds the deadline

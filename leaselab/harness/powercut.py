@@ -148,7 +148,7 @@ class Session(Queue):
 _KILLED = """
 import os, signal, sys
 from leaselab import Queue
-from leaselab.lessons.powercut import workload
+from leaselab.harness.powercut import workload
 workload(Queue(sys.argv[1], durability=sys.argv[2]))
 os.kill(os.getpid(), signal.SIGKILL)
 """

@@ -13,7 +13,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..checks import number, positive
+from ..arguments import number, positive
+from ..worker import handler_path
+from . import demo
 
 SKEWED_WORKER = r"""
 import sys, time
@@ -26,7 +28,7 @@ sys.exit(main(sys.argv[2:]))
 
 
 def spawn(db: str, skew: float, name: str, log: str | os.PathLike, *, lease: float = 5.0,
-          handler: str = "leaselab.lessons.demo:echo") -> subprocess.Popen:
+          handler: str = handler_path(demo.echo)) -> subprocess.Popen:
     """Start ``leaselab worker`` for ``db`` with its clock ``skew`` seconds off; its output goes to ``log``.
 
     End it with ``terminate()`` (it finishes its job and exits) and ``wait()``.
