@@ -1,4 +1,8 @@
-"""Every error leaselab raises on purpose, under one root: ``LeaselabError``."""
+"""The errors of the queue and the worker, under the one root of every error leaselab raises on purpose: ``LeaselabError``.
+
+The lab, the harness, the lessons, the checker and chaos keep their own errors beside them (``errors.py`` in
+each folder), each a subclass of ``LeaselabError``.
+"""
 
 from __future__ import annotations
 
@@ -52,10 +56,6 @@ class DatabaseMissing(LeaselabError, FileNotFoundError):
         super().__init__(f"no queue file at {path}{hint}")
 
 
-class InvalidEffects(LeaselabError, ValueError):
-    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the checker can read."""
-
-
 class SchemaTooNew(LeaselabError):
     """Raised when the file was written by a newer leaselab whose schema this version does not know."""
 
@@ -93,53 +93,3 @@ class HandlerError(LeaselabError):
     """Raised when a handler path like ``module:function`` cannot be imported or is not callable."""
 
 
-class UnknownWorker(LeaselabError, LookupError):
-    """Raised when a fleet is asked about a worker name it never spawned."""
-
-
-class WorkerExists(LeaselabError, ValueError):
-    """Raised when a fleet is asked to spawn a worker under the name of one that is still alive."""
-
-
-class WorkerNotRunning(LeaselabError):
-    """Raised when a worker that was killed or has exited is asked to pause, resume, stop or be killed."""
-
-
-class PartitionUnsupported(LeaselabError):
-    """Raised when a fleet is asked to cut a worker off the network and there is none to cut (a SQLite file)."""
-
-
-class ProxyError(LeaselabError):
-    """Raised when the lab's network proxy cannot listen, or is used after it was closed."""
-
-
-class SignalsUnsupported(LeaselabError):
-    """Raised by pause and resume on a platform without SIGSTOP and SIGCONT (such as Windows)."""
-
-
-class ScenarioTimeout(LeaselabError, TimeoutError):
-    """Raised when a scenario's ``wait idle`` or ``wait running=N`` step did not see that within its timeout."""
-
-
-class CrashKeptTheClaim(LeaselabError):
-    """Raised when ``lessons.wrong.claim_until_a_crash_forgets`` crashed its server every round and no crash forgot the claim (a server not started with ``LAZY_WAL_WRITER``)."""
-
-
-class UnknownFault(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is asked for a fault it does not know; the message lists those it does."""
-
-
-class FaultNotApplicable(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash of a server it did not start)."""
-
-
-class FaultMissed(LeaselabError, RuntimeError):
-    """Raised when a fault a lesson's trial put into a handler never struck, so its verdict would prove nothing."""
-
-
-class ServerNotRecovered(LeaselabError, RuntimeError):
-    """Raised when ``leaselab chaos`` crashed the server it started and could not start it again: the rest of the run would prove nothing."""
-
-
-class QueueNotEmpty(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""

@@ -9,7 +9,8 @@ import pytest
 
 pytest.importorskip("apsw")
 
-from leaselab import DatabaseBusy, DatabaseMissing, NotALeaselabDatabase, Queue  # noqa: E402
+from leaselab.errors import DatabaseBusy, NotALeaselabDatabase  # noqa: E402
+from leaselab import DatabaseMissing, Queue
 from leaselab.backends import names_a_vfs  # noqa: E402
 
 

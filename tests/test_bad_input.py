@@ -22,14 +22,8 @@ from typing import Callable
 
 import pytest
 
-from leaselab import (
-    DatabaseUnwritable,
-    InvalidPayload,
-    LeaseLost,
-    NotALeaselabDatabase,
-    Queue,
-    SchemaTooNew,
-)
+from leaselab.errors import DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew
+from leaselab import InvalidPayload, LeaseLost, Queue
 from procs import as_nobody
 from sqlite_marks import integrity, marks
 

@@ -18,7 +18,7 @@ from leaselab.chaos import FAULTS, Progress, applicable, plan, run
 from leaselab.chaos.run import ProgressLines
 from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.texts import STRINGS
-from leaselab.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
+from leaselab.chaos.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
 from leaselab.harness.pgserver import PgServer
 from polling import pid_gone, wait_until
 from servers import fresh_database, in_memory, needs_postgres

@@ -21,9 +21,8 @@ from leaselab.check import (
 from leaselab.check import effects as effects_module
 from leaselab.check.texts import COUNTED, REPORT, SENTENCES, TITLES, WORDS, counted
 from leaselab.cli import EXIT_ANOMALY, EXIT_BAD_INPUT, main
-from leaselab.errors import (
-    DatabaseMissing, InvalidEffects, InvalidTarget, NotALeaselabDatabase, ServerRefused,
-)
+from leaselab.errors import DatabaseMissing, InvalidTarget, NotALeaselabDatabase, ServerRefused
+from leaselab.check.errors import InvalidEffects
 from leaselab.harness.demo import task
 from leaselab.harness.effects import Ledger, deposit
 from servers import fresh_database

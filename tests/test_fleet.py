@@ -13,7 +13,7 @@ import pytest
 
 from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
-from leaselab.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from leaselab.harness.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from leaselab.harness.fleet import faults_path, read_actions
 from leaselab.worker import STARTED
 

@@ -93,7 +93,7 @@ def _layer(module: str) -> str:
 # of both dialects and pay into the harness's ledger. Nothing imports the lessons: only notebooks
 # do. The command line reaches every command.
 ALLOWED = {
-    "core": {"leaselab.backends", "leaselab.backends.contract", "leaselab.worker", "leaselab.worker.lease"},
+    "core": {"leaselab.backends", "leaselab.backends.contract", "leaselab.worker"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
     "worker": {"leaselab.arguments", "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue"},
     "harness": {"leaselab.arguments", "leaselab.backends", "leaselab.check", "leaselab.clock", "leaselab.errors",
@@ -106,7 +106,8 @@ ALLOWED = {
             "leaselab.queue", "leaselab.words"},
     "check": {"leaselab.arguments", "leaselab.backends", "leaselab.errors", "leaselab.printable", "leaselab.words"},
     "chaos": {"leaselab.arguments", "leaselab.backends", "leaselab.check", "leaselab.errors",
-              "leaselab.harness.effects", "leaselab.harness.fleet", "leaselab.harness.pgserver", "leaselab.queue",
+              "leaselab.harness.effects", "leaselab.harness.errors", "leaselab.harness.fleet", "leaselab.harness.pgserver",
+              "leaselab.queue",
               "leaselab.words", "leaselab.worker"},
     "cli": {"leaselab.backends", "leaselab.backends.sqlite.backend", "leaselab.chaos.command", "leaselab.check",
             "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue", "leaselab.words",

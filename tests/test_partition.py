@@ -12,7 +12,7 @@ import pytest
 
 from polling import wait_until
 from leaselab import Status
-from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
+from leaselab.harness.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
 from leaselab.harness.demo import read_effects
 
 

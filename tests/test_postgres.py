@@ -13,15 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from leaselab import (
-    Backoff,
-    ManualClock,
-    NotALeaselabDatabase,
-    Queue,
-    SchemaTooNew,
-    Status,
-    Worker,
-)
+from leaselab import Backoff, ManualClock, Queue, Status, Worker
+from leaselab.errors import NotALeaselabDatabase, SchemaTooNew
 from leaselab.errors import DatabaseBusy, DatabaseUnreachable, ServerRefused, TransientError
 
 try:

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from polling import wait_until
-from leaselab.errors import ProxyError
+from leaselab.harness.errors import ProxyError
 from leaselab.harness.proxy import Proxy, server_address, through
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from polling import wait_until
 from leaselab import Status
-from leaselab.errors import ScenarioTimeout
+from leaselab.lab.errors import ScenarioTimeout
 from leaselab.lab.scenario import (Scenario, enqueue, parse_line, pause, resume, spawn, wait_idle, wait_leases,
                                wait_running)
 from leaselab.lab.timeline import timeline_data

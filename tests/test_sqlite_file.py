@@ -16,17 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from leaselab import (
-    DatabaseBusy,
-    DatabaseMissing,
-    DatabaseUnwritable,
-    LeaselabError,
-    LeaseLost,
-    NotALeaselabDatabase,
-    Queue,
-    SchemaTooNew,
-    UnsupportedSQLite,
-)
+from leaselab.errors import DatabaseBusy, DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew, UnsupportedSQLite
+from leaselab import DatabaseMissing, LeaselabError, LeaseLost, Queue
 from leaselab.backends.sqlite import SCHEMA_VERSION, require_sqlite
 from procs import as_nobody
 from sqlite_marks import old_file

@@ -25,7 +25,8 @@ import pytest
 import history
 from polling import wait_until
 from procs import log_of
-from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
+from leaselab.errors import DatabaseBusy, DiskFull
+from leaselab import LeaselabError, Queue, TransientError
 from leaselab.worker.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
 
 

@@ -128,7 +128,7 @@ def test_claim_until_a_crash_forgets_refuses_a_file_and_a_bad_round_count(tmp_pa
 def test_when_no_crash_forgets_the_claim_the_error_names_the_setting_that_makes_one_forget(pg_server):
     """A real server cannot be made to keep an unsynced claim on demand, so the "crash" here is one
     that changes nothing; the queue and the database are real."""
-    from leaselab import CrashKeptTheClaim
+    from leaselab.lessons.errors import CrashKeptTheClaim
 
     class Survives:  # a "crash" that changes nothing: every claim is kept
         def crash(self):

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import TransientError, WorkerNotRunning
+from ..errors import TransientError
+from ..harness.errors import WorkerNotRunning
 from ..harness.fleet import Fleet
 from . import jumps
 from .schedule import Schedule, Step

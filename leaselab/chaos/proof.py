@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..check import Report, check
-from ..errors import FaultMissed
+from .errors import FaultMissed
 from ..harness.effects import Ledger
 from .run import ChaosResult, run
 from .texts import text

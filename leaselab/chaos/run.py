@@ -27,7 +27,8 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ..check import Report, check
 from ..arguments import integer, positive
-from ..errors import QueueNotEmpty, ServerNotRecovered, TransientError
+from .errors import QueueNotEmpty, ServerNotRecovered
+from ..errors import TransientError
 from ..harness.fleet import DEFAULT_HANDLER, Fleet, WorkerStatus, files_prefix
 from ..backends import is_server_url
 from ..queue import Queue

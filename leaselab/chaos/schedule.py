@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterable
 
 from ..arguments import integer, positive
-from ..errors import FaultNotApplicable, UnknownFault
+from .errors import FaultNotApplicable, UnknownFault
 from .texts import text
 
 FAULTS = ("kill", "pause", "partition", "drop-reply", "clock", "server-crash")

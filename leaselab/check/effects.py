@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any, Callable, Iterable, Union
 
-from ..errors import InvalidEffects
+from .errors import InvalidEffects
 
 ENV = "LEASELAB_EFFECTS"
 

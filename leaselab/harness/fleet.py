@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
 
-from ..errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from .errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..arguments import integer, positive
 from ..backends import is_server_url
 from ..queue import Queue

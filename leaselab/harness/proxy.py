@@ -26,7 +26,7 @@ import time
 from collections import deque
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
-from ..errors import ProxyError
+from .errors import ProxyError
 
 CHUNK = 65536
 DEFAULT_PG_PORT = 5432

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ScenarioTimeout
+from .errors import ScenarioTimeout
 from ..harness.fleet import DEFAULT_HANDLER
 
 KINDS = ("sleep", "fail", "crash")

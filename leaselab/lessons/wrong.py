@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..clock import Clock, system_clock
-from ..errors import CrashKeptTheClaim
+from .errors import CrashKeptTheClaim
 from ..job import JOB_COLUMNS, Job
 from ..arguments import integer, positive, text
 from ..queue import Queue
