@@ -87,8 +87,11 @@ class _Formatter(string.Formatter):
 
 def line(table: dict[str, dict[str, str]], key: str, lang: str, **values: Any) -> str:
     """``table[lang][key]``, rendered with ``values`` in ``lang`` (as written when there are none):
-    how every layer's table of texts is read."""
-    template = table[check_lang(lang)][key]
+    how every layer's table of texts is read, the one lookup; ``KeyError`` names an unknown key."""
+    try:
+        template = table[check_lang(lang)][key]
+    except KeyError:
+        raise KeyError(f"no text named {key!r}") from None
     return render(template, lang, **values) if values else template
 
 

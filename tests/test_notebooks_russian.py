@@ -225,7 +225,7 @@ def test_the_russian_lesson_texts_themselves_contain_no_english_sentence():
 
 
 def test_an_unknown_text_or_language_is_named_in_the_error():
-    with pytest.raises(KeyError, match="no lesson text named 'nope'"):
+    with pytest.raises(KeyError, match="no text named 'nope'"):
         texts.text("nope", "ru")
     with pytest.raises(ValueError, match="lang must be one of en, ru"):
         texts.speaker("de")

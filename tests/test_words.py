@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from leaselab import words
@@ -72,3 +75,15 @@ def test_every_plural_in_every_template_gives_its_language_s_number_of_forms():
              for forms in words.plural_forms(text) if len(forms) != {"en": 2, "ru": 3}[lang]]
     assert sum(1 for t in _templates() if words.plural_forms(t[3])) >= 10  # the templates do use plurals
     assert wrong == []
+
+
+def test_the_plural_rule_and_the_lookup_of_a_text_are_written_once_in_words():
+    # One way to translate: every layer's texts are read through words.line and counted through
+    # words.plural; a second copy of Russian's one-few-many rule would drift from the first.
+    package = Path(words.__file__).resolve().parent
+    rule = re.compile(r"%\s*100")
+    lookups = re.compile(r"(MESSAGES|STRINGS)\[lang\]")
+    copies = [str(p.relative_to(package)) for p in package.rglob("*.py")
+              if p.name != "words.py" and (rule.search(p.read_text(encoding="utf-8"))
+                                           or lookups.search(p.read_text(encoding="utf-8")))]
+    assert copies == []

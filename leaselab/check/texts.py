@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..words import number, plural
+
 
 # The name of each anomaly kind, as a report's heading shows it. ``KINDS`` is this dict's keys.
 TITLES: dict[str, dict[str, str]] = {
@@ -212,15 +214,7 @@ REPORT: dict[str, dict[str, str]] = {
 
 def counted(lang: str, n: int, forms: tuple[str, ...]) -> str:
     """``n`` with its noun: ``counted("ru", 3, ("задача", "задачи", "задач"))`` is ``"3 задачи"``."""
-    if lang == "en":
-        return f"{n} {forms[0] if n == 1 else forms[1]}"
-    if n % 10 == 1 and n % 100 != 11:
-        word = forms[0]
-    elif 2 <= n % 10 <= 4 and not 12 <= n % 100 <= 14:
-        word = forms[1]
-    else:
-        word = forms[2]
-    return f"{n} {word}"
+    return f"{n} {plural(n, forms, lang)}"
 
 
 def fill(template: str, lang: str, facts: dict[str, Any]) -> str:
@@ -233,9 +227,7 @@ def fill(template: str, lang: str, facts: dict[str, Any]) -> str:
         if words is not None and value in words:
             value = words[value]
         elif isinstance(value, float):
-            value = f"{value:.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.3f}"
-            if lang == "ru":  # a decimal comma, as Russian writes numbers
-                value = value.replace(".", ",")
+            value = number(value, ".1f" if abs(value) >= 0.1 or value == 0 else ".3f", lang)
         elif isinstance(value, (list, tuple)):
             value = ", ".join(map(str, value))
         values[name] = value

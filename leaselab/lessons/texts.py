@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import words
-from ..words import check_lang, render
 
 MESSAGES: dict[str, dict[str, str]] = {
     "en": {
@@ -454,12 +453,7 @@ def placeholders(text: str) -> set[str]:
 
 def text(key: str, lang: str = "en", **values: object) -> str:
     """The line ``key`` in ``lang`` with its placeholders filled; ``KeyError`` names an unknown key."""
-    check_lang(lang)
-    try:
-        template = MESSAGES[lang][key]
-    except KeyError:
-        raise KeyError(f"no lesson text named {key!r}") from None
-    return render(template, lang, **values)
+    return words.line(MESSAGES, key, lang, **values)
 
 
 def speaker(lang: str) -> Callable[..., None]:
