@@ -348,20 +348,20 @@ def test_every_command_takes_a_postgresql_url_and_a_worker_drains_the_queue(pg_u
     assert _cli("reap", "--db", pg_url).stdout.strip() == "reaped 0"
 
 
-README_URL = "postgresql://app@db.example:5432/jobs"
+DOCS_URL = "postgresql://app@db.example:5432/jobs"  # docs/postgres.md's example server
 
 
-def test_the_readmes_postgresql_commands_work_as_written_against_a_real_server(pg_url):
-    """README's block, line by line, with its example URL pointed at this server (after the pip line,
-    which the test environment already ran) and the worker told to stop when the queue is empty."""
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("### Past one machine: PostgreSQL", 1)[1]
-    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+def test_the_postgres_docs_commands_work_as_written_against_a_real_server(pg_url):
+    """docs/postgres.md's first shell block, line by line, with its example URL pointed at this server
+    (after the pip line, which the test environment already ran) and the worker told to stop when the
+    queue is empty."""
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "postgres.md").read_text(encoding="utf-8")
+    block = re.search(r"```bash\n(.*?)```", docs, flags=re.S).group(1)
     lines = [line for line in block.splitlines() if line.strip()]
-    assert lines[0].startswith("pip install -e '.[postgres]'") and README_URL in block
+    assert lines[0].startswith("pip install -e '.[postgres]'") and DOCS_URL in block
     bin_dir = Path(sys.executable).parent  # where this environment's `leaselab` script is
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    script = [line.replace(README_URL, pg_url) for line in lines[1:]]
+    script = [line.replace(DOCS_URL, pg_url) for line in lines[1:]]
     script = [line.replace(" --name ", " --exit-when-idle --name ") if " worker " in line else line for line in script]
     done = subprocess.run(["bash", "-ec", "\n".join(script)], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr

@@ -1,10 +1,14 @@
-"""The README and bench/README.md agree with the code: the errors it lists, the files its layout
-table names, the install commands it gives, the schema version its figures were measured on, and
-what a test run shows of its skips."""
+"""The README, the manual in docs/ and bench/README.md agree with the code: the errors
+docs/errors.md lists (walked from the package itself, not read from one file), the files
+docs/layout.md names, the install commands docs/postgres.md gives, the schema versions the
+figures and docs/durability.md name, and what a test run shows of its skips (docs/development.md)."""
 
 from __future__ import annotations
 
-import inspect
+import builtins
+import importlib
+import importlib.util
+import pkgutil
 import re
 import shlex
 import subprocess
@@ -23,6 +27,14 @@ except ModuleNotFoundError:  # Python 3.10
 
 REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text(encoding="utf-8")
+DOCS = REPO / "docs"
+
+
+def doc(name: str) -> str:
+    return (DOCS / name).read_text(encoding="utf-8")
+
+
+ALL_DOCS = "\n".join([README] + [p.read_text(encoding="utf-8") for p in sorted(DOCS.glob("*.md"))])
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 
 
@@ -36,43 +48,106 @@ def section(text: str, heading: str) -> str:
 
 # -- the errors --------------------------------------------------------------------------------------
 
-def readme_errors() -> set[str]:
-    bullet = re.search(r"^- Every error derives from `LeaselabError`.*?(?=^- |^$)", README, flags=re.M | re.S)
-    assert bullet, "README.md has no bullet 'Every error derives from `LeaselabError`'"
-    return set(re.findall(r"`([A-Z][a-z][A-Za-z]*)`", bullet.group(0)))  # CamelCase: not `SIGSTOP`
+# What a missing optional driver may keep from importing: only these, and only when truly absent.
+OPTIONAL = {"psycopg", "apsw", "ipywidgets", "matplotlib", "IPython", "numpy"}
+# The errors' own modules of the layers above the core. While they are being made, an error of
+# theirs may still live in leaselab.errors; once a module exists, the catalogue must match it exactly.
+LAYER_ERRORS = {"leaselab.harness.errors", "leaselab.lab.errors", "leaselab.lessons.errors",
+                "leaselab.check.errors", "leaselab.chaos.errors"}
 
 
-def public_errors() -> set[str]:
-    return {name for name, obj in vars(errors).items()
-            if inspect.isclass(obj) and issubclass(obj, BaseException) and obj.__module__ == errors.__name__
-            and not name.startswith("_")}
+def every_module() -> list[str]:
+    """Import every module of the package; the names of those imported."""
+    names = []
+    for info in pkgutil.walk_packages(leaselab.__path__, "leaselab."):
+        if info.name.endswith(".__main__"):
+            continue  # `python -m leaselab`: importing it runs the command
+        try:
+            importlib.import_module(info.name)
+        except ModuleNotFoundError as exc:
+            root = (exc.name or "").split(".")[0]
+            if root in OPTIONAL and importlib.util.find_spec(root) is None:
+                continue
+            raise
+        names.append(info.name)
+    return names
 
 
-def test_every_error_the_readme_lists_is_an_exception_importable_from_leaselab():
-    for name in sorted(readme_errors()):
-        assert name in leaselab.__all__, f"README lists {name}, which leaselab does not export"
-        assert issubclass(getattr(leaselab, name), errors.LeaselabError), name
+def every_error() -> dict[str, type]:
+    """Every subclass of LeaselabError the package defines, by name, found by walking the classes."""
+    every_module()
+    found, todo = {}, [errors.LeaselabError]
+    while todo:
+        cls = todo.pop()
+        if cls.__module__.split(".")[0] == "leaselab":
+            assert found.setdefault(cls.__name__, cls) is cls, f"two errors named {cls.__name__}"
+        todo += cls.__subclasses__()
+    return found
 
 
-def test_every_error_the_readme_names_anywhere_is_importable_from_leaselab():
-    named = set(re.findall(r"`([A-Z][a-z][A-Za-z]*)`", README)) & public_errors()
-    assert sorted(n for n in named if n not in leaselab.__all__) == []
+def catalogue() -> list[tuple[str, str]]:
+    """(module, error) for each error docs/errors.md lists: the bullets under each '## From `module`'."""
+    listed = []
+    for match in re.finditer(r"^## From `([\w.]+)`\n(.*?)(?=^## |\Z)", doc("errors.md"), flags=re.M | re.S):
+        for name in re.findall(r"^- `([A-Z]\w+)`", match.group(2), flags=re.M):
+            listed.append((match.group(1), name))
+    assert listed, "docs/errors.md lists no errors under '## From `module`' headings"
+    return listed
 
 
-def test_every_public_error_of_leaselab_is_in_the_readmes_list():
-    missing = sorted(public_errors() - readme_errors())
-    assert missing == [], f"leaselab.errors defines {missing}, which README.md's list of errors leaves out"
+def imported_from(module: str, name: str) -> type:
+    """The error ``name`` as a user imports it from ``module``."""
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module or module not in LAYER_ERRORS:
+            raise
+        found = errors  # that layer's errors module is not made yet: the error must still be here
+    assert hasattr(found, name), f"docs/errors.md lists {name} under {module}, which has no such name"
+    return getattr(found, name)
+
+
+def test_every_error_the_catalogue_lists_is_importable_from_the_module_it_is_listed_under():
+    walked = every_error()
+    for module, name in catalogue():
+        cls = imported_from(module, name)
+        assert cls is walked.get(name), f"docs/errors.md: {module}.{name} is not leaselab's {name}"
+        if module == "leaselab":
+            assert name in leaselab.__all__, f"docs/errors.md lists {name} under leaselab, which does not export it"
+        elif module in LAYER_ERRORS and importlib.util.find_spec(module) is not None:
+            assert cls.__module__ == module, f"docs/errors.md lists {name} under {module}; it is in {cls.__module__}"
+
+
+def test_every_class_the_docs_name_anywhere_is_one_of_leaselabs_or_pythons():
+    """An error (or any class) named in backticks, anywhere in the README or docs/, still exists: a
+    renamed or removed one fails here, wherever the docs mention it."""
+    every_error()  # imports every module
+    ours = {name for module in list(sys.modules.values()) if getattr(module, "__name__", "").startswith("leaselab")
+            for name, obj in vars(module).items() if isinstance(obj, type) and obj.__module__.startswith("leaselab")}
+    named = set(re.findall(r"`([A-Z][a-z][A-Za-z]*)`", ALL_DOCS))  # CamelCase: not `SIGSTOP`
+    python = {n for n in named if hasattr(builtins, n)}  # RecursionError, None
+    assert sorted(named - ours - python) == [], "the docs name classes that neither leaselab nor Python has"
+    assert {"LeaseLost", "Queue", "FencedStore"} <= named
+
+
+def test_every_error_of_leaselab_is_in_the_catalogue_once():
+    listed = [name for _, name in catalogue()]
+    assert sorted(n for n in set(listed) if listed.count(n) > 1) == [], "docs/errors.md lists an error twice"
+    missing = sorted(set(every_error()) - set(listed))
+    assert missing == [], f"the package defines {missing}, which docs/errors.md leaves out"
+    extra = sorted(set(listed) - set(every_error()))
+    assert extra == [], f"docs/errors.md lists {extra}, which the package does not define"
 
 
 # -- the layout table --------------------------------------------------------------------------------
 
 def layout_rows() -> list[tuple[list[str], list[str]]]:
     rows = []
-    for line in section(README, "## Layout").splitlines():
+    for line in section(doc("layout.md"), "# Layout").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 2 and cells[0].startswith("`"):
             rows.append((re.findall(r"`([^`]+)`", cells[0]), re.findall(r"`([^`]+)`", cells[1])))
-    assert rows, "README.md's Layout section has no table"
+    assert rows, "docs/layout.md has no table"
     return rows
 
 
@@ -100,20 +175,20 @@ def test_the_layout_table_names_every_module_of_the_package_and_every_folder():
                and p.name != "__init__.py" and "__pycache__" not in p.parts}
     packages = {p.parent.relative_to(REPO).as_posix() for p in package.rglob("__init__.py")} - {"leaselab"}
     covered_folders = folders | {str(Path(f).parent) for f in files}
-    assert sorted(modules - files) == [], "README.md's layout table leaves these out"
-    assert sorted(packages - covered_folders) == [], "README.md's layout table names no row for these folders"
+    assert sorted(modules - files) == [], "docs/layout.md's table leaves these out"
+    assert sorted(packages - covered_folders) == [], "docs/layout.md's table names no row for these folders"
 
 
 def test_the_layout_table_names_no_file_or_folder_that_is_gone():
     files, folders = layout_names()
     gone = sorted(p for p in files | folders if not (REPO / p).exists())
-    assert gone == [], f"README.md's layout table names {gone}, which are not in the repository"
+    assert gone == [], f"docs/layout.md's table names {gone}, which are not in the repository"
 
 
 # -- what a test run shows ---------------------------------------------------------------------------
 
 def test_a_test_run_ends_with_the_reason_of_every_skip_and_expected_failure(tmp_path):
-    """The README says a skipped browser test shows its reason: pyproject's pytest options make it so."""
+    """docs/development.md says a skipped browser test shows its reason: pyproject's pytest options make it so."""
     (tmp_path / "test_skips.py").write_text(
         "import pytest\n\n"
         "def test_skipped():\n    pytest.skip('no Chromium here (apt-get install chromium)')\n\n"
@@ -126,7 +201,7 @@ def test_a_test_run_ends_with_the_reason_of_every_skip_and_expected_failure(tmp_
     assert re.search(r"^SKIPPED \[1\] .*test_skips\.py:\d+: no Chromium here \(apt-get install chromium\)$",
                      done.stdout, flags=re.M), done.stdout
     assert re.search(r"^XFAIL .*test_limit - a known limit$", done.stdout, flags=re.M), done.stdout
-    assert "with the reason" in README or "the reason of every skip" in README
+    assert "the reason of every skip" in doc("development.md")
 
 
 # -- installing ----------------------------------------------------------------------------------------
@@ -150,11 +225,11 @@ def requirement(spec: str) -> tuple[str, str, set[str]]:
     return match.group(1), match.group(3) or "", extras
 
 
-def test_every_install_command_in_the_readme_installs_something_that_exists_with_extras_it_has():
+def test_every_install_command_in_the_docs_installs_something_that_exists_with_extras_it_has():
     """leaselab is not on PyPI: a command must install from a clone (``.``), a wheel it builds, or a
     git URL, never ``leaselab`` by name from the index; and every extra it asks for must exist."""
-    commands = install_commands(README)
-    assert commands, "README.md gives no pip install command"
+    commands = install_commands(ALL_DOCS)
+    assert commands, "neither README.md nor docs/ gives a pip install command"
     extras = set(PYPROJECT["project"]["optional-dependencies"])
     version = PYPROJECT["project"]["version"]
     wheels = {f"dist/leaselab-{version}-py3-none-any.whl"}
@@ -172,16 +247,16 @@ def test_every_install_command_in_the_readme_installs_something_that_exists_with
             else:
                 assert where == ".", f"`{' '.join(words)}` installs {where!r}"
     # The repository it names is the one the Binder badges open.
-    repos = set(re.findall(r"git\+https://github\.com/([\w.-]+/[\w.-]+)", README))
+    repos = set(re.findall(r"git\+https://github\.com/([\w.-]+/[\w.-]+)", ALL_DOCS))
     badges = set(re.findall(r"mybinder\.org/v2/gh/([\w.-]+/[\w.-]+)/", README))
     assert repos and repos == badges, (repos, badges)
 
 
-def test_the_readmes_install_commands_cover_a_clone_and_the_other_hosts():
-    lines = [" ".join(words) for words in install_commands(section(README, "### Past one machine: PostgreSQL"))]
+def test_the_postgres_docs_install_commands_cover_a_clone_and_the_other_hosts():
+    lines = [" ".join(words) for words in install_commands(doc("postgres.md"))]
     assert "pip install -e .[postgres]" in lines, lines
     assert any("@ git+https://" in line for line in lines) and any(".whl[postgres]" in line for line in lines), lines
-    assert "pip wheel --no-deps -w dist ." in README
+    assert "pip wheel --no-deps -w dist ." in doc("postgres.md")
 
 
 def test_the_missing_driver_message_asks_for_the_same_psycopg_as_pyproject():
@@ -203,9 +278,11 @@ def test_the_benchmark_figures_say_which_schema_they_were_measured_on_and_that_t
             f"bench/README.md's figures are of schema {measured.group(1)}, the code is at {SCHEMA_VERSION}: say so"
 
 
-def test_the_readmes_upgrade_promise_names_every_older_schema_version():
+def test_the_docs_upgrade_promise_names_every_older_schema_version():
     from leaselab.backends.sqlite import SCHEMA_VERSION
 
-    listed = re.search(r"\(schema version ([\d, ]+(?:or \d+)?)\) is upgraded in place", README)
-    assert listed, "README.md no longer says which older files are upgraded"
+    text = " ".join(doc("durability.md").split())  # a sentence may wrap anywhere
+    listed = re.search(r"\(schema version ([\d, ]+(?:or \d+)?)\) is upgraded in place", text)
+    assert listed, "docs/durability.md no longer says which older files are upgraded"
+    assert f"This is schema version {SCHEMA_VERSION}." in text, "docs/durability.md names another current schema"
     assert sorted(map(int, re.findall(r"\d+", listed.group(1)))) == list(range(1, SCHEMA_VERSION))

@@ -1,4 +1,4 @@
-"""What the lab writes beside its database is git-ignored: the README's lab, run inside a repository,
+"""What the lab writes beside its database is git-ignored: docs/lab.md's lab, run inside a repository,
 leaves ``git status`` clean."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from leaselab.harness.fleet import faults_path, logs_path
 from polling import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
-PG_URL = "postgresql://app@db.example:5432/jobs"  # the README's example server; nothing connects to it
+PG_URL = "postgresql://app@db.example:5432/jobs"  # docs/postgres.md's example server; nothing connects to it
 
 
 def git(repo: Path, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -46,7 +46,7 @@ def test_the_readmes_lab_leaves_only_ignored_files_beside_its_database(repo):
     pytest.importorskip("ipywidgets")
     from leaselab.lab import Lab
 
-    lab = Lab("lab.db", lang="en", lease=3.0, refresh=None)  # the README's snippet, without the refresher
+    lab = Lab("lab.db", lang="en", lease=3.0, refresh=None)  # docs/lab.md's snippet, without the refresher
     try:
         lab.enqueue(2, kind="sleep", seconds=0.05)
         name = lab.spawn()
