@@ -44,13 +44,11 @@
 # свою аренду.
 
 # %%
-from leaselab import LeaseLost, ManualClock, Queue, lessons
+from leaselab import FencedStore, LeaseLost, ManualClock, Queue, fencing, lessons
 from leaselab.backends.sqlite import statements as sql
-from leaselab.lab import timeline
-from leaselab import fencing as fence
-from leaselab.lessons import wrong
-from leaselab.fencing import FencedStore
 from leaselab.harness.fleet import Fleet
+from leaselab.lab import timeline
+from leaselab.lessons import wrong
 
 lang = lessons.language()
 say = lessons.speaker(lang)
@@ -289,7 +287,7 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # поверило бы зомби.
 
 # %% tags=["nbval-check-output"]
-print(fence.FENCED_WRITE.strip())
+print(fencing.FENCED_WRITE.strip())
 
 # %% [markdown] tags=["en"]
 # The same real zombie once more, now writing into a store that checks the fence:
