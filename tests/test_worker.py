@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from polling import wait_until
-from leaselab import Backoff, HandlerError, Job, ManualClock, Queue, Status, Worker
+from leaselab import Backoff, HandlerError, Job, LeaselabError, ManualClock, Queue, Status, Worker
 from leaselab.worker import load_handler
 
 
@@ -133,11 +133,24 @@ def test_a_worker_opened_by_path_uses_the_same_file(tmp_path):
     path = tmp_path / "jobs.db"
     with Queue(path) as q:
         job_id = q.enqueue("by path")
-    worker = Worker(path, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
-    worker.run()
-    worker.queue.close()
+    with Worker(path, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True) as worker:
+        worker.run()
     with Queue(path) as q:
         assert q.get(job_id).result == "by path"
+
+
+def test_a_worker_closes_the_queue_it_opened_and_leaves_a_queue_it_was_given_open(tmp_path):
+    path = tmp_path / "jobs.db"
+    with Queue(path) as q:
+        q.enqueue("one")
+        given = Worker(q, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
+        given.run()
+        given.close()
+        assert q.stats()["done"] == 1  # still open: the caller's to close
+        with Worker(path, "leaselab.harness.demo:echo", name="w2") as own:
+            pass
+        with pytest.raises(LeaselabError, match="closed database"):
+            own.queue.stats()
 
 
 def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(tmp_path):

@@ -305,6 +305,9 @@ class Worker:
         self.concurrency = integer("concurrency", concurrency, 1)
         if name is not None and has_unprintable(name):  # it goes into every log line and row: one line each
             raise ValueError(f"name must not hold control characters, got {name!r}")
+        # A queue the worker opened from a path is its own to close (close(), or ``with``); a
+        # queue it was given stays the caller's.
+        self._owns_queue = not isinstance(queue_or_path, Queue)
         self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
         if self.queue.call_timeout is None:  # every call ends before the lease could: habit 25
             self.queue.call_timeout = 0.9 * self.lease
@@ -322,6 +325,17 @@ class Worker:
         self._leases: Leases | None = None
         self._pulse: Pulse | None = None
         self.fault: str | None = None  # the transient fault the worker is waiting out, if any
+
+    def close(self) -> None:
+        """Close the queue the worker opened from a path; a queue passed in is left open for its owner."""
+        if self._owns_queue:
+            self.queue.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def log(self, message: str) -> None:
         """Write one line to the worker's log, prefixed with its name, at once (from any thread)."""
