@@ -20,7 +20,7 @@ import signal
 import time
 from typing import Any
 
-from ..check import read_effects, record_effect  # read_effects: lessons read what these handlers recorded from here
+from ..check import read_effects, record_effect  # noqa: F401  (lessons read these handlers' effects from here)
 from ..errors import LeaseLost
 from ..job import Job
 from ..worker.lease import Lease

@@ -7,7 +7,7 @@ fragments, at import.
 from __future__ import annotations
 
 from .. import sql
-from ..sql import (  # the statements both dialects run as they are
+from ..sql import (  # noqa: F401  (re-exported: the statements both dialects run as they are)
     COMPLETE,
     ENQUEUE,
     EVENTS,
