@@ -296,6 +296,7 @@ class LiteQueue(Contender):
 
     def enqueue(self, key, fault, ledger):
         import json
+
         from litequeue import LiteQueue as LQ
         q = LQ(str(self.db))
         q.put(json.dumps({"key": key, "fault": fault, "ledger": str(ledger)}))
@@ -309,6 +310,7 @@ class LiteQueue(Contender):
 
     def held(self):
         import json
+
         from litequeue import LiteQueue as LQ
         q = LQ(str(self.db))
         try:
@@ -355,6 +357,7 @@ class Rq(RedisBacked):
     def enqueue(self, key, fault, ledger):
         from redis import Redis
         from rq import Queue as RQueue
+
         import audit_rq_jobs
         q = RQueue(connection=Redis.from_url(self.redis.url))
         kwargs = {} if self.job_timeout is None else {"job_timeout": self.job_timeout}
@@ -437,6 +440,7 @@ class PgQueuer(Contender):
 
     def setup(self, folder):
         import asyncio
+
         import asyncpg
         from pgqueuer.db import AsyncpgDriver
         from pgqueuer.queries import Queries
@@ -461,6 +465,7 @@ class PgQueuer(Contender):
     def enqueue_many(self, items, ledger):
         import asyncio
         import json
+
         import asyncpg
         from pgqueuer.db import AsyncpgDriver
         from pgqueuer.queries import Queries
@@ -505,6 +510,7 @@ class PgQueuer(Contender):
 
     def held(self):
         import json
+
         import psycopg
         with psycopg.connect(self.url) as conn:
             return {json.loads(bytes(p))["key"] for (p,) in

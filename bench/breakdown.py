@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import throughput  # noqa: E402  (the raw baseline's schema and statements)
-from progress import step  # noqa: E402
+import throughput  # the raw baseline's schema and statements
 from leaselab import Queue
-from leaselab.backends.sqlite import statements as sql# noqa: E402
-from leaselab.backends.sqlite import PAGE_SIZE, schema_statements  # noqa: E402
+from leaselab.backends.sqlite import PAGE_SIZE, schema_statements
+from leaselab.backends.sqlite import statements as sql
+from progress import step
 
 HERE = Path(__file__).resolve().parent
 

@@ -116,10 +116,10 @@ def drain_flat(db: str, durability: str, log_lines: str = "log") -> None:
     With ``log_lines="nolog"`` the lines are made but never written: what the log's writing costs."""
     from leaselab import Queue
     from leaselab.errors import LeaseLost
-    from leaselab.worker.lease import Lease, Leases
     from leaselab.harness.demo import echo
-    from leaselab.worker.logline import LineLog
     from leaselab.queue import DEFAULT_LEASE, new_token
+    from leaselab.worker.lease import Lease, Leases
+    from leaselab.worker.logline import LineLog
 
     name, seconds, stop = "bench", DEFAULT_LEASE, threading.Event()
     log = LineLog() if log_lines == "log" else argparse.Namespace(lines=lambda lines: None)
@@ -253,12 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     args.data.mkdir(parents=True, exist_ok=True)
     k = args.threads
     rows = {
-        f"leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
+        "leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
         "leaselab FULL, queue calls": lambda d: run_calls(d, args.jobs, "full"),
         "leaselab FULL, flat loop": lambda d: run_flat(d, args.jobs, "full"),
         f"leaselab FULL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "full"),
         f"huey consumer, {k} threads": lambda d: run_huey(d, args.jobs, k),
-        f"leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
+        "leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
         f"leaselab NORMAL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "normal"),
         "leaselab NORMAL, queue calls": lambda d: run_calls(d, args.jobs, "normal"),
         "leaselab NORMAL, flat loop": lambda d: run_flat(d, args.jobs, "normal"),
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_strace and shutil.which("strace"):
         say("")
         say("fsync + fdatasync calls per job at FULL (one extra, untimed run each, under strace -f -c):")
-        for name, run in ((f"leaselab FULL, 1 at a time", lambda d, s: run_leaselab(d, args.jobs, 1, "full", s)),
+        for name, run in (("leaselab FULL, 1 at a time", lambda d, s: run_leaselab(d, args.jobs, 1, "full", s)),
                           (f"leaselab FULL, {k} slots", lambda d, s: run_leaselab(d, args.jobs, k, "full", s)),
                           (f"huey consumer, {k} threads", lambda d, s: run_huey(d, args.jobs, k, s))):
             folder = Path(tempfile.mkdtemp(dir=args.data))

@@ -55,8 +55,8 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -64,12 +64,11 @@ sys.path.insert(0, str(HERE))
 import psycopg  # noqa: E402
 
 import throughput  # noqa: E402  (the machine line lives there)
-from progress import step  # noqa: E402
-
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as pg_sql  # noqa: E402
-from leaselab.queue import new_token  # noqa: E402
 from leaselab.harness.pgserver import PgServer  # noqa: E402
+from leaselab.queue import new_token  # noqa: E402
+from progress import step  # noqa: E402
 
 # Procrastinate warns, once per process, that its App lives in the __main__ module; it works the same.
 logging.getLogger("procrastinate").setLevel(logging.ERROR)

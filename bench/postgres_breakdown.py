@@ -39,8 +39,8 @@ import functools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -49,11 +49,10 @@ import psycopg  # noqa: E402
 
 import postgres as pg  # noqa: E402  (the raw floor's statements)
 import throughput  # noqa: E402  (the machine line)
-from progress import step  # noqa: E402
-
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as sql  # noqa: E402
 from leaselab.harness.pgserver import PgServer  # noqa: E402
+from progress import step  # noqa: E402
 
 WAL = "SELECT wal_records, wal_bytes, wal_sync FROM pg_stat_wal"
 

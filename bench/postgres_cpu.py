@@ -38,10 +38,9 @@ import psycopg  # noqa: E402
 
 import postgres as pg  # noqa: E402  (the contenders)
 import throughput  # noqa: E402  (the machine line)
-from progress import step  # noqa: E402
-
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.harness.pgserver import PgServer  # noqa: E402
+from progress import step  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 DEFAULT = "leaselab-hand,leaselab-hand-threads,leaselab-worker,two-loops,pgqueuer"

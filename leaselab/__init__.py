@@ -46,9 +46,9 @@ from .errors import (
     WorkerNotRunning,
 )
 from .job import Event, Job, Status
-from .worker.lease import Lease
 from .queue import Queue
 from .worker import Worker, load_handler
+from .worker.lease import Lease
 
 __version__ = "0.1.0"
 

@@ -10,17 +10,17 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
-from .words import LANGS
 from .errors import DatabaseMissing, LeaselabError
 from .job import Status
-from .worker.logline import LineLog
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
+from .words import LANGS
+from .worker.logline import LineLog
 from .worker.signals import Relay
 
 EXIT_ANOMALY = 1  # check: the run broke a promise

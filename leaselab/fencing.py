@@ -112,7 +112,7 @@ class FencedStore:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "FencedStore":
+    def __enter__(self) -> FencedStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -109,7 +109,7 @@ class Job:
         return (self.id, self.attempts)
 
     @classmethod
-    def from_row(cls, row: tuple) -> "Job":
+    def from_row(cls, row: tuple) -> Job:
         """Build a Job from a row selected with ``JOB_COLUMNS``."""
         (id_, payload, status, priority, run_at, attempts, max_attempts, lease_until,
          worker, token, result, last_error, created_at, started_at, finished_at) = row
@@ -140,7 +140,7 @@ class Job:
         return job
 
     @classmethod
-    def from_row_or_damaged(cls, row: tuple) -> "Job":
+    def from_row_or_damaged(cls, row: tuple) -> Job:
         """Like ``from_row``, but a row that cannot be read in full gives a Job with ``damage`` set.
 
         Every field that can be read is kept; each one that cannot is None and named in ``damage``.
@@ -208,5 +208,5 @@ class Event:
     detail: str | None
 
     @classmethod
-    def from_row(cls, row: tuple) -> "Event":
+    def from_row(cls, row: tuple) -> Event:
         return cls(*row)

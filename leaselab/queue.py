@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
+from .arguments import integer, number, positive, text
 from .backends import open_backend
 from .backends.contract import Backend, Claim, Claimed, Completion, NewJob, Refusals, Unreadable
 from .backoff import Backoff
-from .arguments import integer, number, positive, text
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
 from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth
@@ -117,7 +118,7 @@ class Queue:
         """
         self.backend.wait_for_work(positive("timeout", timeout), stop)
 
-    def __enter__(self) -> "Queue":
+    def __enter__(self) -> Queue:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 LANGS = ("en", "ru")  # every language leaselab speaks: the lessons', the lab's, the checker's, chaos's
 

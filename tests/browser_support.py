@@ -20,8 +20,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 from leaselab import lessons
 
@@ -204,7 +205,7 @@ class LabServer:
             args.append("--allow-root")
         return args + self.extra_args
 
-    def start(self, timeout: float = 90) -> "LabServer":
+    def start(self, timeout: float = 90) -> LabServer:
         for sub in ("config", "data", "runtime", "ipython", "workspaces", "tmp"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
         self.write_settings()

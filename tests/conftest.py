@@ -4,8 +4,8 @@ and the check that no PostgreSQL server outlives the run."""
 from __future__ import annotations
 
 import os
-import signal
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +15,6 @@ import pytest
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
-
 from polling import pid_gone
 from procs import shut_down
 from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server

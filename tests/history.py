@@ -10,9 +10,11 @@ each returns sentences (an empty list is a clean history).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from leaselab.check import History, check_history, load as load_history, rules
+from leaselab.check import History, check_history, rules
+from leaselab.check import load as load_history
 from leaselab.check.effects import effects_from
 
 # At the end of time every job that is not done or dead is stuck: the old "every job ended

@@ -6,7 +6,7 @@ the wrong one."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 

@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("apsw")
 
-from leaselab import DatabaseBusy, DatabaseMissing, NotALeaselabDatabase, Queue  # noqa: E402
-from leaselab.backends import names_a_vfs  # noqa: E402
+from leaselab import DatabaseBusy, DatabaseMissing, NotALeaselabDatabase, Queue
+from leaselab.backends import names_a_vfs
 
 
 def _uri(path) -> str:

@@ -16,9 +16,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import pytest
 

@@ -6,9 +6,8 @@ import sqlite3
 
 import pytest
 
-from leaselab import InvalidPayload, LeaseLost, Status
-
 import history
+from leaselab import InvalidPayload, LeaseLost, Status
 from servers import IN_PROCESS_BACKENDS
 
 TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too

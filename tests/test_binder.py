@@ -11,11 +11,11 @@ that environment's, and leaselab comes from its install, not from this checkout.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 from nbclient import NotebookClient
 
 import binder_env

@@ -23,8 +23,16 @@ from pathlib import Path
 import pytest
 
 from browser_support import (
-    CHROMIUM_ARGS, CHROMIUM_CANDIDATES, LabServer, NotebookPage, chromium_path, copy_notebooks, kill_all,
-    leaselab_workers, process_state, wait_for,
+    CHROMIUM_ARGS,
+    CHROMIUM_CANDIDATES,
+    LabServer,
+    NotebookPage,
+    chromium_path,
+    copy_notebooks,
+    kill_all,
+    leaselab_workers,
+    process_state,
+    wait_for,
 )
 from leaselab.check.texts import REPORT
 from leaselab.lab.i18n import t

@@ -22,8 +22,8 @@ import secrets
 import pytest
 
 import history
-from servers import BACKENDS, fresh_database
 from leaselab.chaos import run
+from servers import BACKENDS, fresh_database
 
 pytestmark = pytest.mark.chaos
 

@@ -15,8 +15,8 @@ import pytest
 
 from leaselab import Queue
 from leaselab.chaos import FAULTS, Progress, applicable, plan, run
-from leaselab.chaos.run import ProgressLines
 from leaselab.chaos.jumps import LAUNCHER, environment, jump
+from leaselab.chaos.run import ProgressLines
 from leaselab.chaos.texts import STRINGS
 from leaselab.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
 from leaselab.harness.pgserver import PgServer

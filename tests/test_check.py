@@ -16,13 +16,25 @@ import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, Worker
 from leaselab.check import (
-    KINDS, LANGS, Anomaly, History, Report, check, check_history, read_effects, record_effect,
+    KINDS,
+    LANGS,
+    Anomaly,
+    History,
+    Report,
+    check,
+    check_history,
+    read_effects,
+    record_effect,
 )
 from leaselab.check import effects as effects_module
 from leaselab.check.texts import COUNTED, REPORT, SENTENCES, TITLES, WORDS, counted
 from leaselab.cli import EXIT_ANOMALY, EXIT_BAD_INPUT, main
 from leaselab.errors import (
-    DatabaseMissing, InvalidEffects, InvalidTarget, NotALeaselabDatabase, ServerRefused,
+    DatabaseMissing,
+    InvalidEffects,
+    InvalidTarget,
+    NotALeaselabDatabase,
+    ServerRefused,
 )
 from leaselab.harness.demo import task
 from leaselab.harness.effects import Ledger, deposit
@@ -54,7 +66,7 @@ class Build:
             row["last_event_id"] = e["id"]
         return e
 
-    def enqueue(self, job: int, at: float = T0, max_attempts: int = 5, run_at: float | None = None) -> "Build":
+    def enqueue(self, job: int, at: float = T0, max_attempts: int = 5, run_at: float | None = None) -> Build:
         self.rows[job] = {"id": job, "payload": {}, "status": "pending", "priority": 0,
                           "run_at": at if run_at is None else run_at, "attempts": 0, "max_attempts": max_attempts,
                           "lease_until": None, "worker": None, "token": None, "result": None, "last_error": None,
@@ -63,24 +75,24 @@ class Build:
         self.rows[job]["last_event_id"] = self.events[-1]["id"]
         return self
 
-    def claim(self, job: int, token: str, at: float, worker: str = "w1", attempt: int | None = None) -> "Build":
+    def claim(self, job: int, token: str, at: float, worker: str = "w1", attempt: int | None = None) -> Build:
         row = self.rows[job]
         row.update(status="running", attempts=row["attempts"] + 1 if attempt is None else attempt, token=token,
                    worker=worker, lease_until=at + LEASE)
         self._event(job, "claimed", at, token, worker)
         return self
 
-    def beat(self, job: int, token: str, at: float) -> "Build":
+    def beat(self, job: int, token: str, at: float) -> Build:
         self.rows[job]["lease_until"] = at + LEASE
         self._event(job, "heartbeat", at, token, self.rows[job]["worker"])
         return self
 
-    def complete(self, job: int, token: str, at: float) -> "Build":
+    def complete(self, job: int, token: str, at: float) -> Build:
         self.rows[job].update(status="done", lease_until=None)
         self._event(job, "completed", at, token, self.rows[job]["worker"])
         return self
 
-    def fail(self, job: int, token: str, at: float) -> "Build":
+    def fail(self, job: int, token: str, at: float) -> Build:
         row = self.rows[job]
         row.update(status="pending" if row["attempts"] < row["max_attempts"] else "dead", lease_until=None)
         self._event(job, "failed", at, token, row["worker"], "boom")
@@ -88,7 +100,7 @@ class Build:
             self._event(job, "dead", at, token, row["worker"], "boom")
         return self
 
-    def reap(self, job: int, at: float) -> "Build":
+    def reap(self, job: int, at: float) -> Build:
         row = self.rows[job]
         row.update(status="pending" if row["attempts"] < row["max_attempts"] else "dead", lease_until=None)
         self._event(job, "reaped", at, row["token"], row["worker"], "lease expired")
@@ -96,11 +108,11 @@ class Build:
             self._event(job, "dead", at, row["token"], row["worker"], "lease expired")
         return self
 
-    def refuse(self, job: int, token: str, at: float) -> "Build":
+    def refuse(self, job: int, token: str, at: float) -> Build:
         self._event(job, "lease_lost", at, token, "w1", "complete refused")
         return self
 
-    def effect(self, job: int, attempt: int, token: str, key: str | None = None) -> "Build":
+    def effect(self, job: int, attempt: int, token: str, key: str | None = None) -> Build:
         self.effects.append({"job": job, "attempt": attempt, "token": token, "key": key})
         return self
 

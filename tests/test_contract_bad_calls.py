@@ -10,8 +10,9 @@ is no clock. Files that are not a healthy queue, and the command line, are in ``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 

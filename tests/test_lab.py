@@ -6,11 +6,11 @@ import html
 
 import pytest
 
+from leaselab.lab.dashboard import Lab
+from leaselab.lab.i18n import STRINGS, t
+from leaselab.worker import STARTED
 from polling import pid_gone, process_state, wait_until
 from procs import log_of, shut_down
-from leaselab.lab.i18n import STRINGS, t
-from leaselab.lab.dashboard import Lab
-from leaselab.worker import STARTED
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 

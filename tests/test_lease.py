@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
+from leaselab.fencing import FencedStore
+from leaselab.worker.lease import wants_lease
 from polling import process_state, wait_until
 from procs import log_of
-from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
-from leaselab.worker.lease import wants_lease
-from leaselab.fencing import FencedStore
 
 
 def test_check_raises_lease_lost_only_once_lost_is_set(queue):

@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from polling import wait_until
 from leaselab import Status
 from leaselab.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
 from leaselab.harness.demo import read_effects
+from polling import wait_until
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
         raise
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
-from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
+from leaselab.backends.postgres import statements as sql  # after the psycopg check
 
 # Every statement that claims: one job, k jobs, and each completion that refills its slots.
 CLAIMS = ("CLAIM", "CLAIM_MANY", "COMPLETE_AND_CLAIM", "COMPLETE_ONE_AND_CLAIM", "COMPLETE_MANY_AND_CLAIM")

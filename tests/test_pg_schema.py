@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
         raise
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
-from leaselab.backends.postgres import SCHEMA_VERSION  # noqa: E402  (after the psycopg check)
+from leaselab.backends.postgres import SCHEMA_VERSION  # after the psycopg check
 
 V1_SCHEMA = Path(__file__).parent / "data" / "pg_schema_v1.sql"
 BIGINT_MAX = 2**63 - 1

@@ -17,8 +17,6 @@ from leaselab.harness.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, P
 from polling import wait_until
 
 
-
-
 def _postmaster_alive(folder) -> bool:
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     return any(line.startswith(str(bin_dir_of_postgres())) and str(folder) in line for line in out.splitlines())

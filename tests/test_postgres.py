@@ -31,12 +31,12 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
         raise
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
-from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
-from leaselab.harness.pgserver import free_port  # noqa: E402
-from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
-from leaselab.harness.skew import SKEWED_WORKER  # noqa: E402
-from polling import wait_until  # noqa: E402
-from servers import open_at_once  # noqa: E402
+from leaselab.backends.postgres import statements as sql  # after the psycopg check
+from leaselab.harness.pgserver import free_port
+from leaselab.harness.skew import SKEWED_WORKER
+from leaselab.lessons.race import NAIVE_CLAIM  # the article's claim, as lesson 6 shows it
+from polling import wait_until
+from servers import open_at_once
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("apsw")
 
-from leaselab import LeaselabError, ManualClock, Queue  # noqa: E402
-from leaselab.harness import powercut  # noqa: E402
+from leaselab import LeaselabError, ManualClock, Queue
+from leaselab.harness import powercut
 
 
 def _after_cut(path, durability):

@@ -17,10 +17,10 @@ from collections import Counter
 
 import pytest
 
-from polling import pid_gone, process_state, wait_until
-from procs import log_of
 from leaselab import Queue, Status
 from leaselab.worker import STARTED
+from polling import pid_gone, process_state, wait_until
+from procs import log_of
 
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "numpy", "IPython")
 

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from polling import wait_until
 from leaselab.errors import ProxyError
 from leaselab.harness.proxy import Proxy, server_address, through
+from polling import wait_until
 
 
 class Echo(socketserver.BaseRequestHandler):

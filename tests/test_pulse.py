@@ -7,7 +7,6 @@ import sqlite3
 from leaselab import ManualClock, Queue, Status
 from leaselab.worker.lease import Lease, Leases
 from leaselab.worker.pulse import Pulse
-
 from polling import wait_until
 
 

@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from polling import wait_until
 from leaselab import Status
 from leaselab.errors import ScenarioTimeout
-from leaselab.lab.scenario import (Scenario, enqueue, parse_line, pause, resume, spawn, wait_idle, wait_leases,
-                               wait_running)
+from leaselab.lab.scenario import (
+    Scenario,
+    enqueue,
+    parse_line,
+    pause,
+    resume,
+    spawn,
+    wait_idle,
+    wait_leases,
+    wait_running,
+)
 from leaselab.lab.timeline import timeline_data
+from polling import wait_until
 
 ZOMBIE = """
     # w1 freezes holding a job, w2 reaps it and does it again, w1 wakes (only once w2 is done,

@@ -13,17 +13,16 @@ import time
 from pathlib import Path
 
 import nbformat
-
 import pytest
 
 from leaselab import LeaseLost, Queue, Status
-from leaselab.lessons import exercises
 from leaselab.harness import skew
+from leaselab.lessons import exercises
 from polling import wait_until
 
 pytest.importorskip("psycopg")
 
-from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race  # noqa: E402  (after the psycopg check)
+from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race  # after the psycopg check
 
 OUTER_RECHECK = NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = (")
 

@@ -11,7 +11,6 @@ import pytest
 
 from leaselab import Queue
 from leaselab.harness.fleet import faults_path, logs_path
-
 from polling import wait_until
 
 REPO = Path(__file__).resolve().parent.parent

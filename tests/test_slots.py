@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from leaselab import Queue, Status, Worker
-
 import history
+from leaselab import Queue, Status, Worker
 from polling import wait_until
 from procs import log_of
 

@@ -31,7 +31,6 @@ from leaselab.backends.sqlite import SCHEMA_VERSION, require_sqlite
 from procs import as_nobody
 from sqlite_marks import old_file
 
-
 # -- a new file, an old file -------------------------------------------------------------
 
 

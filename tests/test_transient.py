@@ -23,11 +23,11 @@ from pathlib import Path
 import pytest
 
 import history
+from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
+from leaselab.worker.faults import CLEARED as FAULT_CLEARED
+from leaselab.worker.faults import WAITING as FAULT_WAITING
 from polling import wait_until
 from procs import log_of
-from leaselab import DatabaseBusy, DiskFull, LeaselabError, Queue, TransientError
-from leaselab.worker.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
-
 
 # A fleet's worker as these tests start it: quick polls, and it exits once the queue is empty.
 FAST = dict(lease=5.0, name="w1", poll=0.01, max_poll=0.1, exit_when_idle=True)

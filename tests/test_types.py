@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("mypy", reason="the type checker is in the test extra: pip install 'leaselab[test]'")
 
-from leaselab.backends import contract  # noqa: E402  (after the mypy check)
+from leaselab.backends import contract  # after the mypy check
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("leaselab/backends", "leaselab/queue.py")

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from polling import wait_until
 from leaselab import Backoff, HandlerError, Job, ManualClock, Queue, Status, Worker
 from leaselab.worker import load_handler
+from polling import wait_until
 
 
 class RecordingStop:

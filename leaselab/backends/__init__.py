@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..backoff import Backoff

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import InvalidPayload, LeaselabError
 from ..job import Event, Job, Status
@@ -75,7 +76,7 @@ class _Transaction:
 
     __slots__ = ("_backend", "_durable", "_conn", "_begun")
 
-    def __init__(self, backend: "SqlBackend", durable: bool):
+    def __init__(self, backend: SqlBackend, durable: bool):
         self._backend, self._durable = backend, durable
 
     def __enter__(self) -> Run:

@@ -17,9 +17,10 @@ returns (the queue's ``durability="full"``). A fenced write that changed no row 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Protocol, Sequence, Union
+from typing import Any, NamedTuple, Protocol, Union
 
 from ..job import Event, Job, Status
 

@@ -16,9 +16,9 @@ import signal
 import sys
 from pathlib import Path
 
-from ..words import check_lang
-from ..harness.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
 from ..backends import is_server_url
+from ..harness.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
+from ..words import check_lang
 from .run import Progress, run
 from .schedule import Schedule, applicable
 from .texts import text

@@ -14,9 +14,10 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import TransientError, WorkerNotRunning
 from ..harness.fleet import Fleet

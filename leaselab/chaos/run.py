@@ -21,15 +21,16 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
-from ..check import Report, check
 from ..arguments import integer, positive
+from ..backends import is_server_url
+from ..check import Report, check
 from ..errors import QueueNotEmpty, ServerNotRecovered, TransientError
 from ..harness.fleet import DEFAULT_HANDLER, Fleet, WorkerStatus, files_prefix
-from ..backends import is_server_url
 from ..queue import Queue
 from ..worker import load_handler
 from .nemesis import Applied, Nemesis, Slots, run_in_thread

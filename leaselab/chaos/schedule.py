@@ -11,8 +11,8 @@ a slot is never given a second lasting fault before its first one ends.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 from ..arguments import integer, positive
 from ..errors import FaultNotApplicable, UnknownFault

@@ -18,14 +18,15 @@ This layer imports only leaselab's core, and psycopg only for a server URL.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..arguments import positive
+from ..words import LANGS
+from . import rules
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
 from .history import History, load
 from .report import KINDS, NOTES, Anomaly, Report
-from ..words import LANGS
-from . import rules
 
 __all__ = ["Anomaly", "ENV", "History", "KINDS", "LANGS", "NOTES", "Report", "check", "check_history", "load",
            "read_effects", "record_effect"]

@@ -20,7 +20,8 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable, Iterable, Union
+from collections.abc import Callable, Iterable
+from typing import Any, Union
 
 from ..errors import InvalidEffects
 

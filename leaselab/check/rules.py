@@ -9,7 +9,7 @@ compares. Witnesses are the few rows that prove an anomaly, in history order.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .history import History, effect_line, event_line, job_line
 from .report import Anomaly

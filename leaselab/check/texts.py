@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 # The name of each anomaly kind, as a report's heading shows it. ``KINDS`` is this dict's keys.
 TITLES: dict[str, dict[str, str]] = {
     "en": {

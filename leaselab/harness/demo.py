@@ -22,9 +22,9 @@ from typing import Any
 
 from ..check import read_effects, record_effect  # noqa: F401  (lessons read these handlers' effects from here)
 from ..errors import LeaseLost
+from ..fencing import FencedStore
 from ..job import Job
 from ..worker.lease import Lease
-from ..fencing import FencedStore
 
 
 def _opts(job: Job) -> dict[str, Any]:

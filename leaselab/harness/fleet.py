@@ -30,14 +30,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
-from ..errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..arguments import integer, positive
 from ..backends import is_server_url
+from ..errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..queue import Queue
 from ..worker import STARTED, faults, handler_path, load_handler
 from . import demo
@@ -73,7 +73,7 @@ def logs_path(db: str | os.PathLike) -> Path:
     return Path(files_prefix(db) + ".logs")
 
 
-def read_actions(db: str | os.PathLike) -> list["Action"]:
+def read_actions(db: str | os.PathLike) -> list[Action]:
     """The actions recorded next to ``db``, oldest first; none when no fleet ever ran on it."""
     try:
         with open(faults_path(db), encoding="utf-8") as fh:
@@ -277,7 +277,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
     def __repr__(self) -> str:
         return f"Fleet({self.queue.backend.name!r}, workers={list(self._procs)})"  # a URL without its password
 
-    def __enter__(self) -> "Fleet":
+    def __enter__(self) -> Fleet:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -675,7 +675,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
 
 
 # Strong references: a fleet nobody holds any more must still end its workers at exit.
-_LIVE_FLEETS: "set[Fleet]" = set()
+_LIVE_FLEETS: set[Fleet] = set()
 
 
 @atexit.register

@@ -155,7 +155,7 @@ def _run_as() -> pwd.struct_passwd | None:
 # Every server started in this process and not yet stopped. Holding them here keeps a server
 # whose PgServer was dropped without stop() running until the process ends, as a server does
 # (its watchdog ends it when its command pipe closes), and lets the exit hook stop them all.
-_LIVE: set["PgServer"] = set()
+_LIVE: set[PgServer] = set()
 
 
 @atexit.register
@@ -238,7 +238,7 @@ class PgServer:
         except OSError:
             return 0
 
-    def start(self) -> "PgServer":
+    def start(self) -> PgServer:
         """initdb, start on a free port, and wait until the server accepts connections."""
         if self._watchdog is not None or self.folder is not None:
             raise PgNotRunning(f"cannot start {self!r}: it is started already")
@@ -376,7 +376,7 @@ class PgServer:
         self.folder = None
         _LIVE.discard(self)
 
-    def __enter__(self) -> "PgServer":
+    def __enter__(self) -> PgServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -35,8 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 CHILDREN_GRACE = 1.0  # seconds a server's children have to act on SIGQUIT before they are SIGKILLed

@@ -34,7 +34,7 @@ from ..queue import DURABILITIES, Queue
 class _File(apsw.VFSFile):
     """One open file of the disk: writes go through unless the power is off; a sync is remembered."""
 
-    def __init__(self, disk: "VolatileDisk", name: Any, flags: list[int]):
+    def __init__(self, disk: VolatileDisk, name: Any, flags: list[int]):
         self.disk = disk
         self.path = name.filename() if isinstance(name, apsw.URIFilename) else name
         disk.seen(self.path)

@@ -220,7 +220,7 @@ class Proxy:
         self._wake()
         self._thread.join(5)
 
-    def __enter__(self) -> "Proxy":
+    def __enter__(self) -> Proxy:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -36,21 +36,22 @@ from __future__ import annotations
 
 import html
 import io
-import os
 import json
+import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as W
 
+from ..backends import is_server_url
 from ..errors import DatabaseBusy
 from ..harness.fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
+from ..job import Job, Status
+from ..queue import Queue
 from ..words import check_lang
 from .i18n import t
-from ..job import Job, Status
-from ..backends import is_server_url
-from ..queue import Queue
 from .scenario import KINDS, demo_payload
 
 BADGE_COLOURS = {
@@ -186,7 +187,7 @@ def read_view(queue: Queue, fleet: Fleet, jobs_shown: int = JOBS_SHOWN) -> View:
 
 
 class _WorkerRow:
-    def __init__(self, lab: "Lab", name: str):
+    def __init__(self, lab: Lab, name: str):
         self.cells = W.HTML()
         self.buttons = {}
         # A server queue has a third fault beside freezing and dying: a worker cut off the network.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from .. import words
 
-
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
         "title": "leaselab — {path}",

@@ -200,7 +200,7 @@ class Scenario:
         self.history: list[tuple[Step, Any]] = []
 
     @classmethod
-    def parse(cls, text: str, target: Any = None, lease: float | None = None) -> "Scenario":
+    def parse(cls, text: str, target: Any = None, lease: float | None = None) -> Scenario:
         """Build a scenario from the text form, one step a line."""
         steps = []
         for number, line in enumerate(text.splitlines(), 1):

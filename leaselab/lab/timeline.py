@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
 
 from ..harness.fleet import Action, read_actions
+from ..job import Event
 from ..words import check_lang
 from .i18n import t
-from ..job import Event
 
 OUTCOME_COLOURS = {
     "completed": "#2e7d32",   # green

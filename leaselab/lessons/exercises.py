@@ -11,12 +11,13 @@ import os
 import sqlite3
 import tempfile
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..clock import ManualClock
+from ..harness.effects import Ledger
 from ..job import Event
 from ..queue import Queue
-from ..harness.effects import Ledger
 from .texts import text
 from .wrong import NAIVE_SELECT
 

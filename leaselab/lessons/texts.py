@@ -8,7 +8,7 @@ and the same placeholders, and that the Russian notebooks print no English sente
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .. import words
 from ..words import check_lang, render

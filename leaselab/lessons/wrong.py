@@ -18,14 +18,15 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
+from ..arguments import integer, positive, text
 from ..clock import Clock, system_clock
 from ..errors import CrashKeptTheClaim
 from ..job import JOB_COLUMNS, Job
-from ..arguments import integer, positive, text
 from ..queue import Queue
 
 # Step one of the naive claim: look for the next job...
@@ -131,7 +132,7 @@ class NaiveClaimer:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "NaiveClaimer":
+    def __enter__(self) -> NaiveClaimer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,7 +17,8 @@ import inspect
 import math
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import LeaseLost
 from ..job import Job
@@ -160,7 +161,7 @@ class Leases:
         with self._lock:
             self._held.pop(lease.token, None)
 
-    def hand_in(self, leases: Iterable[Lease], *tokens: str) -> "_Keeping":
+    def hand_in(self, leases: Iterable[Lease], *tokens: str) -> _Keeping:
         """Stop holding ``leases`` (their handlers finished) and keep their tokens, and ``tokens``,
         from the reaper until the returned context exits: ``remove`` and ``keeping`` in one step,
         so no moment passes in which a finished attempt's token is neither held nor kept."""
@@ -177,7 +178,7 @@ class Leases:
         with self._lock:
             return [lease for lease in self._held.values() if not lease.refused]
 
-    def keeping(self, *tokens: str) -> "_Keeping":
+    def keeping(self, *tokens: str) -> _Keeping:
         """Count ``tokens`` as this worker's from this call until the returned context exits, renewed
         or not: a claim's from before it is sent until its leases are added, and a finished attempt's
         from when its lease stops being renewed until its outcome is written (``hand_in``). A freeze

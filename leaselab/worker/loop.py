@@ -15,22 +15,23 @@ import inspect
 import os
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import itemgetter
 from queue import Empty, SimpleQueue
 from time import monotonic as _monotonic
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
-from . import faults
+from ..arguments import integer, positive
 from ..errors import HandlerError, InvalidPayload, LeaseLost, TransientError
 from ..job import Job
+from ..printable import has_unprintable
+from ..queue import DEFAULT_LEASE, Queue, new_token
+from . import faults
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
-from ..arguments import integer, positive
-from ..printable import has_unprintable
 from .pulse import Pulse
-from ..queue import DEFAULT_LEASE, Queue, new_token
 
 STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal

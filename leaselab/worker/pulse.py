@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from typing import Callable, Iterable
 
-from . import faults
 from ..errors import LeaselabError, TransientError
-from .lease import Lease, Leases
 from ..queue import Queue
+from . import faults
+from .lease import Lease, Leases
 
 Log = Callable[[str], None]
 
@@ -42,7 +42,7 @@ class Pulse:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pulse", daemon=True)
 
-    def __enter__(self) -> "Pulse":
+    def __enter__(self) -> Pulse:
         self._thread.start()
         return self
 

@@ -18,7 +18,8 @@ import os
 import signal
 import threading
 import traceback
-from typing import Callable, Mapping, Union
+from collections.abc import Callable, Mapping
+from typing import Union
 
 # What to do on a signal: a function of no arguments, run on the relay's thread, or SIG_IGN.
 Action = Union[Callable[[], None], signal.Handlers]
@@ -39,7 +40,7 @@ class Relay:
         self._read = self._write = -1
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Relay:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)  # a burst that fills the pipe drops signals, never blocks
         self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)

@@ -12,7 +12,8 @@ claim that read before it wrote could then fail at once on a lock instead of wai
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import apsw

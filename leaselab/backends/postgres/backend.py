@@ -15,9 +15,10 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict

@@ -6,9 +6,9 @@ parameters. The same names as ``leaselab.backends.sqlite.statements``. Each is w
 
 from __future__ import annotations
 
+from ...job import JOB_COLUMNS
 from .. import sql
 from ..sql import pyformat
-from ...job import JOB_COLUMNS
 
 ENQUEUE = pyformat(sql.ENQUEUE)
 COMPLETE = pyformat(sql.COMPLETE)

@@ -13,9 +13,10 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ...backoff import Backoff
 from ...errors import (
@@ -167,7 +168,7 @@ class SqliteBackend(SqlBackend):
             conn.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
             self._synchronous_full = durable
 
-    def _begin(self, conn: sqlite3.Connection) -> "_Immediate":
+    def _begin(self, conn: sqlite3.Connection) -> _Immediate:
         return self._immediate if conn is self._conn else _Immediate(conn)
 
     def _translate(self, exc: sqlite3.Error) -> LeaselabError:
