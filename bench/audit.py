@@ -1,4 +1,5 @@
-"""Does your queue fence its zombies? The same faults and the same checker, run against leaselab and Python queues people use.
+"""Does your queue fence its zombies? The same faults and the same checker, run against leaselab and Python queues
+people use.
 
     ./dev bench audit [--quick] [--readme] [--only QUEUE ...]
 
@@ -169,7 +170,7 @@ class Workers:
 def runners(ledger: Path, key: str) -> list[int]:
     """The processes that started a run of ``key``, in order: the handler's own process, which may be
     a worker's child (RQ's work horse, Celery's pool process) rather than the worker started."""
-    return [l["pid"] for l in read(ledger) if l["job"] == key and l["what"] == "start"]
+    return [line["pid"] for line in read(ledger) if line["job"] == key and line["what"] == "start"]
 
 
 def runner(ledger: Path, key: str) -> int | None:
@@ -193,7 +194,7 @@ def lines_of(contender: Contender, ledger: Path, workers: Workers) -> list[dict]
 
 
 def accepted_from(lines: list[dict], key: str, pid: int) -> bool:
-    return any(l["job"] == key and l["pid"] == pid and l["what"] == "accepted" for l in lines)
+    return any(line["job"] == key and line["pid"] == pid and line["what"] == "accepted" for line in lines)
 
 
 def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
@@ -205,7 +206,8 @@ def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
         killed = time.time()
         workers.start("B")
         wait_for("the job completed again",
-                 lambda: any(l["job"] == "crash" and l["what"] == "accepted" for l in lines_of(contender, ledger, workers)),
+                 lambda: any(line["job"] == "crash" and line["what"] == "accepted"
+                             for line in lines_of(contender, ledger, workers)),
                  contender.comeback_wait)
         held = contender.held()
         lines = lines_of(contender, ledger, workers)
@@ -263,7 +265,7 @@ def late_verdict(contender: Contender, lines: list[dict], held: Any, where: str 
     verdict = judge(lines, [job], held)
     late = ("accepted" if accepted_from(lines, job, pid) else
             f"never came: {gone_as}" if gone(pid) and not any(
-                l["pid"] == pid and l["what"] == "end" for l in lines) else contender.not_taken)
+                line["pid"] == pid and line["what"] == "end" for line in lines) else contender.not_taken)
     if second:
         note = f"taken again after {verdict.back_after:.1f} s; {who}'s late completion {late}"
     else:
@@ -357,7 +359,7 @@ def flood(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
             lines = lines_of(contender, ledger, workers)
             if len(lines) != seen:
                 last_change, seen = time.monotonic(), len(lines)
-            if {l["job"] for l in lines if l["what"] == "accepted"} >= set(keys):
+            if {line["job"] for line in lines if line["what"] == "accepted"} >= set(keys):
                 break
             time.sleep(0.2)
         took = time.time() - began
@@ -365,7 +367,7 @@ def flood(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
         lines = lines_of(contender, ledger, workers)
         where = contender.whereabouts()
     verdict = judge(lines, keys, held)
-    done = len({l["job"] for l in lines if l["what"] == "accepted"})
+    done = len({line["job"] for line in lines if line["what"] == "accepted"})
     note = (f"{FLOOD_JOBS} jobs, {FLOOD_WORKERS} workers, {FLOOD_KILLS} runs killed (seed {FLOOD_SEED}), "
             f"{len(vanished)} workers restarted: {done} completed in {took:.0f} s")
     if where and verdict.lost:
@@ -490,7 +492,8 @@ def write_readme(rows: list[Row], quick: bool) -> None:
 
 
 def queue_name(contender: Contender) -> str:
-    """The queue a contender is, as ``--only`` names it: its name's first word, in lower case (``leaselab``, ``huey``)."""
+    """The queue a contender is, as ``--only`` names it: its name's first word, in lower case (``leaselab``,
+    ``huey``)."""
     return contender.name.split(" (", 1)[0].lower()
 
 

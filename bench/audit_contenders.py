@@ -192,7 +192,7 @@ class Leaselab(Contender):
 
     def settled(self, log, ledger_lines, pid, key):
         text = log.read_text() if log.exists() else ""
-        ended = any(l["job"] == key and l["pid"] == pid and l["what"] == "end" for l in ledger_lines)
+        ended = any(line["job"] == key and line["pid"] == pid and line["what"] == "end" for line in ledger_lines)
         return ended and any(outcome in text for outcome in self.OUTCOMES)
 
     def queue_acceptances(self, pids):
@@ -505,7 +505,7 @@ class PgQueuer(Contender):
 
     def settled(self, log, ledger_lines, pid, key):
         # PgQueuer answers a completion with nothing a worker sees: settled once the run ended and its buffer flushed.
-        ends = [l["t"] for l in ledger_lines if l["pid"] == pid and l["job"] == key and l["what"] == "end"]
+        ends = [line["t"] for line in ledger_lines if line["pid"] == pid and line["job"] == key and line["what"] == "end"]
         return bool(ends) and time.time() > ends[-1] + 3.0
 
     def held(self):

@@ -33,7 +33,8 @@ def persist_consumer(folder: str, ledger: str) -> None:
 
 
 def litequeue_consumer(db: str, ledger: str, stale_after: int | None) -> None:
-    """litequeue's README loop: pop, work, ``done``; with ``stale_after``, first put back what stayed locked too long."""
+    """litequeue's README loop: pop, work, ``done``; with ``stale_after``, first put back what stayed locked too
+    long."""
     import json
     import time
 
@@ -56,7 +57,8 @@ def litequeue_consumer(db: str, ledger: str, stale_after: int | None) -> None:
 
 
 def pgqueuer_consumer(url: str, heartbeat_timeout: float | None) -> None:
-    """PgQueuer's own QueueManager, as its guide runs it, with one entrypoint; its default heartbeat_timeout unless given."""
+    """PgQueuer's own QueueManager, as its guide runs it, with one entrypoint; its default heartbeat_timeout unless
+    given."""
     import asyncio
     import json
     from datetime import timedelta

@@ -281,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ratio(ours: str, theirs: str) -> float:
         # Rows ran one after another within a round: a round's ratio shares its moment's load.
-        return statistics.median(a / b for a, b in zip(results[ours], results[theirs]))
+        return statistics.median(a / b for a, b in zip(results[ours], results[theirs], strict=True))
 
     say("")
     say(f"| {'contender (one process)':<38} | {'jobs/s, median':>14} | {'min-max':>15} |")

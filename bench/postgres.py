@@ -521,14 +521,15 @@ def main(argv: list[str] | None = None) -> int:
         # Rounds ran back to back, so a round's ratio shares its moment's load on a shared machine.
         if ours not in runs or theirs not in runs or ours == theirs:
             return ""
-        return f"{statistics.median(a[field] / b[field] for a, b in zip(runs[ours], runs[theirs])):.2f}"
+        return f"{statistics.median(a[field] / b[field] for a, b in zip(runs[ours], runs[theirs], strict=True)):.2f}"
 
     print(f"# leaselab on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
+    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), "
+          f"psycopg {psycopg.__version__}")
     print(f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
           "enqueue = one call per job\n")
-    header = ("| contender                                                | at a time | procs | enqueue/s | drain/s | drain min–max "
-              "| leaselab ÷ this: enqueue | drain | delivered twice |")
+    header = ("| contender                                                | at a time | procs | enqueue/s | drain/s "
+              "| drain min–max | leaselab ÷ this: enqueue | drain | delivered twice |")
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     for key, slots in runs_of:

@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 drain(url)
                 seconds, after = time.perf_counter() - start, _wal(url)
                 runs.setdefault(label, []).append(
-                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before))))
+                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before, strict=True))))
             for label, (prepare, enqueue) in ENQUEUES.items():
                 n += 1
                 step(f"round {round_ + 1}/{args.repeat}: enqueue, {label}")
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
                 enqueue(url, args.jobs)
                 seconds, after = time.perf_counter() - start, _wal(url)
                 runs.setdefault(label, []).append(
-                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before))))
+                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before, strict=True))))
 
     print(f"# where a job's time goes on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"# {throughput.machine()}, PostgreSQL {version} (fsync {args.fsync}), psycopg {psycopg.__version__} "
@@ -247,9 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         above = None
         for label in rows:
             rates = [r[0] for r in runs[label]]
-            ratio = statistics.median(a[0] / f[0] for a, f in zip(runs[label], runs[floor]))
+            ratio = statistics.median(a[0] / f[0] for a, f in zip(runs[label], runs[floor], strict=True))
             step_ = "" if above is None else \
-                f"{statistics.median(a[0] / b[0] for a, b in zip(runs[label], runs[above])):.2f}"
+                f"{statistics.median(a[0] / b[0] for a, b in zip(runs[label], runs[above], strict=True)):.2f}"
             wal = [statistics.median(r[1][i] for r in runs[label]) for i in range(3)]
             print(f"| {label:<44} | {statistics.median(rates):>6.0f} | {ratio:>7.2f} | {step_:>11} | "
                   f"{wal[0]:>15.1f} | {wal[1]:>13.0f} | {wal[2]:>11.2f} |")

@@ -140,9 +140,10 @@ def main(argv: list[str] | None = None) -> int:
                 runs[key].append(measure(server, postmaster, key, args.jobs, args.slots, n))
 
     print(f"# where a one-process drain's time goes on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
-    print(f"# {args.jobs} jobs per run, {args.slots} at a time, one process, {args.repeat} round{'s' if args.repeat != 1 else ''} "
-          "(contenders interleaved, medians; µs per job)\n")
+    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), "
+          f"psycopg {psycopg.__version__}")
+    print(f"# {args.jobs} jobs per run, {args.slots} at a time, one process, "
+          f"{args.repeat} round{'s' if args.repeat != 1 else ''} (contenders interleaved, medians; µs per job)\n")
     print("| contender | jobs/s | wall | client CPU | server CPU | wait |")
     print("|---|---|---|---|---|---|")
     for key in keys:

@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     def per_round(ours: str, key: str, procs: int, field: str) -> float:
         # Each round ran leaselab and the other back to back, so a round's ratio shares its moment's
         # load; the median of those ratios is steadier on a shared machine than a ratio of medians.
-        return statistics.median(a[field] / b[field] for a, b in zip(runs[ours, procs], runs[key, procs]))
+        return statistics.median(a[field] / b[field] for a, b in zip(runs[ours, procs], runs[key, procs], strict=True))
 
     header = ("| level  | contender                        | sync | procs | enqueue/s | drain/s | drain min–max "
               "| leaselab ÷ this: enqueue | drain | delivered twice |")

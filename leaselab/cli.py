@@ -233,7 +233,8 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     with _open(args) as q:
         jobs = q.jobs(status=args.status, limit=args.limit)
         now = q.clock()
-    header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  {'payload':<24} result/error"
+    header = (f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  "
+              f"{'payload':<24} result/error")
     print(header)
     for j in jobs:
         if j.damage:  # listed, never hidden: the rest of the table stays readable

@@ -8,7 +8,8 @@ class LeaselabError(Exception):
 
 
 class TransientError(LeaselabError):
-    """Raised for a fault that may pass (a lock held too long, a full disk, a lost server): retrying later can succeed."""
+    """Raised for a fault that may pass (a lock held too long, a full disk, a lost server): retrying later can
+    succeed."""
 
 
 class LeaseLost(LeaselabError):
@@ -31,11 +32,13 @@ class JobNotFound(LeaselabError, LookupError):
 
 
 class InvalidPayload(LeaselabError, ValueError):
-    """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too deep or too big)."""
+    """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too
+    deep or too big)."""
 
 
 class InvalidTarget(LeaselabError, ValueError):
-    """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the message never repeats it."""
+    """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the
+    message never repeats it."""
 
 
 class NotALeaselabDatabase(LeaselabError):
@@ -53,7 +56,8 @@ class DatabaseMissing(LeaselabError, FileNotFoundError):
 
 
 class InvalidEffects(LeaselabError, ValueError):
-    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the checker can read."""
+    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the
+    checker can read."""
 
 
 class SchemaTooNew(LeaselabError):
@@ -82,7 +86,8 @@ class DatabaseUnreachable(TransientError):
 
 
 class ServerRefused(LeaselabError):
-    """Raised when the database server refuses the connection for good: no such database, or a wrong user or password."""
+    """Raised when the database server refuses the connection for good: no such database, or a wrong user or
+    password."""
 
 
 class UnsupportedSQLite(LeaselabError):
@@ -122,7 +127,8 @@ class ScenarioTimeout(LeaselabError, TimeoutError):
 
 
 class CrashKeptTheClaim(LeaselabError):
-    """Raised when ``lessons.wrong.claim_until_a_crash_forgets`` crashed its server every round and no crash forgot the claim (a server not started with ``LAZY_WAL_WRITER``)."""
+    """Raised when ``lessons.wrong.claim_until_a_crash_forgets`` crashed its server every round and no crash forgot the
+    claim (a server not started with ``LAZY_WAL_WRITER``)."""
 
 
 class UnknownFault(LeaselabError, ValueError):
@@ -130,7 +136,8 @@ class UnknownFault(LeaselabError, ValueError):
 
 
 class FaultNotApplicable(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash of a server it did not start)."""
+    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash
+    of a server it did not start)."""
 
 
 class FaultMissed(LeaselabError, RuntimeError):
@@ -138,8 +145,10 @@ class FaultMissed(LeaselabError, RuntimeError):
 
 
 class ServerNotRecovered(LeaselabError, RuntimeError):
-    """Raised when ``leaselab chaos`` crashed the server it started and could not start it again: the rest of the run would prove nothing."""
+    """Raised when ``leaselab chaos`` crashed the server it started and could not start it again: the rest of the run
+    would prove nothing."""
 
 
 class QueueNotEmpty(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""
+    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in
+    it."""

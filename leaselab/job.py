@@ -153,7 +153,7 @@ class Job:
         readers = {"payload": lambda v: _load_json(row[0], "payload", v),
                    "result": lambda v: None if v is None else _load_json(row[0], "result", v),
                    "status": lambda v: _STATUSES[v]}
-        for name, value in zip(_FIELD_NAMES, row):
+        for name, value in zip(_FIELD_NAMES, row, strict=False):
             kind = _FIELD_KINDS.get(name)
             try:
                 if name in readers:

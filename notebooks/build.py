@@ -117,7 +117,7 @@ def drift(en: nbformat.NotebookNode, ru: nbformat.NotebookNode) -> list[str]:
     problems = []
     if len(en.cells) != len(ru.cells):
         problems.append(f"{len(en.cells)} cells in en, {len(ru.cells)} in ru")
-    for i, (a, b) in enumerate(zip(en.cells, ru.cells)):
+    for i, (a, b) in enumerate(zip(en.cells, ru.cells, strict=False)):
         if _shape(a) != _shape(b):
             problems.append(f"cell {i} differs: en {_shape(a)[:2]!r} vs ru {_shape(b)[:2]!r}")
     return problems
@@ -129,7 +129,7 @@ def stale(source: Path, lang: str, committed: nbformat.NotebookNode) -> list[str
     problems = []
     if len(fresh.cells) != len(committed.cells):
         problems.append(f"{lang}/{source.stem}: source has {len(fresh.cells)} cells, notebook {len(committed.cells)}")
-    for i, (a, b) in enumerate(zip(fresh.cells, committed.cells)):
+    for i, (a, b) in enumerate(zip(fresh.cells, committed.cells, strict=False)):
         if (a.cell_type, a.source, a.metadata.get("tags", [])) != (b.cell_type, b.source, b.metadata.get("tags", [])):
             problems.append(f"{lang}/{source.stem}: cell {i} differs from the source; run notebooks/build.py")
     return problems

@@ -223,7 +223,7 @@ def labelled_servers(label: str) -> list[tuple[int, str]]:
     """(pid, data folder) of every live postmaster named ``label`` (``LEASELAB_PG_LABEL``) or a label below it."""
     found = []
     for pid, argv in _processes():
-        names = [b.partition("=")[2] for a, b in zip(argv, argv[1:]) if a == "-c" and b.startswith("cluster_name=")]
+        names = [b.partition("=")[2] for a, b in itertools.pairwise(argv) if a == "-c" and b.startswith("cluster_name=")]
         if any(n == label or n.startswith(label + ".") for n in names) and "-D" in argv[:-1]:
             found.append((pid, argv[argv.index("-D") + 1]))
     return found
@@ -254,7 +254,8 @@ def _argv(pid: int) -> list[str]:
 
 
 def processes_naming(text: str) -> list[str]:
-    """Every live process with ``text`` in one of its arguments (a postmaster's -D, a worker's --db), as "pid N (argv)"."""
+    """Every live process with ``text`` in one of its arguments (a postmaster's -D, a worker's --db), as "pid N
+    (argv)"."""
     return [f"pid {pid} ({' '.join(argv)})" for pid, argv in _processes() if pid != os.getpid() and any(text in a for a in argv)]
 
 

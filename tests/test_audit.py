@@ -1,4 +1,5 @@
-"""bench/audit.py: the same faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie is caught.
+"""bench/audit.py: the same faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie
+is caught.
 
 The whole ``--quick`` audit runs once for the module (about a minute: each fault is in the
 handler, so no verdict waits on the machine's speed) and each test reads its rows.
@@ -23,7 +24,8 @@ pytest.importorskip("persistqueue")
 
 
 def audit_processes(base: Path) -> list[str]:
-    """Command lines of live processes working in a folder under ``base`` (each worker runs in its scenario's folder)."""
+    """Command lines of live processes working in a folder under ``base`` (each worker runs in its scenario's
+    folder)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

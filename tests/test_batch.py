@@ -1,4 +1,5 @@
-"""Batches: many jobs leased in one statement, renewed in one statement, completed in one transaction, fenced job by job."""
+"""Batches: many jobs leased in one statement, renewed in one statement, completed in one transaction, fenced job by
+job."""
 
 from __future__ import annotations
 

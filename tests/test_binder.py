@@ -41,8 +41,8 @@ def test_nbval_runs_one_language_of_the_lessons_and_in_the_binder_kernel():
 def test_runtime_pins_a_python_and_requirements_install_the_project_with_the_russian_pack():
     runtime = (BINDER / "runtime.txt").read_text().strip()
     assert runtime.startswith("python-3.") and runtime.count(".") == 1
-    lines = [l.split("#")[0].strip() for l in (BINDER / "requirements.txt").read_text().splitlines()]
-    lines = [l for l in lines if l]
+    lines = [line.split("#")[0].strip() for line in (BINDER / "requirements.txt").read_text().splitlines()]
+    lines = [line for line in lines if line]
     assert ".[lab]" in lines
     assert "jupyterlab-language-pack-ru-RU" in lines
 

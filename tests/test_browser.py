@@ -114,7 +114,7 @@ def job_row(nb: NotebookPage, job_id: str) -> dict[str, str] | None:
     header = next((r for r in rows if r and r[0] and not r[0].isdigit()), None)
     for row in rows:
         if row and row[0] == job_id and header:
-            return dict(zip(header, row))
+            return dict(zip(header, row, strict=False))
     return None
 
 

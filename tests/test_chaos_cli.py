@@ -1,4 +1,5 @@
-"""``leaselab chaos``: a seeded, replayable schedule; real runs that come out clean; a broken handler caught; bad input refused."""
+"""``leaselab chaos``: a seeded, replayable schedule; real runs that come out clean; a broken handler caught; bad input
+refused."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -51,7 +53,7 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another():
     # A slot never gets a second lasting fault before its first one ends; pauses outlast the lease.
     for slot in ("w1", "w2", "w3", "w4"):
         lasting = [s for s in first.steps if s.worker == slot and s.fault in ("pause", "partition", "clock")]
-        assert all(a.at + a.lasts <= b.at for a, b in zip(lasting, lasting[1:]))
+        assert all(a.at + a.lasts <= b.at for a, b in pairwise(lasting))
     assert all(s.lasts > 1.0 for s in first.steps if s.fault in ("pause", "partition"))
 
 

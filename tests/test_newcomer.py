@@ -345,7 +345,7 @@ def test_every_other_readme_command_works_as_written_from_a_fresh_clone(tmp_path
     # checked here is that each runs and reports, not its figures.
     with ThreadPoolExecutor(BENCHMARKS_AT_ONCE) as pool:
         runs = list(pool.map(lambda row: sh(f"{row[0]} {SMALL_BENCH_ARGS[row[1]]}"), listed))
-    for (command, name), done in zip(listed, runs):
+    for (command, _), done in zip(listed, runs, strict=True):
         assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
         steps = [line for line in done.stderr.splitlines() if re.match(r"\[\s*[\d.]+ s\] ", line)]
         assert steps, f"{command} said nothing while it ran:\n{done.stderr}"

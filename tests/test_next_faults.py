@@ -44,7 +44,7 @@ def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_neve
         with Queue(url, durability="full", backoff=QUICK) as q:
             after = q.get(job_id)
             assert (after.status, after.attempts, after.token) == (Status.RUNNING, 1, first.token)
-            wait_until(lambda: q.reap() == [job_id] or q.get(job_id).status is not Status.RUNNING, timeout=10)
+            wait_until(lambda job_id=job_id: q.reap() == [job_id] or q.get(job_id).status is not Status.RUNNING, timeout=10)
             wait_until(lambda: (q.next_run_at() or 0) <= q.clock(), timeout=10)
             second = q.claim("w2", lease=30)
             assert second.id == job_id and second.fence != first.fence and second.attempts == 2

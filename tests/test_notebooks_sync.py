@@ -1,4 +1,5 @@
-"""The lessons stay in step: one source per lesson, the same code in both languages, committed notebooks current and run."""
+"""The lessons stay in step: one source per lesson, the same code in both languages, committed notebooks current and
+run."""
 
 from __future__ import annotations
 

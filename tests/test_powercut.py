@@ -49,7 +49,7 @@ def test_after_the_cut_writes_are_dropped_and_the_disk_is_gone(tmp_path):
     disk.cut()
     with Queue(path) as q:
         assert [j.payload for j in q.jobs()] == ["kept"]
-    with pytest.raises(Exception):
+    with pytest.raises(LeaselabError, match="no such vfs"):
         powercut.Session(path, disk)  # the disk's file system was unregistered with the power
 
 

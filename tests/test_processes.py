@@ -118,7 +118,7 @@ def test_a_worker_killed_mid_job_has_its_job_reaped_retried_and_done(tmp_path, f
                                     ("completed", "B")]
         reaped = [e for e in q.events(job_id) if e.kind == "reaped"]
         assert reaped[0].detail == "lease expired"
-        assert "reaped expired leases of jobs [%d]" % job_id in log_of(fleet, b)
+        assert f"reaped expired leases of jobs [{job_id}]" in log_of(fleet, b)
 
 
 def test_importing_the_core_pulls_in_no_pandas_ipywidgets_or_matplotlib():

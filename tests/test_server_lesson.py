@@ -1,4 +1,5 @@
-"""The props of lesson 6: two claims raced by hand on a server, the exercise's check, and a worker whose clock is off."""
+"""The props of lesson 6: two claims raced by hand on a server, the exercise's check, and a worker whose clock is
+off."""
 
 from __future__ import annotations
 

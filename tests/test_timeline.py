@@ -1,4 +1,5 @@
-"""The timeline on a recorded history: lanes per worker, a bar per attempt, faults shaded, reaps and refused writes marked."""
+"""The timeline on a recorded history: lanes per worker, a bar per attempt, faults shaded, reaps and refused writes
+marked."""
 
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def test_a_template_fills_the_number_and_its_word():
 def test_numbers_are_written_as_each_language_writes_them(value, spec, en, ru):
     assert words.number(value, spec, "en") == en
     assert words.number(value, spec, "ru") == ru
-    assert words.render("{x:%s}" % spec if spec else "{x}", "ru", x=value) == ru
+    assert words.render(f"{{x:{spec}}}" if spec else "{x}", "ru", x=value) == ru
 
 
 def test_a_wrong_count_of_forms_or_an_unknown_language_is_refused():

@@ -1,4 +1,5 @@
-"""The wrong ways really are wrong: the naive claim hands one job to two workers, the unfenced write lets a zombie win."""
+"""The wrong ways really are wrong: the naive claim hands one job to two workers, the unfenced write lets a zombie
+win."""
 
 from __future__ import annotations
 

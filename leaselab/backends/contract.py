@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, Union
+from typing import Any, NamedTuple, Protocol
 
 from ..job import Event, Job, Status
 
@@ -63,7 +63,7 @@ class Unreadable(NamedTuple):
 
 
 # What a claim hands back for one job.
-Claimed = Union[Job, Unreadable]
+Claimed = Job | Unreadable
 
 
 class Outcome(NamedTuple):

@@ -41,7 +41,8 @@ RETURNING """ + JOB_COLUMNS
 
 
 def claim(lock: str, token: str = ":token", pick: str = "=", limit: str = "1", also: str = "") -> str:
-    """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further condition."""
+    """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further
+    condition."""
     return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock)
 
 

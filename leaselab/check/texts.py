@@ -47,7 +47,8 @@ TITLES: dict[str, dict[str, str]] = {
 SENTENCES: dict[str, dict[str, str]] = {
     "en": {
         "lost.gone": "job {job} is gone: its history shows it enqueued, but the jobs table has no row for it",
-        "lost.effect_of_gone": "job {job} is gone: a handler recorded an effect for it, but the jobs table has no row for it",
+        "lost.effect_of_gone": "job {job} is gone: a handler recorded an effect for it, but the jobs table has no row "
+                               "for it",
         "lost.abandoned": ("job {job} is still running under a lease that runs {left} s more, though the workers "
                            "were idle: no worker is doing it"),
         "stuck.expired": "job {job} is still running under a lease that ran out {ago} s ago: no one took it back",
@@ -58,7 +59,8 @@ SENTENCES: dict[str, dict[str, str]] = {
         "stale.token": "job {job}: the queue accepted a {write} from token {token} while token {holder} held the job",
         "stale.unheld": "job {job}: the queue accepted a {write} from token {token} while no one held the job",
         "stale.after_end": "job {job}: the queue accepted a {write} from token {token} after the job was {ended}",
-        "overlap.held": "job {job} was claimed by token {token} while token {holder} still held it: two holders at once",
+        "overlap.held": "job {job} was claimed by token {token} while token {holder} still held it: two holders at "
+                        "once",
         "overlap.timed": ("job {job}: attempt {attempt} was claimed {early} s before the lease of attempt {prev} ran "
                           "out: two holders at once"),
         "completed_twice": "job {job} was completed twice: by token {first}, then again by token {token}",
@@ -77,7 +79,8 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "job {job}: its history links to event {event}, which does not exist",
         "disagree.release_unheld": "job {job} was taken back to the queue (event {event}) while no one held it",
         "disagree.reaped_after_end": "job {job} was taken back to the queue (event {event}) after it was {ended}",
-        "disagree.effect_unclaimed": "job {job}: a handler recorded an effect as attempt {attempt}, which was never claimed",
+        "disagree.effect_unclaimed": "job {job}: a handler recorded an effect as attempt {attempt}, which was never "
+                                     "claimed",
         "disagree.done_unrun": ("job {job} was completed by attempt {attempt}, but that attempt's handler recorded "
                                 "no run"),
         "reaped.live": ("job {job}: attempt {attempt} was taken back {early} s before the lease its last renewal wrote "

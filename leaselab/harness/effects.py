@@ -78,7 +78,7 @@ class Ledger:
     def entries(self) -> list[dict[str, Any]]:
         """Every deposit, oldest first."""
         cols = ("key", "account", "amount", "job_id", "attempt")
-        return [dict(zip(cols, row)) for row in self._conn.execute(ENTRIES)]
+        return [dict(zip(cols, row, strict=True)) for row in self._conn.execute(ENTRIES)]
 
     def effects(self) -> list[dict[str, Any]]:
         """The deposits made by jobs, as ``leaselab.check`` reads effects: ``check(db, effects=ledger.effects)``.

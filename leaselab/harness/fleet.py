@@ -14,8 +14,8 @@
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
 session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
 the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
-``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers (spawn, pause, resume,
-kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
+``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers
+(spawn, pause, resume, kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
 ``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
 """
 
@@ -150,7 +150,8 @@ class WorkerStatus:
 
     @property
     def badge(self) -> str:
-        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` / ``waiting``."""
+        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` /
+        ``waiting``."""
         if self.zombie:
             return "zombie"
         if self.partitioned and self.state in ALIVE:

@@ -48,7 +48,8 @@ DONE_BY_ANOTHER = "SELECT status = 'done' AND attempts > ? FROM jobs WHERE id = 
 FREEZER = r"""
 import os, signal, sqlite3, sys, time
 os.setpgrp()
-pid, db, job, attempt, until, sql = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+pid, db, job, attempt = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+until, sql = float(sys.argv[5]), sys.argv[6]
 def done_by_another():
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)

@@ -80,7 +80,8 @@ class PgStartFailed(RuntimeError):
 
 
 class PgNotRunning(RuntimeError):
-    """Raised when the server is not in the state an operation needs (running, crashed, stopped), or its watchdog is gone."""
+    """Raised when the server is not in the state an operation needs (running, crashed, stopped), or its watchdog is
+    gone."""
 
 
 # Where Debian and Ubuntu's postgresql package (and so Binder's apt.txt) puts the server's
@@ -267,7 +268,7 @@ class PgServer:
                 raise PgStartFailed(f"initdb failed: {made['error']}")
             if made["code"] != 0:
                 raise PgStartFailed(f"initdb exited {made['code']}:\n{made['output']}")
-            for attempt in range(5):  # another process may take the free port before the server binds it
+            for _ in range(5):  # another process may take the free port before the server binds it
                 self.port = free_port()
                 logged = self._log_size()
                 started = self._serve(PgStartFailed)
@@ -320,9 +321,9 @@ class PgServer:
 
         An immediate shutdown (SIGQUIT) whose end does not depend on the clients: a server
         process that does not quit within a second is SIGKILLed, and the postmaster itself
-        after ``pgwatchdog.HALT_TIMEOUT`` (``pgwatchdog.end_postmaster`` says why). The data folder stays; ``recover()`` starts the server on it again. The watchdog
-        stays too: if this process dies before or after ``recover()``, the server is still
-        stopped and its folder removed.
+        after ``pgwatchdog.HALT_TIMEOUT`` (``pgwatchdog.end_postmaster`` says why). The data folder
+        stays; ``recover()`` starts the server on it again. The watchdog stays too: if this process
+        dies before or after ``recover()``, the server is still stopped and its folder removed.
         """
         if not self.running:
             raise PgNotRunning(f"cannot crash {self!r}: it is not running")

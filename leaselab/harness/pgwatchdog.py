@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -44,7 +45,8 @@ HALT_TIMEOUT = 10.0  # seconds an immediate shutdown may take before the postmas
 
 
 class WatchdogGone(RuntimeError):
-    """Raised when a server's watchdog has ended (killed), or did not answer in time and was killed: the server ended with it."""
+    """Raised when a server's watchdog has ended (killed), or did not answer in time and was killed: the server ended
+    with it."""
 
 
 class Watchdog:
@@ -143,7 +145,7 @@ def postmasters(data_dir: str | os.PathLike) -> list[int]:
                 argv = fh.read().split(b"\0")
         except OSError:
             continue
-        if any(a == b"-D" and b == data for a, b in zip(argv, argv[1:])) and _alive(int(entry)):
+        if any(a == b"-D" and b == data for a, b in pairwise(argv)) and _alive(int(entry)):
             found.append(int(entry))
     return found
 

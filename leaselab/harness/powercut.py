@@ -105,7 +105,8 @@ class VolatileDisk(apsw.VFS):
             self._durable[path] = _read(path)
 
     def cut(self) -> None:
-        """The power goes: drop every later write, close every queue opened on the disk, and put back what was synced."""
+        """The power goes: drop every later write, close every queue opened on the disk, and put back what was
+        synced."""
         self.powered = False
         apsw.connection_hooks.remove(self._opened)
         for connection in self._connections:

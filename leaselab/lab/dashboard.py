@@ -101,7 +101,7 @@ def worker_row_html(w: WorkerStatus, lang: str) -> str:
     cells = [f"<b>{esc(w.name)}</b>", badge_html(w.badge, lang), esc(w.pid),
              esc(", ".join(map(str, w.jobs)) if w.jobs else w.job_id), esc(_seconds(w.lease_left))]
     widths = WORKER_COLUMNS
-    tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths))
+    tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths, strict=True))
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{tds}</tr></table>'
 
 
@@ -109,7 +109,7 @@ def workers_header_html(lang: str) -> str:
     keys = ("col_worker", "col_state", "col_pid", "col_job", "col_lease_left")
     widths = WORKER_COLUMNS
     ths = "".join(f'<th style="width:{px}px;padding:2px 6px;text-align:left">{esc(t(k, lang))}</th>'
-                  for k, px in zip(keys, widths))
+                  for k, px in zip(keys, widths, strict=True))
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{ths}</tr></table>'
 
 

@@ -82,7 +82,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "legend_running": "working normally",
         "legend_paused": "frozen by SIGSTOP, lease still valid",
         "legend_zombie": "paused or cut off, and its job was reaped or handed on: it still thinks the job is its own",
-        "legend_lease_expired": "its lease ran out, but nobody has reaped the job yet: its writes are still accepted until a reaper gets there",
+        "legend_lease_expired": "its lease ran out, but nobody has reaped the job yet: its writes are still accepted "
+                                "until a reaper gets there",
         "legend_waiting": "alive, retrying while the database is locked too long or the disk is full",
         "legend_cut_off": "alive, but cut off the network: its queries to the server hang unanswered",
         "legend_stopping": "finishing its job after SIGTERM",
@@ -180,8 +181,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "legend": "Обозначения",
         "legend_running": "работает как обычно",
         "legend_paused": "заморожен SIGSTOP, аренда ещё действует",
-        "legend_zombie": "заморожен или отрезан от сети, а его задачу уже вернули в очередь или отдали другому: он всё ещё считает её своей",
-        "legend_lease_expired": "аренда истекла, но задачу ещё никто не вернул в очередь: его записи принимаются, пока до неё не добрался reaper",
+        "legend_zombie": "заморожен или отрезан от сети, а его задачу уже вернули в очередь или отдали другому: он "
+                         "всё ещё считает её своей",
+        "legend_lease_expired": "аренда истекла, но задачу ещё никто не вернул в очередь: его записи принимаются, "
+                                "пока до неё не добрался reaper",
         "legend_waiting": "жив, повторяет попытки: база слишком долго заблокирована или диск полон",
         "legend_cut_off": "жив, но отрезан от сети: его запросы к серверу повисают без ответа",
         "legend_stopping": "доделывает задачу после SIGTERM",

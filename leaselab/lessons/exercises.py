@@ -89,7 +89,8 @@ def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1
 
 
 def check_guarded_take(take: Callable[[sqlite3.Connection, int, str], Any], lang: str = "en") -> str:
-    """Lesson 2: the reader's ``take(conn, job_id, worker)``, step two of the naive claim, under the interleaving that breaks it.
+    """Lesson 2: the reader's ``take(conn, job_id, worker)``, step two of the naive claim, under the interleaving that
+    breaks it.
 
     Two claimers, A and B, each on its own connection to a real queue file of two jobs and
     without a transaction, both look (``wrong.NAIVE_SELECT``) and see job 1. A takes it, then
@@ -171,7 +172,8 @@ STORE_WANT = {"holder": (True, "w2"), "zombie": (False, "w2"), "zombie_new_key":
 
 
 def check_store(store_class: Callable[[], Any], lang: str = "en") -> str:
-    """Lesson 3: a fresh ``store_class()`` gets the writes of ``store_writes`` in order; each must be accepted or refused right."""
+    """Lesson 3: a fresh ``store_class()`` gets the writes of ``store_writes`` in order; each must be accepted or
+    refused right."""
     writes = store_writes()
     results = []
     try:
@@ -429,7 +431,8 @@ def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set
 
 
 def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: str = "en") -> str:
-    """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean run."""
+    """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean
+    run."""
     clean, planted, want = overlap_histories()
     results = []
     for name, events, expected in (("planted", planted, want), ("clean", clean, set())):

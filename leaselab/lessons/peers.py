@@ -89,7 +89,7 @@ def table(rows: list[dict], lang: str) -> str:
             cells.append("-" if v["back_after"] is None else text("l7_audit_seconds", lang, s=v["back_after"]))
         body.append(cells)
     widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + body]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head] + body]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 

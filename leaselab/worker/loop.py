@@ -95,7 +95,7 @@ def _refuse_coroutine(handler: Callable[..., Any], name: str) -> None:
     """``HandlerError`` for a coroutine function: called as a plain function, it would return a coroutine
     that never runs, and every job would fail as "not JSON"."""
     # An async def function, a partial of one, or an object whose __call__ is one.
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):  # noqa: B004  (inspects the method)
         call = getattr(handler, "__name__", "handler")
         raise HandlerError(f"handler {name} is asynchronous (async def): the worker calls handlers as plain "
                            f"functions, on its own threads; call it from one, e.g. "
@@ -552,7 +552,8 @@ class Worker:
             for lease, result in completions:
                 try:
                     refused = self.outlast(f"complete job {lease.job.id}",
-                                           lambda: self.queue.complete_many([(lease.job.id, lease.token, result)]))
+                                           lambda lease=lease, result=result: self.queue.complete_many(
+                                               [(lease.job.id, lease.token, result)]))
                 except InvalidPayload as exc:
                     outcomes[id(lease)] = self._fail(lease, f"handler returned a result that is not JSON: {exc}")
                     continue

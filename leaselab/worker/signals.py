@@ -19,10 +19,9 @@ import signal
 import threading
 import traceback
 from collections.abc import Callable, Mapping
-from typing import Union
 
 # What to do on a signal: a function of no arguments, run on the relay's thread, or SIG_IGN.
-Action = Union[Callable[[], None], signal.Handlers]
+Action = Callable[[], None] | signal.Handlers
 
 
 class Relay:

@@ -45,7 +45,8 @@ class Cursor:
 
 
 class Connection:
-    """An APSW connection with the ``sqlite3`` habits the SQLite backend relies on; ``apsw`` is the connection itself."""
+    """An APSW connection with the ``sqlite3`` habits the SQLite backend relies on; ``apsw`` is the connection
+    itself."""
 
     Error = apsw.Error
 

@@ -46,8 +46,8 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300
-CHANNEL_POLL = 0.1
-CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how often a worker waiting for a notification looks at its stop flag
+CHANNEL_POLL = 0.1  # how often a worker waiting for a notification looks at its stop flag
+CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock
 # How much sooner than the client's call timeout the server's own limits end a wait, so the server
 # ends it first and the connection survives: a small, fixed head start, not a share, since a share
 # of a 27 s call timeout (a 30 s lease) would cut a 25 s lock wait that the busy timeout allows.

@@ -67,7 +67,7 @@ def schema_statements() -> list[str]:
         current.append(line)
         chunk = "\n".join(current).strip()
         if chunk and sqlite3.complete_statement(chunk):
-            if not all(l.strip().startswith("--") or not l.strip() for l in current):
+            if not all(line.strip().startswith("--") or not line.strip() for line in current):
                 statements.append(chunk)
             current = []
     return statements
@@ -75,7 +75,7 @@ def schema_statements() -> list[str]:
 
 def _code(statement: str) -> str:
     """A statement without the comment lines ``schema.sql`` puts before it."""
-    return "\n".join(l for l in statement.splitlines() if not l.lstrip().startswith("--")).lstrip()
+    return "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).lstrip()
 
 
 def nearest_queue_file(path: str) -> str | None:
