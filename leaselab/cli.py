@@ -126,6 +126,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # and with several slots no single attribute knows every job this worker holds.
         nonlocal held
         try:
+            assert queue is not None and worker is not None  # interrupted() starts this once both are made
             ids = sorted(j.id for j in queue.jobs(status="running", limit=100_000) if j.worker == worker.name)
         except Exception:  # a busy file, or a worker that finished and closed it meanwhile
             log("stopping, Ctrl-C again to quit at once")

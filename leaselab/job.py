@@ -50,7 +50,7 @@ def check_json_depth(what: str, text: str, *, of_job: int | None = None) -> None
 # The C scanner ``json.loads`` ends in, called directly. On a short payload most of ``json.loads``'s
 # time goes around it (three calls and two regular-expression matches for the whitespace around the
 # value), and a worker reads a payload with every claim. It returns the value and where it ended.
-_SCAN_JSON = json.JSONDecoder().scan_once
+_SCAN_JSON = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it
 
 
 def _load_json(job_id: int, what: str, text: str | bytes) -> Any:

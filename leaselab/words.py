@@ -65,7 +65,7 @@ def number(value: int | float, spec: str = "", lang: str = "en") -> str:
     if "," in whole:
         bare = whole.replace(",", "")
         if len(bare) >= 5:
-            groups = []
+            groups: list[str] = []
             while len(bare) > 3:
                 bare, tail = bare[:-3], bare[-3:]
                 groups.insert(0, tail)

@@ -75,6 +75,7 @@ class Slots:
         return self._current[slot]
 
     def clock_file(self, name: str) -> Path:
+        assert self.clock_dir is not None  # a clock fault is only scheduled with a clock_dir
         return self.clock_dir / f"{name}.clock"
 
 
@@ -111,6 +112,7 @@ class Nemesis:
                 if self._stop.wait(max(0.0, start + due - self.clock())):
                     break
                 if not begins:
+                    assert step.worker is not None  # only a fault on a worker's slot is ended later
                     self._end(step.worker, step)
                     continue
                 if step.worker in self._open:  # the one before on this slot began late: it ends now
@@ -134,6 +136,7 @@ class Nemesis:
             except Exception as exc:  # a server that would not come back: recorded; the drain will show the rest
                 return Applied(step, at, None, f"{type(exc).__name__}: {exc}")
             return Applied(step, at, None)
+        assert step.worker is not None  # every other fault is on a worker's slot
         name = self.slots.current(step.worker)
         try:
             if step.fault == "kill":

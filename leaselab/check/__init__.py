@@ -54,19 +54,19 @@ def check_history(history: History, *, lease: float | None = None, idle: bool = 
                   vanished: Iterable[str] = ()) -> Report:
     """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
     _options(lease, idle, runs_recorded)
-    vanished = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
-    if vanished is None or not all(isinstance(name, str) for name in vanished):
-        raise TypeError(f"vanished must be worker names (strs), got {vanished!r:.80}")
+    names = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"vanished must be worker names (strs), got {names!r:.80}")
     h = History(jobs=history.jobs, events=history.events, effects=effects_from(list(history.effects)), now=history.now)
     derived = rules.derived_leases(h)
 
     def lease_of(worker: str | None) -> float | None:
-        return lease if lease is not None else derived.get(worker)
+        return lease if lease is not None else derived.get(worker) if worker is not None else None
 
     found = (rules.lost_jobs(h) + rules.unfinished(h, idle) + rules.fencing(h) + rules.attempts(h)
              + rules.events_agree(h) + rules.links(h) + rules.fences(h) + rules.false_losses(h)
              + rules.reaps(h, lease_of) + rules.effects_repeated(h) + rules.effects_agree(h)
-             + (rules.runs(h, vanished) if runs_recorded else []))
+             + (rules.runs(h, names) if runs_recorded else []))
     found.sort(key=lambda a: (a.job if a.job is not None else -1, KINDS.index(a.kind)))
     notes = []
     reaped = any(e["kind"] == "reaped" for e in h.events)

@@ -20,7 +20,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
 from ..errors import InvalidEffects
@@ -30,7 +30,7 @@ ENV = "LEASELAB_EFFECTS"
 # The fields of one line, in the order they are written; ``detail`` holds the caller's own.
 FIELDS = ("job", "attempt", "token", "worker", "key", "pid", "time", "detail")
 
-EffectSource = Union[None, str, "os.PathLike[str]", Callable[[], Iterable[dict]]]
+EffectSource = Union[None, str, "os.PathLike[str]", list[dict], tuple[dict, ...], Callable[[], Iterable[dict]]]
 
 
 def _whole(value: Any) -> bool:
@@ -108,6 +108,7 @@ def effects_from(source: EffectSource) -> list[dict[str, Any]]:
     """
     if source is None:
         return []
+    items: Sequence[Any]
     if isinstance(source, (str, os.PathLike)):
         where, items = os.fspath(source), read_effects(source)
     elif isinstance(source, (list, tuple)):

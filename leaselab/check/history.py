@@ -121,7 +121,7 @@ def _read_server(url: str) -> tuple[list[dict], list[dict], float]:
         try:
             jobs = conn.execute(SELECT_JOBS).fetchall()
             events = conn.execute(SELECT_EVENTS).fetchall()
-            clock = conn.execute(SERVER_NOW).fetchone()["now"]
+            clock = conn.execute(SERVER_NOW).fetchone()["now"]  # type: ignore[index]  # one row, always
         except psycopg.errors.UndefinedTable as exc:
             raise NotALeaselabDatabase(f"the database holds no leaselab queue ({scrub(str(exc), url)})") from None
         except psycopg.Error as exc:

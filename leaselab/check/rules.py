@@ -221,7 +221,8 @@ def links(h: History) -> list[Anomaly]:
     by_id = {e["id"]: e for e in h.events}
     grouped = by_job(h.events)
     for j in h.jobs:
-        walked, at, missing = [], j.get("last_event_id"), None
+        walked: list[int] = []
+        at, missing = j.get("last_event_id"), None
         while at is not None and len(walked) <= len(h.events):
             event = by_id.get(at)
             if event is None:

@@ -563,7 +563,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             for p in procs:
                 if states[p.name] not in ALIVE:
                     self._notice_exit(p)
-        held: dict[str, list] = {}
+        held: dict[str | None, list] = {}
         if procs:
             for job in self.queue.jobs(status="running", limit=10_000):
                 held.setdefault(job.worker, []).append(job)
@@ -572,13 +572,13 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         for p in procs:
             mine = held.get(p.name, [])
             # The job shown with its lease left is the one whose lease runs out first.
-            job = min(mine, key=lambda j: (j.lease_until is None, j.lease_until or 0.0, j.id), default=None)
+            first = min(mine, key=lambda j: (j.lease_until is None, j.lease_until or 0.0, j.id), default=None)
             out.append(WorkerStatus(
                 name=p.name,
                 pid=p.popen.pid,
                 state=states[p.name],
-                job_id=job.id if job else None,
-                lease_left=(job.lease_until - now) if job and job.lease_until is not None else None,
+                job_id=first.id if first else None,
+                lease_left=(first.lease_until - now) if first and first.lease_until is not None else None,
                 lease=p.lease,
                 paused_for=None if p.paused_at is None else now - p.paused_at,
                 paused_job=None if p.paused_at is None else p.paused_job,

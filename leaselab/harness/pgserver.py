@@ -48,7 +48,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .pgwatchdog import Watchdog, WatchdogGone, end_server, remove_folder
 
@@ -173,7 +175,7 @@ class PgServer:
     """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
 
     def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0, *, fsync: bool = False,
-                 settings: dict[str, str | int | float] | None = None, parent: str | os.PathLike | None = None):
+                 settings: Mapping[str, str | int | float] | None = None, parent: str | os.PathLike | None = None):
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         self.timeout = timeout
         self.fsync = bool(fsync)
@@ -192,12 +194,19 @@ class PgServer:
         self._lock = threading.Lock()  # one command to the watchdog and its reply at a time
 
     @property
+    def _dir(self) -> Path:
+        """The server's folder, which start() makes (a TypeError before, as ``None / "data"`` was)."""
+        if self.folder is None:
+            raise TypeError(f"{self!r} has no folder: it was never started")
+        return self.folder
+
+    @property
     def data_dir(self) -> Path:
-        return self.folder / "data"
+        return self._dir / "data"
 
     @property
     def socket_dir(self) -> Path:
-        return self.folder / "socket"
+        return self._dir / "socket"
 
     @property
     def running(self) -> bool:
@@ -214,7 +223,7 @@ class PgServer:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{dbname}"
 
     def _cmd(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if self._user is not None:
             kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
@@ -226,7 +235,7 @@ class PgServer:
 
     def _log(self, since: int = 0) -> str:
         try:
-            with open(self.folder / "server.log", "rb") as log:
+            with open(self._dir / "server.log", "rb") as log:
                 log.seek(since)
                 text = log.read().decode(errors="replace")
         except (OSError, TypeError):
@@ -235,7 +244,7 @@ class PgServer:
 
     def _log_size(self) -> int:
         try:
-            return (self.folder / "server.log").stat().st_size
+            return (self._dir / "server.log").stat().st_size
         except OSError:
             return 0
 
@@ -284,7 +293,7 @@ class PgServer:
     def _serve(self, failure: type[Exception]) -> dict:
         options = {"listen_addresses": "127.0.0.1", "port": str(self.port),
                    "unix_socket_directories": str(self.socket_dir), "max_connections": "100",
-                   "cluster_name": os.environ.get(LABEL_VARIABLE) or self.folder.name,
+                   "cluster_name": os.environ.get(LABEL_VARIABLE) or self._dir.name,
                    "fsync": "on" if self.fsync else "off", "full_page_writes": "on" if self.fsync else "off",
                    **self.settings}
         argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
@@ -387,7 +396,7 @@ class PgServer:
         return f"PgServer(port={self.port}, folder={str(self.folder)!r})"
 
 
-def _checked_settings(settings: dict) -> dict[str, str]:
+def _checked_settings(settings: Mapping) -> dict[str, str]:
     if not isinstance(settings, dict):
         raise ValueError(f"settings must be a dict of setting names to values, got {settings!r}")
     checked = {}

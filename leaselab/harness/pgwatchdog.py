@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 CHILDREN_GRACE = 1.0  # seconds a server's children have to act on SIGQUIT before they are SIGKILLed
@@ -62,6 +63,9 @@ class Watchdog:
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
                                  start_new_session=True)
         # The pipes outlive ``first``, which leaves at once: its child is the watchdog.
+        assert first.stdin is not None and first.stdout is not None  # both asked for as pipes
+        self._to: int | None
+        self._from: int | None
         self._to, self._from = os.dup(first.stdin.fileno()), os.dup(first.stdout.fileno())
         first.stdin.close()
         first.stdout.close()
@@ -89,6 +93,7 @@ class Watchdog:
         return self._reply(command["timeout"] + 30)
 
     def _reply(self, timeout: float) -> dict:
+        assert self._from is not None  # let go only with _to, which ask() checked
         deadline = time.monotonic() + timeout
         while b"\n" not in self._replies:
             left = deadline - time.monotonic()
@@ -154,7 +159,7 @@ def end_server(data_dir: str | os.PathLike, grace: float = 5.0) -> None:
     """End every server running on ``data_dir``: ``grace`` seconds to end on its own, then ``end_postmaster``."""
     left = _wait_gone(postmasters(data_dir), grace)  # a watchdog just killed: PR_SET_PDEATHSIG is ending it
     for pid in left:
-        end_postmaster(pid, lambda wait, pid=pid: not _wait_gone([pid], wait), 10.0)
+        end_postmaster(pid, lambda wait, pid=pid: not _wait_gone([pid], wait), 10.0)  # type: ignore[misc]  # pid bound
     if left:
         Path(data_dir, "postmaster.pid").unlink(missing_ok=True)  # a SIGKILLed postmaster's, if one was
 
@@ -193,7 +198,7 @@ def end_postmaster(pid: int, ended: Callable[[float], bool], timeout: float) -> 
 
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
-    found = []
+    found: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -265,7 +270,7 @@ class _WatchdogProcess:
         self.owner, self.owner_fd = owner, owner_fd
         self.uid, self.gid = uid, gid
         self.pid = os.getpid()
-        self.user = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
+        self.user: dict[str, Any] = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
         self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
         self.prctl = _libc_prctl()
         self.folder: Path | None = None
@@ -374,6 +379,7 @@ class _WatchdogProcess:
     def do_serve(self, command: dict) -> dict:
         if self.server is not None and self.server.poll() is None:
             return {"ok": False, "error": "the server is running already"}
+        assert self.folder is not None  # made by run() before it reads any command
         with open(self.folder / "server.log", "ab") as log:
             self.server = self.spawn(command["argv"], signal.SIGQUIT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + command["timeout"]

@@ -172,5 +172,6 @@ def workload(queue: Queue) -> None:
     for n in range(3):
         queue.enqueue({"n": n})
     first = queue.claim("w1")
+    assert first is not None and first.token is not None  # three jobs were just enqueued
     queue.complete(first.id, first.token, {"ok": 1})
     queue.claim("w1")

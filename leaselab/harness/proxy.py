@@ -251,7 +251,7 @@ class Proxy:
                         if flowing:
                             self._accept()
                     elif flowing:
-                        self._forward(key.fileobj)
+                        self._forward(key.fileobj)  # type: ignore[arg-type]  # registered as the socket
                 if flowing:
                     self._deliver_due()
                     self._cut_lost_replies()

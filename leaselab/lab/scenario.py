@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,7 +143,7 @@ def wait_running(n: int = 1, timeout: float = 60.0) -> Step:
     return _step("wait", running=n, timeout=timeout)
 
 
-_BUILDERS = {
+_BUILDERS: dict[str, Callable[..., Step]] = {
     "spawn": spawn, "enqueue": enqueue, "pause": pause, "resume": resume, "kill": kill, "stop": stop,
     "pause_all": pause_all, "resume_all": resume_all, "reap": reap,
 }

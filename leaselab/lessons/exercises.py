@@ -16,7 +16,7 @@ from typing import Any
 
 from ..clock import ManualClock
 from ..harness.effects import Ledger
-from ..job import Event
+from ..job import Event, Job
 from ..queue import Queue
 from .texts import text
 from .wrong import NAIVE_SELECT
@@ -48,6 +48,13 @@ def misses_the_queue_tolerates(lease: float, every: float) -> int:
         missed += 1
 
 
+def _planned(job: Job | None) -> Job:
+    """What a claim the exercise planned took: its own queue, on a clock it moves, holds a job for it."""
+    if job is None:
+        raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
+    return job
+
+
 def _verdict(results: list[tuple[Any, Any, str]], lang: str, right: str | None = None) -> str:
     """The first case that differs, or ``right`` (else the first case) when none does."""
     if all(got is None for got, _, _ in results):
@@ -60,7 +67,7 @@ def _verdict(results: list[tuple[Any, Any, str]], lang: str, right: str | None =
 
 def check_misses(misses_tolerated: Callable[[float, float], Any], lang: str = "en") -> str:
     """Lesson 1: compare the reader's ``misses_tolerated(lease, every)`` with the queue on several leases."""
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for lease, every in MISS_CASES:
         got, want = misses_tolerated(lease, every), misses_the_queue_tolerates(lease, every)
         results.append((got, want, text("l1_ex_misses", lang, lease=lease, every=every, got=got, want=want)))
@@ -78,7 +85,7 @@ def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1
     deadline = time.monotonic() + timeout
     while True:
         history = list(events())
-        others = sorted({e.worker for e in history if e.kind == "claimed" and e.worker != zombie})
+        others = sorted({e.worker for e in history if e.kind == "claimed" and e.worker not in (zombie, None)})
         if any(e.kind == "lease_lost" and e.worker == zombie for e in history):
             if others:
                 return text("check_wrong", lang, detail=text("l0_ex_not_alone", lang, zombie=zombie, other=others[0]))
@@ -105,7 +112,7 @@ def check_guarded_take(take: Callable[[sqlite3.Connection, int, str], Any], lang
     a = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     b = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     look = lambda conn: conn.execute(NAIVE_SELECT, {"now": time.time()}).fetchone()[0]  # noqa: E731
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     try:
         a_sees, b_sees = look(a), look(b)
         a_took = take(a, a_sees, "A")
@@ -151,9 +158,11 @@ def store_writes() -> list[tuple[str, str, Any, tuple[int, int], str]]:
         q.reap()
         clock.advance(60)  # past the backoff
         holder = q.claim("w2", lease=10)
+        assert zombie is not None and zombie.token is not None and holder is not None and holder.token is not None
         q.complete(holder.id, holder.token)
         q.enqueue("new home page")
         later = q.claim("w3", lease=10)
+        assert later is not None and later.token is not None  # the claims above are planned: each takes a job
         if (zombie.id, zombie.attempts, holder.id, holder.attempts) != (first, 1, first, 2) or later.id == first:
             raise AssertionError("the exercise's claims did not come out as planned")  # pragma: no cover
     return [
@@ -175,7 +184,7 @@ def check_store(store_class: Callable[[], Any], lang: str = "en") -> str:
     """Lesson 3: a fresh ``store_class()`` gets the writes of ``store_writes`` in order; each must be accepted or
     refused right."""
     writes = store_writes()
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     try:
         store = store_class()
         for case, key, value, fence, token in writes:
@@ -222,16 +231,16 @@ def check_idempotent_transfer(transfer: Callable[[Any, Any], Any], ledger_path: 
     Job 2 runs once. Right when alice has -20 and bob 20.
     """
     clock = ManualClock()
-    attempts = []
+    attempts: list[Job] = []
     with Queue(":memory:", clock=clock) as q:
         first = q.enqueue("alice pays bob 10", max_attempts=3)
         for _ in range(3):
-            attempts.append(q.claim("w", lease=10))
+            attempts.append(_planned(q.claim("w", lease=10)))
             clock.advance(11)
             q.reap()
             clock.advance(60)
         second = q.enqueue("alice pays bob 10 again")
-        attempts.append(q.claim("w", lease=10))
+        attempts.append(_planned(q.claim("w", lease=10)))
         if [(j.id, j.attempts) for j in attempts] != [(first, 1), (first, 2), (first, 3), (second, 1)]:
             raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
     with Ledger(ledger_path) as ledger:
@@ -265,9 +274,10 @@ def lease_survives(lease: float, pause: float) -> bool:
     clock = ManualClock()
     with Queue(":memory:", clock=clock) as q:
         q.enqueue("pause")
-        job = q.claim("w", lease=lease)          # the last beat before the pause renews to here
+        job = _planned(q.claim("w", lease=lease))  # the last beat before the pause renews to here
         clock.advance(lease / 3 + pause)         # the next beat, due at lease/3, comes that late
-        return q.get(job.id).lease_until > clock()
+        until = q.get(job.id).lease_until
+        return until is not None and until > clock()
 
 
 def shortest_lease(pauses: dict[float, int]) -> int:
@@ -280,7 +290,7 @@ def shortest_lease(pauses: dict[float, int]) -> int:
 
 def check_lease_size(choose_lease: Callable[[dict[float, int]], Any], lang: str = "en") -> str:
     """Lesson 5: the reader's ``choose_lease(pauses)`` must give the queue's shortest surviving lease."""
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for pauses in LEASE_CASES:
         try:
             got = choose_lease(dict(pauses))
@@ -314,14 +324,18 @@ def crashed_job_wait(lease: float, attempt: int, base: float, cap: float,
     with Queue(":memory:", clock=clock, backoff=Backoff(base=base, cap=cap)) as q:
         job_id = q.enqueue("crashes", max_attempts=attempt + 1)
         for _ in range(attempt - 1):                 # the attempts before ended in failures
-            job = q.claim("w", lease=lease)
+            job = _planned(q.claim("w", lease=lease))
+            assert job.token is not None
             q.fail(job.id, job.token, "failed")
             clock.advance(q.get(job_id).run_at - clock())
-        job = q.claim("w", lease=lease)
+        job = _planned(q.claim("w", lease=lease))
+        assert job.token is not None
         clock.advance(lease / 3)
         q.heartbeat(job.id, job.token, lease=lease)  # the last beat: the worker dies right after it
         crash = clock()
-        clock.advance(q.get(job_id).lease_until - clock())
+        until = q.get(job_id).lease_until
+        assert until is not None  # running, on the lease the beat just renewed
+        clock.advance(until - clock())
         if q.reap():
             raise AssertionError("a lease was reaped at its deadline")  # pragma: no cover
         clock.advance(reap_every)                    # the next tick of some live worker's reaper
@@ -337,7 +351,7 @@ def crashed_job_wait(lease: float, attempt: int, base: float, cap: float,
 
 def check_crash_wait(worst_wait: Callable[[float, int, float, float], Any], lang: str = "en") -> str:
     """Lesson 5: the reader's ``worst_wait(lease, attempt, base, cap)`` against ``crashed_job_wait`` on a real queue."""
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for lease, attempt, base, cap in WAIT_CASES:
         try:
             got = worst_wait(lease, attempt, base, cap)
@@ -396,7 +410,8 @@ def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set
     clock = ManualClock(start=0.0)
     with Queue(":memory:", clock=clock) as q:
         j1, j2 = q.enqueue_many(["one", "two"])
-        a = q.claim("w1", lease=RULE_LEASE)            # job 1 at 0
+        a = _planned(q.claim("w1", lease=RULE_LEASE))  # job 1 at 0
+        assert a.token is not None
         clock.advance(8)
         q.heartbeat(a.id, a.token, lease=RULE_LEASE)   # its lease now runs to 18
         clock.advance(4)
@@ -405,17 +420,20 @@ def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set
         clock.advance(11)
         q.reap()                                      # 23
         clock.advance(7)
-        c = q.claim("w2", lease=RULE_LEASE)           # job 2 again at 30 (after the backoff)
+        c = _planned(q.claim("w2", lease=RULE_LEASE))  # job 2 again at 30 (after the backoff)
+        assert c.token is not None
         q.complete(c.id, c.token, "done")
         clock.advance(10)
         j3 = q.enqueue("three")
-        d = q.claim("w1", lease=RULE_LEASE)           # job 3 at 40
+        d = _planned(q.claim("w1", lease=RULE_LEASE))  # job 3 at 40
+        assert d.token is not None
         clock.advance(8)
         q.heartbeat(d.id, d.token, lease=RULE_LEASE)  # 48: its lease now runs to 58; then w1 falls silent
         clock.advance(11)
         q.reap()                                      # 59
         clock.advance(11)
-        e = q.claim("w2", lease=RULE_LEASE)           # job 3 again at 70
+        e = _planned(q.claim("w2", lease=RULE_LEASE))  # job 3 again at 70
+        assert e.token is not None
         q.complete(e.id, e.token, "done")
         if [x.id if x else None for x in (a, b, c, d, e)] != [j1, j2, j2, j3, j3]:
             raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
@@ -434,7 +452,7 @@ def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: st
     """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean
     run."""
     clean, planted, want = overlap_histories()
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for name, events, expected in (("planted", planted, want), ("clean", clean, set())):
         try:
             got = overlapping([dict(ev) for ev in events], RULE_LEASE)

@@ -165,7 +165,7 @@ def claim_steps(queue: Queue, worker: str = "lesson", lease: float = 30.0) -> tu
         steps += 1
         return 0  # carry on
 
-    conn = queue.backend.connection  # the claim must run on the queue's own connection to be the real one
+    conn = queue.backend.connection  # type: ignore[attr-defined]  # a SQLite queue's; the claim must run on the queue's own connection to be the real one
     conn.set_progress_handler(count, 1)
     try:
         job = queue.claim(worker, lease)

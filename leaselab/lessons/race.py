@@ -67,7 +67,7 @@ class ServerRace:
 
     def isolation(self) -> str:
         """The isolation level A's transactions run at (PostgreSQL's default: read committed)."""
-        level = self.a.execute("SHOW transaction_isolation").fetchone()[0]
+        level = self.a.execute("SHOW transaction_isolation").fetchone()[0]  # type: ignore[index]  # one row
         self.a.rollback()
         return level
 
@@ -97,7 +97,7 @@ class ServerRace:
         pid = self.b.info.backend_pid
         deadline = time.monotonic() + self.timeout
         while self._b_thread.is_alive() and time.monotonic() < deadline:
-            if self.admin.execute(WAITING_ON_A_LOCK, (pid,)).fetchone()[0]:
+            if self.admin.execute(WAITING_ON_A_LOCK, (pid,)).fetchone()[0]:  # type: ignore[index]  # a count
                 return True
             time.sleep(0.01)
         return False
@@ -117,7 +117,7 @@ class ServerRace:
         self.b.commit()
         return self._b_row.get("row")
 
-    def claims(self) -> list[tuple[int, str]]:
+    def claims(self) -> list[tuple[int, str | None]]:
         """Every claim the queue's history recorded, as (job id, worker), in order."""
         with Queue(self.url, clock=ManualClock(0)) as q:
             return [(e.job_id, e.worker) for e in q.events() if e.kind == "claimed"]
@@ -153,7 +153,7 @@ def server_race(url: str, claim: str = "naive", workers: int = 4, jobs: int = 20
             f.unlink()
         gate.rmdir()
     with psycopg.connect(url) as conn:
-        total, distinct = conn.execute(COUNT_CLAIMS).fetchone()
+        total, distinct = conn.execute(COUNT_CLAIMS).fetchone()  # type: ignore[misc]  # counts: one row
     return RaceResult(claim=claim, workers=workers, jobs=jobs, claims=total, duplicates=total - distinct)
 
 

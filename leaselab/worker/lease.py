@@ -45,7 +45,8 @@ class Lease:
     def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
                  margin: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.job = job
-        self.token = job.token  # the claim's token: with the fence, what tells this claim from any other
+        # the claim's token: with the fence, what tells this claim from any other
+        self.token: str = job.token  # type: ignore[assignment]  # a lease is of a claimed job, which has one
         # ``lost`` is made when first asked for: most attempts end before anyone waits on it, and a
         # worker makes a Lease for every job it claims (an Event is a Condition and two locks).
         self._lost: threading.Event | None = None
@@ -80,7 +81,7 @@ class Lease:
 
     def renewed(self, sent: float) -> None:
         """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
-        if self.seconds is not None and not self._is_lost():
+        if self.seconds is not None and self.deadline is not None and not self._is_lost():  # set together
             self.deadline = max(self.deadline, sent + self.seconds - self.margin)
 
     def refuse(self) -> None:

@@ -18,10 +18,11 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 from queue import Empty, SimpleQueue
 from time import monotonic as _monotonic
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from ..arguments import integer, positive
 from ..errors import HandlerError, InvalidPayload, LeaseLost, TransientError
@@ -33,7 +34,7 @@ from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
 from .pulse import Pulse
 
-STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
+STOPPED: Final = faults.STOPPED  # what outlast returns when a stop came while it waited
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
 # handlers are in place): whoever waits for a worker to start (the lab's Fleet, the tests) looks for it.
 STARTED = "started (pid "
@@ -153,7 +154,7 @@ class WorkerStats:
 
 
 def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Callable[[str], None],
-            again: Callable[[], T] | None = None, state: Any = None) -> T | object:
+            again: Callable[[], T] | None = None, state: Any = None) -> T | faults.Stopped:
     """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
 
     Tries after the first call ``again`` instead, when given: after a fault the first try may
@@ -350,7 +351,7 @@ class Worker:
         """Write the turn's lines in order, in one write, and end it unless ``keep_open``."""
         lines = self._turn
         self._turn = [] if keep_open and lines is not None else None
-        if lines:
+        if lines and self._log_lines is not None:  # a turn holds lines only for a log that takes them
             self._log_lines(lines)
 
     def queue_idle(self) -> bool:
@@ -372,7 +373,7 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def outlast(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T | object:
+    def outlast(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T | faults.Stopped:
         """``call()`` retried through transient faults, logged; see ``leaselab.worker.outlast``."""
         return outlast(what, call, stop=self._stop, log=self._log_now, again=again, state=self)
 
@@ -457,6 +458,7 @@ class Worker:
 
     def _claim(self, n: int) -> list[Lease]:
         token, sent = new_token(), _monotonic()
+        assert self._leases is not None  # made by run(), the only caller
         self._begin_turn()
         try:
             with self._leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
@@ -480,6 +482,7 @@ class Worker:
             self.stats.claimed += 1
             self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
             leases.append(Lease(job, self.lease, sent=sent))
+        assert self._leases is not None  # made by run(), whose turns call this
         self._leases.add(*leases)
         return leases
 
@@ -492,6 +495,7 @@ class Worker:
         # hand the job to anyone, this worker included. The refill's claims too, as in _claim.
         # The turn's lines (outcomes, then claims) are written at its end, together.
         refill = new_token()
+        assert self._pulse is not None  # made by run(), the only caller
         self._begin_turn()
         try:
             with self._pulse.hand_in(map(_LEASE, finished), refill):
@@ -552,8 +556,7 @@ class Worker:
             for lease, result in completions:
                 try:
                     refused = self.outlast(f"complete job {lease.job.id}",
-                                           lambda lease=lease, result=result: self.queue.complete_many(
-                                               [(lease.job.id, lease.token, result)]))
+                                           partial(self.queue.complete_many, [(lease.job.id, lease.token, result)]))
                 except InvalidPayload as exc:
                     outcomes[id(lease)] = self._fail(lease, f"handler returned a result that is not JSON: {exc}")
                     continue
@@ -583,7 +586,7 @@ class Worker:
     def _fail(self, lease: Lease, error: str) -> str:
         job = lease.job
         try:
-            status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
+            status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, lease.token, error))
         except LeaseLost:
             self.stats.lost += 1
             self._log(f"lease lost on job {job.id} (attempt {job.attempts}): failure not written")
@@ -600,6 +603,7 @@ class Worker:
         return "lost"
 
     def _gave_up(self, lease: Lease) -> None:  # on whichever thread found the deadline passed
+        assert lease.seconds is not None  # only a lease with a length has a deadline
         self.log(f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
                  f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises")
 
