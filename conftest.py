@@ -61,6 +61,7 @@ QUICK = (
     "tests/test_timeline.py",
     "tests/test_words.py",
     "tests/test_layers.py",
+    "tests/test_lint.py",
 )
 
 
