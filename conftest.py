@@ -25,10 +25,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
 # Markers and files, longest first: what a worker should take before anything else. A test's tier is
 # the first entry that matches it; everything else keeps its place after them.
 LONGEST_FIRST = (
-    "binder",                      # makes the environment binder/ installs (a minute), which the lessons run in
-    "tests/test_browser.py",       # JupyterLab in Chromium, in both languages
-    "chaos",                       # fault-injection runs with real processes
-    "tests/test_newcomer.py",      # a clone, a venv, the README line by line
+    "binder",  # makes the environment binder/ installs (a minute), which the lessons run in
+    "tests/test_browser.py",  # JupyterLab in Chromium, in both languages
+    "chaos",  # fault-injection runs with real processes
+    "tests/test_newcomer.py",  # a clone, a venv, the README line by line
     "tests/test_server_lesson.py",
     "build",
     # One group per lesson, each a minute or so, after the two above: a lesson's kernel needs the
@@ -61,12 +61,16 @@ QUICK = (
     "tests/test_timeline.py",
     "tests/test_words.py",
     "tests/test_layers.py",
+    "tests/test_lint.py",
 )
 
 
 def pytest_addoption(parser):
-    parser.addoption("--quick", action="store_true",
-                     help="only the library and the backend contract (conftest.QUICK): under a minute")
+    parser.addoption(
+        "--quick",
+        action="store_true",
+        help="only the library and the backend contract (conftest.QUICK): under a minute",
+    )
 
 
 def pytest_configure(config):

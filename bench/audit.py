@@ -1,4 +1,5 @@
-"""Does your queue fence its zombies? The same faults and the same checker, run against leaselab and Python queues people use.
+"""Does your queue fence its zombies? The same faults and the same checker, run against leaselab and Python queues
+people use.
 
     ./dev bench audit [--quick] [--readme] [--only QUEUE ...]
 
@@ -50,9 +51,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -79,6 +81,7 @@ class AuditError(RuntimeError):
 @dataclass(frozen=True)
 class Row:
     """One queue in one scenario: what was run, what the checker counted, what a user should do."""
+
     queue: str
     version: str
     settings: str
@@ -128,8 +131,15 @@ class Workers:
         cmd, env = self.contender.worker(name)
         log = open(self.log(name), "ab")
         try:
-            proc = subprocess.Popen(cmd, env=env, cwd=self.folder, stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
+            proc = subprocess.Popen(
+                cmd,
+                env=env,
+                cwd=self.folder,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         finally:
             log.close()
         self.procs[name] = proc
@@ -151,7 +161,7 @@ class Workers:
     def pids(self) -> dict[str, int]:
         return {name: proc.pid for name, proc in self.procs.items()}
 
-    def __enter__(self) -> "Workers":
+    def __enter__(self) -> Workers:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -168,7 +178,7 @@ class Workers:
 def runners(ledger: Path, key: str) -> list[int]:
     """The processes that started a run of ``key``, in order: the handler's own process, which may be
     a worker's child (RQ's work horse, Celery's pool process) rather than the worker started."""
-    return [l["pid"] for l in read(ledger) if l["job"] == key and l["what"] == "start"]
+    return [line["pid"] for line in read(ledger) if line["job"] == key and line["what"] == "start"]
 
 
 def runner(ledger: Path, key: str) -> int | None:
@@ -192,7 +202,7 @@ def lines_of(contender: Contender, ledger: Path, workers: Workers) -> list[dict]
 
 
 def accepted_from(lines: list[dict], key: str, pid: int) -> bool:
-    return any(l["job"] == key and l["pid"] == pid and l["what"] == "accepted" for l in lines)
+    return any(line["job"] == key and line["pid"] == pid and line["what"] == "accepted" for line in lines)
 
 
 def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
@@ -203,9 +213,13 @@ def crash(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
             raise AuditError(f"{contender.name}: the first worker never ran the job (see {workers.log('A')})")
         killed = time.time()
         workers.start("B")
-        wait_for("the job completed again",
-                 lambda: any(l["job"] == "crash" and l["what"] == "accepted" for l in lines_of(contender, ledger, workers)),
-                 contender.comeback_wait)
+        wait_for(
+            "the job completed again",
+            lambda: any(
+                line["job"] == "crash" and line["what"] == "accepted" for line in lines_of(contender, ledger, workers)
+            ),
+            contender.comeback_wait,
+        )
         held = contender.held()
         lines = lines_of(contender, ledger, workers)
         where = contender.whereabouts()
@@ -230,39 +244,70 @@ def zombie(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, s
         if contender.timeout is not None and contender.timeout < audit_contenders.MAX_WAIT:
             time.sleep(contender.timeout + 1.0)  # past the timeout: the fault is a known duration, not a race
         workers.start("B")
-        second = wait_for("the second run settled",
-                          lambda: any(contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid,
-                                                        "zombie") for pid in runners(ledger, "zombie")[1:]),
-                          contender.comeback_wait)
+        second = wait_for(
+            "the second run settled",
+            lambda: any(
+                contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid, "zombie")
+                for pid in runners(ledger, "zombie")[1:]
+            ),
+            contender.comeback_wait,
+        )
         try:
             os.kill(zombie_pid, signal.SIGCONT)
         except ProcessLookupError:
             pass  # its own worker killed it meanwhile (RQ's job_timeout does): no late completion can come
         resumed = time.time()
         held, lines, where = late_settled(contender, ledger, workers, zombie_pid, "zombie")
-    return late_verdict(contender, lines, held, where, zombie_pid, "zombie", second, who="the zombie",
-                        gone_as="its own worker had killed it",
-                        away=f"the {resumed - paused:.0f} s the first worker was stopped")
+    return late_verdict(
+        contender,
+        lines,
+        held,
+        where,
+        zombie_pid,
+        "zombie",
+        second,
+        who="the zombie",
+        gone_as="its own worker had killed it",
+        away=f"the {resumed - paused:.0f} s the first worker was stopped",
+    )
 
 
-def late_settled(contender: Contender, ledger: Path, workers: Workers, pid: int,
-                 job: str) -> tuple[Any, list[dict], str | None]:
+def late_settled(
+    contender: Contender, ledger: Path, workers: Workers, pid: int, job: str
+) -> tuple[Any, list[dict], str | None]:
     """Wait until worker A's late completion of ``job`` has settled (or A's ``pid`` is gone); then what the
     queue holds, the ledger's lines and where the job is."""
-    wait_for("A's late completion settled",
-             lambda: gone(pid) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers), pid, job),
-             SETTLE_WAIT)
+    wait_for(
+        "A's late completion settled",
+        lambda: gone(pid) or contender.settled(workers.log("A"), lines_of(contender, ledger, workers), pid, job),
+        SETTLE_WAIT,
+    )
     return contender.held(), lines_of(contender, ledger, workers), contender.whereabouts()
 
 
-def late_verdict(contender: Contender, lines: list[dict], held: Any, where: str | None, pid: int, job: str,
-                 second: Any, *, who: str, gone_as: str, away: str) -> tuple[Verdict, str]:
+def late_verdict(
+    contender: Contender,
+    lines: list[dict],
+    held: Any,
+    where: str | None,
+    pid: int,
+    job: str,
+    second: Any,
+    *,
+    who: str,
+    gone_as: str,
+    away: str,
+) -> tuple[Verdict, str]:
     """The verdict on a job whose first run (process ``pid``) was held away from its queue, and its note:
     whether it was taken again, and what became of the first run's late completion."""
     verdict = judge(lines, [job], held)
-    late = ("accepted" if accepted_from(lines, job, pid) else
-            f"never came: {gone_as}" if gone(pid) and not any(
-                l["pid"] == pid and l["what"] == "end" for l in lines) else contender.not_taken)
+    late = (
+        "accepted"
+        if accepted_from(lines, job, pid)
+        else f"never came: {gone_as}"
+        if gone(pid) and not any(line["pid"] == pid and line["what"] == "end" for line in lines)
+        else contender.not_taken
+    )
     if second:
         note = f"taken again after {verdict.back_after:.1f} s; {who}'s late completion {late}"
     else:
@@ -281,7 +326,7 @@ def tcp_connections(pid: int) -> int:
         except OSError:
             continue
         if target.startswith("socket:["):
-            inodes.add(target[len("socket:["):-1])
+            inodes.add(target[len("socket:[") : -1])
     found = 0
     for table in ("tcp", "tcp6"):
         try:
@@ -298,6 +343,7 @@ def partition(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict
     if address is None:
         return no_network(contender, folder, ledger)
     from leaselab.harness.proxy import Proxy
+
     with Proxy(address) as proxy, Workers(contender, folder) as workers:
         contender.proxied["A"] = proxy.port
         try:
@@ -312,16 +358,30 @@ def partition(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict
         if contender.timeout is not None and contender.timeout < audit_contenders.MAX_WAIT:
             time.sleep(contender.timeout + 1.0)  # past the lease, as the zombie
         workers.start("B")
-        second = wait_for("the second run settled",
-                          lambda: any(contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid,
-                                                        "partition") for pid in runners(ledger, "partition")[1:]),
-                          contender.comeback_wait)
+        second = wait_for(
+            "the second run settled",
+            lambda: any(
+                contender.settled(workers.log("B"), lines_of(contender, ledger, workers), pid, "partition")
+                for pid in runners(ledger, "partition")[1:]
+            ),
+            contender.comeback_wait,
+        )
         proxy.heal()
         healed = time.time()
         release_file(ledger, "partition").touch()
         held, lines, where = late_settled(contender, ledger, workers, holder, "partition")
-    return late_verdict(contender, lines, held, where, holder, "partition", second, who="the cut-off worker",
-                        gone_as="its process had ended", away=f"the {healed - cut:.0f} s the worker was cut off")
+    return late_verdict(
+        contender,
+        lines,
+        held,
+        where,
+        holder,
+        "partition",
+        second,
+        who="the cut-off worker",
+        gone_as="its process had ended",
+        away=f"the {healed - cut:.0f} s the worker was cut off",
+    )
 
 
 def no_network(contender: Contender, folder: Path, ledger: Path) -> tuple[None, str]:
@@ -333,12 +393,17 @@ def no_network(contender: Contender, folder: Path, ledger: Path) -> tuple[None, 
         holder = runner(ledger, "partition")
         held_tcp = tcp_connections(holder)
         release_file(ledger, "partition").touch()
-        wait_for("the run settled", lambda: contender.settled(workers.log("A"), lines_of(contender, ledger, workers),
-                                                              holder, "partition"), SETTLE_WAIT)
+        wait_for(
+            "the run settled",
+            lambda: contender.settled(workers.log("A"), lines_of(contender, ledger, workers), holder, "partition"),
+            SETTLE_WAIT,
+        )
     if held_tcp:
         return None, f"not run: the worker held {held_tcp} TCP connections, but the queue names no server to cut"
-    return None, ("cannot be expressed: the worker held 0 TCP connections while it ran the job (counted in /proc); "
-                  "a queue in a file has no network to cut")
+    return None, (
+        "cannot be expressed: the worker held 0 TCP connections while it ran the job (counted in /proc); "
+        "a queue in a file has no network to cut"
+    )
 
 
 def flood(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, str]:
@@ -356,7 +421,7 @@ def flood(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
             lines = lines_of(contender, ledger, workers)
             if len(lines) != seen:
                 last_change, seen = time.monotonic(), len(lines)
-            if {l["job"] for l in lines if l["what"] == "accepted"} >= set(keys):
+            if {line["job"] for line in lines if line["what"] == "accepted"} >= set(keys):
                 break
             time.sleep(0.2)
         took = time.time() - began
@@ -364,9 +429,11 @@ def flood(contender: Contender, folder: Path, ledger: Path) -> tuple[Verdict, st
         lines = lines_of(contender, ledger, workers)
         where = contender.whereabouts()
     verdict = judge(lines, keys, held)
-    done = len({l["job"] for l in lines if l["what"] == "accepted"})
-    note = (f"{FLOOD_JOBS} jobs, {FLOOD_WORKERS} workers, {FLOOD_KILLS} runs killed (seed {FLOOD_SEED}), "
-            f"{len(vanished)} workers restarted: {done} completed in {took:.0f} s")
+    done = len({line["job"] for line in lines if line["what"] == "accepted"})
+    note = (
+        f"{FLOOD_JOBS} jobs, {FLOOD_WORKERS} workers, {FLOOD_KILLS} runs killed (seed {FLOOD_SEED}), "
+        f"{len(vanished)} workers restarted: {done} completed in {took:.0f} s"
+    )
     if where and verdict.lost:
         note = f"{note}; {where}"
     return verdict, with_check(note, contender.queue_check(vanished=vanished))
@@ -384,19 +451,27 @@ def advice(scenario: str, v: Verdict | None, hint: str = "") -> str:
     if v is None:
         return "-"
     if v.stale_accepted or v.completed_twice:
-        return ("a run the queue had already handed to another worker still completes: make the handler "
-                "idempotent and fence its writes yourself (a version or attempt check).")
+        return (
+            "a run the queue had already handed to another worker still completes: make the handler "
+            "idempotent and fence its writes yourself (a version or attempt check)."
+        )
     if v.lost:
-        return ("a job whose process dies mid-run is not run again: re-enqueue it from your own record, "
-                "or use a queue that leases jobs" + (f"; {hint}." if hint else "."))
+        return (
+            "a job whose process dies mid-run is not run again: re-enqueue it from your own record, "
+            "or use a queue that leases jobs" + (f"; {hint}." if hint else ".")
+        )
     if v.stuck:
         return "the job stays claimed with no one running it: run a reaper of your own that puts such jobs back."
     if v.rerun_after_done:
-        return ("a job whose run had finished ran again, its completion lost with the worker that held it: make "
-                "the handler idempotent.")
+        return (
+            "a job whose run had finished ran again, its completion lost with the worker that held it: make "
+            "the handler idempotent."
+        )
     if v.overlapping:
-        return ("runs overlap once a lease runs out, though the stale result is refused: keep the lease above your "
-                "longest job and fence outside effects with the attempt's token.")
+        return (
+            "runs overlap once a lease runs out, though the stale result is refused: keep the lease above your "
+            "longest job and fence outside effects with the attempt's token."
+        )
     if scenario == "zombie" and v.runs == 1:
         return "a paused worker keeps its job for as long as it is paused: nothing else runs it meanwhile."
     if scenario == "partition" and v.runs == 1:
@@ -404,7 +479,9 @@ def advice(scenario: str, v: Verdict | None, hint: str = "") -> str:
     return "nothing to do for this fault."
 
 
-def audit(quick: bool = True, contenders: list[Contender] | None = None, base: str | os.PathLike | None = None) -> list[Row]:
+def audit(
+    quick: bool = True, contenders: list[Contender] | None = None, base: str | os.PathLike | None = None
+) -> list[Row]:
     """Run every scenario against every contender and return the rows; ``quick`` picks the short list.
 
     Each scenario works in a fresh folder under ``base`` (the system's temp folder by default),
@@ -424,14 +501,34 @@ def one(contender: Contender, base: str | os.PathLike | None) -> list[Row]:
     try:
         version = contender.version()
     except Exception as exc:  # a contender missing here is a row that says why, not a failed audit
-        return [Row(contender.name, "-", contender.settings, scenario, None,
-                    f"not installed: {type(exc).__name__}: {exc}", "-") for scenario in SCENARIOS]
+        return [
+            Row(
+                contender.name,
+                "-",
+                contender.settings,
+                scenario,
+                None,
+                f"not installed: {type(exc).__name__}: {exc}",
+                "-",
+            )
+            for scenario in SCENARIOS
+        ]
     try:
         contender.open()
     except Exception as exc:  # a server that cannot start here is a row that says why
         contender.close()
-        return [Row(contender.name, version, contender.settings, scenario, None,
-                    f"could not start: {type(exc).__name__}: {exc}", "-") for scenario in SCENARIOS]
+        return [
+            Row(
+                contender.name,
+                version,
+                contender.settings,
+                scenario,
+                None,
+                f"could not start: {type(exc).__name__}: {exc}",
+                "-",
+            )
+            for scenario in SCENARIOS
+        ]
     try:
         return scenarios(contender, version, base)
     finally:
@@ -447,8 +544,17 @@ def scenarios(contender: Contender, version: str, base: str | os.PathLike | None
         try:
             contender.setup(folder)
             verdict, note = RUNNERS[scenario](contender, folder, folder / "ledger.jsonl")
-            rows.append(Row(contender.name, version, contender.settings, scenario, verdict, note,
-                            advice(scenario, verdict, contender.lost_hint)))
+            rows.append(
+                Row(
+                    contender.name,
+                    version,
+                    contender.settings,
+                    scenario,
+                    verdict,
+                    note,
+                    advice(scenario, verdict, contender.lost_hint),
+                )
+            )
         except AuditError as exc:
             rows.append(Row(contender.name, version, contender.settings, scenario, None, str(exc), "-"))
         finally:
@@ -458,27 +564,52 @@ def scenarios(contender: Contender, version: str, base: str | os.PathLike | None
 
 def table(rows: list[Row]) -> str:
     """The rows as a Markdown table."""
-    out = ["| queue | version | settings | scenario | runs | overlapping | stale accepted | completed twice "
-           "| rerun after done | lost | stuck | measured | advice |",
-           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+    out = [
+        "| queue | version | settings | scenario | runs | overlapping | stale accepted | completed twice "
+        "| rerun after done | lost | stuck | measured | advice |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
     for r in rows:
         v = r.verdict
-        counts = ([str(x) for x in (v.runs, v.overlapping, v.stale_accepted, v.completed_twice, v.rerun_after_done,
-                                    v.lost, v.stuck)] if v else ["-"] * 7)
+        counts = (
+            [
+                str(x)
+                for x in (
+                    v.runs,
+                    v.overlapping,
+                    v.stale_accepted,
+                    v.completed_twice,
+                    v.rerun_after_done,
+                    v.lost,
+                    v.stuck,
+                )
+            ]
+            if v
+            else ["-"] * 7
+        )
         out.append("| " + " | ".join([r.queue, r.version, r.settings, r.scenario] + counts + [r.note, r.advice]) + " |")
     return "\n".join(out)
 
 
 def machine() -> str:
-    return (f"{platform.system()} {platform.release()}, {platform.machine()}, {os.cpu_count()} cores, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{platform.system()} {platform.release()}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def write_readme(rows: list[Row], quick: bool) -> None:
     """Replace the audit section of bench/README.md (between its markers) with this run's table."""
     when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    section = "\n".join([BEGIN, f"Measured by `./dev bench audit{' --quick' if quick else ''}` on {when}; "
-                         f"{machine()}.", "", table(rows), END])
+    section = "\n".join(
+        [
+            BEGIN,
+            f"Measured by `./dev bench audit{' --quick' if quick else ''}` on {when}; {machine()}.",
+            "",
+            table(rows),
+            END,
+        ]
+    )
     text = README.read_text()
     if BEGIN in text and END in text:
         head, rest = text.split(BEGIN, 1)
@@ -489,7 +620,8 @@ def write_readme(rows: list[Row], quick: bool) -> None:
 
 
 def queue_name(contender: Contender) -> str:
-    """The queue a contender is, as ``--only`` names it: its name's first word, in lower case (``leaselab``, ``huey``)."""
+    """The queue a contender is, as ``--only`` names it: its name's first word, in lower case (``leaselab``,
+    ``huey``)."""
     return contender.name.split(" (", 1)[0].lower()
 
 
@@ -498,8 +630,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="leaselab on SQLite, huey and persist-queue only")
     ap.add_argument("--readme", action="store_true", help="write the table into bench/README.md")
     ap.add_argument("--json", action="store_true", help="print the rows as JSON (one object per row) instead")
-    ap.add_argument("--only", action="append", metavar="QUEUE",
-                    help="audit only this queue of the list (its name's first word, e.g. leaselab); repeatable")
+    ap.add_argument(
+        "--only",
+        action="append",
+        metavar="QUEUE",
+        help="audit only this queue of the list (its name's first word, e.g. leaselab); repeatable",
+    )
     args = ap.parse_args(argv)
     contenders = audit_contenders.quick() if args.quick else audit_contenders.full()
     if args.only:

@@ -31,9 +31,9 @@ def persist_consumer(folder: str, ledger: str) -> None:
         record(ledger, item["key"], "accepted" if q.ack(item) is not None else "refused")
 
 
-
 def litequeue_consumer(db: str, ledger: str, stale_after: int | None) -> None:
-    """litequeue's README loop: pop, work, ``done``; with ``stale_after``, first put back what stayed locked too long."""
+    """litequeue's README loop: pop, work, ``done``; with ``stale_after``, first put back what stayed locked too
+    long."""
     import json
     import time
 
@@ -56,7 +56,8 @@ def litequeue_consumer(db: str, ledger: str, stale_after: int | None) -> None:
 
 
 def pgqueuer_consumer(url: str, heartbeat_timeout: float | None) -> None:
-    """PgQueuer's own QueueManager, as its guide runs it, with one entrypoint; its default heartbeat_timeout unless given."""
+    """PgQueuer's own QueueManager, as its guide runs it, with one entrypoint; its default heartbeat_timeout unless
+    given."""
     import asyncio
     import json
     from datetime import timedelta
@@ -76,8 +77,11 @@ def pgqueuer_consumer(url: str, heartbeat_timeout: float | None) -> None:
             handle(item["key"], item["fault"], item["ledger"])
 
         # Short: the stale job is re-picked on a poll, and the poll waits dequeue_timeout (30 s) for a NOTIFY first.
-        kwargs = {} if heartbeat_timeout is None else {"heartbeat_timeout": timedelta(seconds=heartbeat_timeout),
-                                                       "dequeue_timeout": timedelta(seconds=1)}
+        kwargs = (
+            {}
+            if heartbeat_timeout is None
+            else {"heartbeat_timeout": timedelta(seconds=heartbeat_timeout), "dequeue_timeout": timedelta(seconds=1)}
+        )
         await qm.run(**kwargs)
 
     asyncio.run(run())

@@ -40,8 +40,12 @@ def record(ledger: str | os.PathLike, job: str, what: str, pid: int | None = Non
     """Append one line to ``ledger``: ``what`` happened to ``job`` in process ``pid`` (this one by default)."""
     if what not in WHATS:
         raise LedgerError(f"what must be one of {', '.join(WHATS)}, got {what!r}")
-    line = json.dumps({"job": job, "pid": os.getpid() if pid is None else pid, "what": what,
-                       "t": time.time() if t is None else t}) + "\n"
+    line = (
+        json.dumps(
+            {"job": job, "pid": os.getpid() if pid is None else pid, "what": what, "t": time.time() if t is None else t}
+        )
+        + "\n"
+    )
     fd = os.open(ledger, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line.encode())
@@ -97,6 +101,7 @@ def handle(job: str, fault: str | None, ledger: str) -> int:
 @dataclass(frozen=True)
 class Run:
     """One run of a job: the process, when it started, and when it ended (None: it never did, killed)."""
+
     job: str
     pid: int
     start: float
@@ -121,6 +126,7 @@ def runs(lines: list[dict]) -> list[Run]:
 @dataclass(frozen=True)
 class Verdict:
     """What the ledger proves about one scenario: each count is a number of jobs (or pairs of runs)."""
+
     runs: int
     overlapping: int  # pairs of runs of one job that were both under way at one moment
     stale_accepted: int  # completions accepted from a run that a newer run of the job had already replaced
@@ -142,7 +148,7 @@ def judge(lines: list[dict], jobs: list[str], held: set[str]) -> Verdict:
     all_runs = runs(lines)
     overlapping = 0
     for i, a in enumerate(all_runs):
-        for b in all_runs[i + 1:]:
+        for b in all_runs[i + 1 :]:
             if a.job == b.job and a.pid != b.pid and _overlap(a, b):
                 overlapping += 1
     accepted: dict[str, list[dict]] = {}
@@ -152,8 +158,14 @@ def judge(lines: list[dict], jobs: list[str], held: set[str]) -> Verdict:
     stale = 0
     for job, acks in accepted.items():
         for ack in acks:
-            newer = [r for r in all_runs if r.job == job and r.pid != ack["pid"]
-                     and r.start > _start_of(all_runs, job, ack["pid"]) and r.start < ack["t"]]
+            newer = [
+                r
+                for r in all_runs
+                if r.job == job
+                and r.pid != ack["pid"]
+                and r.start > _start_of(all_runs, job, ack["pid"])
+                and r.start < ack["t"]
+            ]
             if newer:
                 stale += 1
     twice = sum(1 for acks in accepted.values() if len(acks) > 1)
@@ -166,8 +178,11 @@ def judge(lines: list[dict], jobs: list[str], held: set[str]) -> Verdict:
         if len(starts) > 1:
             back = starts[1] - starts[0] if back is None else max(back, starts[1] - starts[0])
     # A run after a finished one did the work again: its queue lost or never took the earlier completion.
-    rerun = sum(1 for r in all_runs if any(o.job == r.job and o is not r and o.end is not None and o.end <= r.start
-                                           for o in all_runs))
+    rerun = sum(
+        1
+        for r in all_runs
+        if any(o.job == r.job and o is not r and o.end is not None and o.end <= r.start for o in all_runs)
+    )
     return Verdict(len(all_runs), overlapping, stale, twice, lost, stuck, back, len(jobs), rerun)
 
 

@@ -18,8 +18,8 @@ STALLED = float(os.environ["AUDIT_STALLED"]) if os.environ.get("AUDIT_STALLED") 
 
 app = procrastinate.App(
     connector=procrastinate.PsycopgConnector(conninfo=os.environ["AUDIT_PG_URL"]),
-    worker_defaults={} if STALLED is None else {"update_heartbeat_interval": 0.5,
-                                                "stalled_worker_timeout": STALLED})
+    worker_defaults={} if STALLED is None else {"update_heartbeat_interval": 0.5, "stalled_worker_timeout": STALLED},
+)
 
 
 @app.task(name="audit")

@@ -32,11 +32,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import throughput  # noqa: E402  (the raw baseline's schema and statements)
-from progress import step  # noqa: E402
+import throughput  # the raw baseline's schema and statements
 from leaselab import Queue
-from leaselab.backends.sqlite import statements as sql# noqa: E402
-from leaselab.backends.sqlite import PAGE_SIZE, schema_statements  # noqa: E402
+from leaselab.backends.sqlite import PAGE_SIZE, schema_statements
+from leaselab.backends.sqlite import statements as sql
+from progress import step
 
 HERE = Path(__file__).resolve().parent
 
@@ -64,8 +64,17 @@ def fresh(path: Path) -> None:
         Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
-def bare_run(path: Path, sync: str, statements: list[str], claim: str, complete: str, token_col: int,
-             insert, jobs: int, page_size: int = 4096) -> float:
+def bare_run(
+    path: Path,
+    sync: str,
+    statements: list[str],
+    claim: str,
+    complete: str,
+    token_col: int,
+    insert,
+    jobs: int,
+    page_size: int = 4096,
+) -> float:
     fresh(path)
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute(f"PRAGMA page_size = {page_size:d}")
@@ -81,8 +90,9 @@ def bare_run(path: Path, sync: str, statements: list[str], claim: str, complete:
     start = time.perf_counter()
     for _ in range(jobs):
         now = time.time()
-        row = conn.execute(claim, {"now": now, "lease_until": now + 300, "worker": "bench",
-                                   "token": secrets.token_hex(16)}).fetchone()
+        row = conn.execute(
+            claim, {"now": now, "lease_until": now + 300, "worker": "bench", "token": secrets.token_hex(16)}
+        ).fetchone()
         conn.execute(complete, {"id": row[0], "token": row[token_col], "result": "null", "now": time.time()}).fetchall()
     elapsed = time.perf_counter() - start
     conn.close()
@@ -97,8 +107,9 @@ def raw_insert(conn, n):
 
 def leaselab_insert(conn, n):
     now = time.time()
-    conn.execute(sql.ENQUEUE, {"payload": json.dumps({"n": n}), "priority": 0, "run_at": now, "max_attempts": 5,
-                               "now": now}).fetchall()
+    conn.execute(
+        sql.ENQUEUE, {"payload": json.dumps({"n": n}), "priority": 0, "run_at": now, "max_attempts": 5, "now": now}
+    ).fetchall()
 
 
 def api_run(path: Path, sync: str, jobs: int) -> float:
@@ -137,12 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     data.mkdir(parents=True, exist_ok=True)
     path = data / "breakdown.db"
     raw_schema = [s.strip() for s in throughput.RAW_SCHEMA.split(";") if s.strip()]
+
     def bare(statements, page_size=PAGE_SIZE, raw=False):
         if raw:
-            return lambda s: bare_run(path, s, raw_schema, throughput.RAW_CLAIM, throughput.RAW_COMPLETE, 2,
-                                      raw_insert, args.jobs, page_size)
-        return lambda s: bare_run(path, s, statements, sql.CLAIM, sql.COMPLETE, 9, leaselab_insert, args.jobs,
-                                  page_size)
+            return lambda s: bare_run(
+                path, s, raw_schema, throughput.RAW_CLAIM, throughput.RAW_COMPLETE, 2, raw_insert, args.jobs, page_size
+            )
+        return lambda s: bare_run(
+            path, s, statements, sql.CLAIM, sql.COMPLETE, 9, leaselab_insert, args.jobs, page_size
+        )
 
     steps = [
         ("1 raw baseline (bare table + claim index, 4 KiB pages)", bare(None, 4096, raw=True), True),
@@ -150,13 +164,18 @@ def main(argv: list[str] | None = None) -> int:
         ("3 leaselab jobs table + jobs_claim, bare sqlite3", bare(leaselab_schema(set())), True),
         ("4 + jobs_lease index (the reaper's)", bare(leaselab_schema({"lease_index"})), True),
         ("5 + events and history triggers (full schema)", bare(leaselab_schema({"lease_index", "triggers"})), True),
-        ("5b   (history found by an index instead of links)",
-         bare(leaselab_schema({"lease_index", "triggers", "events_index"})), False),
+        (
+            "5b   (history found by an index instead of links)",
+            bare(leaselab_schema({"lease_index", "triggers", "events_index"})),
+            False,
+        ),
         ("6 the Queue API, claim() then complete()", lambda s: api_run(path, s, args.jobs), True),
         ("7 the Queue API, complete_and_claim (the Worker)", lambda s: worker_run(path, s, args.jobs), True),
     ]
-    print(f"# leaselab drain breakdown, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
-          f"{args.jobs} jobs, median of {args.repeat}; µs per job (claim + complete), one process")
+    print(
+        f"# leaselab drain breakdown, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; "
+        f"{args.jobs} jobs, median of {args.repeat}; µs per job (claim + complete), one process"
+    )
     results: dict[tuple[str, str], list[float]] = {}
     for round_ in range(args.repeat):
         for sync in ("NORMAL", "FULL"):

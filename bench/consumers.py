@@ -47,7 +47,7 @@ sys.path.insert(0, str(HERE))
 import throughput  # noqa: E402  (the raw baseline and the machine line live there)
 from progress import step  # noqa: E402
 
-HUEY_APP = '''
+HUEY_APP = """
 import os
 from huey import SqliteHuey
 huey = SqliteHuey("bench", filename=os.environ["BENCH_HUEY_DB"])
@@ -55,7 +55,7 @@ huey = SqliteHuey("bench", filename=os.environ["BENCH_HUEY_DB"])
 @huey.task()
 def noop(n):
     return n
-'''
+"""
 
 
 def say(message: str) -> None:
@@ -71,9 +71,27 @@ def fill_leaselab(db: Path, jobs: int, durability: str) -> None:
 
 
 def leaselab_cmd(db: Path, slots: int, durability: str) -> list[str]:
-    return [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.harness.demo:echo",
-            "--name", "bench", "--exit-when-idle", "--concurrency", str(slots), "--durability", durability,
-            "--poll", "0.01", "--max-poll", "0.05"]
+    return [
+        sys.executable,
+        "-m",
+        "leaselab",
+        "worker",
+        "--db",
+        str(db),
+        "--handler",
+        "leaselab.harness.demo:echo",
+        "--name",
+        "bench",
+        "--exit-when-idle",
+        "--concurrency",
+        str(slots),
+        "--durability",
+        durability,
+        "--poll",
+        "0.01",
+        "--max-poll",
+        "0.05",
+    ]
 
 
 def run_leaselab(folder: Path, jobs: int, slots: int, durability: str, strace: str | None = None) -> float:
@@ -116,10 +134,10 @@ def drain_flat(db: str, durability: str, log_lines: str = "log") -> None:
     With ``log_lines="nolog"`` the lines are made but never written: what the log's writing costs."""
     from leaselab import Queue
     from leaselab.errors import LeaseLost
-    from leaselab.worker.lease import Lease, Leases
     from leaselab.harness.demo import echo
-    from leaselab.worker.logline import LineLog
     from leaselab.queue import DEFAULT_LEASE, new_token
+    from leaselab.worker.lease import Lease, Leases
+    from leaselab.worker.logline import LineLog
 
     name, seconds, stop = "bench", DEFAULT_LEASE, threading.Event()
     log = LineLog() if log_lines == "log" else argparse.Namespace(lines=lambda lines: None)
@@ -145,8 +163,7 @@ def drain_flat(db: str, durability: str, log_lines: str = "log") -> None:
                 with kept:
                     sent = time.monotonic()
                     try:
-                        following = q.complete_and_claim(job.id, lease.token, result, name, seconds,
-                                                         next_token=refill)
+                        following = q.complete_and_claim(job.id, lease.token, result, name, seconds, next_token=refill)
                     except LeaseLost:
                         following, turn = None, [f"{name}: lease lost on job {job.id}"]
                     else:
@@ -169,8 +186,9 @@ def run_flat(folder: Path, jobs: int, durability: str, log_lines: str = "log") -
     """The one-slot worker's bookkeeping written flat (``drain_flat``), in a process of its own."""
     db = folder / f"flat-{durability}.db"
     fill_leaselab(db, jobs, durability)
-    return timed_drain([sys.executable, __file__, "--drain-flat", str(db), durability, log_lines], db, jobs,
-                       "the flat loop")
+    return timed_drain(
+        [sys.executable, __file__, "--drain-flat", str(db), durability, log_lines], db, jobs, "the flat loop"
+    )
 
 
 def run_huey(folder: Path, jobs: int, threads: int, strace: str | None = None) -> float:
@@ -179,16 +197,29 @@ def run_huey(folder: Path, jobs: int, threads: int, strace: str | None = None) -
     (app_dir / "bench_huey_app.py").write_text(HUEY_APP)
     db = folder / "huey.db"
     env = dict(os.environ, BENCH_HUEY_DB=str(db), PYTHONPATH=str(app_dir))
-    filler = ("import bench_huey_app as a\n"
-              f"for n in range({jobs}): a.noop(n)\n")
+    filler = f"import bench_huey_app as a\nfor n in range({jobs}): a.noop(n)\n"
     subprocess.run([sys.executable, "-c", filler], check=True, env=env)
-    cmd = [sys.executable, "-m", "huey.bin.huey_consumer", "bench_huey_app.huey", "-k", "thread", "-w", str(threads),
-           "-d", "0.01", "-m", "0.05", "-q"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "huey.bin.huey_consumer",
+        "bench_huey_app.huey",
+        "-k",
+        "thread",
+        "-w",
+        str(threads),
+        "-d",
+        "0.01",
+        "-m",
+        "0.05",
+        "-q",
+    ]
     if strace:
         cmd = ["strace", "-f", "-c", "-e", "trace=fsync,fdatasync", "-o", strace] + cmd
     start = time.perf_counter()
-    consumer = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+    consumer = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     try:
         conn = sqlite3.connect(db, timeout=30)
         while True:
@@ -253,12 +284,12 @@ def main(argv: list[str] | None = None) -> int:
     args.data.mkdir(parents=True, exist_ok=True)
     k = args.threads
     rows = {
-        f"leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
+        "leaselab FULL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "full"),
         "leaselab FULL, queue calls": lambda d: run_calls(d, args.jobs, "full"),
         "leaselab FULL, flat loop": lambda d: run_flat(d, args.jobs, "full"),
         f"leaselab FULL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "full"),
         f"huey consumer, {k} threads": lambda d: run_huey(d, args.jobs, k),
-        f"leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
+        "leaselab NORMAL, 1 at a time": lambda d: run_leaselab(d, args.jobs, 1, "normal"),
         f"leaselab NORMAL, {k} slots": lambda d: run_leaselab(d, args.jobs, k, "normal"),
         "leaselab NORMAL, queue calls": lambda d: run_calls(d, args.jobs, "normal"),
         "leaselab NORMAL, flat loop": lambda d: run_flat(d, args.jobs, "normal"),
@@ -281,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def ratio(ours: str, theirs: str) -> float:
         # Rows ran one after another within a round: a round's ratio shares its moment's load.
-        return statistics.median(a / b for a, b in zip(results[ours], results[theirs]))
+        return statistics.median(a / b for a, b in zip(results[ours], results[theirs], strict=True))
 
     say("")
     say(f"| {'contender (one process)':<38} | {'jobs/s, median':>14} | {'min-max':>15} |")
@@ -291,34 +322,54 @@ def main(argv: list[str] | None = None) -> int:
         say(f"| {name:<38} | {rate:>14,.0f} | {span:>15} |")
     say("")
     say("ratios, each the median of the rounds' own ratios:")
-    say(f"FULL:   leaselab {k} slots / huey {k} threads      = "
-        f"{ratio(f'leaselab FULL, {k} slots', f'huey consumer, {k} threads'):.2f}   (target >= 3)")
-    say(f"FULL:   leaselab 1 at a time / its queue calls = "
-        f"{ratio('leaselab FULL, 1 at a time', 'leaselab FULL, queue calls'):.2f}   (target >= 0.85)")
-    say(f"NORMAL: leaselab 1 at a time / its queue calls = "
-        f"{ratio('leaselab NORMAL, 1 at a time', 'leaselab NORMAL, queue calls'):.2f}   (target >= 0.85)")
+    say(
+        f"FULL:   leaselab {k} slots / huey {k} threads      = "
+        f"{ratio(f'leaselab FULL, {k} slots', f'huey consumer, {k} threads'):.2f}   (target >= 3)"
+    )
+    say(
+        f"FULL:   leaselab 1 at a time / its queue calls = "
+        f"{ratio('leaselab FULL, 1 at a time', 'leaselab FULL, queue calls'):.2f}   (target >= 0.85)"
+    )
+    say(
+        f"NORMAL: leaselab 1 at a time / its queue calls = "
+        f"{ratio('leaselab NORMAL, 1 at a time', 'leaselab NORMAL, queue calls'):.2f}   (target >= 0.85)"
+    )
     for level in ("FULL", "NORMAL"):
-        say(f"{level + ':':<8}{'flat loop / its queue calls':<39}= "
+        say(
+            f"{level + ':':<8}{'flat loop / its queue calls':<39}= "
             f"{ratio(f'leaselab {level}, flat loop', f'leaselab {level}, queue calls'):.2f}   "
-            "(the floor for a worker logging each job)")
-        say(f"{level + ':':<8}{'leaselab 1 at a time / flat loop':<39}= "
+            "(the floor for a worker logging each job)"
+        )
+        say(
+            f"{level + ':':<8}{'leaselab 1 at a time / flat loop':<39}= "
             f"{ratio(f'leaselab {level}, 1 at a time', f'leaselab {level}, flat loop'):.2f}   "
-            "(what the worker's structure costs)")
-    say(f"{'NORMAL:':<8}{'flat, lines unwritten / queue calls':<39}= "
+            "(what the worker's structure costs)"
+        )
+    say(
+        f"{'NORMAL:':<8}{'flat, lines unwritten / queue calls':<39}= "
         f"{ratio('leaselab NORMAL, flat, lines unwritten', 'leaselab NORMAL, queue calls'):.2f}   "
-        "(the floor without writing the log)")
-    say(f"FULL:   leaselab {k} slots / leaselab 1 at a time = "
-        f"{ratio(f'leaselab FULL, {k} slots', 'leaselab FULL, 1 at a time'):.2f}")
-    say(f"NORMAL: leaselab {k} slots / leaselab 1 at a time = "
-        f"{ratio(f'leaselab NORMAL, {k} slots', 'leaselab NORMAL, 1 at a time'):.2f}")
-    say(f"NORMAL: leaselab {k} slots / raw baseline         = "
-        f"{ratio(f'leaselab NORMAL, {k} slots', 'raw baseline NORMAL (in process)'):.2f}")
+        "(the floor without writing the log)"
+    )
+    say(
+        f"FULL:   leaselab {k} slots / leaselab 1 at a time = "
+        f"{ratio(f'leaselab FULL, {k} slots', 'leaselab FULL, 1 at a time'):.2f}"
+    )
+    say(
+        f"NORMAL: leaselab {k} slots / leaselab 1 at a time = "
+        f"{ratio(f'leaselab NORMAL, {k} slots', 'leaselab NORMAL, 1 at a time'):.2f}"
+    )
+    say(
+        f"NORMAL: leaselab {k} slots / raw baseline         = "
+        f"{ratio(f'leaselab NORMAL, {k} slots', 'raw baseline NORMAL (in process)'):.2f}"
+    )
     if not args.no_strace and shutil.which("strace"):
         say("")
         say("fsync + fdatasync calls per job at FULL (one extra, untimed run each, under strace -f -c):")
-        for name, run in ((f"leaselab FULL, 1 at a time", lambda d, s: run_leaselab(d, args.jobs, 1, "full", s)),
-                          (f"leaselab FULL, {k} slots", lambda d, s: run_leaselab(d, args.jobs, k, "full", s)),
-                          (f"huey consumer, {k} threads", lambda d, s: run_huey(d, args.jobs, k, s))):
+        for name, run in (
+            ("leaselab FULL, 1 at a time", lambda d, s: run_leaselab(d, args.jobs, 1, "full", s)),
+            (f"leaselab FULL, {k} slots", lambda d, s: run_leaselab(d, args.jobs, k, "full", s)),
+            (f"huey consumer, {k} threads", lambda d, s: run_huey(d, args.jobs, k, s)),
+        ):
             folder = Path(tempfile.mkdtemp(dir=args.data))
             step(f"counting fsyncs: {name}")
             try:

@@ -88,10 +88,12 @@ def main(argv=None) -> int:
 
     print(f"{args.jobs} jobs in the file ({counts}), {args.workers} live workers, median of {args.repeat}")
     print(f"{'what':<44}{'ms':>9}{'x baseline':>12}")
-    for what, ms in (("baseline: SELECT * FROM jobs (sqlite3)", baseline),
-                     ("read_view: counts + newest 200 + fleet", view),
-                     ("Lab.refresh: read + render + set widgets", refresh),
-                     ("all jobs as Job objects", all_jobs)):
+    for what, ms in (
+        ("baseline: SELECT * FROM jobs (sqlite3)", baseline),
+        ("read_view: counts + newest 200 + fleet", view),
+        ("Lab.refresh: read + render + set widgets", refresh),
+        ("all jobs as Job objects", all_jobs),
+    ):
         print(f"{what:<44}{ms:>9.2f}{ms / baseline:>12.2f}")
     print(f"Lab.refresh at {refresh:.1f} ms is {refresh / 10:.1f}% of a 1 s refresh period")
     return 0

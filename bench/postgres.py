@@ -55,8 +55,8 @@ import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -64,12 +64,11 @@ sys.path.insert(0, str(HERE))
 import psycopg  # noqa: E402
 
 import throughput  # noqa: E402  (the machine line lives there)
-from progress import step  # noqa: E402
-
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as pg_sql  # noqa: E402
-from leaselab.queue import new_token  # noqa: E402
 from leaselab.harness.pgserver import PgServer  # noqa: E402
+from leaselab.queue import new_token  # noqa: E402
+from progress import step  # noqa: E402
 
 # Procrastinate warns, once per process, that its App lives in the __main__ module; it works the same.
 logging.getLogger("procrastinate").setLevel(logging.ERROR)
@@ -174,8 +173,9 @@ def raw_fused_drain(url: str, slots: int, ready, go) -> list:
         while row is not None:
             got.append(int(row[1]))
             now = time.time()
-            row = conn.execute(RAW_COMPLETE_AND_CLAIM, {"id": row[0], "token": token, "result": "1", "now": now,
-                                                        "until": now + 30}).fetchone()
+            row = conn.execute(
+                RAW_COMPLETE_AND_CLAIM, {"id": row[0], "token": token, "result": "1", "now": now, "until": now + 30}
+            ).fetchone()
     return got
 
 
@@ -188,9 +188,18 @@ def raw_fused_batch_drain(url: str, slots: int, ready, go) -> list:
         while rows:
             got.extend(int(row[1]) for row in rows)
             now, held, token = time.time(), token, os.urandom(16).hex()
-            rows = conn.execute(RAW_COMPLETE_AND_CLAIM_BATCH, {
-                "ids": [row[0] for row in rows], "token": held, "next": token, "result": "1", "now": now,
-                "until": now + 30, "k": slots}).fetchall()
+            rows = conn.execute(
+                RAW_COMPLETE_AND_CLAIM_BATCH,
+                {
+                    "ids": [row[0] for row in rows],
+                    "token": held,
+                    "next": token,
+                    "result": "1",
+                    "now": now,
+                    "until": now + 30,
+                    "k": slots,
+                },
+            ).fetchall()
     return got
 
 
@@ -260,21 +269,25 @@ def _by_hand(url: str, slots: int, ready, go, run: Callable[[list], list]) -> li
         conn.execute("SET synchronous_commit = on")
         _ready(ready, go)
         now = time.time()
-        held = conn.execute(pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots,
-                                                "token": new_token()}).fetchall()
+        held = conn.execute(
+            pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots, "token": new_token()}
+        ).fetchall()
         while held:
             got.extend(run(held))
             now = time.time()
             claiming = {"now": now, "lease_until": now + 30, "worker": "w"}
             if slots == 1:
                 (row,) = held
-                nxt = conn.execute(pg_sql.COMPLETE_AND_CLAIM, {**claiming, "id": row[0], "token": row[9],
-                                                               "result": "null", "next_token": new_token()}).fetchone()
+                nxt = conn.execute(
+                    pg_sql.COMPLETE_AND_CLAIM,
+                    {**claiming, "id": row[0], "token": row[9], "result": "null", "next_token": new_token()},
+                ).fetchone()
                 held = [] if nxt[1] is None else [nxt[1:]]
             else:
                 done = json.dumps([{"id": row[0], "token": row[9], "result": "null"} for row in held])
-                rows = conn.execute(pg_sql.COMPLETE_MANY_AND_CLAIM, {**claiming, "done": done, "n": slots,
-                                                                     "token": new_token()}).fetchall()
+                rows = conn.execute(
+                    pg_sql.COMPLETE_MANY_AND_CLAIM, {**claiming, "done": done, "n": slots, "token": new_token()}
+                ).fetchall()
                 held = [row[1:] for row in rows if row[1] is not None]
     return got
 
@@ -293,8 +306,16 @@ def leaselab_two_calls(url: str, slots: int, ready, go) -> list:
 def leaselab_worker(url: str, slots: int, ready, go) -> list:
     got: list = []
     with Queue(url, durability="full") as q:
-        worker = Worker(q, lambda job: got.append(job.payload), name=f"bench-{os.getpid()}", exit_when_idle=True, concurrency=slots,
-                        poll=0.01, max_poll=0.05, log=lambda line: None)
+        worker = Worker(
+            q,
+            lambda job: got.append(job.payload),
+            name=f"bench-{os.getpid()}",
+            exit_when_idle=True,
+            concurrency=slots,
+            poll=0.01,
+            max_poll=0.05,
+            log=lambda line: None,
+        )
         # Setting the worker's call timeout closed the queue's connection, so that the next call opens one
         # with the timeout's limits: open it now, as every other contender is connected before the start.
         q.stats()
@@ -415,21 +436,51 @@ def procrastinate_drain(url: str, slots: int, ready, go) -> list:
 # key: (label, prepare, enqueue, drain, uses slots)
 CONTENDERS: dict[str, tuple[str, Callable, Callable, Callable, bool]] = {
     "raw": ("raw floor: SKIP LOCKED claim + fenced complete", raw_prepare, raw_enqueue, raw_drain, False),
-    "raw-fused": ("raw floor, fused: complete + next claim, one statement", raw_prepare, raw_enqueue,
-                  raw_fused_drain, False),
-    "raw-fused-batch": ("raw floor, fused, k at a time: k completions + k claims", raw_prepare, raw_enqueue,
-                        raw_fused_batch_drain, True),
-    "leaselab-hand": ("leaselab's statement by hand, its history kept", leaselab_prepare, leaselab_enqueue,
-                      leaselab_by_hand_drain, True),
-    "leaselab-hand-threads": ("leaselab's statement by hand, each job via a thread", leaselab_prepare,
-                              leaselab_enqueue, leaselab_by_hand_threads_drain, True),
-    "leaselab": ("leaselab, worker path (complete_and_claim)", leaselab_prepare, leaselab_enqueue,
-                 leaselab_worker_path, False),
+    "raw-fused": (
+        "raw floor, fused: complete + next claim, one statement",
+        raw_prepare,
+        raw_enqueue,
+        raw_fused_drain,
+        False,
+    ),
+    "raw-fused-batch": (
+        "raw floor, fused, k at a time: k completions + k claims",
+        raw_prepare,
+        raw_enqueue,
+        raw_fused_batch_drain,
+        True,
+    ),
+    "leaselab-hand": (
+        "leaselab's statement by hand, its history kept",
+        leaselab_prepare,
+        leaselab_enqueue,
+        leaselab_by_hand_drain,
+        True,
+    ),
+    "leaselab-hand-threads": (
+        "leaselab's statement by hand, each job via a thread",
+        leaselab_prepare,
+        leaselab_enqueue,
+        leaselab_by_hand_threads_drain,
+        True,
+    ),
+    "leaselab": (
+        "leaselab, worker path (complete_and_claim)",
+        leaselab_prepare,
+        leaselab_enqueue,
+        leaselab_worker_path,
+        False,
+    ),
     "leaselab-calls": ("leaselab, two calls", leaselab_prepare, leaselab_enqueue, leaselab_two_calls, False),
     "leaselab-worker": ("leaselab Worker", leaselab_prepare, leaselab_enqueue, leaselab_worker, True),
     "pgqueuer": ("PgQueuer worker (asyncpg)", pgqueuer_prepare, pgqueuer_enqueue, pgqueuer_drain, True),
-    "procrastinate": ("Procrastinate worker (psycopg)", procrastinate_prepare, procrastinate_enqueue,
-                      procrastinate_drain, True),
+    "procrastinate": (
+        "Procrastinate worker (psycopg)",
+        procrastinate_prepare,
+        procrastinate_enqueue,
+        procrastinate_drain,
+        True,
+    ),
 }
 PEERS = ("pgqueuer", "procrastinate")
 # One at a time, the first is the raw fused row and the second the bare statement by hand.
@@ -512,8 +563,7 @@ def main(argv: list[str] | None = None) -> int:
                 for procs in procs_list:
                     n += 1
                     step(f"round {round_ + 1} of {args.repeat}: {key}, {slots} at a time, {procs} process(es)")
-                    runs.setdefault((key, slots, procs), []).append(
-                        measure(server, key, args.jobs, procs, slots, n))
+                    runs.setdefault((key, slots, procs), []).append(measure(server, key, args.jobs, procs, slots, n))
 
     def med(run: tuple, field: str) -> float:
         return statistics.median(r[field] for r in runs[run])
@@ -522,14 +572,21 @@ def main(argv: list[str] | None = None) -> int:
         # Rounds ran back to back, so a round's ratio shares its moment's load on a shared machine.
         if ours not in runs or theirs not in runs or ours == theirs:
             return ""
-        return f"{statistics.median(a[field] / b[field] for a, b in zip(runs[ours], runs[theirs])):.2f}"
+        return f"{statistics.median(a[field] / b[field] for a, b in zip(runs[ours], runs[theirs], strict=True)):.2f}"
 
     print(f"# leaselab on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
-    print(f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
-          "enqueue = one call per job\n")
-    header = ("| contender                                                | at a time | procs | enqueue/s | drain/s | drain min–max "
-              "| leaselab ÷ this: enqueue | drain | delivered twice |")
+    print(
+        f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), "
+        f"psycopg {psycopg.__version__}"
+    )
+    print(
+        f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
+        "enqueue = one call per job\n"
+    )
+    header = (
+        "| contender                                                | at a time | procs | enqueue/s | drain/s "
+        "| drain min–max | leaselab ÷ this: enqueue | drain | delivered twice |"
+    )
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     for key, slots in runs_of:
@@ -538,9 +595,11 @@ def main(argv: list[str] | None = None) -> int:
             ours = ("leaselab", 1, procs) if slots == 1 else ("leaselab-worker", slots, procs)
             drains = [r["drain"] for r in runs[run]]
             twice = sum(r["twice"] for r in runs[run])
-            print(f"| {CONTENDERS[key][0]:<55} | {slots:>9} | {procs:>5} | {med(run, 'enqueue'):>9.0f} | "
-                  f"{med(run, 'drain'):>7.0f} | {f'{min(drains):.0f}–{max(drains):.0f}':>13} | "
-                  f"{vs(ours, run, 'enqueue'):>24} | {vs(ours, run, 'drain'):>5} | {twice:>15} |")
+            print(
+                f"| {CONTENDERS[key][0]:<55} | {slots:>9} | {procs:>5} | {med(run, 'enqueue'):>9.0f} | "
+                f"{med(run, 'drain'):>7.0f} | {f'{min(drains):.0f}–{max(drains):.0f}':>13} | "
+                f"{vs(ours, run, 'enqueue'):>24} | {vs(ours, run, 'drain'):>5} | {twice:>15} |"
+            )
     print("\nleaselab ÷ this: the median over rounds of leaselab's rate divided by this contender's, same round;")
     print("one at a time, leaselab's worker path; k at a time, leaselab's Worker with k slots.")
     print("delivered twice: jobs that ran in two processes, summed over the rounds.")
@@ -559,27 +618,74 @@ def targets(k: int) -> list[tuple[str, tuple[str, int], tuple[str, int], str, st
     """The ratios issue 25 sets targets for: (label, ours, theirs, field, target); ours and theirs are
     (contender, jobs at a time)."""
     return [
-        ("`Worker` ÷ its own queue calls (`complete_and_claim` in a loop), drain", ("leaselab-worker", 1),
-         ("leaselab", 1), "drain", "≥ 0.85"),
+        (
+            "`Worker` ÷ its own queue calls (`complete_and_claim` in a loop), drain",
+            ("leaselab-worker", 1),
+            ("leaselab", 1),
+            "drain",
+            "≥ 0.85",
+        ),
         ("worker path ÷ the raw fused floor, drain", ("leaselab", 1), ("raw-fused", 1), "drain", "≥ 0.8"),
-        ("leaselab's statement by hand ÷ the raw fused floor, drain (the most a drain that keeps the history "
-         "could: the ceiling of the one above)", ("leaselab-hand", 1), ("raw-fused", 1), "drain", "(none)"),
+        (
+            "leaselab's statement by hand ÷ the raw fused floor, drain (the most a drain that keeps the history "
+            "could: the ceiling of the one above)",
+            ("leaselab-hand", 1),
+            ("raw-fused", 1),
+            "drain",
+            "(none)",
+        ),
         ("`Worker` ÷ the raw fused floor, drain", ("leaselab-worker", 1), ("raw-fused", 1), "drain", "(none)"),
-        (f"`Worker`, {k} slots ÷ PgQueuer `batch_size={k}`, drain", ("leaselab-worker", k), ("pgqueuer", k),
-         "drain", "≥ 2"),
-        (f"the raw fused floor, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most any design could)",
-         ("raw-fused-batch", k), ("pgqueuer", k), "drain", "(the ceiling of the one above)"),
-        (f"leaselab's batch statement by hand, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most a "
-         "worker that keeps the history could)", ("leaselab-hand", k), ("pgqueuer", k), "drain", "(none)"),
-        (f"leaselab's batch statement by hand, each job via one of {k} threads ÷ PgQueuer `batch_size={k}`, drain "
-         "(the most a worker that keeps the history and runs plain handlers on threads could)",
-         ("leaselab-hand-threads", k), ("pgqueuer", k), "drain", "(none)"),
-        (f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, each job via a thread, drain",
-         ("leaselab-worker", k), ("leaselab-hand-threads", k), "drain", "(none)"),
-        (f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, {k} at a time, drain",
-         ("leaselab-worker", k), ("leaselab-hand", k), "drain", "(none)"),
-        (f"`Worker`, {k} slots ÷ the raw fused floor {k} at a time, drain", ("leaselab-worker", k),
-         ("raw-fused-batch", k), "drain", "(none)"),
+        (
+            f"`Worker`, {k} slots ÷ PgQueuer `batch_size={k}`, drain",
+            ("leaselab-worker", k),
+            ("pgqueuer", k),
+            "drain",
+            "≥ 2",
+        ),
+        (
+            f"the raw fused floor, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most any design could)",
+            ("raw-fused-batch", k),
+            ("pgqueuer", k),
+            "drain",
+            "(the ceiling of the one above)",
+        ),
+        (
+            f"leaselab's batch statement by hand, {k} at a time ÷ PgQueuer `batch_size={k}`, drain (the most a "
+            "worker that keeps the history could)",
+            ("leaselab-hand", k),
+            ("pgqueuer", k),
+            "drain",
+            "(none)",
+        ),
+        (
+            f"leaselab's batch statement by hand, each job via one of {k} threads ÷ PgQueuer `batch_size={k}`, drain "
+            "(the most a worker that keeps the history and runs plain handlers on threads could)",
+            ("leaselab-hand-threads", k),
+            ("pgqueuer", k),
+            "drain",
+            "(none)",
+        ),
+        (
+            f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, each job via a thread, drain",
+            ("leaselab-worker", k),
+            ("leaselab-hand-threads", k),
+            "drain",
+            "(none)",
+        ),
+        (
+            f"`Worker`, {k} slots ÷ leaselab's batch statement by hand, {k} at a time, drain",
+            ("leaselab-worker", k),
+            ("leaselab-hand", k),
+            "drain",
+            "(none)",
+        ),
+        (
+            f"`Worker`, {k} slots ÷ the raw fused floor {k} at a time, drain",
+            ("leaselab-worker", k),
+            ("raw-fused-batch", k),
+            "drain",
+            "(none)",
+        ),
         ("enqueue ÷ a raw `INSERT`", ("leaselab", 1), ("raw", 1), "enqueue", "≥ 0.9"),
     ]
 

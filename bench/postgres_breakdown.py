@@ -39,8 +39,8 @@ import functools
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -49,11 +49,10 @@ import psycopg  # noqa: E402
 
 import postgres as pg  # noqa: E402  (the raw floor's statements)
 import throughput  # noqa: E402  (the machine line)
-from progress import step  # noqa: E402
-
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.backends.postgres import statements as sql  # noqa: E402
 from leaselab.harness.pgserver import PgServer  # noqa: E402
+from progress import step  # noqa: E402
 
 WAL = "SELECT wal_records, wal_bytes, wal_sync FROM pg_stat_wal"
 
@@ -78,6 +77,7 @@ def _raw_db(url: str, jobs: int) -> None:
 
 
 # -- drains: set up (url, jobs), then the timed part (url) -> jobs run ------------------------------
+
 
 def raw_fused(url: str) -> None:
     pg.raw_fused_drain(url, 1, _NoWait(), _NoWait())
@@ -123,8 +123,9 @@ def queue_calls_k(url: str, k: int) -> None:
 
 def worker_k(url: str, k: int) -> None:
     with Queue(url, durability="full") as q:
-        Worker(q, lambda job: None, name="w", exit_when_idle=True, poll=0.01, max_poll=0.05, log=None,
-               concurrency=k).run()
+        Worker(
+            q, lambda job: None, name="w", exit_when_idle=True, poll=0.01, max_poll=0.05, log=None, concurrency=k
+        ).run()
 
 
 class _NoWait:
@@ -154,6 +155,7 @@ DRAINS_K: dict[str, tuple[Callable[[str, int], None], Callable[[str, int], None]
 
 # -- enqueues: set up (url), then the timed part (url, jobs) --------------------------------------
 
+
 def _raw_schema(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(pg.RAW_SCHEMA)
@@ -165,6 +167,7 @@ def _leaselab_schema(*disabled: str) -> Callable[[str], None]:
         with psycopg.connect(url, autocommit=True) as conn:
             for trigger in disabled:
                 conn.execute(f"ALTER TABLE jobs DISABLE TRIGGER {trigger}")  # fixed names, this script's own
+
     return prepare
 
 
@@ -178,8 +181,9 @@ def enqueue_by_hand(url: str, jobs: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for n in range(jobs):
             now = time.time()
-            conn.execute(sql.ENQUEUE, {"payload": str(n), "priority": 0, "run_at": now, "max_attempts": 5,
-                                       "now": now}).fetchone()
+            conn.execute(
+                sql.ENQUEUE, {"payload": str(n), "priority": 0, "run_at": now, "max_attempts": 5, "now": now}
+            ).fetchone()
 
 
 def queue_enqueue(url: str, jobs: int) -> None:
@@ -202,11 +206,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--slots", type=int, default=8, help="k, for the k-at-a-time drain (default 8)")
-    ap.add_argument("--fsync", choices=("on", "off"), default="on",
-                    help="off: no flush costs anything, so what each layer costs the CPU shows (default on)")
+    ap.add_argument(
+        "--fsync",
+        choices=("on", "off"),
+        default="on",
+        help="off: no flush costs anything, so what each layer costs the CPU shows (default on)",
+    )
     args = ap.parse_args(argv)
-    drains = {**DRAINS, **{label: (prepare, functools.partial(drain, k=args.slots))
-                           for label, (prepare, drain) in DRAINS_K.items()}}
+    drains = {
+        **DRAINS,
+        **{label: (prepare, functools.partial(drain, k=args.slots)) for label, (prepare, drain) in DRAINS_K.items()},
+    }
     runs: dict[str, list[tuple[float, tuple[float, ...]]]] = {}
     step(f"starting a throw-away PostgreSQL server with fsync {args.fsync}")
     with PgServer(fsync=args.fsync == "on") as server:
@@ -224,7 +234,8 @@ def main(argv: list[str] | None = None) -> int:
                 drain(url)
                 seconds, after = time.perf_counter() - start, _wal(url)
                 runs.setdefault(label, []).append(
-                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before))))
+                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before, strict=True)))
+                )
             for label, (prepare, enqueue) in ENQUEUES.items():
                 n += 1
                 step(f"round {round_ + 1}/{args.repeat}: enqueue, {label}")
@@ -234,26 +245,37 @@ def main(argv: list[str] | None = None) -> int:
                 enqueue(url, args.jobs)
                 seconds, after = time.perf_counter() - start, _wal(url)
                 runs.setdefault(label, []).append(
-                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before))))
+                    (args.jobs / seconds, tuple((a - b) / args.jobs for a, b in zip(after, before, strict=True)))
+                )
 
     print(f"# where a job's time goes on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync {args.fsync}), psycopg {psycopg.__version__} "
-          f"(a statement is prepared on the server after {prepared_from} runs on a connection)")
+    print(
+        f"# {throughput.machine()}, PostgreSQL {version} (fsync {args.fsync}), psycopg {psycopg.__version__} "
+        f"(a statement is prepared on the server after {prepared_from} runs on a connection)"
+    )
     print(f"# {args.jobs} jobs per row, {args.repeat} rounds, rows interleaved; medians\n")
-    for title, rows in (("drain, one job at a time", DRAINS), (f"drain, {args.slots} jobs at a time", DRAINS_K),
-                        ("enqueue, one call per job", ENQUEUES)):
+    for title, rows in (
+        ("drain, one job at a time", DRAINS),
+        (f"drain, {args.slots} jobs at a time", DRAINS_K),
+        ("enqueue, one call per job", ENQUEUES),
+    ):
         floor = next(iter(rows))
         print(f"| {title:<44} | jobs/s | ÷ floor | ÷ row above | WAL records/job | WAL bytes/job | flushes/job |")
         print("|" + "---|" * 7)
         above = None
         for label in rows:
             rates = [r[0] for r in runs[label]]
-            ratio = statistics.median(a[0] / f[0] for a, f in zip(runs[label], runs[floor]))
-            step_ = "" if above is None else \
-                f"{statistics.median(a[0] / b[0] for a, b in zip(runs[label], runs[above])):.2f}"
+            ratio = statistics.median(a[0] / f[0] for a, f in zip(runs[label], runs[floor], strict=True))
+            step_ = (
+                ""
+                if above is None
+                else f"{statistics.median(a[0] / b[0] for a, b in zip(runs[label], runs[above], strict=True)):.2f}"
+            )
             wal = [statistics.median(r[1][i] for r in runs[label]) for i in range(3)]
-            print(f"| {label:<44} | {statistics.median(rates):>6.0f} | {ratio:>7.2f} | {step_:>11} | "
-                  f"{wal[0]:>15.1f} | {wal[1]:>13.0f} | {wal[2]:>11.2f} |")
+            print(
+                f"| {label:<44} | {statistics.median(rates):>6.0f} | {ratio:>7.2f} | {step_:>11} | "
+                f"{wal[0]:>15.1f} | {wal[1]:>13.0f} | {wal[2]:>11.2f} |"
+            )
             above = label
         print()
     return 0

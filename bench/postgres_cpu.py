@@ -38,10 +38,9 @@ import psycopg  # noqa: E402
 
 import postgres as pg  # noqa: E402  (the contenders)
 import throughput  # noqa: E402  (the machine line)
-from progress import step  # noqa: E402
-
 from leaselab import Queue, Worker  # noqa: E402
 from leaselab.harness.pgserver import PgServer  # noqa: E402
+from progress import step  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 DEFAULT = "leaselab-hand,leaselab-hand-threads,leaselab-worker,two-loops,pgqueuer"
@@ -52,9 +51,19 @@ def two_loops(url: str, slots: int, ready, go) -> list:
     got: list = []
     queues = [Queue(url, durability="full") for _ in range(2)]
     try:
-        workers = [Worker(q, lambda job: got.append(job.payload), name=f"bench-{os.getpid()}-{i}",
-                          exit_when_idle=True, concurrency=max(1, slots // 2), poll=0.01, max_poll=0.05,
-                          log=lambda line: None) for i, q in enumerate(queues)]
+        workers = [
+            Worker(
+                q,
+                lambda job: got.append(job.payload),
+                name=f"bench-{os.getpid()}-{i}",
+                exit_when_idle=True,
+                concurrency=max(1, slots // 2),
+                poll=0.01,
+                max_poll=0.05,
+                log=lambda line: None,
+            )
+            for i, q in enumerate(queues)
+        ]
         ready.put(os.getpid())  # set up: tell the caller, then wait for the start, as each contender does
         go.wait()
         threads = [threading.Thread(target=worker.run) for worker in workers]
@@ -69,8 +78,12 @@ def two_loops(url: str, slots: int, ready, go) -> list:
 
 
 CONTENDERS = {key: row[:4] for key, row in pg.CONTENDERS.items()}  # name, prepare, enqueue, drain
-CONTENDERS["two-loops"] = ("two `Worker`s of k/2 slots, one process", pg.leaselab_prepare, pg.leaselab_enqueue,
-                           two_loops)
+CONTENDERS["two-loops"] = (
+    "two `Worker`s of k/2 slots, one process",
+    pg.leaselab_prepare,
+    pg.leaselab_enqueue,
+    two_loops,
+)
 
 
 def server_seconds(postmaster: int) -> float:
@@ -111,8 +124,13 @@ def measure(server: PgServer, postmaster: int, key: str, jobs: int, slots: int, 
     client = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     wall, srv = t1 - t0, s1 - s0
     per_job = 1e6 / jobs
-    return {"rate": jobs / wall, "wall": wall * per_job, "client": client * per_job, "server": srv * per_job,
-            "wait": (wall - client - srv) * per_job}
+    return {
+        "rate": jobs / wall,
+        "wall": wall * per_job,
+        "client": client * per_job,
+        "server": srv * per_job,
+        "wait": (wall - client - srv) * per_job,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,8 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=4000, help="jobs per run (default 4000)")
     ap.add_argument("--repeat", type=int, default=3, help="rounds; the table shows medians (default 3)")
     ap.add_argument("--slots", type=int, default=8, help="jobs at a time (default 8)")
-    ap.add_argument("--only", default=DEFAULT, help=f"comma-separated contenders (default {DEFAULT}); any of "
-                    + ", ".join(CONTENDERS))
+    ap.add_argument(
+        "--only",
+        default=DEFAULT,
+        help=f"comma-separated contenders (default {DEFAULT}); any of " + ", ".join(CONTENDERS),
+    )
     args = ap.parse_args(argv)
     keys = args.only.split(",")
     unknown = [k for k in keys if k not in CONTENDERS]
@@ -140,18 +161,27 @@ def main(argv: list[str] | None = None) -> int:
                 step(f"round {round_ + 1} of {args.repeat}: {key}, {args.slots} at a time")
                 runs[key].append(measure(server, postmaster, key, args.jobs, args.slots, n))
 
-    print(f"# where a one-process drain's time goes on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), psycopg {psycopg.__version__}")
-    print(f"# {args.jobs} jobs per run, {args.slots} at a time, one process, {args.repeat} round{'s' if args.repeat != 1 else ''} "
-          "(contenders interleaved, medians; µs per job)\n")
+    print(
+        f"# where a one-process drain's time goes on PostgreSQL, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}"
+    )
+    print(
+        f"# {throughput.machine()}, PostgreSQL {version} (fsync on, synchronous_commit on), "
+        f"psycopg {psycopg.__version__}"
+    )
+    print(
+        f"# {args.jobs} jobs per run, {args.slots} at a time, one process, "
+        f"{args.repeat} round{'s' if args.repeat != 1 else ''} (contenders interleaved, medians; µs per job)\n"
+    )
     print("| contender | jobs/s | wall | client CPU | server CPU | wait |")
     print("|---|---|---|---|---|---|")
     for key in keys:
         cells = [f"{statistics.median(r['rate'] for r in runs[key]):,.0f}"]
         cells += [f"{statistics.median(r[f] for r in runs[key]):.0f}" for f in ("wall", "client", "server", "wait")]
         print(f"| {CONTENDERS[key][0]} | " + " | ".join(cells) + " |")
-    print("\nwall = client CPU + server CPU + wait. With one loop a batch's round trip is serial, so a faster\n"
-          "drain must take its time from one of the three; two loops may overlap (a negative wait).")
+    print(
+        "\nwall = client CPU + server CPU + wait. With one loop a batch's round trip is serial, so a faster\n"
+        "drain must take its time from one of the three; two loops may overlap (a negative wait)."
+    )
     return 0
 
 

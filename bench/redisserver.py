@@ -60,7 +60,7 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisUnavailable("redis-server is not installed (Debian: apt-get install redis-server)")
@@ -70,13 +70,35 @@ class RedisServer:
         if os.geteuid() == 0:
             user = pwd.getpwnam("nobody")
             os.chown(self.folder, user.pw_uid, user.pw_gid)
-        cmd = [binary, "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.folder), "--save", "",
-               "--appendonly", "no", "--daemonize", "no", "--protected-mode", "yes"]
+        cmd = [
+            binary,
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dir",
+            str(self.folder),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--protected-mode",
+            "yes",
+        ]
         log = open(self.folder / "redis.log", "wb")
         try:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent, user=user.pw_uid if user else None,
-                                         group=user.pw_gid if user else None, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent,
+                user=user.pw_uid if user else None,
+                group=user.pw_gid if user else None,
+                start_new_session=True,
+            )
         finally:
             log.close()
         atexit.register(self.stop)
@@ -118,7 +140,7 @@ class RedisServer:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
-    def __enter__(self) -> "RedisServer":
+    def __enter__(self) -> RedisServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -43,8 +43,10 @@ def fill(q: Queue, n: int, chunk: int = 50_000, **kwargs) -> None:
 
 
 # Untimed: puts the claimed job back, so the pending count stays exactly what the case says.
-PUT_BACK = ("UPDATE jobs SET status = 'pending', attempts = attempts - 1, last_event = 'reaped', lease_until = NULL"
-            " WHERE id = ?")  # the attempt is given back too: a pending job must have one left (schema 3)
+PUT_BACK = (
+    "UPDATE jobs SET status = 'pending', attempts = attempts - 1, last_event = 'reaped', lease_until = NULL"
+    " WHERE id = ?"
+)  # the attempt is given back too: a pending job must have one left (schema 3)
 
 
 def claim_times(q: Queue, count: int = CLAIMS) -> list[float]:
@@ -85,8 +87,9 @@ def claim_plan(data: Path) -> str:
 
     path = data / "plan.db"
     with Queue(path) as q:
-        rows = q.backend.connection.execute("EXPLAIN QUERY PLAN " + sql.CLAIM,
-                               {"now": 0, "lease_until": 1, "worker": "w", "token": "t"}).fetchall()
+        rows = q.backend.connection.execute(
+            "EXPLAIN QUERY PLAN " + sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t"}
+        ).fetchall()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)
     return "; ".join(r[-1] for r in rows)
@@ -131,9 +134,24 @@ def worker_case(data: Path, runs: int = 7) -> tuple[float, float, dict[str, int]
         with Queue(path) as q:
             job_id = q.enqueue({"seconds": 0})
         t0 = time.time()
-        proc = subprocess.Popen([sys.executable, "-m", "leaselab", "worker", "--db", str(path),
-                                 "--handler", "leaselab.harness.demo:task", "--name", "starter", "--lease", "30"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "leaselab",
+                "worker",
+                "--db",
+                str(path),
+                "--handler",
+                "leaselab.harness.demo:task",
+                "--name",
+                "starter",
+                "--lease",
+                "30",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             with Queue(path) as q:
                 deadline = time.monotonic() + 30
@@ -186,19 +204,33 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = [
         (f"claim, {args.small:,} pending", f"{small * 1e6:.0f} µs", ""),
-        (f"claim, {args.big:,} pending", f"{big * 1e6:.0f} µs",
-         f"{big / small:.2f}x the small file; target <= 1.5x: {verdict(big / small <= 1.5)}"),
-        (f"claim, {args.big:,} pending + {args.big // 10:,} delayed at top priority", f"{skewed * 1e6:.0f} µs",
-         f"{skewed / small:.2f}x: SQLite skip-scans the index by priority (no target)"),
-        ("  the same without leaselab's planner statistics", f"{skewed_bare * 1e6:.0f} µs",
-         f"{skewed_bare / small:.1f}x: the claim steps over every not-yet-runnable job above it"),
+        (
+            f"claim, {args.big:,} pending",
+            f"{big * 1e6:.0f} µs",
+            f"{big / small:.2f}x the small file; target <= 1.5x: {verdict(big / small <= 1.5)}",
+        ),
+        (
+            f"claim, {args.big:,} pending + {args.big // 10:,} delayed at top priority",
+            f"{skewed * 1e6:.0f} µs",
+            f"{skewed / small:.2f}x: SQLite skip-scans the index by priority (no target)",
+        ),
+        (
+            "  the same without leaselab's planner statistics",
+            f"{skewed_bare * 1e6:.0f} µs",
+            f"{skewed_bare / small:.1f}x: the claim steps over every not-yet-runnable job above it",
+        ),
         (f"reap {moved:,} expired leases (one call)", f"{busy:.2f} s", f"{moved / busy:,.0f} jobs/s"),
         (f"reap with {moved:,} running, none expired", f"{idle * 1e3:.2f} ms", "the lease index: no scan"),
-        ("worker: spawn to first claimed job", f"{start * 1e3:.0f} ms",
-         f"bare `python -c pass` {bare * 1e3:.0f} ms; target well under 500 ms: {verdict(start < 0.5)}"),
-        ("worker: resident memory (VmRSS / peak VmHWM)",
-         f"{memory.get('VmRSS', 0) / 1024:.1f} / {memory.get('VmHWM', 0) / 1024:.1f} MB",
-         f"target < 40 MB: {verdict(memory.get('VmHWM', 10**9) < 40 * 1024)}"),
+        (
+            "worker: spawn to first claimed job",
+            f"{start * 1e3:.0f} ms",
+            f"bare `python -c pass` {bare * 1e3:.0f} ms; target well under 500 ms: {verdict(start < 0.5)}",
+        ),
+        (
+            "worker: resident memory (VmRSS / peak VmHWM)",
+            f"{memory.get('VmRSS', 0) / 1024:.1f} / {memory.get('VmHWM', 0) / 1024:.1f} MB",
+            f"target < 40 MB: {verdict(memory.get('VmHWM', 10**9) < 40 * 1024)}",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     print(f"| {'measure':<{width}} | {'result':>14} | note |")

@@ -43,8 +43,8 @@ import sqlite3
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from progress import step
 
@@ -137,8 +137,9 @@ def raw_system(synchronous: str):
 
     def drain_one(conn):
         now = time.time()
-        row = conn.execute(RAW_CLAIM, {"now": now, "lease_until": now + 300, "worker": "bench",
-                                       "token": secrets.token_hex(16)}).fetchone()
+        row = conn.execute(
+            RAW_CLAIM, {"now": now, "lease_until": now + 300, "worker": "bench", "token": secrets.token_hex(16)}
+        ).fetchone()
         if row is None:
             return None
         conn.execute(RAW_COMPLETE, {"id": row[0], "token": row[2], "result": "null", "now": time.time()})
@@ -164,14 +165,17 @@ def floor_system(synchronous: str):
             self.conn = sqlite3.connect(path / "floor.db", timeout=30, isolation_level=None)
             self.conn.execute("PRAGMA page_size = 1024")
             self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.execute({"NORMAL": "PRAGMA synchronous = NORMAL", "FULL": "PRAGMA synchronous = FULL"}[synchronous])
+            self.conn.execute(
+                {"NORMAL": "PRAGMA synchronous = NORMAL", "FULL": "PRAGMA synchronous = FULL"}[synchronous]
+            )
             self.conn.executescript(RAW_SCHEMA)
             self.held = None  # (id, token) of the job this process holds
 
     def claim(conn, token: str):
         now = time.time()
-        return conn.execute(RAW_CLAIM, {"now": now, "lease_until": now + 300, "worker": "bench",
-                                        "token": token}).fetchone()
+        return conn.execute(
+            RAW_CLAIM, {"now": now, "lease_until": now + 300, "worker": "bench", "token": token}
+        ).fetchone()
 
     def enqueue(h, n: int) -> None:
         now = time.time()
@@ -249,8 +253,7 @@ def persistqueue_system():
 
     def open_(path: Path):
         # auto_resume would put every other process's unacked jobs back: off for a shared file.
-        return SQLiteAckQueue(str(path / "pq"), auto_resume=False, multithreading=True, timeout=30,
-                              serializer=pq_json)
+        return SQLiteAckQueue(str(path / "pq"), auto_resume=False, multithreading=True, timeout=30, serializer=pq_json)
 
     def enqueue(q, n: int) -> None:
         q.put({"n": n})
@@ -332,8 +335,13 @@ def measure(key: str, data: Path, jobs: int, procs: int) -> dict:
     enq_s, _ = run_phase(key, path, "enqueue", jobs, procs)
     drain_s, delivered = run_phase(key, path, "drain", jobs, procs)
     shutil.rmtree(path, ignore_errors=True)
-    return {"enqueue": jobs / enq_s, "drain": len(delivered) / drain_s if delivered else 0.0,
-            "delivered": len(delivered), "duplicates": len(delivered) - len(set(delivered)), "sync": level}
+    return {
+        "enqueue": jobs / enq_s,
+        "drain": len(delivered) / drain_s if delivered else 0.0,
+        "delivered": len(delivered),
+        "duplicates": len(delivered) - len(set(delivered)),
+        "sync": level,
+    }
 
 
 def machine() -> str:
@@ -364,8 +372,10 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# leaselab throughput, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"# {machine()}, SQLite {sqlite3.sqlite_version}")
-    print(f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
-          f"databases in {data.resolve()}")
+    print(
+        f"# {args.jobs} jobs per run, {args.repeat} rounds (contenders interleaved, medians shown); "
+        f"databases in {data.resolve()}"
+    )
     print("# jobs/s; enqueue = one call per job; drain = claim + complete per job (huey: dequeue, which deletes)\n")
     runs: dict[tuple[str, int], list[dict]] = {}
     for round_ in range(args.repeat):
@@ -374,8 +384,12 @@ def main(argv: list[str] | None = None) -> int:
                 step(f"round {round_ + 1} of {args.repeat}: {key}, {procs} process(es)")
                 r = measure(key, data, args.jobs, procs)
                 runs.setdefault((key, procs), []).append(r)
-                print(f"  round {round_ + 1}: {key:<16} {procs}p  enqueue {r['enqueue']:>8.0f}/s  "
-                      f"drain {r['drain']:>8.0f}/s", file=sys.stderr, flush=True)
+                print(
+                    f"  round {round_ + 1}: {key:<16} {procs}p  enqueue {r['enqueue']:>8.0f}/s  "
+                    f"drain {r['drain']:>8.0f}/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
 
     def med(key: str, procs: int, field: str) -> float:
         return statistics.median(r[field] for r in runs[key, procs])
@@ -383,10 +397,12 @@ def main(argv: list[str] | None = None) -> int:
     def per_round(ours: str, key: str, procs: int, field: str) -> float:
         # Each round ran leaselab and the other back to back, so a round's ratio shares its moment's
         # load; the median of those ratios is steadier on a shared machine than a ratio of medians.
-        return statistics.median(a[field] / b[field] for a, b in zip(runs[ours, procs], runs[key, procs]))
+        return statistics.median(a[field] / b[field] for a, b in zip(runs[ours, procs], runs[key, procs], strict=True))
 
-    header = ("| level  | contender                        | sync | procs | enqueue/s | drain/s | drain min–max "
-              "| leaselab ÷ this: enqueue | drain | delivered twice |")
+    header = (
+        "| level  | contender                        | sync | procs | enqueue/s | drain/s | drain min–max "
+        "| leaselab ÷ this: enqueue | drain | delivered twice |"
+    )
     print(header)
     print("|" + "|".join("-" * len(c) for c in header.split("|")[1:-1]) + "|")
     for key in keys:
@@ -399,9 +415,11 @@ def main(argv: list[str] | None = None) -> int:
             ratio_e = f"{per_round(ours, key, procs, 'enqueue'):.2f}" if mine else ""
             ratio = f"{per_round(ours, key, procs, 'drain'):.2f}" if mine and drain else ""
             twice = sum(r["duplicates"] for r in runs[key, procs])
-            print(f"| {level:<6} | {label:<32} | {runs[key, procs][0]['sync']:>4} | {procs:>5} | "
-                  f"{med(key, procs, 'enqueue'):>9.0f} | {drain:>7.0f} | {f'{min(drains):.0f}–{max(drains):.0f}':>13} "
-                  f"| {ratio_e:>24} | {ratio:>5} | {twice:>15} |")
+            print(
+                f"| {level:<6} | {label:<32} | {runs[key, procs][0]['sync']:>4} | {procs:>5} | "
+                f"{med(key, procs, 'enqueue'):>9.0f} | {drain:>7.0f} | {f'{min(drains):.0f}–{max(drains):.0f}':>13} "
+                f"| {ratio_e:>24} | {ratio:>5} | {twice:>15} |"
+            )
     print("\nsync: what the contender's own connection reports for PRAGMA synchronous (1 = NORMAL, 2 = FULL);")
     print("leaselab 'full' syncs enqueue and complete, and lets the claim ride on the next sync.")
     print("leaselab ÷ this: the median over rounds of leaselab's rate divided by this contender's, same round.")

@@ -35,6 +35,21 @@ from .worker import Lease, Worker, load_handler
 __version__ = "0.1.0"
 
 __all__ = [
-    "Backoff", "DatabaseMissing", "Event", "FencedStore", "HandlerError", "InvalidPayload", "Job", "JobNotFound",
-    "Lease", "LeaseLost", "LeaselabError", "ManualClock", "Queue", "Status", "TransientError", "Worker", "load_handler",
+    "Backoff",
+    "DatabaseMissing",
+    "Event",
+    "FencedStore",
+    "HandlerError",
+    "InvalidPayload",
+    "Job",
+    "JobNotFound",
+    "Lease",
+    "LeaseLost",
+    "LeaselabError",
+    "ManualClock",
+    "Queue",
+    "Status",
+    "TransientError",
+    "Worker",
+    "load_handler",
 ]

@@ -10,17 +10,17 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Sequence
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
-from .words import LANGS
 from .errors import DatabaseMissing, LeaselabError
 from .job import Status
-from .worker.logline import LineLog
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
+from .words import LANGS
+from .worker.logline import LineLog
 from .worker.signals import Relay
 
 EXIT_ANOMALY = 1  # check: the run broke a promise
@@ -57,8 +57,7 @@ def _open(args: argparse.Namespace, create: bool = False) -> Queue:
     # Only enqueue makes a queue: any other command given a mistyped --db must say so, not
     # answer from a fresh empty file it just left behind.
     create = create or is_server_url(args.db)  # a server URL names no file to look for
-    return Queue(args.db, durability=getattr(args, "durability", "full"), create=create,
-                 busy_timeout=args.busy_timeout)
+    return Queue(args.db, durability=getattr(args, "durability", "full"), create=create, busy_timeout=args.busy_timeout)
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -67,8 +66,9 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     except json.JSONDecodeError as exc:
         raise ValueError(f"payload is not valid JSON: {exc}") from None
     with _open(args, create=True) as q:
-        ids = q.enqueue_many([payload] * args.count, priority=args.priority, delay=args.delay,
-                             max_attempts=args.max_attempts)
+        ids = q.enqueue_many(
+            [payload] * args.count, priority=args.priority, delay=args.delay, max_attempts=args.max_attempts
+        )
     print(" ".join(map(str, ids)))
     return 0
 
@@ -86,7 +86,7 @@ def _say(line: str) -> None:
     data = line.encode(errors="replace") + b"\n"
     try:
         while data:
-            data = data[os.write(sys.stdout.fileno(), data):]
+            data = data[os.write(sys.stdout.fileno(), data) :]
     except (OSError, ValueError):  # output closed or gone: the stop itself matters more than saying so
         pass
 
@@ -126,6 +126,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # and with several slots no single attribute knows every job this worker holds.
         nonlocal held
         try:
+            assert queue is not None and worker is not None  # interrupted() starts this once both are made
             ids = sorted(j.id for j in queue.jobs(status="running", limit=100_000) if j.worker == worker.name)
         except Exception:  # a busy file, or a worker that finished and closed it meanwhile
             log("stopping, Ctrl-C again to quit at once")
@@ -163,8 +164,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # The handlers before are back when the command returns: main() may run inside a longer-lived
     # program, a test for one.
     ignore_sigint = args.ignore_sigint or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    with Relay({signal.SIGINT: signal.SIG_IGN if ignore_sigint else interrupted, signal.SIGTERM: stop},
-               name="worker-signals"):
+    with Relay(
+        {signal.SIGINT: signal.SIG_IGN if ignore_sigint else interrupted, signal.SIGTERM: stop}, name="worker-signals"
+    ):
         handler = load_handler(args.handler)  # a bad --handler is reported before a bad --db
         parent = os.getppid()
         if parent > 1:  # from here on: a worker waiting for its server must not outlive who started it
@@ -172,15 +174,24 @@ def cmd_worker(args: argparse.Namespace) -> int:
         # A server not up yet, a first connection dropped, a full disk: waited out as they are
         # mid-run, with the same log lines. Anything retrying cannot fix still exits 2 at once.
         named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
-        opened = outlast("open the queue", lambda: _open(args), stop=stop_asked,
-                         log=lambda message: log(f"{named}: {message}"))
+        opened = outlast(
+            "open the queue", lambda: _open(args), stop=stop_asked, log=lambda message: log(f"{named}: {message}")
+        )
         if opened is STOPPED:
             log("stopped before the queue could be opened")
             return 0
         try:
-            worker = Worker(opened, handler, name=args.name, lease=args.lease, poll=args.poll,
-                            max_poll=args.max_poll, exit_when_idle=args.exit_when_idle, log=log,
-                            concurrency=args.concurrency)
+            worker = Worker(
+                opened,
+                handler,
+                name=args.name,
+                lease=args.lease,
+                poll=args.poll,
+                max_poll=args.max_poll,
+                exit_when_idle=args.exit_when_idle,
+                log=log,
+                concurrency=args.concurrency,
+            )
         except BaseException:
             opened.close()
             raise
@@ -198,8 +209,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
             if started is not None:  # it reads the queue: say which jobs are finishing before closing it
                 started.join()
             queue.close()
-        log(f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
-            f"lost {stats.lost}, reaped {stats.reaped}")
+        log(
+            f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
+            f"lost {stats.lost}, reaped {stats.reaped}"
+        )
         return 0
 
 
@@ -233,7 +246,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     with _open(args) as q:
         jobs = q.jobs(status=args.status, limit=args.limit)
         now = q.clock()
-    header = f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  {'payload':<24} result/error"
+    header = (
+        f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  "
+        f"{'payload':<24} result/error"
+    )
     print(header)
     for j in jobs:
         if j.damage:  # listed, never hidden: the rest of the table stays readable
@@ -242,8 +258,10 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         left = _lease_left(j.lease_until, now)
         failed = j.status in ("pending", "dead") and j.last_error
         outcome = _short(j.last_error, 40) if failed else _short(j.result, 40, as_json=True)
-        print(f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
-              f"{_short(j.worker, 12):<12} {left:>16}  {_short(j.payload, 24, as_json=True):<24} {outcome}")
+        print(
+            f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
+            f"{_short(j.worker, 12):<12} {left:>16}  {_short(j.payload, 24, as_json=True):<24} {outcome}"
+        )
     return 0
 
 
@@ -255,8 +273,10 @@ def cmd_events(args: argparse.Namespace) -> int:
 
     print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
     for e in events:
-        print(f"{_stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
-              f"{_short(e.detail, 60) if e.detail else ''}")
+        print(
+            f"{_stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
+            f"{_short(e.detail, 60) if e.detail else ''}"
+        )
     return 0
 
 
@@ -350,85 +370,173 @@ def build_parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str, func) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--db", default=os.environ.get("LEASELAB_DB", "leaselab.db"),
-                       help="queue file, or a postgresql://user@host:port/dbname URL "
-                            "(default: $LEASELAB_DB or leaselab.db)")
-        p.add_argument("--busy-timeout", type=_positive_float, default=30.0, metavar="SECONDS",
-                       help="how long to wait for another process's write lock before giving up on "
-                            "one try (a worker then retries; default 30)")
+        p.add_argument(
+            "--db",
+            default=os.environ.get("LEASELAB_DB", "leaselab.db"),
+            help="queue file, or a postgresql://user@host:port/dbname URL (default: $LEASELAB_DB or leaselab.db)",
+        )
+        p.add_argument(
+            "--busy-timeout",
+            type=_positive_float,
+            default=30.0,
+            metavar="SECONDS",
+            help="how long to wait for another process's write lock before giving up on "
+            "one try (a worker then retries; default 30)",
+        )
         p.set_defaults(func=func)
         return p
 
     p = command("enqueue", "add jobs with a JSON payload", cmd_enqueue)
-    p.add_argument("payload", help='JSON, e.g. \'{"seconds": 2}\'')
-    p.add_argument("--priority", type=_any_int, default=0, metavar="N",
-                   help="a whole number; the highest runs first (default 0)")
-    p.add_argument("--delay", type=_non_negative_float, default=0.0, metavar="SECONDS",
-                   help="seconds from now before the jobs may be claimed (default 0)")
-    p.add_argument("--max-attempts", type=_positive_int, default=5, metavar="N",
-                   help="claims a job gets before it is dead (default 5)")
+    p.add_argument("payload", help="JSON, e.g. '{\"seconds\": 2}'")
+    p.add_argument(
+        "--priority", type=_any_int, default=0, metavar="N", help="a whole number; the highest runs first (default 0)"
+    )
+    p.add_argument(
+        "--delay",
+        type=_non_negative_float,
+        default=0.0,
+        metavar="SECONDS",
+        help="seconds from now before the jobs may be claimed (default 0)",
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        default=5,
+        metavar="N",
+        help="claims a job gets before it is dead (default 5)",
+    )
     p.add_argument("--count", type=_positive_int, default=1, metavar="N", help="how many identical jobs (default 1)")
-    p.add_argument("--durability", choices=DURABILITIES, default="full",
-                   help="full: the jobs are on disk before their ids are printed; normal: faster, may lose "
-                        "the last ones on power loss (SQLite) or a server crash (PostgreSQL)")
+    p.add_argument(
+        "--durability",
+        choices=DURABILITIES,
+        default="full",
+        help="full: the jobs are on disk before their ids are printed; normal: faster, may lose "
+        "the last ones on power loss (SQLite) or a server crash (PostgreSQL)",
+    )
 
     p = command("worker", "run one worker process", cmd_worker)
-    p.add_argument("--handler", required=True, metavar="MODULE:FUNCTION",
-                   help="the function that runs each job, e.g. leaselab.harness.demo:task, or myh:work for "
-                        "myh.py in the current folder")
-    p.add_argument("--name", type=_worker_name, default=None,
-                   help="the name in the queue's rows and the log (default: worker-PID)")
-    p.add_argument("--lease", type=_positive_float, default=DEFAULT_LEASE, metavar="SECONDS",
-                   help="how long a claim holds a job without a heartbeat; renewed every third of it "
-                        f"(default {DEFAULT_LEASE:g})")
-    p.add_argument("--poll", type=_positive_float, default=0.05, metavar="SECONDS",
-                   help="seconds between looks for a job while idle, at first (default 0.05)")
-    p.add_argument("--max-poll", type=_positive_float, default=1.0, metavar="SECONDS",
-                   help="while idle the wait doubles up to this many seconds (default 1)")
+    p.add_argument(
+        "--handler",
+        required=True,
+        metavar="MODULE:FUNCTION",
+        help="the function that runs each job, e.g. leaselab.harness.demo:task, or myh:work for "
+        "myh.py in the current folder",
+    )
+    p.add_argument(
+        "--name", type=_worker_name, default=None, help="the name in the queue's rows and the log (default: worker-PID)"
+    )
+    p.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=DEFAULT_LEASE,
+        metavar="SECONDS",
+        help=f"how long a claim holds a job without a heartbeat; renewed every third of it (default {DEFAULT_LEASE:g})",
+    )
+    p.add_argument(
+        "--poll",
+        type=_positive_float,
+        default=0.05,
+        metavar="SECONDS",
+        help="seconds between looks for a job while idle, at first (default 0.05)",
+    )
+    p.add_argument(
+        "--max-poll",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="while idle the wait doubles up to this many seconds (default 1)",
+    )
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
-    p.add_argument("--durability", choices=DURABILITIES, default="full",
-                   help="full: claims and completions are on disk before they count; normal: faster, may lose "
-                        "the last ones on power loss (SQLite) or a server crash (PostgreSQL)")
-    p.add_argument("--concurrency", type=_positive_int, default=1,
-                   help="how many jobs to run at once, on threads (default 1)")
-    p.add_argument("--ignore-sigint", action="store_true",
-                   help="keep running on Ctrl-C (SIGINT); stop with SIGTERM. The lab's workers use it, "
-                        "so a notebook's Interrupt does not stop them")
+    p.add_argument(
+        "--durability",
+        choices=DURABILITIES,
+        default="full",
+        help="full: claims and completions are on disk before they count; normal: faster, may lose "
+        "the last ones on power loss (SQLite) or a server crash (PostgreSQL)",
+    )
+    p.add_argument(
+        "--concurrency", type=_positive_int, default=1, help="how many jobs to run at once, on threads (default 1)"
+    )
+    p.add_argument(
+        "--ignore-sigint",
+        action="store_true",
+        help="keep running on Ctrl-C (SIGINT); stop with SIGTERM. The lab's workers use it, "
+        "so a notebook's Interrupt does not stop them",
+    )
 
     command("reap", "move expired leases back to pending (or dead)", cmd_reap)
     p = command("stats", "count jobs by status", cmd_stats)
     p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     p = command("jobs", "list jobs as a table", cmd_jobs)
     p.add_argument("--status", choices=[s.value for s in Status], help="only the jobs in this status")
-    p.add_argument("--limit", type=_non_negative_int, default=100, metavar="N",
-                   help="list at most this many jobs, in id order (default 100)")
+    p.add_argument(
+        "--limit",
+        type=_non_negative_int,
+        default=100,
+        metavar="N",
+        help="list at most this many jobs, in id order (default 100)",
+    )
     p = command("events", "show the history of transitions", cmd_events)
     p.add_argument("--job", type=_any_int, default=None, metavar="ID", help="only this job's history")
 
     p = command("check", "check that a run kept every promise: exit 0 clean, 1 if it found an anomaly", cmd_check)
-    p.add_argument("--effects", default=None, metavar="FILE",
-                   help="the handlers' effects file (what record_effect wrote), to find repeated effects")
-    p.add_argument("--lease", type=_positive_float, default=None, metavar="SECONDS",
-                   help="the lease the workers used, to time the reaps (default: what the history shows)")
-    p.add_argument("--still-running", action="store_true",
-                   help="the workers may still be at work: a job not finished is not lost, and only a lease "
-                        "that ran out a minute ago is stuck (default: the run ended with the workers idle)")
+    p.add_argument(
+        "--effects",
+        default=None,
+        metavar="FILE",
+        help="the handlers' effects file (what record_effect wrote), to find repeated effects",
+    )
+    p.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the lease the workers used, to time the reaps (default: what the history shows)",
+    )
+    p.add_argument(
+        "--still-running",
+        action="store_true",
+        help="the workers may still be at work: a job not finished is not lost, and only a lease "
+        "that ran out a minute ago is stuck (default: the run ended with the workers idle)",
+    )
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
 
-    p = command("chaos", "run real workers under a seeded fault schedule, then check what the queue kept "
-                         "(exit 0 clean, 1 broken)", cmd_chaos)
+    p = command(
+        "chaos",
+        "run real workers under a seeded fault schedule, then check what the queue kept (exit 0 clean, 1 broken)",
+        cmd_chaos,
+    )
     p.add_argument("--handler", required=True, help="module:function, e.g. leaselab.harness.demo:task")
-    p.add_argument("--workers", type=_positive_int, metavar="N", default=4, help="worker processes kept running (default 4)")
-    p.add_argument("--concurrency", type=_positive_int, metavar="N", default=1, help="jobs each worker runs at once (default 1)")
+    p.add_argument(
+        "--workers", type=_positive_int, metavar="N", default=4, help="worker processes kept running (default 4)"
+    )
+    p.add_argument(
+        "--concurrency", type=_positive_int, metavar="N", default=1, help="jobs each worker runs at once (default 1)"
+    )
     p.add_argument("--jobs", type=_positive_int, metavar="N", default=500, help="how many jobs (default 500)")
-    p.add_argument("--seconds", type=_positive_float, metavar="SECONDS", default=60.0, help="how long the faults go on (default 60)")
-    p.add_argument("--lease", type=_positive_float, default=None, metavar="SECONDS",
-                   help="the workers' lease in seconds (default 1)")
-    p.add_argument("--faults", default=None,
-                   help="comma-separated faults (default: every one this queue can have); an unknown one "
-                        "is refused with the list")
-    p.add_argument("--seed", type=_any_int, default=None, metavar="N", help="replay a run's schedule (default: a random seed)")
+    p.add_argument(
+        "--seconds",
+        type=_positive_float,
+        metavar="SECONDS",
+        default=60.0,
+        help="how long the faults go on (default 60)",
+    )
+    p.add_argument(
+        "--lease",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the workers' lease in seconds (default 1)",
+    )
+    p.add_argument(
+        "--faults",
+        default=None,
+        help="comma-separated faults (default: every one this queue can have); an unknown one is refused with the list",
+    )
+    p.add_argument(
+        "--seed", type=_any_int, default=None, metavar="N", help="replay a run's schedule (default: a random seed)"
+    )
     p.add_argument("--payload", default="{}", help="every job's JSON payload (default {})")
     p.add_argument("--out", default=None, help="the run's folder: logs, effects (default: beside the queue)")
     p.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 Clock = Callable[[], float]
 

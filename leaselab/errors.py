@@ -1,4 +1,5 @@
-"""The errors of the queue and the worker, under the one root of every error leaselab raises on purpose: ``LeaselabError``.
+"""The errors of the queue and the worker, under the one root of every error leaselab raises on purpose:
+``LeaselabError``.
 
 The lab, the harness, the lessons, the checker and chaos keep their own errors beside them (``errors.py`` in
 each folder), each a subclass of ``LeaselabError``.
@@ -12,7 +13,8 @@ class LeaselabError(Exception):
 
 
 class TransientError(LeaselabError):
-    """Raised for a fault that may pass (a lock held too long, a full disk, a lost server): retrying later can succeed."""
+    """Raised for a fault that may pass (a lock held too long, a full disk, a lost server): retrying later can
+    succeed."""
 
 
 class LeaseLost(LeaselabError):
@@ -35,11 +37,13 @@ class JobNotFound(LeaselabError, LookupError):
 
 
 class InvalidPayload(LeaselabError, ValueError):
-    """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too deep or too big)."""
+    """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too
+    deep or too big)."""
 
 
 class InvalidTarget(LeaselabError, ValueError):
-    """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the message never repeats it."""
+    """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the
+    message never repeats it."""
 
 
 class NotALeaselabDatabase(LeaselabError):
@@ -73,8 +77,9 @@ class DiskFull(TransientError):
 
     def __init__(self, path: str, detail: str = "database or disk is full"):
         self.path = path
-        super().__init__(f"{path}: the disk holding the queue file is full ({detail}); "
-                         "nothing of the refused write was kept")
+        super().__init__(
+            f"{path}: the disk holding the queue file is full ({detail}); nothing of the refused write was kept"
+        )
 
 
 class DatabaseUnreachable(TransientError):
@@ -82,7 +87,8 @@ class DatabaseUnreachable(TransientError):
 
 
 class ServerRefused(LeaselabError):
-    """Raised when the database server refuses the connection for good: no such database, or a wrong user or password."""
+    """Raised when the database server refuses the connection for good: no such database, or a wrong user or
+    password."""
 
 
 class UnsupportedSQLite(LeaselabError):
@@ -91,5 +97,3 @@ class UnsupportedSQLite(LeaselabError):
 
 class HandlerError(LeaselabError):
     """Raised when a handler path like ``module:function`` cannot be imported or is not callable."""
-
-

@@ -83,8 +83,9 @@ class FencedStore:
             self._conn.close()
             raise
 
-    def write(self, key: str, value: Any, fence: tuple[int, int], check: bool = True, *,
-              token: str | None = None) -> bool:
+    def write(
+        self, key: str, value: Any, fence: tuple[int, int], check: bool = True, *, token: str | None = None
+    ) -> bool:
         """Store ``value`` under ``key`` unless the stored fence forbids it; True if accepted.
 
         Accepted when ``fence`` is newer than the stored one, or equal to it with the same
@@ -98,10 +99,16 @@ class FencedStore:
             raise TypeError(f"fence must be (job id, attempts) as two ints, got {fence!r}")
         if token is not None and not isinstance(token, str):
             raise TypeError(f"token must be the claim's token (a str) or None, got {token!r}")
-        cursor = self._conn.execute(FENCED_WRITE if check else PLAIN_WRITE, {
-            "key": key, "job": job, "attempt": attempt, "token": token,
-            "value": json.dumps(value, ensure_ascii=False),
-        })
+        cursor = self._conn.execute(
+            FENCED_WRITE if check else PLAIN_WRITE,
+            {
+                "key": key,
+                "job": job,
+                "attempt": attempt,
+                "token": token,
+                "value": json.dumps(value, ensure_ascii=False),
+            },
+        )
         return cursor.rowcount == 1
 
     def read(self, key: str) -> tuple[Any, tuple[int, int]] | None:
@@ -112,7 +119,7 @@ class FencedStore:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "FencedStore":
+    def __enter__(self) -> FencedStore:
         return self
 
     def __exit__(self, *exc: object) -> None:

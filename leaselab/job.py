@@ -50,7 +50,7 @@ def check_json_depth(what: str, text: str, *, of_job: int | None = None) -> None
 # The C scanner ``json.loads`` ends in, called directly. On a short payload most of ``json.loads``'s
 # time goes around it (three calls and two regular-expression matches for the whitespace around the
 # value), and a worker reads a payload with every claim. It returns the value and where it ended.
-_SCAN_JSON = json.JSONDecoder().scan_once
+_SCAN_JSON = json.JSONDecoder().scan_once  # type: ignore[attr-defined]  # set in __init__; typeshed omits it
 
 
 def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
@@ -109,38 +109,57 @@ class Job:
         return (self.id, self.attempts)
 
     @classmethod
-    def from_row(cls, row: tuple) -> "Job":
+    def from_row(cls, row: tuple) -> Job:
         """Build a Job from a row selected with ``JOB_COLUMNS``."""
-        (id_, payload, status, priority, run_at, attempts, max_attempts, lease_until,
-         worker, token, result, last_error, created_at, started_at, finished_at) = row
+        (
+            id_,
+            payload,
+            status,
+            priority,
+            run_at,
+            attempts,
+            max_attempts,
+            lease_until,
+            worker,
+            token,
+            result,
+            last_error,
+            created_at,
+            started_at,
+            finished_at,
+        ) = row
         # A worker builds one Job per claim, so this skips the frozen __init__ (one guarded
         # setattr per field, about half of a claim's Python time) and gives the instance its fields
         # as one dict, built in one step; it is as frozen as any other afterwards. The times are
         # made floats in line (SQLite may hand back a whole REAL as an int: RETURNING skips column
         # affinity), not by a helper: a call costs as much as the rest of a field.
         job = object.__new__(cls)
-        object.__setattr__(job, "__dict__", {
-            "id": id_,
-            "payload": _load_json(id_, "payload", payload),
-            "status": _STATUSES.get(status) or Status(status),  # Status() names a damaged value
-            "priority": priority,
-            "run_at": float(run_at),
-            "attempts": attempts,
-            "max_attempts": max_attempts,
-            "lease_until": None if lease_until is None else float(lease_until),
-            "worker": worker,
-            "token": token,
-            "result": None if result is None else _load_json(id_, "result", result),
-            "last_error": last_error,
-            "created_at": float(created_at),
-            "started_at": None if started_at is None else float(started_at),
-            "finished_at": None if finished_at is None else float(finished_at),
-            "damage": None,
-        })
+        object.__setattr__(
+            job,
+            "__dict__",
+            {
+                "id": id_,
+                "payload": _load_json(id_, "payload", payload),
+                "status": _STATUSES.get(status) or Status(status),  # Status() names a damaged value
+                "priority": priority,
+                "run_at": float(run_at),
+                "attempts": attempts,
+                "max_attempts": max_attempts,
+                "lease_until": None if lease_until is None else float(lease_until),
+                "worker": worker,
+                "token": token,
+                "result": None if result is None else _load_json(id_, "result", result),
+                "last_error": last_error,
+                "created_at": float(created_at),
+                "started_at": None if started_at is None else float(started_at),
+                "finished_at": None if finished_at is None else float(finished_at),
+                "damage": None,
+            },
+        )
         return job
 
     @classmethod
-    def from_row_or_damaged(cls, row: tuple) -> "Job":
+    def from_row_or_damaged(cls, row: tuple) -> Job:
         """Like ``from_row``, but a row that cannot be read in full gives a Job with ``damage`` set.
 
         Every field that can be read is kept; each one that cannot is None and named in ``damage``.
@@ -150,10 +169,12 @@ class Job:
         except (ValueError, TypeError, LookupError) as exc:
             first = str(exc)
         fields, problems = {}, []
-        readers = {"payload": lambda v: _load_json(row[0], "payload", v),
-                   "result": lambda v: None if v is None else _load_json(row[0], "result", v),
-                   "status": lambda v: _STATUSES[v]}
-        for name, value in zip(_FIELD_NAMES, row):
+        readers = {
+            "payload": lambda v: _load_json(row[0], "payload", v),
+            "result": lambda v: None if v is None else _load_json(row[0], "result", v),
+            "status": lambda v: _STATUSES[v],
+        }
+        for name, value in zip(_FIELD_NAMES, row, strict=False):
             kind = _FIELD_KINDS.get(name)
             try:
                 if name in readers:
@@ -176,12 +197,26 @@ class Job:
 
 _STATUSES = {s.value: s for s in Status}
 _FIELD_NAMES = tuple(JOB_COLUMNS.replace(" ", "").split(","))
-_FIELD_KINDS = {"priority": int, "attempts": int, "max_attempts": int, "run_at": float, "lease_until": float,
-                "created_at": float, "started_at": float, "finished_at": float, "id": int}
+_FIELD_KINDS = {
+    "priority": int,
+    "attempts": int,
+    "max_attempts": int,
+    "run_at": float,
+    "lease_until": float,
+    "created_at": float,
+    "started_at": float,
+    "finished_at": float,
+    "id": int,
+}
 
 
 def _finite(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value and abs(value) != float("inf"):
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and value == value
+        and abs(value) != float("inf")
+    ):
         return float(value)
     raise ValueError(value)
 
@@ -190,6 +225,7 @@ def _whole(value: Any) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     raise ValueError(value)
+
 
 EVENT_COLUMNS = "id, job_id, kind, at, worker, token, attempt, detail"
 
@@ -208,5 +244,5 @@ class Event:
     detail: str | None
 
     @classmethod
-    def from_row(cls, row: tuple) -> "Event":
+    def from_row(cls, row: tuple) -> Event:
         return cls(*row)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
+from .arguments import integer, number, positive, text
 from .backends import open_backend
 from .backends.contract import Backend, Claim, Claimed, Completion, NewJob, Refusals, Unreadable
 from .backoff import Backoff
-from .arguments import integer, number, positive, text
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
 from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth
@@ -74,8 +75,13 @@ class Queue:
         # Acknowledged writes (enqueues, completions) sync to disk at "full"; the rest never
         # wait for a sync, because losing one to a power cut only causes a retry.
         self._acknowledged = durability == "full"
-        self.backend: Backend = open_backend(self.path, busy_timeout=positive("busy_timeout", busy_timeout),
-                                    backoff=self.backoff, tracer=tracer, create=create)
+        self.backend: Backend = open_backend(
+            self.path,
+            busy_timeout=positive("busy_timeout", busy_timeout),
+            backoff=self.backoff,
+            tracer=tracer,
+            create=create,
+        )
         self.clock: Clock = clock or self.backend.clock or system_clock
         self.backend.use_clock(self.clock)
 
@@ -117,7 +123,7 @@ class Queue:
         """
         self.backend.wait_for_work(positive("timeout", timeout), stop)
 
-    def __enter__(self) -> "Queue":
+    def __enter__(self) -> Queue:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -137,8 +143,10 @@ class Queue:
         try:
             text = _ENCODER.encode(value)
         except (TypeError, ValueError) as exc:
-            raise InvalidPayload(f"{what} must be JSON: numbers, strings, true/false/null, arrays and objects "
-                                 f"(no NaN or Infinity, no sets, no Python objects): {exc}") from None
+            raise InvalidPayload(
+                f"{what} must be JSON: numbers, strings, true/false/null, arrays and objects "
+                f"(no NaN or Infinity, no sets, no Python objects): {exc}"
+            ) from None
         except RecursionError:  # nested past the interpreter's limit, so far past ours too
             raise InvalidPayload(f"{what} nests arrays or objects more than {MAX_JSON_DEPTH} deep") from None
         check_json_depth(what, text)
@@ -147,8 +155,9 @@ class Queue:
             raise InvalidPayload(f"{what} is {size} bytes of JSON; the limit is {self.max_payload_bytes}")
         return text
 
-    def _new_job(self, payload: Any, priority: int, delay: float, run_at: float | None, max_attempts: int,
-                 now: float) -> NewJob:
+    def _new_job(
+        self, payload: Any, priority: int, delay: float, run_at: float | None, max_attempts: int, now: float
+    ) -> NewJob:
         payload = self._json("payload", payload)
         priority = integer("priority", priority)
         max_attempts = integer("max_attempts", max_attempts, 1)
@@ -258,8 +267,14 @@ class Queue:
             self._lease_lost(job_id, token, now, "complete", done.result)
 
     def complete_and_claim(
-        self, job_id: int, token: str, result: Any = None, worker: str = "worker", lease: float = DEFAULT_LEASE,
-        *, next_token: str | None = None,
+        self,
+        job_id: int,
+        token: str,
+        result: Any = None,
+        worker: str = "worker",
+        lease: float = DEFAULT_LEASE,
+        *,
+        next_token: str | None = None,
     ) -> Job | None:
         """Complete one job and claim the next in one transaction: a worker's hot path.
 
@@ -397,8 +412,13 @@ class Queue:
         return self._refused(items, self.backend.complete_many(items, now, durable=self._acknowledged), now)
 
     def complete_many_and_claim(
-        self, done: Iterable[tuple[int, str, Any]], n: int, worker: str = "worker", lease: float = DEFAULT_LEASE,
-        *, token: str | None = None,
+        self,
+        done: Iterable[tuple[int, str, Any]],
+        n: int,
+        worker: str = "worker",
+        lease: float = DEFAULT_LEASE,
+        *,
+        token: str | None = None,
     ) -> tuple[list[int], list[Job]]:
         """``complete_many(done)`` and ``claim_many(n, worker, lease)`` in one transaction: a worker
         with slots refills the slots that just finished. Returns (ids refused, jobs claimed).
@@ -444,8 +464,9 @@ class Queue:
             raise TypeError(f"token must be the str from the claim, got {token!r}")
         return job_id, token
 
-    def _lease_lost(self, job_id: int, token: str, now: float, action: str, written: str | None = None,
-                    went_through: bool = True) -> str:
+    def _lease_lost(
+        self, job_id: int, token: str, now: float, action: str, written: str | None = None, went_through: bool = True
+    ) -> str:
         """After a fenced write changed no row: return the job's status if this token's own earlier
         try of the same write (``written``: the result or error) went through, as after a lost reply;
         else record the refusal in the job's history and raise ``LeaseLost``."""
@@ -477,7 +498,9 @@ class Queue:
             try:
                 status = Status(status)
             except ValueError:
-                raise ValueError(f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}") from None
+                raise ValueError(
+                    f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}"
+                ) from None
         return self.backend.jobs(status, limit, newest_first)
 
     def stats(self) -> dict[str, int]:
@@ -536,19 +559,27 @@ def _went_through(refusals: Refusals, job_id: int, token: str, action: str, writ
     if outcome is None:
         return None
     statuses, event, field = _WRITTEN[action]
-    if (outcome.token == token and outcome.status in statuses and outcome.last_event == event
-            and getattr(outcome, field) == written):
+    if (
+        outcome.token == token
+        and outcome.status in statuses
+        and outcome.last_event == event
+        and getattr(outcome, field) == written
+    ):
         return outcome.status
-    if (action == "fail" and written is not None and outcome.token != token
-            and refusals.failed(job_id, token, written)):
+    if action == "fail" and written is not None and outcome.token != token and refusals.failed(job_id, token, written):
         # Failed by this token, then claimed again: the failure had put it back to pending (a
         # dead job is never claimed again, and keeps the token that ended it).
         return "pending"
     return None
 
 
-def _settle(refusals: Refusals, unchanged: Sequence[tuple[int, str, str | None]], action: str, now: float,
-            done: set[int] | None = None) -> list[int]:
+def _settle(
+    refusals: Refusals,
+    unchanged: Sequence[tuple[int, str, str | None]],
+    action: str,
+    now: float,
+    done: set[int] | None = None,
+) -> list[int]:
     """Of fenced writes that changed no row (job id, token, what they wrote), inside a transaction:
     one whose earlier try went through unseen is done (its id joins ``done``); every other is refused,
     and the refusal written into its job's history. Returns the ids refused, in order.

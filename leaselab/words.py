@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 LANGS = ("en", "ru")  # every language leaselab speaks: the lessons', the lab's, the checker's, chaos's
 
@@ -28,6 +29,7 @@ def check_lang(lang: Any) -> str:
     if lang not in LANGS:
         raise ValueError(f"lang must be one of {', '.join(LANGS)}; got {lang!r}")
     return lang
+
 
 # A no-break space: a grouped number never wraps across lines.
 RU_GROUP = "\u00a0"
@@ -59,12 +61,12 @@ def number(value: int | float, spec: str = "", lang: str = "en") -> str:
     if lang != "ru":
         return text
     sign = "-" if text.startswith("-") else ""
-    digits = text[len(sign):]
+    digits = text[len(sign) :]
     whole, dot, fraction = digits.partition(".")
     if "," in whole:
         bare = whole.replace(",", "")
         if len(bare) >= 5:
-            groups = []
+            groups: list[str] = []
             while len(bare) > 3:
                 bare, tail = bare[:-3], bare[-3:]
                 groups.insert(0, tail)

@@ -117,7 +117,7 @@ def drift(en: nbformat.NotebookNode, ru: nbformat.NotebookNode) -> list[str]:
     problems = []
     if len(en.cells) != len(ru.cells):
         problems.append(f"{len(en.cells)} cells in en, {len(ru.cells)} in ru")
-    for i, (a, b) in enumerate(zip(en.cells, ru.cells)):
+    for i, (a, b) in enumerate(zip(en.cells, ru.cells, strict=False)):
         if _shape(a) != _shape(b):
             problems.append(f"cell {i} differs: en {_shape(a)[:2]!r} vs ru {_shape(b)[:2]!r}")
     return problems
@@ -129,7 +129,7 @@ def stale(source: Path, lang: str, committed: nbformat.NotebookNode) -> list[str
     problems = []
     if len(fresh.cells) != len(committed.cells):
         problems.append(f"{lang}/{source.stem}: source has {len(fresh.cells)} cells, notebook {len(committed.cells)}")
-    for i, (a, b) in enumerate(zip(fresh.cells, committed.cells)):
+    for i, (a, b) in enumerate(zip(fresh.cells, committed.cells, strict=False)):
         if (a.cell_type, a.source, a.metadata.get("tags", [])) != (b.cell_type, b.source, b.metadata.get("tags", [])):
             problems.append(f"{lang}/{source.stem}: cell {i} differs from the source; run notebooks/build.py")
     return problems
@@ -141,8 +141,9 @@ def target(source: Path, lang: str, out: Path = HERE) -> Path:
 
 def package_files(package: Path = PACKAGE) -> list[Path]:
     """The files of the leaselab package that a lesson's outputs depend on, in a stable order."""
-    return sorted(p for p in package.rglob("*")
-                  if p.suffix in PACKAGE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts)
+    return sorted(
+        p for p in package.rglob("*") if p.suffix in PACKAGE_SUFFIXES and p.is_file() and "__pycache__" not in p.parts
+    )
 
 
 def digest(nb: nbformat.NotebookNode, package: Path = PACKAGE) -> str:
@@ -189,8 +190,14 @@ def execute(nb: nbformat.NotebookNode, folder: Path) -> None:
     """Run every cell in a fresh kernel started in ``folder``; a failing cell raises."""
     from nbclient import NotebookClient
 
-    client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(folder)}}, config=_kernel_config())
+    client = NotebookClient(
+        nb,
+        timeout=CELL_TIMEOUT,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(folder)}},
+        config=_kernel_config(),
+    )
     client.execute()
     nb.metadata["kernelspec"] = dict(KERNELSPEC)  # keep it stable whatever the local kernel calls itself
 
@@ -202,8 +209,12 @@ def coalesce_streams(nb: nbformat.NotebookNode) -> None:
             continue
         merged = []
         for out in cell.outputs:
-            if (out.output_type == "stream" and merged and merged[-1].output_type == "stream"
-                    and merged[-1].name == out.name):
+            if (
+                out.output_type == "stream"
+                and merged
+                and merged[-1].output_type == "stream"
+                and merged[-1].name == out.name
+            ):
                 merged[-1].text += out.text
             else:
                 merged.append(out)
@@ -228,8 +239,10 @@ def _widget_order(nb: nbformat.NotebookNode) -> list[str]:
             if view:
                 visit(view["model_id"])
     # Models no output shows (created but never displayed): by their content with the ids masked.
-    rest = sorted((m for m in state if m not in order),
-                  key=lambda m: WIDGET_REF.sub("IPY_MODEL_", json.dumps(state[m], sort_keys=True)))
+    rest = sorted(
+        (m for m in state if m not in order),
+        key=lambda m: WIDGET_REF.sub("IPY_MODEL_", json.dumps(state[m], sort_keys=True)),
+    )
     for model_id in rest:
         visit(model_id)
     return order
@@ -284,13 +297,17 @@ def build(source: Path, run: bool = True, force: bool = False, out: Path = HERE)
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("lessons", nargs="*",
-                        help="lesson name prefixes, e.g. 01 or 02-claim; a lesson named is rebuilt even if unchanged")
+    parser.add_argument(
+        "lessons",
+        nargs="*",
+        help="lesson name prefixes, e.g. 01 or 02-claim; a lesson named is rebuilt even if unchanged",
+    )
     parser.add_argument("--force", action="store_true", help="rebuild every chosen lesson, changed or not")
     parser.add_argument("--no-execute", action="store_true", help="write the cells without running them")
     parser.add_argument("--src", type=Path, default=SRC, help="the folder of lesson sources (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=HERE,
-                        help="the folder that holds en/ and ru/ (default: %(default)s)")
+    parser.add_argument(
+        "--out", type=Path, default=HERE, help="the folder that holds en/ and ru/ (default: %(default)s)"
+    )
     args = parser.parse_args(argv)
     if not args.src.is_dir():
         parser.error(f"--src {args.src}: no such folder")
@@ -299,16 +316,18 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no lesson source in {args.src} matches {args.lessons}")
     current = 0
     for source in chosen:
-        for path, what in build(source, run=not args.no_execute, force=args.force or bool(args.lessons),
-                                out=args.out):
+        for path, what in build(source, run=not args.no_execute, force=args.force or bool(args.lessons), out=args.out):
             if what == "current":
                 current += 1
                 continue
             shown = path.relative_to(HERE.parent) if path.is_relative_to(HERE.parent) else path
             print(f"{'wrote' if what == 'written' else 'rebuilt, unchanged:'} {shown}", flush=True)
     if current:
-        print(f"{current} notebook{'s' if current != 1 else ''} already built from the current sources and "
-              "leaselab, left as they are (--force or naming a lesson rebuilds it)", flush=True)
+        print(
+            f"{current} notebook{'s' if current != 1 else ''} already built from the current sources and "
+            "leaselab, left as they are (--force or naming a lesson rebuilds it)",
+            flush=True,
+        )
     return 0
 
 

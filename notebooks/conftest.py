@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's helpers
-import binder_env  # noqa: E402
-from polling import wait_until  # noqa: E402
-from servers import processes_naming  # noqa: E402
+import binder_env
+from polling import wait_until
+from servers import processes_naming
 
 # A lesson's janitor (lessons.cleanup_at_exit) outlives its kernel by 2 s on purpose.
 LEFT_BEHIND_WAIT = 10

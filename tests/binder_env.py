@@ -29,14 +29,16 @@ from servers import in_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIREMENTS = "binder/requirements.txt"  # as repo2docker reads it: from the repository root
-KERNEL = "leaselab-binder"                # the kernel nbval starts (addopts in pyproject.toml)
-RUN_OWNER = "LEASELAB_TEST_RUN_OWNER"     # the pid of the run's first process, inherited by its workers
+KERNEL = "leaselab-binder"  # the kernel nbval starts (addopts in pyproject.toml)
+RUN_OWNER = "LEASELAB_TEST_RUN_OWNER"  # the pid of the run's first process, inherited by its workers
 PREFIX = "leaselab-binder-"
 INSTALL_TIMEOUT = 900
 # What the lessons' kernels import: ipykernel itself, leaselab's lesson and lab layers, and what the
 # lessons use beside them (apsw: lesson 5's disk; psycopg: lesson 6's server; huey, persist-queue: lesson 7).
-LESSON_IMPORTS = ("import ipykernel.kernelapp, leaselab.lessons, leaselab.lab, leaselab.harness.powercut, "
-                  "ipywidgets, pandas, matplotlib.pyplot, psycopg, apsw, huey, persistqueue")
+LESSON_IMPORTS = (
+    "import ipykernel.kernelapp, leaselab.lessons, leaselab.lab, leaselab.harness.powercut, "
+    "ipywidgets, pandas, matplotlib.pyplot, psycopg, apsw, huey, persistqueue"
+)
 
 
 class BinderEnvFailed(RuntimeError):
@@ -57,11 +59,13 @@ def clean_environment(folder: Path) -> dict[str, str]:
     """What a process of the fresh environment sees: its own bin first, no path into this checkout
     (PYTHONPATH), and Jupyter's user folders of its own, so no kernel the machine has is found."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME", "JUPYTER_PATH")}
-    env.update(PATH=f"{folder / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}",
-               VIRTUAL_ENV=str(folder / "venv"),
-               JUPYTER_DATA_DIR=str(folder / "jupyter-data"),
-               JUPYTER_CONFIG_DIR=str(folder / "jupyter-config"),
-               PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(
+        PATH=f"{folder / 'venv' / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(folder / "venv"),
+        JUPYTER_DATA_DIR=str(folder / "jupyter-data"),
+        JUPYTER_CONFIG_DIR=str(folder / "jupyter-config"),
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+    )
     return env
 
 
@@ -96,9 +100,14 @@ def _build(folder: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(folder / "venv")], check=True, timeout=300)
     # Nothing is compiled ahead (every module of JupyterLab and its dependencies, CPU the rest of the
     # suite shares): the kernels compile what they import.
-    install = subprocess.run([str(python(folder)), "-m", "pip", "install", "-q", "--no-compile", "-r", REQUIREMENTS],
-                             cwd=ROOT, env=clean_environment(folder), capture_output=True, text=True,
-                             timeout=INSTALL_TIMEOUT)
+    install = subprocess.run(
+        [str(python(folder)), "-m", "pip", "install", "-q", "--no-compile", "-r", REQUIREMENTS],
+        cwd=ROOT,
+        env=clean_environment(folder),
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+    )
     if install.returncode != 0:
         _failed(folder, f"pip install -r {REQUIREMENTS} exited {install.returncode}:\n{install.stderr[-3000:]}")
     # What a lesson's kernel imports, once, in one process: the lessons' packages are there (else
@@ -111,9 +120,12 @@ def _build(folder: Path) -> None:
     spec.mkdir(parents=True)
     env = clean_environment(folder)
     # The kernel inherits the test process's variables, then these: "" unsets PYTHONPATH for it.
-    kernel = {"argv": [str(python(folder)), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-              "display_name": "Python 3 (binder/requirements.txt)", "language": "python",
-              "env": {"PATH": env["PATH"], "VIRTUAL_ENV": env["VIRTUAL_ENV"], "PYTHONPATH": ""}}
+    kernel = {
+        "argv": [str(python(folder)), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (binder/requirements.txt)",
+        "language": "python",
+        "env": {"PATH": env["PATH"], "VIRTUAL_ENV": env["VIRTUAL_ENV"], "PYTHONPATH": ""},
+    }
     (spec / "kernel.json").write_text(json.dumps(kernel, indent=1), encoding="utf-8")
     (folder / "ready").write_text("", encoding="utf-8")
 
@@ -146,5 +158,6 @@ def remove_own() -> None:
 
 def run_python(folder: Path, *args: str) -> subprocess.CompletedProcess:
     """Run the environment's Python with ``args``, as a process of that environment (``clean_environment``)."""
-    return subprocess.run([str(python(folder)), *args], env=clean_environment(folder), capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [str(python(folder)), *args], env=clean_environment(folder), capture_output=True, text=True, timeout=300
+    )

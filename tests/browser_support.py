@@ -20,8 +20,9 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 from leaselab import lessons
 
@@ -30,9 +31,16 @@ T = TypeVar("T")
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome")
 # Headless, and quiet on the network: the only address the browser talks to is the local server.
 CHROMIUM_ARGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--disable-dev-shm-usage", "--lang=en-US",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+    "--lang=en-US",
 ]
 
 # Settings a reader would otherwise meet as pop-ups, or that would make the lab reach the internet.
@@ -65,6 +73,7 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str, interval: fl
 
 
 # -- processes ---------------------------------------------------------------
+
 
 def _read(path: str) -> bytes:
     try:
@@ -145,6 +154,7 @@ def kill_all(pids: Iterable[int]) -> None:
 
 # -- the server --------------------------------------------------------------
 
+
 class LabServer:
     """``jupyter lab`` serving ``root`` on a free local port, with all its state under ``home``.
 
@@ -191,11 +201,21 @@ class LabServer:
 
     def command(self) -> list[str]:
         args = [
-            sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-            "--port-retries=0", "--ServerApp.token=", "--ServerApp.password=",
-            "--ServerApp.disable_check_xsrf=True", "--ServerApp.open_browser=False",
-            f"--ServerApp.root_dir={self.root}", "--LabApp.expose_app_in_browser=True",
-            "--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            "--port-retries=0",
+            "--ServerApp.token=",
+            "--ServerApp.password=",
+            "--ServerApp.disable_check_xsrf=True",
+            "--ServerApp.open_browser=False",
+            f"--ServerApp.root_dir={self.root}",
+            "--LabApp.expose_app_in_browser=True",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.extension_manager=readonly",  # the default one searches PyPI
             f"--LabApp.workspaces_dir={self.home / 'workspaces'}",
             "--MappingKernelManager.cull_idle_timeout=0",
@@ -204,15 +224,21 @@ class LabServer:
             args.append("--allow-root")
         return args + self.extra_args
 
-    def start(self, timeout: float = 90) -> "LabServer":
+    def start(self, timeout: float = 90) -> LabServer:
         for sub in ("config", "data", "runtime", "ipython", "workspaces", "tmp"):
             (self.home / sub).mkdir(parents=True, exist_ok=True)
         self.write_settings()
         log = open(self.log_path, "wb")
         try:
-            self.proc = subprocess.Popen(self.command(), cwd=self.root, env=self.env(), stdout=log,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.command(),
+                cwd=self.root,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             log.close()
         wait_for(self._ready, timeout, f"jupyter lab to answer on {self.base}\n{self.log_tail()}", 0.3)

@@ -3,7 +3,8 @@
 The fault that makes the transfer repeat is put into the handler, so no machine's speed can
 change the verdict: the first attempt of job ``freeze_job`` records its effect, then freezes
 its own worker (SIGSTOP) until another attempt has finished the job, or for a minute at most.
-Any SIGCONT before that (a nemesis's resume) finds the job unfinished and freezes it again. ``transfer`` repeats the effect; ``transfer_once`` keeps it to one by its key.
+Any SIGCONT before that (a nemesis's resume) finds the job unfinished and freezes it again.
+``transfer`` repeats the effect; ``transfer_once`` keeps it to one by its key.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ and the check that no PostgreSQL server outlives the run."""
 from __future__ import annotations
 
 import os
-import signal
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -15,7 +15,6 @@ import pytest
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
-
 from polling import pid_gone
 from procs import shut_down
 from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
@@ -35,8 +34,10 @@ def pytest_configure(config):
 def pytest_sessionfinish(session):
     left = servers_left_running(os.environ[LABEL_VARIABLE], SERVERS_END_WITHIN)
     if left:
-        lines = [f"{len(left)} PostgreSQL server(s) this run started still ran at its end; ended now:",
-                 *(f"  postmaster pid {pid}, data folder {data}" for pid, data in left)]
+        lines = [
+            f"{len(left)} PostgreSQL server(s) this run started still ran at its end; ended now:",
+            *(f"  postmaster pid {pid}, data folder {data}" for pid, data in left),
+        ]
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line("")  # the progress line is still open
@@ -178,8 +179,9 @@ def zombie(request):
     its own queue on a ``ManualClock`` passes it as ``queue=``.
     """
 
-    def make(lease: float = 5.0, holder: str = "A", successor: str = "B", retake: bool = True,
-             queue: Queue | None = None):
+    def make(
+        lease: float = 5.0, holder: str = "A", successor: str = "B", retake: bool = True, queue: Queue | None = None
+    ):
         q = queue if queue is not None else request.getfixturevalue("queue")
         old = q.claim(holder, lease=lease)
         assert old is not None, "no pending job to make a zombie of"

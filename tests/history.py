@@ -10,9 +10,11 @@ each returns sentences (an empty list is a clean history).
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from leaselab.check import History, check_history, load as load_history, rules
+from leaselab.check import History, check_history, rules
+from leaselab.check import load as load_history
 from leaselab.check.effects import effects_from
 
 # At the end of time every job that is not done or dead is stuck: the old "every job ended
@@ -73,17 +75,27 @@ def check_demo(jobs: list[dict], events: list[dict]) -> list[str]:
     for j in jobs:
         for e in grouped.get(j["id"], []):
             if e["kind"] == "failed" and not _fails_on_purpose(j["payload"], e["attempt"]):
-                bad.append(f"job {j['id']}: attempt {e['attempt']} failed ({e['detail']!r}) "
-                           "although its payload did not ask it to")
+                bad.append(
+                    f"job {j['id']}: attempt {e['attempt']} failed ({e['detail']!r}) "
+                    "although its payload did not ask it to"
+                )
         result = j["result"]
         if j["status"] == "done" and isinstance(result, dict) and result.get("attempt", j["attempts"]) != j["attempts"]:
-            bad.append(f"job {j['id']}: stored result came from attempt {result['attempt']}, "
-                       f"but attempt {j['attempts']} held the lease")
+            bad.append(
+                f"job {j['id']}: stored result came from attempt {result['attempt']}, "
+                f"but attempt {j['attempts']} held the lease"
+            )
     return bad
 
 
-def check_all(jobs: list[dict], events: list[dict], effects: list[dict], *, lease: float | None = None,
-              vanished: Iterable[str] = ()) -> list[str]:
+def check_all(
+    jobs: list[dict],
+    events: list[dict],
+    effects: list[dict],
+    *,
+    lease: float | None = None,
+    vanished: Iterable[str] = (),
+) -> list[str]:
     """Every rule of ``leaselab.check`` and the demo's own; an empty list is a history with every promise kept.
 
     The demo records each run unkeyed, so every re-run repeats its "effect": at-least-once as
@@ -91,8 +103,7 @@ def check_all(jobs: list[dict], events: list[dict], effects: list[dict], *, leas
     handler twice. ``lease`` times the reaps; ``vanished`` names the workers that were killed.
     """
     runs = [dict(line, key=f"attempt {line.get('attempt')} token {line.get('token')}") for line in effects]
-    report = check_history(_history(jobs, events, runs), lease=lease, idle=True, runs_recorded=True,
-                           vanished=vanished)
+    report = check_history(_history(jobs, events, runs), lease=lease, idle=True, runs_recorded=True, vanished=vanished)
     return _said(report.anomalies) + check_demo(jobs, events)
 
 
@@ -102,6 +113,10 @@ def summary(jobs: list[dict], events: list[dict], effects: list[dict]) -> dict[s
     kinds: dict[str, int] = {}
     for e in events:
         kinds[f"events_{e['kind']}"] = kinds.get(f"events_{e['kind']}", 0) + 1
-    return {**counts, **{f"status_{s}": counts[s] for s in ("pending", "running", "done", "dead") if counts[s]},
-            **dict(sorted(kinds.items())), "handler_runs": len(effects),
-            "handler_reruns": len(effects) - len({line["job"] for line in effects})}
+    return {
+        **counts,
+        **{f"status_{s}": counts[s] for s in ("pending", "running", "done", "dead") if counts[s]},
+        **dict(sorted(kinds.items())),
+        "handler_runs": len(effects),
+        "handler_reruns": len(effects) - len({line["job"] for line in effects}),
+    }

@@ -6,7 +6,7 @@ the wrong one."""
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
@@ -17,8 +17,12 @@ from leaselab.harness.fleet import process_state  # the fleet's own reading of /
 DEFAULT_TIMEOUT = 20.0
 
 
-def wait_until(condition: Callable[[], object], timeout: float = DEFAULT_TIMEOUT, interval: float = 0.05,
-               message: str = "condition") -> object:
+def wait_until(
+    condition: Callable[[], object],
+    timeout: float = DEFAULT_TIMEOUT,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> object:
     """Poll ``condition`` until it returns something truthy and return that; fail the test after ``timeout``."""
     try:
         return lessons.wait_until(condition, timeout, interval, what=message)

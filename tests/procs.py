@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from polling import pid_gone
 

@@ -24,7 +24,9 @@ def main() -> None:
     args = ap.parse_args()
     nb = nbformat.read(args.notebook, as_version=4)
     folder = args.folder or args.notebook.parent
-    NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(folder)}}).execute()
+    NotebookClient(
+        nb, timeout=CELL_TIMEOUT, kernel_name="python3", resources={"metadata": {"path": str(folder)}}
+    ).execute()
     nbformat.write(nb, args.out or args.notebook)
 
 

@@ -12,8 +12,8 @@ import shutil
 import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -49,6 +49,7 @@ def start_pg_server(**options):
 
     try:
         import psycopg  # noqa: F401  (the postgres extra)
+
         return PgServer(**{"parent": in_memory(), **options}).start()
     except (ImportError, PgUnavailable) as exc:
         _unavailable(exc)
@@ -134,8 +135,8 @@ class DatabasePool:
 
         self.server, self.prefix, self.ahead, self.template = server, prefix, ahead, template
         self._admin = psycopg.connect(server.url("postgres"), autocommit=True)
-        self._ready: list[object] = []   # URLs, or the exception that stopped the making
-        self._used: list[str] = []       # names to drop
+        self._ready: list[object] = []  # URLs, or the exception that stopped the making
+        self._used: list[str] = []  # names to drop
         self._changed = threading.Condition()
         self._closed = False
         self._thread = threading.Thread(target=self._work, name=f"databases-{prefix}", daemon=True)
@@ -194,6 +195,7 @@ class DatabasePool:
 
 # -- what a server leaves behind ------------------------------------------------------------------
 
+
 def server_leftovers(folder: str | os.PathLike, port: int | None, *pids: int) -> list[str]:
     """What a server that lived in ``folder`` on ``port`` left behind: processes that name its folder
     (the postmaster), any of ``pids`` still alive, the folder itself, and a port that still answers."""
@@ -223,7 +225,9 @@ def labelled_servers(label: str) -> list[tuple[int, str]]:
     """(pid, data folder) of every live postmaster named ``label`` (``LEASELAB_PG_LABEL``) or a label below it."""
     found = []
     for pid, argv in _processes():
-        names = [b.partition("=")[2] for a, b in zip(argv, argv[1:]) if a == "-c" and b.startswith("cluster_name=")]
+        names = [
+            b.partition("=")[2] for a, b in itertools.pairwise(argv) if a == "-c" and b.startswith("cluster_name=")
+        ]
         if any(n == label or n.startswith(label + ".") for n in names) and "-D" in argv[:-1]:
             found.append((pid, argv[argv.index("-D") + 1]))
     return found
@@ -254,8 +258,13 @@ def _argv(pid: int) -> list[str]:
 
 
 def processes_naming(text: str) -> list[str]:
-    """Every live process with ``text`` in one of its arguments (a postmaster's -D, a worker's --db), as "pid N (argv)"."""
-    return [f"pid {pid} ({' '.join(argv)})" for pid, argv in _processes() if pid != os.getpid() and any(text in a for a in argv)]
+    """Every live process with ``text`` in one of its arguments (a postmaster's -D, a worker's --db), as "pid N
+    (argv)"."""
+    return [
+        f"pid {pid} ({' '.join(argv)})"
+        for pid, argv in _processes()
+        if pid != os.getpid() and any(text in a for a in argv)
+    ]
 
 
 def _processes() -> list[tuple[int, list[str]]]:

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("apsw")
 
-from leaselab.errors import DatabaseBusy, NotALeaselabDatabase  # noqa: E402
 from leaselab import DatabaseMissing, Queue
-from leaselab.backends import names_a_vfs  # noqa: E402
+from leaselab.backends import names_a_vfs
+from leaselab.errors import DatabaseBusy, NotALeaselabDatabase
 
 
 def _uri(path) -> str:
@@ -20,8 +20,12 @@ def _uri(path) -> str:
 
 def test_only_a_file_uri_with_a_vfs_parameter_names_a_vfs():
     assert names_a_vfs("file:/tmp/q.db?vfs=unix") and names_a_vfs("file:q.db?mode=rw&vfs=x")
-    assert not any(map(names_a_vfs, ["/tmp/q.db", "file:/tmp/q.db", "file:/tmp/q.db?mode=rw",
-                                     "/tmp/vfs=x.db", "postgresql://h/db?vfs=x"]))
+    assert not any(
+        map(
+            names_a_vfs,
+            ["/tmp/q.db", "file:/tmp/q.db", "file:/tmp/q.db?mode=rw", "/tmp/vfs=x.db", "postgresql://h/db?vfs=x"],
+        )
+    )
 
 
 def test_a_write_lock_held_past_the_busy_timeout_is_database_busy(tmp_path):

@@ -1,4 +1,5 @@
-"""bench/audit.py: the same faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie is caught.
+"""bench/audit.py: the same faults against leaselab and two peers; leaselab's verdict is clean, persist-queue's zombie
+is caught.
 
 The whole ``--quick`` audit runs once for the module (about a minute: each fault is in the
 handler, so no verdict waits on the machine's speed) and each test reads its rows.
@@ -23,7 +24,8 @@ pytest.importorskip("persistqueue")
 
 
 def audit_processes(base: Path) -> list[str]:
-    """Command lines of live processes working in a folder under ``base`` (each worker runs in its scenario's folder)."""
+    """Command lines of live processes working in a folder under ``base`` (each worker runs in its scenario's
+    folder)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -52,7 +54,8 @@ def row(run, queue: str, scenario: str) -> audit.Row:
 
 def test_quick_audit_covers_leaselab_huey_and_persist_queue_in_every_scenario(run):
     assert {(r.queue.split()[0], r.scenario) for r in run["rows"]} == {
-        (q, s) for q in ("leaselab", "huey", "persist-queue") for s in audit.SCENARIOS}
+        (q, s) for q in ("leaselab", "huey", "persist-queue") for s in audit.SCENARIOS
+    }
     measured = [r for r in run["rows"] if r.scenario != "partition"]
     assert all(r.verdict is not None for r in measured), [r.note for r in measured]
 
@@ -111,8 +114,14 @@ def test_the_table_has_one_line_per_row_and_says_what_was_measured(run):
 
 def test_the_ledger_rules_count_an_overlap_and_a_stale_completion(tmp_path):
     ledger = tmp_path / "l.jsonl"
-    for pid, what, t in ((1, "start", 0.0), (2, "start", 1.0), (2, "end", 2.0), (2, "accepted", 2.1),
-                         (1, "end", 3.0), (1, "accepted", 3.1)):
+    for pid, what, t in (
+        (1, "start", 0.0),
+        (2, "start", 1.0),
+        (2, "end", 2.0),
+        (2, "accepted", 2.1),
+        (1, "end", 3.0),
+        (1, "accepted", 3.1),
+    ):
         audit_ledger.record(ledger, "j", what, pid=pid, t=t)
     v = audit_ledger.judge(audit_ledger.read(ledger), ["j", "never"], held=set())
     assert (v.runs, v.overlapping, v.stale_accepted, v.completed_twice, v.lost, v.stuck) == (2, 1, 1, 1, 1, 0)
@@ -183,8 +192,10 @@ def test_only_names_a_queue_of_the_list_and_a_name_not_in_it_is_refused_with_the
     import audit_contenders
 
     assert sorted(audit.queue_name(c) for c in audit_contenders.quick()) == ["huey", "leaselab", "persist-queue"]
-    for argv, words in ((["--quick", "--only", "sidekiq"], "--only sidekiq: not in this list; it has huey, leaselab, persist-queue"),
-                        (["--quick", "--only", "huey", "--readme"], "--readme writes the whole table")):
+    for argv, words in (
+        (["--quick", "--only", "sidekiq"], "--only sidekiq: not in this list; it has huey, leaselab, persist-queue"),
+        (["--quick", "--only", "huey", "--readme"], "--readme writes the whole table"),
+    ):
         with pytest.raises(SystemExit) as exited:
             audit.main(argv)
         assert exited.value.code == 2 and words in capsys.readouterr().err

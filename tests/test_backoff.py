@@ -61,16 +61,19 @@ def test_jitter_never_makes_a_later_delay_shorter_than_an_earlier_one(jitter):
         assert luckiest_later >= unluckiest_earlier, attempts
 
 
-@pytest.mark.parametrize("kwargs, error, name", [
-    ({"base": -1}, ValueError, "base"),
-    ({"base": float("nan")}, TypeError, "base"),
-    ({"base": True}, TypeError, "base"),
-    ({"base": 5, "cap": 1}, ValueError, "cap"),
-    ({"cap": float("inf")}, TypeError, "cap"),
-    ({"jitter": 1.5}, ValueError, "jitter"),
-    ({"jitter": -0.1}, ValueError, "jitter"),
-    ({"jitter": "0.1"}, TypeError, "jitter"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, name",
+    [
+        ({"base": -1}, ValueError, "base"),
+        ({"base": float("nan")}, TypeError, "base"),
+        ({"base": True}, TypeError, "base"),
+        ({"base": 5, "cap": 1}, ValueError, "cap"),
+        ({"cap": float("inf")}, TypeError, "cap"),
+        ({"jitter": 1.5}, ValueError, "jitter"),
+        ({"jitter": -0.1}, ValueError, "jitter"),
+        ({"jitter": "0.1"}, TypeError, "jitter"),
+    ],
+)
 def test_a_bad_backoff_setting_names_itself(kwargs, error, name):
     with pytest.raises(error, match=name):
         Backoff(**kwargs)

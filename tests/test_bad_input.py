@@ -16,14 +16,14 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
-from leaselab.errors import DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew
 from leaselab import InvalidPayload, LeaseLost, Queue
+from leaselab.errors import DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew
 from procs import as_nobody
 from sqlite_marks import integrity, marks
 
@@ -54,8 +54,21 @@ def snapshot(path: str) -> tuple[list, list, tuple]:
 
 def test_the_worker_command_with_a_handler_that_does_not_import_exits_2_with_one_line(queue_file):
     proc = subprocess.run(
-        [sys.executable, "-m", "leaselab", "worker", "--db", queue_file, "--handler", "no_such_module_xyz:run",
-         "--exit-when-idle"], capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "leaselab",
+            "worker",
+            "--db",
+            queue_file,
+            "--handler",
+            "no_such_module_xyz:run",
+            "--exit-when-idle",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert "cannot import handler module 'no_such_module_xyz'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -65,8 +78,22 @@ def test_the_worker_command_with_an_async_handler_exits_2_with_one_line_and_clai
     (tmp_path / "asynchandlers.py").write_text("async def work(job):\n    return job.payload\n")
     before = snapshot(queue_file)
     proc = subprocess.run(
-        [sys.executable, "-m", "leaselab", "worker", "--db", queue_file, "--handler", "asynchandlers:work",
-         "--exit-when-idle"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        [
+            sys.executable,
+            "-m",
+            "leaselab",
+            "worker",
+            "--db",
+            queue_file,
+            "--handler",
+            "asynchandlers:work",
+            "--exit-when-idle",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2, proc.stderr
     assert "handler asynchandlers:work is asynchronous (async def)" in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
@@ -75,8 +102,12 @@ def test_the_worker_command_with_an_async_handler_exits_2_with_one_line_and_clai
 
 def test_the_enqueue_command_refuses_text_that_is_not_json_and_writes_nothing(queue_file):
     before = snapshot(queue_file)
-    proc = subprocess.run([sys.executable, "-m", "leaselab", "enqueue", "{'single': 'quotes'}", "--db", queue_file],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "leaselab", "enqueue", "{'single': 'quotes'}", "--db", queue_file],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
     assert snapshot(queue_file) == before
 
@@ -184,11 +215,18 @@ HOSTILE: list[tuple[str, Callable[[Path], None], type]] = [
     ("a leaselab file with a newer schema version", newer_schema, SchemaTooNew),
     ("a folder instead of a file", a_folder, NotALeaselabDatabase),
     pytest.param(
-        "a leaselab file with four bytes flipped in an index page", a_few_bytes_flipped_in_an_index,
-        NotALeaselabDatabase, id="a leaselab file with four bytes flipped in an index page",
-        marks=pytest.mark.xfail(strict=True, reason=(
-            "known limit: leaselab runs no PRAGMA quick_check when opening (it costs a full scan), so damage "
-            "inside a page that no statement touches goes unnoticed until SQLite reads it"))),
+        "a leaselab file with four bytes flipped in an index page",
+        a_few_bytes_flipped_in_an_index,
+        NotALeaselabDatabase,
+        id="a leaselab file with four bytes flipped in an index page",
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason=(
+                "known limit: leaselab runs no PRAGMA quick_check when opening (it costs a full scan), so damage "
+                "inside a page that no statement touches goes unnoticed until SQLite reads it"
+            ),
+        ),
+    ),
 ]
 
 
@@ -196,8 +234,9 @@ def file_bytes(p: Path) -> bytes | None:
     return p.read_bytes() if p.is_file() else None
 
 
-@pytest.mark.parametrize("what, make, error", HOSTILE, ids=[row[0] if isinstance(row, tuple) else None
-                                                             for row in HOSTILE])
+@pytest.mark.parametrize(
+    "what, make, error", HOSTILE, ids=[row[0] if isinstance(row, tuple) else None for row in HOSTILE]
+)
 def test_a_hostile_file_gets_a_named_error_at_open_or_first_read_and_is_not_modified(tmp_path, what, make, error):
     path = tmp_path / "hostile.db"
     make(path)
@@ -226,8 +265,11 @@ def try_to_use(path: Path) -> str:
         return f"{type(exc).__name__}: {exc}"
 
 
-@pytest.mark.parametrize("file_mode, folder_mode", [(0o444, 0o777), (0o666, 0o755)],
-                         ids=["a read-only file", "a writable file in a read-only folder"])
+@pytest.mark.parametrize(
+    "file_mode, folder_mode",
+    [(0o444, 0o777), (0o666, 0o755)],
+    ids=["a read-only file", "a writable file in a read-only folder"],
+)
 def test_a_file_that_cannot_be_written_gets_database_unwritable_and_keeps_its_jobs(open_dir, file_mode, folder_mode):
     path = open_dir / "q.db"
     leaselab_file(path, jobs=5)
@@ -249,7 +291,7 @@ def test_a_file_that_cannot_be_written_gets_database_unwritable_and_keeps_its_jo
 INJECTIONS = [
     "'); DROP TABLE jobs; --",
     "1; DELETE FROM events WHERE 1=1",
-    "\" OR \"\"=\"",
+    '" OR ""="',
     "Robert'); UPDATE jobs SET status='done';--",
     "\x00nul inside",
     "__import__('os').system('touch pwned')",
@@ -272,26 +314,51 @@ def test_sql_looking_payloads_worker_names_and_errors_are_stored_literally(tmp_p
 
 
 def test_importing_leaselab_does_not_import_pickle_or_any_deserializer_that_runs_code():
-    code = ("import sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli, leaselab.harness.demo; "
-            "print(sorted(m for m in ('pickle', '_pickle', 'shelve', 'marshal', 'dill', 'cloudpickle') "
-            "if m in sys.modules))")
+    code = (
+        "import sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli, leaselab.harness.demo; "
+        "print(sorted(m for m in ('pickle', '_pickle', 'shelve', 'marshal', 'dill', 'cloudpickle') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     # marshal is built in and always loaded by the interpreter itself; the rest must stay out.
     assert out.returncode == 0 and json.loads(out.stdout.replace("'", '"')) in ([], ["marshal"]), out
 
 
-CORE = ("queue.py", "backends/__init__.py", "backends/contract.py", "backends/base.py", "backends/sql.py",
-        "backends/sqlite/backend.py", "backends/sqlite/statements.py", "job.py",
-        "worker/__init__.py", "worker/loop.py", "worker/lease.py", "worker/pulse.py", "worker/faults.py",
-        "worker/signals.py", "worker/logline.py", "cli.py", "harness/demo.py", "errors.py", "backoff.py", "clock.py",
-        "arguments.py", "fencing.py")
+CORE = (
+    "queue.py",
+    "backends/__init__.py",
+    "backends/contract.py",
+    "backends/base.py",
+    "backends/sql.py",
+    "backends/sqlite/backend.py",
+    "backends/sqlite/statements.py",
+    "job.py",
+    "worker/__init__.py",
+    "worker/loop.py",
+    "worker/lease.py",
+    "worker/pulse.py",
+    "worker/faults.py",
+    "worker/signals.py",
+    "worker/logline.py",
+    "cli.py",
+    "harness/demo.py",
+    "errors.py",
+    "backoff.py",
+    "clock.py",
+    "arguments.py",
+    "fencing.py",
+)
 
 
 @pytest.mark.parametrize("module", CORE)
 def test_the_core_never_imports_pickle_nor_calls_eval_or_exec(module):
     tree = ast.parse(resources.files("leaselab").joinpath(module).read_text(encoding="utf-8"))
-    imported = {alias.name.split(".")[0] for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
-                for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])}
+    imported = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
     called = {node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
     assert not imported & {"pickle", "shelve", "marshal", "dill", "cloudpickle"}
     assert not called & {"eval", "exec", "compile", "__import__"}
@@ -311,7 +378,9 @@ def test_a_pickle_planted_in_the_file_is_refused_and_never_run(tmp_path):
         job_id = q.enqueue({"fine": True})
     conn = sqlite3.connect(path)
     # Protocol 0 is text: a STRICT table takes no blob in payload, but this pickle is still a str.
-    conn.execute("UPDATE jobs SET payload = ? WHERE id = ?", (pickle.dumps(Exploit(), protocol=0).decode("latin-1"), job_id))
+    conn.execute(
+        "UPDATE jobs SET payload = ? WHERE id = ?", (pickle.dumps(Exploit(), protocol=0).decode("latin-1"), job_id)
+    )
     conn.commit()
     conn.close()
     with Queue(path) as q:

@@ -1,4 +1,5 @@
-"""Batches: many jobs leased in one statement, renewed in one statement, completed in one transaction, fenced job by job."""
+"""Batches: many jobs leased in one statement, renewed in one statement, completed in one transaction, fenced job by
+job."""
 
 from __future__ import annotations
 
@@ -6,9 +7,8 @@ import sqlite3
 
 import pytest
 
-from leaselab import InvalidPayload, LeaseLost, Status
-
 import history
+from leaselab import InvalidPayload, LeaseLost, Status
 from servers import IN_PROCESS_BACKENDS
 
 TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too
@@ -116,10 +116,11 @@ def test_complete_many_and_claim_completes_the_batch_and_refills_the_slots_in_on
     a, b = queue.claim_many(2, worker="w1", lease=5)
     clock.advance(6)
     queue.heartbeat(a.id, a.token, 5)
-    assert queue.reap() == [b.id]                  # b's lease ran out ...
-    taken = queue.claim("w2")                      # ... and w2 took over the next job in line
-    refused, claimed = queue.complete_many_and_claim([(a.id, a.token, "A"), (b.id, b.token, "stale")], 2,
-                                                     worker="w1", lease=7)
+    assert queue.reap() == [b.id]  # b's lease ran out ...
+    taken = queue.claim("w2")  # ... and w2 took over the next job in line
+    refused, claimed = queue.complete_many_and_claim(
+        [(a.id, a.token, "A"), (b.id, b.token, "stale")], 2, worker="w1", lease=7
+    )
     assert refused == [b.id] and queue.get(a.id).result == "A"
     assert [j.payload for j in claimed] == ["d", "e"] and taken.payload == "c"
     assert all(j.worker == "w1" and j.status is Status.RUNNING and j.lease_until == clock() + 7 for j in claimed)
@@ -185,7 +186,12 @@ def test_the_history_of_batched_work_passes_the_chaos_checker(queue, db_path, cl
         queue.complete_many([(j.id, j.token, j.payload) for j in jobs])
     jobs, events, _ = history.load(str(db_path))
     # Every check but the effects one: no handler ran here, so there is no effects file to compare.
-    problems = (history.check_final_states(jobs) + history.check_fencing(events) + history.check_attempts(jobs, events)
-                + history.check_events_agree(jobs, events) + history.check_links(jobs, events))
+    problems = (
+        history.check_final_states(jobs)
+        + history.check_fencing(events)
+        + history.check_attempts(jobs, events)
+        + history.check_events_agree(jobs, events)
+        + history.check_links(jobs, events)
+    )
     assert problems == []
     assert queue.stats()["done"] == 20

@@ -11,11 +11,11 @@ that environment's, and leaselab comes from its install, not from this checkout.
 from __future__ import annotations
 
 import sys
-import tomllib
 from pathlib import Path
 
 import nbformat
 import pytest
+import tomllib
 from nbclient import NotebookClient
 
 import binder_env
@@ -41,8 +41,8 @@ def test_nbval_runs_one_language_of_the_lessons_and_in_the_binder_kernel():
 def test_runtime_pins_a_python_and_requirements_install_the_project_with_the_russian_pack():
     runtime = (BINDER / "runtime.txt").read_text().strip()
     assert runtime.startswith("python-3.") and runtime.count(".") == 1
-    lines = [l.split("#")[0].strip() for l in (BINDER / "requirements.txt").read_text().splitlines()]
-    lines = [l for l in lines if l]
+    lines = [line.split("#")[0].strip() for line in (BINDER / "requirements.txt").read_text().splitlines()]
+    lines = [line for line in lines if line]
     assert ".[lab]" in lines
     assert "jupyterlab-language-pack-ru-RU" in lines
 
@@ -61,8 +61,12 @@ def test_the_kernel_the_lessons_run_in_is_the_fresh_environment_made_only_from_b
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     probe = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(PROBE)])
-    NotebookClient(probe, timeout=120, kernel_name=binder_env.KERNEL,
-                   resources={"metadata": {"path": str(ROOT / "notebooks" / NBVAL_LANGUAGE)}}).execute()
+    NotebookClient(
+        probe,
+        timeout=120,
+        kernel_name=binder_env.KERNEL,
+        resources={"metadata": {"path": str(ROOT / "notebooks" / NBVAL_LANGUAGE)}},
+    ).execute()
     prefix, module = probe.cells[0].outputs[0]["text"].split()
     venv = (folder / "venv").resolve()
     assert Path(prefix).resolve() == venv, "the kernel did not run in the fresh environment"

@@ -23,8 +23,16 @@ from pathlib import Path
 import pytest
 
 from browser_support import (
-    CHROMIUM_ARGS, CHROMIUM_CANDIDATES, LabServer, NotebookPage, chromium_path, copy_notebooks, kill_all,
-    leaselab_workers, process_state, wait_for,
+    CHROMIUM_ARGS,
+    CHROMIUM_CANDIDATES,
+    LabServer,
+    NotebookPage,
+    chromium_path,
+    copy_notebooks,
+    kill_all,
+    leaselab_workers,
+    process_state,
+    wait_for,
 )
 from leaselab.check.texts import REPORT
 from leaselab.lab.i18n import t
@@ -33,7 +41,7 @@ pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parent.parent
 SHOTS = REPO / "artifacts" / "browser"
-LEASE = 3.0       # short, so the killed worker's job comes back quickly
+LEASE = 3.0  # short, so the killed worker's job comes back quickly
 # The clean report's first words, as leaselab.check.texts says them in each language.
 CHECK_CLEAN = {lang: REPORT[lang]["clean"].split("{", 1)[0] for lang in ("en", "ru")}
 JOB_SECONDS = 60  # longer than the whole test needs, so the job is still running when the worker dies
@@ -91,7 +99,8 @@ def worker_names(lab) -> list[str]:
     """The worker rows on screen, by the name in their CSS class (leaselab-worker-NAME)."""
     return lab.locator(".leaselab-workers [class*='leaselab-worker-']").evaluate_all(
         "els => els.flatMap(e => Array.from(e.classList)"
-        ".filter(c => c.startsWith('leaselab-worker-')).map(c => c.slice('leaselab-worker-'.length)))")
+        ".filter(c => c.startsWith('leaselab-worker-')).map(c => c.slice('leaselab-worker-'.length)))"
+    )
 
 
 def worker_row(lab, name: str) -> list[str]:
@@ -106,7 +115,7 @@ def job_row(nb: NotebookPage, job_id: str) -> dict[str, str] | None:
     header = next((r for r in rows if r and r[0] and not r[0].isdigit()), None)
     for row in rows:
         if row and row[0] == job_id and header:
-            return dict(zip(header, row))
+            return dict(zip(header, row, strict=False))
     return None
 
 
@@ -157,8 +166,9 @@ def enqueue_one(nb: NotebookPage, lab, seconds: int) -> list[str]:
 
 
 @pytest.mark.parametrize("lang, locale", [("en", "en"), ("ru", "ru_RU")])
-def test_a_reader_spawns_pauses_and_kills_a_worker_and_sees_its_job_come_back(chromium, lab_server, tmp_path,
-                                                                            lang, locale):
+def test_a_reader_spawns_pauses_and_kills_a_worker_and_sees_its_job_come_back(
+    chromium, lab_server, tmp_path, lang, locale
+):
     for old in SHOTS.glob(f"{lang}-*.png"):
         old.unlink()
     server = lab_server(locale)
@@ -222,14 +232,20 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
 
     before = set(worker_names(lab))
     spawn.click()
-    name = wait_for(lambda: next(iter(set(worker_names(lab)) - before), None), 30,
-                    "a new worker row after clicking Spawn worker")
+    name = wait_for(
+        lambda: next(iter(set(worker_names(lab)) - before), None), 30, "a new worker row after clicking Spawn worker"
+    )
     running = lab.locator(f".leaselab-worker-{name} .leaselab-state-running")
     running.wait_for(timeout=30_000)
     assert running.inner_text().strip() == t("running", lang)
-    nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_worker", lang)) == name
-                 and job_row(nb, job_id).get(t("col_status", lang)) == t("running", lang),
-                 f"job {job_id} running on {name}")
+    nb.wait_rows(
+        ".leaselab-jobs",
+        lambda rows: (
+            (job_row(nb, job_id) or {}).get(t("col_worker", lang)) == name
+            and job_row(nb, job_id).get(t("col_status", lang)) == t("running", lang)
+        ),
+        f"job {job_id} running on {name}",
+    )
     pid = int(worker_row(lab, name)[2])
     see_message(lab, t("spawned", lang, name=name), name)
     nb.screenshot("spawned-running")
@@ -237,8 +253,9 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     lab.locator(f".leaselab-pause-{name}").click()
     # Paused past its lease, the badge turns to "lease expired" (then "zombie" once its job is reaped):
     # any of them is the truth on screen.
-    paused = lab.locator(f".leaselab-worker-{name} :is(.leaselab-state-paused, .leaselab-state-lease_expired,"
-                         " .leaselab-state-zombie)")
+    paused = lab.locator(
+        f".leaselab-worker-{name} :is(.leaselab-state-paused, .leaselab-state-lease_expired, .leaselab-state-zombie)"
+    )
     paused.wait_for(timeout=30_000)
     assert paused.inner_text().strip() in (t("paused", lang), t("lease_expired", lang), t("zombie", lang))
     assert process_state(pid) == "T", f"worker {name} (pid {pid}) is shown paused but is not stopped"
@@ -258,21 +275,31 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     def lease_shown_expired():
         job = job_row(nb, job_id) or {}
         return job.get(t("col_lease_left", lang), "").startswith("-") and job.get(t("col_lease_left", lang)) != "-"
-    nb.wait_rows(".leaselab-jobs", lambda rows: lease_shown_expired(), f"job {job_id}'s lease to show as expired",
-                 timeout=LEASE * 10 + 20)
+
+    nb.wait_rows(
+        ".leaselab-jobs",
+        lambda rows: lease_shown_expired(),
+        f"job {job_id}'s lease to show as expired",
+        timeout=LEASE * 10 + 20,
+    )
     nb.screenshot("lease-expired")
     lab.locator(".leaselab-reap").click()
     see_message(lab, t("reaped", lang, n=1), "1")
-    job = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_status", lang))
-                       == pending and job_row(nb, job_id), f"job {job_id} back to {pending!r} after the reap")
+    job = nb.wait_rows(
+        ".leaselab-jobs",
+        lambda rows: (job_row(nb, job_id) or {}).get(t("col_status", lang)) == pending and job_row(nb, job_id),
+        f"job {job_id} back to {pending!r} after the reap",
+    )
     assert job[t("col_attempts", lang)].startswith("1/"), job
     nb.screenshot("job-returned")
 
     spawn.click()
-    second = wait_for(lambda: next(iter(set(worker_names(lab)) - before - {name}), None), 30,
-                      "a second worker row")
-    job = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_worker", lang))
-                       == second and job_row(nb, job_id), f"job {job_id} taken again by {second}")
+    second = wait_for(lambda: next(iter(set(worker_names(lab)) - before - {name}), None), 30, "a second worker row")
+    job = nb.wait_rows(
+        ".leaselab-jobs",
+        lambda rows: (job_row(nb, job_id) or {}).get(t("col_worker", lang)) == second and job_row(nb, job_id),
+        f"job {job_id} taken again by {second}",
+    )
     assert job[t("col_attempts", lang)].startswith("2/"), job
     assert job[t("col_status", lang)] == t("running", lang), job
     nb.screenshot("job-retried")
@@ -310,8 +337,9 @@ def server_lesson(root: Path, lang: str) -> str:
 
 
 @pytest.mark.parametrize("lang, locale", [("en", "en"), ("ru", "ru_RU")])
-def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(chromium, lab_server, tmp_path,
-                                                                             pg_server, lang, locale):
+def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(
+    chromium, lab_server, tmp_path, pg_server, lang, locale
+):
     """Lesson 6 runs down to its dashboard (its own server, its fleet of w1 and w2 behind proxies);
     the reader enqueues a job, cuts its holder off, sees the badges and the job go to the other
     worker, and reconnects the first. ``pg_server`` only brings the skip (or, in CI, the failure)
@@ -336,14 +364,21 @@ def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(ch
         assert not truncated_labels(lab), f"labels cut off on the dashboard: {truncated_labels(lab)}"
 
         job_id = enqueue_one(nb, lab, CUT_JOB_SECONDS)[0]
-        held = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_status", lang))
-                            == t("running", lang) and job_row(nb, job_id), f"job {job_id} taken by w1 or w2")
+        held = nb.wait_rows(
+            ".leaselab-jobs",
+            lambda rows: (
+                (job_row(nb, job_id) or {}).get(t("col_status", lang)) == t("running", lang) and job_row(nb, job_id)
+            ),
+            f"job {job_id} taken by w1 or w2",
+        )
         holder = held[t("col_worker", lang)]
         other = {"w1": "w2", "w2": "w1"}[holder]
 
         lab.locator(f".leaselab-partition-{holder}").click()
-        cut_off = lab.locator(f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-lease_expired,"
-                              " .leaselab-state-zombie)")
+        cut_off = lab.locator(
+            f".leaselab-worker-{holder} :is(.leaselab-state-cut_off, .leaselab-state-lease_expired,"
+            " .leaselab-state-zombie)"
+        )
         cut_off.wait_for(timeout=30_000)
         assert cut_off.inner_text().strip() in (t("cut_off", lang), t("lease_expired", lang), t("zombie", lang))
         see_message(lab, t("partitioned_msg", lang, name=holder), holder)
@@ -355,8 +390,12 @@ def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(ch
         zombie = lab.locator(f".leaselab-worker-{holder} .leaselab-state-zombie")
         zombie.wait_for(timeout=30_000)
         assert zombie.inner_text().strip() == t("zombie", lang)
-        job = nb.wait_rows(".leaselab-jobs", lambda rows: (job_row(nb, job_id) or {}).get(t("col_worker", lang))
-                           == other and job_row(nb, job_id), f"job {job_id} taken over by {other}", timeout=60)
+        job = nb.wait_rows(
+            ".leaselab-jobs",
+            lambda rows: (job_row(nb, job_id) or {}).get(t("col_worker", lang)) == other and job_row(nb, job_id),
+            f"job {job_id} taken over by {other}",
+            timeout=60,
+        )
         assert job[t("col_attempts", lang)].startswith("2/"), job
         nb.screenshot("taken-over")
 

@@ -46,8 +46,13 @@ def _runs(out: Path) -> dict[str, int]:
 
 def _build(src: Path, out: Path, *args: str) -> subprocess.CompletedProcess:
     """The build as ``./dev build`` runs it: its own process, its own kernels, its output captured."""
-    return subprocess.run([sys.executable, str(BUILD), "--src", str(src), "--out", str(out), *args],
-                          capture_output=True, text=True, timeout=600, check=True)
+    return subprocess.run(
+        [sys.executable, str(BUILD), "--src", str(src), "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
 
 
 def _stamped_as_built(src: Path, out: Path) -> None:
@@ -99,10 +104,26 @@ def test_every_file_the_package_is_made_of_is_an_input_of_the_build():
 def _with_widgets(ids: list[str]) -> nbformat.NotebookNode:
     """A notebook whose one output shows a box holding a slider, under the given model ids (box, slider, layout)."""
     box, slider, layout = ids
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("box", outputs=[nbformat.v4.new_output(
-        "display_data", data={"application/vnd.jupyter.widget-view+json": {"model_id": box, "version_major": 2,
-                                                                            "version_minor": 0},
-                              "text/plain": "VBox(children=(IntSlider(value=3),))"})])])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "box",
+                outputs=[
+                    nbformat.v4.new_output(
+                        "display_data",
+                        data={
+                            "application/vnd.jupyter.widget-view+json": {
+                                "model_id": box,
+                                "version_major": 2,
+                                "version_minor": 0,
+                            },
+                            "text/plain": "VBox(children=(IntSlider(value=3),))",
+                        },
+                    )
+                ],
+            )
+        ]
+    )
     nb.cells[0].id = "x-000"  # as build.split numbers them
     state = {
         layout: {"model_name": "LayoutModel", "state": {}},
@@ -127,16 +148,29 @@ def test_widget_model_ids_are_numbered_by_the_widgets_and_not_by_the_random_ids(
 
 
 def test_a_runs_scratch_folder_name_and_server_port_are_masked_and_nothing_else():
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("lab", outputs=[nbformat.v4.new_output(
-        "stream", name="stdout",
-        text="/tmp/leaselab-00-introduction-fow1_xh9/playground.db\n"
-             "postgresql://leaselab@127.0.0.1:52007/lesson7\n"
-             "leaselab-05-one-file is a name, 127.0.0.1:80 an address\n")])])
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "lab",
+                outputs=[
+                    nbformat.v4.new_output(
+                        "stream",
+                        name="stdout",
+                        text="/tmp/leaselab-00-introduction-fow1_xh9/playground.db\n"
+                        "postgresql://leaselab@127.0.0.1:52007/lesson7\n"
+                        "leaselab-05-one-file is a name, 127.0.0.1:80 an address\n",
+                    )
+                ],
+            )
+        ]
+    )
     nb.cells[0].id = "x-000"
     text = build.stabilize(nb, "en/x.ipynb").cells[0].outputs[0].text
-    assert text == ("/tmp/leaselab-00-introduction-XXXXXXXX/playground.db\n"
-                    "postgresql://leaselab@127.0.0.1:PORT/lesson7\n"
-                    "leaselab-05-one-file is a name, 127.0.0.1:80 an address\n")
+    assert text == (
+        "/tmp/leaselab-00-introduction-XXXXXXXX/playground.db\n"
+        "postgresql://leaselab@127.0.0.1:PORT/lesson7\n"
+        "leaselab-05-one-file is a name, 127.0.0.1:80 an address\n"
+    )
 
 
 @pytest.mark.build

@@ -22,8 +22,8 @@ import secrets
 import pytest
 
 import history
-from servers import BACKENDS, fresh_database
 from leaselab.chaos import run
+from servers import BACKENDS, fresh_database
 
 pytestmark = pytest.mark.chaos
 
@@ -62,12 +62,12 @@ def workload(rng: random.Random, effects: str) -> list[dict]:
         kwargs: dict = {"priority": rng.choice([-5, 0, 0, 0, 0, 3, 10])}
         roll = rng.random()
         if roll < 0.10:
-            payload["fail"] = 1                      # fails once, then succeeds
+            payload["fail"] = 1  # fails once, then succeeds
         elif roll < 0.15:
-            payload["fail"] = True                   # fails every time: must end dead
+            payload["fail"] = True  # fails every time: must end dead
             kwargs["max_attempts"] = rng.choice([1, 2, 3])
         elif roll < 0.17:
-            payload["seconds"] = 1.5                 # outlives the lease: lives on heartbeats
+            payload["seconds"] = 1.5  # outlives the lease: lives on heartbeats
         if rng.random() < 0.2:
             kwargs["delay"] = round(rng.uniform(0.5, 15), 3)
         jobs.append({"payload": payload, **kwargs})
@@ -79,10 +79,21 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     server = request.getfixturevalue("crashable_server") if networked else None
     effects = str(tmp_path / "runs.jsonl")  # the demo handler's own line per run, beside chaos's effects file
     rng = random.Random(seed)
-    result = run(target, "leaselab.harness.demo:task", workers=WORKERS, concurrency=CONCURRENCIES,
-                 jobs=workload(rng, effects), seconds=NEMESIS_SECONDS, lease=LEASE, seed=seed, server=server,
-                 faults=SERVER_FAULTS if networked else FILE_FAULTS, folder=tmp_path / "run",
-                 drain_timeout=DRAIN_TIMEOUT, progress=lambda p: print(p.render()))
+    result = run(
+        target,
+        "leaselab.harness.demo:task",
+        workers=WORKERS,
+        concurrency=CONCURRENCIES,
+        jobs=workload(rng, effects),
+        seconds=NEMESIS_SECONDS,
+        lease=LEASE,
+        seed=seed,
+        server=server,
+        faults=SERVER_FAULTS if networked else FILE_FAULTS,
+        folder=tmp_path / "run",
+        drain_timeout=DRAIN_TIMEOUT,
+        progress=lambda p: print(p.render()),
+    )
     where = f"(chaos seed {seed}; replay with LEASELAB_CHAOS_SEED={seed})"
 
     jobs_rows, events, effect_lines = history.load(target, effects)
@@ -90,8 +101,10 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     faults = result.fault_counts()
     kills, stops, cuts, crashes = (faults.get(f, 0) for f in ("kill", "pause", "partition", "server-crash"))
     dropped = result.replies_dropped
-    print(f"chaos seed {seed}: {kills} kills, {stops} pauses, {cuts} partitions, {crashes} server crashes, "
-          f"{dropped} replies dropped, {len(result.workers)} workers in all; {facts}")
+    print(
+        f"chaos seed {seed}: {kills} kills, {stops} pauses, {cuts} partitions, {crashes} server crashes, "
+        f"{dropped} replies dropped, {len(result.workers)} workers in all; {facts}"
+    )
 
     assert result.drained, f"queue did not drain within {DRAIN_TIMEOUT}s: {result.stats} {where}"
     assert len(jobs_rows) == JOBS == result.enqueued, f"{len(jobs_rows)} jobs in the file, {JOBS} enqueued {where}"
@@ -104,8 +117,9 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     assert kills >= 5 and stops >= 5, f"nemesis too gentle: {kills} kills, {stops} pauses {where}"
     assert not networked or cuts >= 3, f"nemesis too gentle: {cuts} partitions {where}"
     # How many replies drop is the seed's schedule (one CI run dropped 5): 3, as for partitions and crashes.
-    assert not networked or (crashes >= 3 and dropped >= 3), \
+    assert not networked or (crashes >= 3 and dropped >= 3), (
         f"nemesis too gentle: {crashes} server crashes, {dropped} replies dropped {where}"
+    )
     assert facts.get("events_reaped", 0) > 0, f"no lease ever expired: {facts} {where}"
     assert facts.get("events_lease_lost", 0) > 0, f"no zombie write was ever refused: {facts} {where}"
     assert facts.get("status_dead", 0) > 0 and facts.get("status_done", 0) > 0, f"{facts} {where}"
@@ -117,6 +131,7 @@ def test_no_job_is_lost_and_no_zombie_write_is_accepted_under_random_kills_and_p
     # Every worker chaos did not SIGKILL left cleanly, and no caller ever saw an error escape.
     unclean = {w.name: w.returncode for w in result.workers if w.name not in result.killed and w.returncode != 0}
     assert unclean == {}, f"workers exited badly: {unclean} {where}\n" + "\n".join(
-        logs[name][-2000:] for name in unclean)
+        logs[name][-2000:] for name in unclean
+    )
     for name, text in logs.items():
         assert "Traceback" not in text and "database is locked" not in text, f"{name} log {where}:\n{text[-3000:]}"

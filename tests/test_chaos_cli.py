@@ -1,4 +1,5 @@
-"""``leaselab chaos``: a seeded, replayable schedule; real runs that come out clean; a broken handler caught; bad input refused."""
+"""``leaselab chaos``: a seeded, replayable schedule; real runs that come out clean; a broken handler caught; bad input
+refused."""
 
 from __future__ import annotations
 
@@ -9,16 +10,17 @@ import signal
 import socket
 import subprocess
 import sys
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
 
 from leaselab import Queue
 from leaselab.chaos import FAULTS, Progress, applicable, plan, run
-from leaselab.chaos.run import ProgressLines
-from leaselab.chaos.jumps import LAUNCHER, environment, jump
-from leaselab.chaos.texts import STRINGS
 from leaselab.chaos.errors import FaultNotApplicable, ServerNotRecovered, UnknownFault
+from leaselab.chaos.jumps import LAUNCHER, environment, jump
+from leaselab.chaos.run import ProgressLines
+from leaselab.chaos.texts import STRINGS
 from leaselab.harness.pgserver import PgServer
 from polling import pid_gone, wait_until
 from servers import fresh_database, in_memory, needs_postgres
@@ -37,8 +39,14 @@ def memory_tmpdir() -> dict[str, str]:
 def chaos(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m leaselab chaos ARGS`` in ``tmp_path``, with the tests' handlers importable."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]), **memory_tmpdir())
-    return subprocess.run([sys.executable, "-m", "leaselab", "chaos", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "leaselab", "chaos", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_the_same_seed_gives_the_same_schedule_and_another_seed_another():
@@ -51,7 +59,7 @@ def test_the_same_seed_gives_the_same_schedule_and_another_seed_another():
     # A slot never gets a second lasting fault before its first one ends; pauses outlast the lease.
     for slot in ("w1", "w2", "w3", "w4"):
         lasting = [s for s in first.steps if s.worker == slot and s.fault in ("pause", "partition", "clock")]
-        assert all(a.at + a.lasts <= b.at for a, b in zip(lasting, lasting[1:]))
+        assert all(a.at + a.lasts <= b.at for a, b in pairwise(lasting))
     assert all(s.lasts > 1.0 for s in first.steps if s.fault in ("pause", "partition"))
 
 
@@ -86,15 +94,31 @@ def test_a_jumping_worker_reads_a_clock_off_by_the_jump_so_on_a_file_it_reaps_a_
     wait_until(lambda: fleet.queue.get(later).status == "done", message="a job done on the true clock")
     assert fleet.queue.get(held_id).attempts == 1
     jump(fleet.pid(name), clock, 60.0)
-    wait_until(lambda: fleet.queue.get(held_id).attempts == 2 or fleet.queue.get(held_id).status == "done",
-               message="the live lease to be reaped by the fast clock")
+    wait_until(
+        lambda: fleet.queue.get(held_id).attempts == 2 or fleet.queue.get(held_id).status == "done",
+        message="the live lease to be reaped by the fast clock",
+    )
     assert held.token != fleet.queue.get(held_id).token
 
 
 def test_a_short_run_on_sqlite_with_the_demo_task_is_clean_and_shows_progress(tmp_path):
-    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:task",
-                 "--workers", "3", "--jobs", "150", "--seconds", "5", "--seed", "11",
-                 "--payload", '{"seconds": 0.02}')
+    done = chaos(
+        tmp_path,
+        "--db",
+        str(tmp_path / "q.db"),
+        "--handler",
+        "leaselab.harness.demo:task",
+        "--workers",
+        "3",
+        "--jobs",
+        "150",
+        "--seconds",
+        "5",
+        "--seed",
+        "11",
+        "--payload",
+        '{"seconds": 0.02}',
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
     assert lines[0].startswith("chaos seed 11") and lines[1].startswith("schedule: ")
@@ -113,18 +137,37 @@ def test_the_closing_progress_line_is_dropped_only_when_it_repeats_the_last_one_
     lines = ProgressLines(shown.append)
     lines.show(Progress(4.9, 149, 150, 7, {"kill": 2, "pause": 5}))
     lines.show(Progress(4.95, 150, 150, 7, {"kill": 2, "pause": 5}), last=True)
-    assert [p.render() for p in shown] == ["   4.9s  jobs done 149/150  faults 7 (kill 2, pause 5)",
-                                           "   5.0s  jobs done 150/150  faults 7 (kill 2, pause 5)"]
+    assert [p.render() for p in shown] == [
+        "   4.9s  jobs done 149/150  faults 7 (kill 2, pause 5)",
+        "   5.0s  jobs done 150/150  faults 7 (kill 2, pause 5)",
+    ]
     lines.show(Progress(5.0, 150, 150, 7, {"kill": 2, "pause": 5}), last=True)  # says the same: dropped
-    lines.show(Progress(5.1, 150, 150, 7, {"kill": 2, "pause": 5}))             # a line on its period is not
+    lines.show(Progress(5.1, 150, 150, 7, {"kill": 2, "pause": 5}))  # a line on its period is not
     assert [p.elapsed for p in shown] == [4.9, 4.95, 5.1]
     ProgressLines(None).show(Progress(1.0, 1, 2, 0, {}), last=True)  # no one listening: nothing to do
 
 
 def test_a_handler_whose_outside_effect_repeats_under_pauses_is_caught_with_exit_1(tmp_path):
-    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "chaos_handlers:transfer",
-                 "--workers", "2", "--jobs", "20", "--seconds", "4", "--faults", "pause", "--seed", "5",
-                 "--payload", '{"freeze_job": 1}', "--json")
+    done = chaos(
+        tmp_path,
+        "--db",
+        str(tmp_path / "q.db"),
+        "--handler",
+        "chaos_handlers:transfer",
+        "--workers",
+        "2",
+        "--jobs",
+        "20",
+        "--seconds",
+        "4",
+        "--faults",
+        "pause",
+        "--seed",
+        "5",
+        "--payload",
+        '{"freeze_job": 1}',
+        "--json",
+    )
     assert done.returncode == 1, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert [(a["kind"], a["job"]) for a in result["report"]["anomalies"]] == [("effect_repeated", 1)]
@@ -133,9 +176,26 @@ def test_a_handler_whose_outside_effect_repeats_under_pauses_is_caught_with_exit
 
 
 def test_the_same_handler_kept_to_one_effect_by_its_key_passes_the_same_run(tmp_path):
-    done = chaos(tmp_path, "--db", str(tmp_path / "q.db"), "--handler", "chaos_handlers:transfer_once",
-                 "--workers", "2", "--jobs", "20", "--seconds", "4", "--faults", "pause", "--seed", "5",
-                 "--payload", '{"freeze_job": 1}', "--json")
+    done = chaos(
+        tmp_path,
+        "--db",
+        str(tmp_path / "q.db"),
+        "--handler",
+        "chaos_handlers:transfer_once",
+        "--workers",
+        "2",
+        "--jobs",
+        "20",
+        "--seconds",
+        "4",
+        "--faults",
+        "pause",
+        "--seed",
+        "5",
+        "--payload",
+        '{"freeze_job": 1}',
+        "--json",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["report"]["clean"] and result["stats"]["done"] == 20
@@ -157,8 +217,22 @@ def test_a_short_run_on_a_throw_away_server_with_partitions_dropped_replies_and_
     seed, seconds = 4, 8
     wanted = plan(seed, seconds=seconds, workers=4, lease=1.0, faults=FAULTS).counts()
     assert {"partition", "drop-reply", "server-crash"} <= wanted.keys()
-    done = chaos(tmp_path, "--db", "postgresql", "--handler", "leaselab.harness.demo:task", "--jobs", "200",
-                 "--seconds", str(seconds), "--seed", str(seed), "--payload", '{"seconds": 0.02}', "--json")
+    done = chaos(
+        tmp_path,
+        "--db",
+        "postgresql",
+        "--handler",
+        "leaselab.harness.demo:task",
+        "--jobs",
+        "200",
+        "--seconds",
+        str(seconds),
+        "--seed",
+        str(seed),
+        "--payload",
+        '{"seconds": 0.02}',
+        "--json",
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     result = json.loads(done.stdout)
     assert result["report"]["clean"] and result["drained"] and result["stats"]["done"] == 200
@@ -192,22 +266,37 @@ def test_a_server_that_does_not_come_back_after_a_crash_ends_the_run_with_an_err
     needs_postgres()
     with SquattedServer(parent=in_memory()) as server:
         url = fresh_database(server, "squatted")
-        with pytest.raises(ServerNotRecovered, match=r"crashed at \d+\.\ds did not start again: PgStartFailed") as raised:
-            run(url, "leaselab.harness.demo:task", workers=1, jobs=20, seconds=6, lease=1.0, seed=3,
-                server=server, faults=("server-crash",), folder=tmp_path / "run")
+        with pytest.raises(
+            ServerNotRecovered, match=r"crashed at \d+\.\ds did not start again: PgStartFailed"
+        ) as raised:
+            run(
+                url,
+                "leaselab.harness.demo:task",
+                workers=1,
+                jobs=20,
+                seconds=6,
+                lease=1.0,
+                seed=3,
+                server=server,
+                faults=("server-crash",),
+                folder=tmp_path / "run",
+            )
         assert "Address already in use" in str(raised.value)
         assert not server.running
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--faults", "kill,explode"), "unknown fault 'explode'"),
-    (("--faults", "partition"), "fault 'partition' needs a network"),
-    (("--faults", "server-crash"), "fault 'server-crash' crashes a server that chaos started itself"),
-    (("--lang", "fr"), "invalid choice: 'fr'"),
-    (("--payload", "{oops"), "payload is not valid JSON"),
-    (("--handler", "no_such_module:run"), "cannot import handler module 'no_such_module'"),
-    (("--workers", "500"), "workers must be at most 32"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--faults", "kill,explode"), "unknown fault 'explode'"),
+        (("--faults", "partition"), "fault 'partition' needs a network"),
+        (("--faults", "server-crash"), "fault 'server-crash' crashes a server that chaos started itself"),
+        (("--lang", "fr"), "invalid choice: 'fr'"),
+        (("--payload", "{oops"), "payload is not valid JSON"),
+        (("--handler", "no_such_module:run"), "cannot import handler module 'no_such_module'"),
+        (("--workers", "500"), "workers must be at most 32"),
+    ],
+)
 def test_bad_input_is_refused_with_exit_2_and_a_message_naming_it(tmp_path, args, message):
     argv = ["--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:task", "--seconds", "1", *args]
     done = chaos(tmp_path, *argv)
@@ -217,8 +306,15 @@ def test_bad_input_is_refused_with_exit_2_and_a_message_naming_it(tmp_path, args
 
 
 def test_a_crash_of_a_server_chaos_did_not_start_is_refused_before_connecting(tmp_path):
-    done = chaos(tmp_path, "--db", "postgresql://someone@127.0.0.1:1/theirs", "--handler",
-                 "leaselab.harness.demo:task", "--faults", "kill,server-crash")
+    done = chaos(
+        tmp_path,
+        "--db",
+        "postgresql://someone@127.0.0.1:1/theirs",
+        "--handler",
+        "leaselab.harness.demo:task",
+        "--faults",
+        "kill,server-crash",
+    )
     assert done.returncode == 2 and "this server was not started by chaos" in done.stderr
 
 
@@ -232,9 +328,27 @@ def test_a_queue_that_already_holds_jobs_is_refused(tmp_path):
 def test_ctrl_c_stops_every_worker_and_removes_the_throw_away_server(tmp_path):
     needs_postgres()
     env = dict(os.environ, PYTHONPATH=str(REPO), **memory_tmpdir())
-    proc = subprocess.Popen([sys.executable, "-m", "leaselab", "chaos", "--db", "postgresql", "--handler",
-                             "leaselab.harness.demo:task", "--seconds", "120", "--payload", '{"seconds": 0.05}'],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "leaselab",
+            "chaos",
+            "--db",
+            "postgresql",
+            "--handler",
+            "leaselab.harness.demo:task",
+            "--seconds",
+            "120",
+            "--payload",
+            '{"seconds": 0.05}',
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Gated on the run's own word: the first progress line comes once workers are running.
         first = proc.stderr.readline()

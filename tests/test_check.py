@@ -16,13 +16,21 @@ import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, Worker
 from leaselab.check import (
-    KINDS, LANGS, Anomaly, History, Report, check, check_history, read_effects, record_effect,
+    KINDS,
+    LANGS,
+    Anomaly,
+    History,
+    Report,
+    check,
+    check_history,
+    read_effects,
+    record_effect,
 )
 from leaselab.check import effects as effects_module
+from leaselab.check.errors import InvalidEffects
 from leaselab.check.texts import COUNTED, REPORT, SENTENCES, TITLES, WORDS, counted
 from leaselab.cli import EXIT_ANOMALY, EXIT_BAD_INPUT, main
 from leaselab.errors import DatabaseMissing, InvalidTarget, NotALeaselabDatabase, ServerRefused
-from leaselab.check.errors import InvalidEffects
 from leaselab.harness.demo import task
 from leaselab.harness.effects import Ledger, deposit
 from servers import fresh_database
@@ -45,41 +53,67 @@ class Build:
 
     def _event(self, job: int, kind: str, at: float, token=None, worker=None, detail=None) -> dict:
         row = self.rows.get(job)
-        e = {"id": len(self.events) + 1, "job_id": job, "kind": kind, "at": at, "worker": worker,
-             "token": token, "attempt": row["attempts"] if row else 0, "detail": detail,
-             "prev": row["last_event_id"] if row else None}
+        e = {
+            "id": len(self.events) + 1,
+            "job_id": job,
+            "kind": kind,
+            "at": at,
+            "worker": worker,
+            "token": token,
+            "attempt": row["attempts"] if row else 0,
+            "detail": detail,
+            "prev": row["last_event_id"] if row else None,
+        }
         self.events.append(e)
         if row:
             row["last_event_id"] = e["id"]
         return e
 
-    def enqueue(self, job: int, at: float = T0, max_attempts: int = 5, run_at: float | None = None) -> "Build":
-        self.rows[job] = {"id": job, "payload": {}, "status": "pending", "priority": 0,
-                          "run_at": at if run_at is None else run_at, "attempts": 0, "max_attempts": max_attempts,
-                          "lease_until": None, "worker": None, "token": None, "result": None, "last_error": None,
-                          "created_at": at, "updated_at": at, "last_event_id": None}
+    def enqueue(self, job: int, at: float = T0, max_attempts: int = 5, run_at: float | None = None) -> Build:
+        self.rows[job] = {
+            "id": job,
+            "payload": {},
+            "status": "pending",
+            "priority": 0,
+            "run_at": at if run_at is None else run_at,
+            "attempts": 0,
+            "max_attempts": max_attempts,
+            "lease_until": None,
+            "worker": None,
+            "token": None,
+            "result": None,
+            "last_error": None,
+            "created_at": at,
+            "updated_at": at,
+            "last_event_id": None,
+        }
         self._event(job, "enqueued", at)
         self.rows[job]["last_event_id"] = self.events[-1]["id"]
         return self
 
-    def claim(self, job: int, token: str, at: float, worker: str = "w1", attempt: int | None = None) -> "Build":
+    def claim(self, job: int, token: str, at: float, worker: str = "w1", attempt: int | None = None) -> Build:
         row = self.rows[job]
-        row.update(status="running", attempts=row["attempts"] + 1 if attempt is None else attempt, token=token,
-                   worker=worker, lease_until=at + LEASE)
+        row.update(
+            status="running",
+            attempts=row["attempts"] + 1 if attempt is None else attempt,
+            token=token,
+            worker=worker,
+            lease_until=at + LEASE,
+        )
         self._event(job, "claimed", at, token, worker)
         return self
 
-    def beat(self, job: int, token: str, at: float) -> "Build":
+    def beat(self, job: int, token: str, at: float) -> Build:
         self.rows[job]["lease_until"] = at + LEASE
         self._event(job, "heartbeat", at, token, self.rows[job]["worker"])
         return self
 
-    def complete(self, job: int, token: str, at: float) -> "Build":
+    def complete(self, job: int, token: str, at: float) -> Build:
         self.rows[job].update(status="done", lease_until=None)
         self._event(job, "completed", at, token, self.rows[job]["worker"])
         return self
 
-    def fail(self, job: int, token: str, at: float) -> "Build":
+    def fail(self, job: int, token: str, at: float) -> Build:
         row = self.rows[job]
         row.update(status="pending" if row["attempts"] < row["max_attempts"] else "dead", lease_until=None)
         self._event(job, "failed", at, token, row["worker"], "boom")
@@ -87,7 +121,7 @@ class Build:
             self._event(job, "dead", at, token, row["worker"], "boom")
         return self
 
-    def reap(self, job: int, at: float) -> "Build":
+    def reap(self, job: int, at: float) -> Build:
         row = self.rows[job]
         row.update(status="pending" if row["attempts"] < row["max_attempts"] else "dead", lease_until=None)
         self._event(job, "reaped", at, row["token"], row["worker"], "lease expired")
@@ -95,23 +129,33 @@ class Build:
             self._event(job, "dead", at, row["token"], row["worker"], "lease expired")
         return self
 
-    def refuse(self, job: int, token: str, at: float) -> "Build":
+    def refuse(self, job: int, token: str, at: float) -> Build:
         self._event(job, "lease_lost", at, token, "w1", "complete refused")
         return self
 
-    def effect(self, job: int, attempt: int, token: str, key: str | None = None) -> "Build":
+    def effect(self, job: int, attempt: int, token: str, key: str | None = None) -> Build:
         self.effects.append({"job": job, "attempt": attempt, "token": token, "key": key})
         return self
 
     def history(self) -> History:
-        return History(jobs=[dict(r) for _, r in sorted(self.rows.items())], events=[dict(e) for e in self.events],
-                       effects=list(self.effects), now=self.now)
+        return History(
+            jobs=[dict(r) for _, r in sorted(self.rows.items())],
+            events=[dict(e) for e in self.events],
+            effects=list(self.effects),
+            now=self.now,
+        )
 
 
 def zombie(b: Build, job: int = 1) -> Build:
     """The textbook run: a claim, its lease runs out, a reap, a new claim completes, the zombie is refused."""
-    return (b.enqueue(job).claim(job, "a" * 32, T0 + 1).reap(job, T0 + 7)
-            .claim(job, "b" * 32, T0 + 8, worker="w2").complete(job, "b" * 32, T0 + 9).refuse(job, "a" * 32, T0 + 10))
+    return (
+        b.enqueue(job)
+        .claim(job, "a" * 32, T0 + 1)
+        .reap(job, T0 + 7)
+        .claim(job, "b" * 32, T0 + 8, worker="w2")
+        .complete(job, "b" * 32, T0 + 9)
+        .refuse(job, "a" * 32, T0 + 10)
+    )
 
 
 def plain(b: Build, job: int = 1) -> Build:
@@ -120,55 +164,138 @@ def plain(b: Build, job: int = 1) -> Build:
 
 # Each case: (the bad history, the good one beside it, the options, the kind and job the bad one must show).
 CASES = {
-    "lost: an enqueued job whose row is gone": (
-        lambda b: (plain(b), b.rows.pop(1)), lambda b: plain(b), {}, "lost", 1),
+    "lost: an enqueued job whose row is gone": (lambda b: (plain(b), b.rows.pop(1)), lambda b: plain(b), {}, "lost", 1),
     "lost: a job still running under a valid lease while the workers are idle": (
-        lambda b: b.enqueue(1).claim(1, "c" * 32, b.now - 1), lambda b: plain(b), {}, "lost", 1),
+        lambda b: b.enqueue(1).claim(1, "c" * 32, b.now - 1),
+        lambda b: plain(b),
+        {},
+        "lost",
+        1,
+    ),
     "lost: an effect recorded for a job the table does not have": (
-        lambda b: (plain(b), b.effect(9, 1, "d" * 32)), lambda b: (plain(b), b.effect(1, 1, "c" * 32)), {}, "lost", 9),
+        lambda b: (plain(b), b.effect(9, 1, "d" * 32)),
+        lambda b: (plain(b), b.effect(1, 1, "c" * 32)),
+        {},
+        "lost",
+        9,
+    ),
     "stuck: running under a lease that ran out long ago": (
-        lambda b: b.enqueue(1).claim(1, "c" * 32, b.now - 100), lambda b: b.enqueue(1).claim(1, "c" * 32, b.now - 1),
-        {"idle": False}, "stuck", 1),
+        lambda b: b.enqueue(1).claim(1, "c" * 32, b.now - 100),
+        lambda b: b.enqueue(1).claim(1, "c" * 32, b.now - 1),
+        {"idle": False},
+        "stuck",
+        1,
+    ),
     "stuck: runnable and never claimed while the workers were idle": (
-        lambda b: b.enqueue(1), lambda b: b.enqueue(1, run_at=b.now + 60), {}, "stuck", 1),
+        lambda b: b.enqueue(1),
+        lambda b: b.enqueue(1, run_at=b.now + 60),
+        {},
+        "stuck",
+        1,
+    ),
     "fence reused: two claims with one attempt number": (
-        lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 1).reap(1, T0 + 7).claim(1, "b" * 32, T0 + 8, attempt=1)
-        .complete(1, "b" * 32, T0 + 9),
-        lambda b: zombie(b), {}, "fence_reused", 1),
+        lambda b: (
+            b.enqueue(1)
+            .claim(1, "a" * 32, T0 + 1)
+            .reap(1, T0 + 7)
+            .claim(1, "b" * 32, T0 + 8, attempt=1)
+            .complete(1, "b" * 32, T0 + 9)
+        ),
+        lambda b: zombie(b),
+        {},
+        "fence_reused",
+        1,
+    ),
     "stale write accepted: a heartbeat from a token reaped long ago": (
-        lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 1).reap(1, T0 + 7).claim(1, "b" * 32, T0 + 8, worker="w2")
-        .beat(1, "a" * 32, T0 + 8.5).complete(1, "b" * 32, T0 + 9),
+        lambda b: (
+            b.enqueue(1)
+            .claim(1, "a" * 32, T0 + 1)
+            .reap(1, T0 + 7)
+            .claim(1, "b" * 32, T0 + 8, worker="w2")
+            .beat(1, "a" * 32, T0 + 8.5)
+            .complete(1, "b" * 32, T0 + 9)
+        ),
         lambda b: b.enqueue(1).claim(1, "c" * 32, T0 + 1).beat(1, "c" * 32, T0 + 3).complete(1, "c" * 32, T0 + 4),
-        {}, "stale_write_accepted", 1),
+        {},
+        "stale_write_accepted",
+        1,
+    ),
     "overlapping leases: a claim while another token holds the job": (
         lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 1).claim(1, "b" * 32, T0 + 2).complete(1, "b" * 32, T0 + 3),
-        lambda b: zombie(b), {}, "overlapping_leases", 1),
+        lambda b: zombie(b),
+        {},
+        "overlapping_leases",
+        1,
+    ),
     "overlapping leases: a reclaim inside the reaped holder's lease": (
-        lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 1).reap(1, T0 + 2).claim(1, "b" * 32, T0 + 3)
-        .complete(1, "b" * 32, T0 + 4),
-        lambda b: zombie(b), {"lease": LEASE}, "overlapping_leases", 1),
-    "completed twice": (
-        lambda b: plain(b).complete(1, "c" * 32, T0 + 3), lambda b: plain(b), {}, "completed_twice", 1),
+        lambda b: (
+            b.enqueue(1)
+            .claim(1, "a" * 32, T0 + 1)
+            .reap(1, T0 + 2)
+            .claim(1, "b" * 32, T0 + 3)
+            .complete(1, "b" * 32, T0 + 4)
+        ),
+        lambda b: zombie(b),
+        {"lease": LEASE},
+        "overlapping_leases",
+        1,
+    ),
+    "completed twice": (lambda b: plain(b).complete(1, "c" * 32, T0 + 3), lambda b: plain(b), {}, "completed_twice", 1),
     "claimed after completion": (
-        lambda b: plain(b).claim(1, "d" * 32, T0 + 3), lambda b: plain(b), {}, "claimed_after_completion", 1),
+        lambda b: plain(b).claim(1, "d" * 32, T0 + 3),
+        lambda b: plain(b),
+        {},
+        "claimed_after_completion",
+        1,
+    ),
     "false loss: a lease lost recorded for the token that completed": (
-        lambda b: plain(b).refuse(1, "c" * 32, T0 + 3), lambda b: zombie(b), {}, "false_loss", 1),
+        lambda b: plain(b).refuse(1, "c" * 32, T0 + 3),
+        lambda b: zombie(b),
+        {},
+        "false_loss",
+        1,
+    ),
     "effect repeated: an unkeyed effect done by two attempts": (
         lambda b: zombie(b).effect(1, 1, "a" * 32).effect(1, 2, "b" * 32),
-        lambda b: zombie(b).effect(1, 1, "a" * 32, key="pay-1"), {}, "effect_repeated", 1),
+        lambda b: zombie(b).effect(1, 1, "a" * 32, key="pay-1"),
+        {},
+        "effect_repeated",
+        1,
+    ),
     "history disagrees: the table says another status than the events": (
-        lambda b: (plain(b), b.rows[1].update(status="dead")), lambda b: plain(b), {}, "history_disagrees", 1),
+        lambda b: (plain(b), b.rows[1].update(status="dead")),
+        lambda b: plain(b),
+        {},
+        "history_disagrees",
+        1,
+    ),
     "live holder reaped: a reap two seconds into a five-second lease": (
-        lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 1).reap(1, T0 + 3).claim(1, "b" * 32, T0 + 9)
-        .complete(1, "b" * 32, T0 + 10),
-        lambda b: zombie(b), {"lease": LEASE}, "live_holder_reaped", 1),
+        lambda b: (
+            b.enqueue(1)
+            .claim(1, "a" * 32, T0 + 1)
+            .reap(1, T0 + 3)
+            .claim(1, "b" * 32, T0 + 9)
+            .complete(1, "b" * 32, T0 + 10)
+        ),
+        lambda b: zombie(b),
+        {"lease": LEASE},
+        "live_holder_reaped",
+        1,
+    ),
     "attempts exceeded": (
         lambda b: (plain(b), b.rows[1].update(max_attempts=1, attempts=2)),
-        lambda b: (plain(b), b.rows[1].update(max_attempts=1)), {}, "attempts_exceeded", 1),
+        lambda b: (plain(b), b.rows[1].update(max_attempts=1)),
+        {},
+        "attempts_exceeded",
+        1,
+    ),
     "dead unrun: a job dead after its attempts, its handler never run": (
         lambda b: b.enqueue(1, max_attempts=1).claim(1, "a" * 32, T0 + 1).reap(1, T0 + 7),
         lambda b: b.enqueue(1, max_attempts=1).claim(1, "a" * 32, T0 + 1).effect(1, 1, "a" * 32).reap(1, T0 + 7),
-        {"runs_recorded": True}, "dead_unrun", 1),
+        {"runs_recorded": True},
+        "dead_unrun",
+        1,
+    ),
 }
 
 
@@ -228,6 +355,7 @@ def test_a_running_jobs_lease_end_tells_the_checker_its_workers_lease():
 
 # -- real queues, with "another program" writing rows ---------------------------------------------
 
+
 def refused_zombie(q: Queue, clock: ManualClock, result, late) -> tuple:
     """One job: w1 claims it and goes silent past its lease, it is reaped, w2 claims and completes it
     with ``result``, and w1's ``late(job)`` write is refused. Returns (w1's Job, w2's Job)."""
@@ -267,11 +395,22 @@ def test_a_real_clean_run_keeps_every_promise_and_counts_its_zombie(real):
     db, clock, _ = real
     report = check(db, now=clock(), lease=LEASE)
     assert report.clean, report.render()
-    assert report.counts == {**report.counts, "jobs": 2, "done": 2, "attempts": 3, "repeated_runs": 1, "reaps": 1,
-                             "refused_zombies": 1, "refused_writes": 1, "effects": 0}
+    assert report.counts == {
+        **report.counts,
+        "jobs": 2,
+        "done": 2,
+        "attempts": 3,
+        "repeated_runs": 1,
+        "reaps": 1,
+        "refused_zombies": 1,
+        "refused_writes": 1,
+        "effects": 0,
+    }
     assert report.render().splitlines()[0] == "every promise held: 2 jobs, 1 repeated run, 1 zombie refused"
-    assert report.render("ru").splitlines()[0] == \
-        "все обещания сдержаны: 2 задачи, 1 повторный запуск, 1 зомби получил отказ"
+    assert (
+        report.render("ru").splitlines()[0]
+        == "все обещания сдержаны: 2 задачи, 1 повторный запуск, 1 зомби получил отказ"
+    )
 
 
 def test_a_stale_completion_written_by_another_program_is_caught_with_the_triggers_own_event(tmp_path, zombie):
@@ -280,8 +419,12 @@ def test_a_stale_completion_written_by_another_program_is_caught_with_the_trigge
         q.enqueue(1)
         zombie_job, holder = zombie(lease=LEASE, holder="w1", successor="w2", queue=q)
     # The zombie's completion taken without the fence: the trigger records it under the zombie's token.
-    other_program(db, "UPDATE jobs SET status = 'done', token = ?, lease_until = NULL, last_event = 'completed' "
-                      "WHERE id = ?", zombie_job.token, zombie_job.id)
+    other_program(
+        db,
+        "UPDATE jobs SET status = 'done', token = ?, lease_until = NULL, last_event = 'completed' WHERE id = ?",
+        zombie_job.token,
+        zombie_job.id,
+    )
     report = check(db, now=clock())
     stale = [a for a in report.anomalies if a.kind == "stale_write_accepted"]
     assert stale and stale[0].job == zombie_job.id
@@ -356,8 +499,13 @@ def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effect
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0}] * 3)
     fleet = fleet_on(db)
-    w = fleet.spawn("leaselab.harness.demo:effect", lease=LEASE, name="w1", exit_when_idle=True,
-                    env={"LEASELAB_EFFECTS": str(effects)})
+    w = fleet.spawn(
+        "leaselab.harness.demo:effect",
+        lease=LEASE,
+        name="w1",
+        exit_when_idle=True,
+        env={"LEASELAB_EFFECTS": str(effects)},
+    )
     assert fleet.wait(w, timeout=60) == 0, fleet.log_tail(w)
     lines = read_effects(effects)
     assert sorted(line["job"] for line in lines) == [1, 2, 3]
@@ -380,6 +528,7 @@ def test_a_worker_run_in_process_leaves_a_clean_history(tmp_path):
 
 # -- the effects API ----------------------------------------------------------------------------
 
+
 def test_record_effect_does_nothing_without_a_file_and_appends_one_line_with_one(tmp_path, monkeypatch):
     monkeypatch.delenv("LEASELAB_EFFECTS", raising=False)
     db = tmp_path / "q.db"
@@ -391,8 +540,14 @@ def test_record_effect_does_nothing_without_a_file_and_appends_one_line_with_one
     monkeypatch.setenv("LEASELAB_EFFECTS", str(path))
     line = record_effect(job, "mail-1", to="alice")
     assert read_effects(path) == [line]
-    assert (line["job"], line["attempt"], line["token"], line["worker"], line["key"], line["detail"]) == \
-        (job.id, 1, job.token, "w1", "mail-1", {"to": "alice"})
+    assert (line["job"], line["attempt"], line["token"], line["worker"], line["key"], line["detail"]) == (
+        job.id,
+        1,
+        job.token,
+        "w1",
+        "mail-1",
+        {"to": "alice"},
+    )
     record_effect(job, path=tmp_path / "other.jsonl")  # an explicit path wins over the variable
     assert len(read_effects(path)) == 1 and len(read_effects(tmp_path / "other.jsonl")) == 1
 
@@ -447,6 +602,7 @@ def test_bad_options_are_typed_errors_naming_the_argument(real, tmp_path):
 
 # -- the report in both languages ---------------------------------------------------------------
 
+
 def test_both_languages_say_the_same_things():
     for table in (TITLES, SENTENCES, WORDS, COUNTED, REPORT):
         assert set(table) == set(LANGS)
@@ -456,9 +612,23 @@ def test_both_languages_say_the_same_things():
     assert tuple(TITLES["en"]) == KINDS
 
 
-@pytest.mark.parametrize("n, word", [(1, "задача"), (2, "задачи"), (4, "задачи"), (5, "задач"), (11, "задач"),
-                                     (12, "задач"), (14, "задач"), (21, "задача"), (22, "задачи"), (25, "задач"),
-                                     (111, "задач"), (0, "задач")])
+@pytest.mark.parametrize(
+    "n, word",
+    [
+        (1, "задача"),
+        (2, "задачи"),
+        (4, "задачи"),
+        (5, "задач"),
+        (11, "задач"),
+        (12, "задач"),
+        (14, "задач"),
+        (21, "задача"),
+        (22, "задачи"),
+        (25, "задач"),
+        (111, "задач"),
+        (0, "задач"),
+    ],
+)
 def test_russian_counts_take_the_right_plural(n, word):
     assert counted("ru", n, ("задача", "задачи", "задач")) == f"{n} {word}"
 
@@ -486,8 +656,9 @@ def test_a_russian_report_has_no_english_sentence_and_an_english_one_no_russian(
         assert a.sentence("en") not in ru and a.sentence("ru") in ru and a.title("ru") in ru
     assert not re.search("[а-яё]", en)
     # The witnesses are the same rows in both.
-    assert [line for line in ru.splitlines() if line.startswith("    ")] == \
-        [line for line in en.splitlines() if line.startswith("    ")]
+    assert [line for line in ru.splitlines() if line.startswith("    ")] == [
+        line for line in en.splitlines() if line.startswith("    ")
+    ]
 
 
 def test_every_russian_template_is_russian():
@@ -500,7 +671,9 @@ def test_the_json_report_carries_kinds_jobs_witnesses_and_both_sentences():
     data = json.loads(json.dumps(_every_anomaly().to_json()))
     assert data["clean"] is False and {a["kind"] for a in data["anomalies"]} == set(KINDS)
     first = data["anomalies"][0]
-    assert set(first) == {"kind", "job", "what", "facts", "witness", "sentence"} and set(first["sentence"]) == set(LANGS)
+    assert set(first) == {"kind", "job", "what", "facts", "witness", "sentence"} and set(first["sentence"]) == set(
+        LANGS
+    )
 
 
 def test_text_another_program_wrote_is_shown_escaped():
@@ -513,6 +686,7 @@ def test_text_another_program_wrote_is_shown_escaped():
 
 
 # -- the command ---------------------------------------------------------------------------------
+
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
@@ -562,11 +736,13 @@ def test_check_with_an_effects_file_finds_the_repeated_effect(capsys, tmp_path):
 
 def test_check_usage_errors_are_one_line_exit_2_and_create_nothing(capsys, tmp_path):
     (tmp_path / "lab.db").write_bytes(b"")
-    for argv, word in ((["--db", str(tmp_path / "lab.bd")], "did you mean"),
-                       (["--db", str(tmp_path / "lab.db"), "--effects", str(tmp_path / "none.jsonl")], "--effects"),
-                       (["--db", str(tmp_path / "lab.db"), "--lease", "0"], "lease"),
-                       (["--db", str(tmp_path / "lab.db"), "--lang", "fr"], "lang"),
-                       (["--db", str(tmp_path / "lab.db")], "not a leaselab queue")):
+    for argv, word in (
+        (["--db", str(tmp_path / "lab.bd")], "did you mean"),
+        (["--db", str(tmp_path / "lab.db"), "--effects", str(tmp_path / "none.jsonl")], "--effects"),
+        (["--db", str(tmp_path / "lab.db"), "--lease", "0"], "lease"),
+        (["--db", str(tmp_path / "lab.db"), "--lang", "fr"], "lang"),
+        (["--db", str(tmp_path / "lab.db")], "not a leaselab queue"),
+    ):
         code, out, err = run(capsys, "check", *argv)
         assert code == EXIT_BAD_INPUT and out == "" and len(err.splitlines()) == 1, (argv, err)
         assert word in err and "Traceback" not in err, err
@@ -574,6 +750,7 @@ def test_check_usage_errors_are_one_line_exit_2_and_create_nothing(capsys, tmp_p
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------------
+
 
 def test_a_server_history_is_read_in_one_snapshot_and_checked_the_same(pg_server):
     import psycopg

@@ -39,8 +39,23 @@ def test_enqueue_prints_the_new_ids_and_stores_the_options(capsys, db_path):
     code, out, err = run(capsys, "enqueue", '{"seconds": 2}', "--db", str(db_path))
     assert code == 0 and err == ""
     (first,) = map(int, out.split())
-    code, out, _ = run(capsys, "enqueue", '"x"', "--db", str(db_path), "--count", "3", "--priority", "4",
-                       "--delay", "60", "--max-attempts", "2", "--durability", "normal")
+    code, out, _ = run(
+        capsys,
+        "enqueue",
+        '"x"',
+        "--db",
+        str(db_path),
+        "--count",
+        "3",
+        "--priority",
+        "4",
+        "--delay",
+        "60",
+        "--max-attempts",
+        "2",
+        "--durability",
+        "normal",
+    )
     ids = list(map(int, out.split()))
     assert code == 0 and len(ids) == 3 and ids[0] > first
     with Queue(db_path) as q:
@@ -127,17 +142,20 @@ def test_a_file_that_is_not_sqlite_is_one_line_exit_2_and_unchanged(capsys, tmp_
     assert path.read_text() == "shopping list\n"
 
 
-@pytest.mark.parametrize("argv, word", [
-    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "0"], "lease"),
-    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "nan"], "lease"),
-    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "soon"], "lease"),
-    (["enqueue", "1", "--max-attempts", "0"], "--max-attempts"),
-    (["enqueue", "1", "--delay", "-5"], "--delay"),
-    (["enqueue", "1", "--priority", "high"], "priority"),
-    (["jobs", "--status", "sleeping"], "status"),
-    (["frobnicate"], "frobnicate"),
-    ([], "required"),
-])
+@pytest.mark.parametrize(
+    "argv, word",
+    [
+        (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "0"], "lease"),
+        (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "nan"], "lease"),
+        (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "soon"], "lease"),
+        (["enqueue", "1", "--max-attempts", "0"], "--max-attempts"),
+        (["enqueue", "1", "--delay", "-5"], "--delay"),
+        (["enqueue", "1", "--priority", "high"], "priority"),
+        (["jobs", "--status", "sleeping"], "status"),
+        (["frobnicate"], "frobnicate"),
+        ([], "required"),
+    ],
+)
 def test_bad_arguments_are_one_line_exit_2_and_no_traceback(capsys, db_path, argv, word):
     assert_one_clean_error_line(*run(capsys, *argv, "--db", str(db_path)) if argv else run(capsys), word)
 
@@ -171,23 +189,44 @@ def test_the_module_entry_point_and_the_console_script_run_a_job_end_to_end(tmp_
 
     enq = cli("enqueue", '{"seconds": 0}', "--db", db, "--count", "3")
     assert enq.returncode == 0, enq.stderr
-    work = cli("worker", "--db", db, "--handler", "leaselab.harness.demo:task", "--name", "w-cli", "--lease", "5",
-               "--exit-when-idle")
+    work = cli(
+        "worker",
+        "--db",
+        db,
+        "--handler",
+        "leaselab.harness.demo:task",
+        "--name",
+        "w-cli",
+        "--lease",
+        "5",
+        "--exit-when-idle",
+    )
     assert work.returncode == 0, work.stderr
     assert "completed 3" in work.stdout and work.stderr == ""
     stats = cli("stats", "--db", db, "--json", script=True)
     assert stats.returncode == 0, stats.stderr
     assert json.loads(stats.stdout) == {"pending": 0, "running": 0, "done": 3, "dead": 0}
-    for bad in (cli("stats", "--db", str(tmp_path), script=True),  # a folder is not a queue file
-                cli("worker", "--db", db, "--handler", "no_such_module_xyz:run", "--lease", "5")):
+    for bad in (
+        cli("stats", "--db", str(tmp_path), script=True),  # a folder is not a queue file
+        cli("worker", "--db", db, "--handler", "no_such_module_xyz:run", "--lease", "5"),
+    ):
         assert bad.returncode == 2 and bad.stdout.count("\n") <= 1, bad
         assert len(bad.stderr.splitlines()) == 1 and "Traceback" not in bad.stderr, bad.stderr
 
 
-@pytest.mark.parametrize("command", [["stats"], ["jobs"], ["events"], ["reap"],
-                                     ["worker", "--handler", "leaselab.harness.demo:task", "--exit-when-idle"]])
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["stats"],
+        ["jobs"],
+        ["events"],
+        ["reap"],
+        ["worker", "--handler", "leaselab.harness.demo:task", "--exit-when-idle"],
+    ],
+)
 def test_a_mistyped_db_is_one_line_exit_2_naming_the_path_and_the_nearest_queue_and_no_file_is_made(
-        capsys, tmp_path, command):
+    capsys, tmp_path, command
+):
     (tmp_path / "lab.db").write_bytes(b"")  # any existing .db file is a candidate for "did you mean"
     typo = tmp_path / "lab.bd"
     code, out, err = run(capsys, *command, "--db", str(typo))
@@ -231,22 +270,32 @@ def test_help_is_plain_text_without_restructuredtext_markup(capsys):
 
 # -- what a user reads: flags by their names, units, JSON shown as JSON ------------------------------
 
-@pytest.mark.parametrize("argv, message", [
-    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "abc"],
-     "argument --lease: must be a number of seconds > 0, got 'abc'"),
-    (["worker", "--handler", "leaselab.harness.demo:task", "--lease", "inf"],
-     "argument --lease: must be a number of seconds > 0, got 'inf'"),
-    (["worker", "--handler", "leaselab.harness.demo:task", "--poll", "0"],
-     "argument --poll: must be a number of seconds > 0, got '0'"),
-    (["enqueue", "1", "--max-attempts", "0"], "argument --max-attempts: must be a whole number >= 1, got '0'"),
-    (["enqueue", "1", "--max-attempts", "2.5"], "argument --max-attempts: must be a whole number >= 1, got '2.5'"),
-    (["enqueue", "1", "--delay", "-1"], "argument --delay: must be a number of seconds >= 0, got '-1'"),
-    (["enqueue", "1", "--delay", "nan"], "argument --delay: must be a number of seconds >= 0, got 'nan'"),
-    (["enqueue", "1", "--priority", "high"], "argument --priority: must be a whole number, got 'high'"),
-    (["enqueue", "1", "--priority", str(2**63)], "argument --priority: must fit in 64 bits"),
-    (["jobs", "--limit", "-1"], "argument --limit: must be a whole number >= 0, got '-1'"),
-    (["events", "--job", "first"], "argument --job: must be a whole number, got 'first'"),
-])
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["worker", "--handler", "leaselab.harness.demo:task", "--lease", "abc"],
+            "argument --lease: must be a number of seconds > 0, got 'abc'",
+        ),
+        (
+            ["worker", "--handler", "leaselab.harness.demo:task", "--lease", "inf"],
+            "argument --lease: must be a number of seconds > 0, got 'inf'",
+        ),
+        (
+            ["worker", "--handler", "leaselab.harness.demo:task", "--poll", "0"],
+            "argument --poll: must be a number of seconds > 0, got '0'",
+        ),
+        (["enqueue", "1", "--max-attempts", "0"], "argument --max-attempts: must be a whole number >= 1, got '0'"),
+        (["enqueue", "1", "--max-attempts", "2.5"], "argument --max-attempts: must be a whole number >= 1, got '2.5'"),
+        (["enqueue", "1", "--delay", "-1"], "argument --delay: must be a number of seconds >= 0, got '-1'"),
+        (["enqueue", "1", "--delay", "nan"], "argument --delay: must be a number of seconds >= 0, got 'nan'"),
+        (["enqueue", "1", "--priority", "high"], "argument --priority: must be a whole number, got 'high'"),
+        (["enqueue", "1", "--priority", str(2**63)], "argument --priority: must fit in 64 bits"),
+        (["jobs", "--limit", "-1"], "argument --limit: must be a whole number >= 0, got '-1'"),
+        (["events", "--job", "first"], "argument --job: must be a whole number, got 'first'"),
+    ],
+)
 def test_a_bad_number_is_refused_naming_the_flag_and_what_it_must_be(capsys, db_path, argv, message):
     code, out, err = run(capsys, *argv, "--db", str(db_path))
     assert_one_clean_error_line(code, out, err, message)
@@ -272,13 +321,21 @@ def _subcommands() -> dict[str, argparse.ArgumentParser]:
 @pytest.mark.parametrize("command", sorted(_subcommands()))
 def test_every_option_of_every_command_says_what_it_does(command):
     parser = _subcommands()[command]
-    silent = [a.option_strings[0] if a.option_strings else a.dest for a in parser._actions
-              if not (a.help or "").strip() and a.help is not argparse.SUPPRESS]
+    silent = [
+        a.option_strings[0] if a.option_strings else a.dest
+        for a in parser._actions
+        if not (a.help or "").strip() and a.help is not argparse.SUPPRESS
+    ]
     assert silent == [], f"leaselab {command}: no help text for {silent}"
     # A value in seconds says so, in its help or its metavar.
     for action in parser._actions:
-        if action.option_strings and action.option_strings[0] in ("--lease", "--delay", "--poll", "--max-poll",
-                                                                  "--busy-timeout"):
+        if action.option_strings and action.option_strings[0] in (
+            "--lease",
+            "--delay",
+            "--poll",
+            "--max-poll",
+            "--busy-timeout",
+        ):
             assert "second" in action.help.lower() or action.metavar == "SECONDS", (command, action.option_strings)
 
 

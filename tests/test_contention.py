@@ -62,10 +62,14 @@ def test_sixteen_processes_enqueuing_and_claiming_at_once_never_see_database_is_
     db, go = target, tmp_path / "go"
     total = PROCESSES * JOBS_EACH
     for i in range(PROCESSES):
-        clients.append(subprocess.Popen(
-            [sys.executable, "-c", CLIENT, db, str(go), f"p{i:02d}", str(JOBS_EACH), str(total)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        ))
+        clients.append(
+            subprocess.Popen(
+                [sys.executable, "-c", CLIENT, db, str(go), f"p{i:02d}", str(JOBS_EACH), str(total)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
     time.sleep(0.5)  # let the interpreters start, so the go file releases them together
     go.touch()
 

@@ -16,7 +16,6 @@ from leaselab import Job, Queue
 from leaselab.backends import contract, sql
 from leaselab.backends.contract import Claim, Completion, NewJob, Outcome, Unreadable
 from leaselab.backends.sqlite import statements as sqlite_sql
-
 from servers import IN_PROCESS_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,6 +31,7 @@ def _job(payload: str = '"x"', run_at: float = 0.0) -> NewJob:
 
 
 # -- the contract, on every backend (the queue fixture runs each test on SQLite, PostgreSQL and APSW) -
+
 
 def test_a_claim_answers_a_job_and_an_empty_queue_answers_none(queue):
     backend = queue.backend
@@ -141,15 +141,23 @@ def test_completing_rolls_the_callers_block_back_with_a_refused_completion(queue
 
 # -- SQL said once ---------------------------------------------------------------------------------
 
+
 def test_pyformat_turns_each_name_into_psycopgs_style_and_leaves_casts_and_literals_alone():
     assert sql.pyformat("x = :a AND y = :b_2::float8 AND z LIKE '50%' AND t = '12:30'") == (
-        "x = %(a)s AND y = %(b_2)s::float8 AND z LIKE '50%%' AND t = '12:30'")
+        "x = %(a)s AND y = %(b_2)s::float8 AND z LIKE '50%%' AND t = '12:30'"
+    )
 
 
 def test_the_statements_the_dialects_share_are_one_text_with_the_placeholders_converted():
     postgres_sql = pytest.importorskip("leaselab.backends.postgres.statements")
-    shared = [n for n in dir(sql) if n.isupper() and not n.startswith("_") and isinstance(getattr(sql, n), str)
-              and n not in ("COMPLETED", "JOB_CHAIN", "JOB_COLUMNS", "EVENT_COLUMNS")]  # parts
+    shared = [
+        n
+        for n in dir(sql)
+        if n.isupper()
+        and not n.startswith("_")
+        and isinstance(getattr(sql, n), str)
+        and n not in ("COMPLETED", "JOB_CHAIN", "JOB_COLUMNS", "EVENT_COLUMNS")
+    ]  # parts
     assert len(shared) >= 14
     for name in shared:
         assert getattr(sqlite_sql, name) is getattr(sql, name), name
@@ -157,8 +165,10 @@ def test_the_statements_the_dialects_share_are_one_text_with_the_placeholders_co
 
 
 def test_the_retry_or_dead_rule_is_written_once():
-    sources = [(ROOT / "leaselab/backends" / p).read_text(encoding="utf-8")
-               for p in ("sql.py", "sqlite/statements.py", "postgres/statements.py")]
+    sources = [
+        (ROOT / "leaselab/backends" / p).read_text(encoding="utf-8")
+        for p in ("sql.py", "sqlite/statements.py", "postgres/statements.py")
+    ]
     assert sum(s.count("CASE WHEN attempts >= max_attempts THEN 'dead'") for s in sources) == 1
 
 
@@ -173,12 +183,20 @@ def _printed_statements() -> list[tuple[str, str, str]]:
     found = []
     for path in sorted((ROOT / "notebooks/src").glob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        aliases = {a.asname or a.name: f"{node.module}.{a.name}" for node in ast.walk(tree)
-                   if isinstance(node, ast.ImportFrom) for a in node.names}
+        aliases = {
+            a.asname or a.name: f"{node.module}.{a.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for a in node.names
+        }
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                    and node.value.id in aliases and node.attr.isupper()
-                    and aliases[node.value.id].endswith("statements")):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in aliases
+                and node.attr.isupper()
+                and aliases[node.value.id].endswith("statements")
+            ):
                 found.append((path.stem, aliases[node.value.id], node.attr))
     return sorted(set(found))
 
@@ -188,14 +206,19 @@ def test_every_statement_a_lesson_prints_is_still_the_text_its_stored_output_sho
 
     printed = _printed_statements()
     assert {(m.rsplit(".", 2)[1], n) for _, m, n in printed} >= {
-        ("sqlite", "CLAIM"), ("sqlite", "COMPLETE"), ("sqlite", "HEARTBEAT"), ("sqlite", "REAP"),
-        ("postgres", "COMPLETE")}
+        ("sqlite", "CLAIM"),
+        ("sqlite", "COMPLETE"),
+        ("sqlite", "HEARTBEAT"),
+        ("sqlite", "REAP"),
+        ("postgres", "COMPLETE"),
+    }
     for lesson, module, name in printed:
         statement = getattr(importlib.import_module(module), name).strip()
         for lang in ("en", "ru"):
             notebook = json.loads((ROOT / "notebooks" / lang / f"{lesson}.ipynb").read_text(encoding="utf-8"))
-            shown = "".join("".join(out.get("text", "")) for cell in notebook["cells"]
-                            for out in cell.get("outputs", []))
+            shown = "".join(
+                "".join(out.get("text", "")) for cell in notebook["cells"] for out in cell.get("outputs", [])
+            )
             assert statement in shown, f"{lang}/{lesson}: {module}.{name} is not what the lesson shows"
 
 
@@ -207,15 +230,20 @@ def test_the_naive_claim_of_lesson_6_is_still_the_claim_without_its_row_locking(
 
 # -- the queue: no dialect, only the contract --------------------------------------------------------
 
+
 def test_the_queue_names_no_dialect_no_statement_and_nothing_of_its_backend_outside_the_contract():
     tree = ast.parse((ROOT / "leaselab/queue.py").read_text(encoding="utf-8"))
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {
-        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+        n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+    }
     assert not {n for n in names if re.search(r"sqlite|postgres|psycopg|statements|_sql", n, re.I)}
     assert not names & {n for n in dir(sqlite_sql) if n.isupper()}
     members = set(contract.Backend.__dict__) | set(contract.Backend.__annotations__)
-    used = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Attribute) and n.value.attr == "backend"}
+    used = {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Attribute) and n.value.attr == "backend"
+    }
     assert used and used <= members, sorted(used - members)
 
 

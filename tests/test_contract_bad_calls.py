@@ -10,8 +10,9 @@ is no clock. Files that are not a healthy queue, and the command line, are in ``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -83,8 +84,13 @@ BAD_CALLS: list[tuple[str, Call, type, str, tuple[str, ...]]] = [
     ("a set payload (not JSON)", lambda q, s: q.enqueue({1, 2}), InvalidPayload, "payload", ()),
     ("an object payload", lambda q, s: q.enqueue(object()), InvalidPayload, "payload", ()),
     ("an object nested in a payload", lambda q, s: q.enqueue({"nested": [object()]}), InvalidPayload, "payload", ()),
-    ("bytes as payload (a pickle cannot get in)", lambda q, s: q.enqueue(b"\x80\x04K\x01."), InvalidPayload,
-     "payload", ()),
+    (
+        "bytes as payload (a pickle cannot get in)",
+        lambda q, s: q.enqueue(b"\x80\x04K\x01."),
+        InvalidPayload,
+        "payload",
+        (),
+    ),
     ("a NaN payload", lambda q, s: q.enqueue({"x": math.nan}), InvalidPayload, "NaN", ()),
     ("a bare NaN payload", lambda q, s: q.enqueue(math.nan), InvalidPayload, "payload", ()),
     ("an infinite payload", lambda q, s: q.enqueue([math.inf]), InvalidPayload, "payload", ()),
@@ -114,25 +120,60 @@ BAD_CALLS: list[tuple[str, Call, type, str, tuple[str, ...]]] = [
     ("heartbeat of an unknown job id", lambda q, s: q.heartbeat(999, "t"), JobNotFound, "999", ()),
     ("fail of an unknown job id", lambda q, s: q.fail(999, "t"), JobNotFound, "999", ()),
     ("a job id that is SQL text", lambda q, s: q.get("1 OR 1=1"), TypeError, "job_id", ()),
-    ("a heartbeat for a job that is done", lambda q, s: q.heartbeat(s.done, s.done_token), LeaseLost, "done",
-     ("lease_lost",)),
-    ("a second complete of a done job", lambda q, s: q.complete(s.done, s.done_token, 1), LeaseLost, "done",
-     ("lease_lost",)),
-    ("a complete with someone else's token", lambda q, s: q.complete(s.running, s.done_token), LeaseLost,
-     "running", ("lease_lost",)),
-    ("a complete of a pending job", lambda q, s: q.complete(s.pending, s.running_token), LeaseLost, "pending",
-     ("lease_lost",)),
+    (
+        "a heartbeat for a job that is done",
+        lambda q, s: q.heartbeat(s.done, s.done_token),
+        LeaseLost,
+        "done",
+        ("lease_lost",),
+    ),
+    (
+        "a second complete of a done job",
+        lambda q, s: q.complete(s.done, s.done_token, 1),
+        LeaseLost,
+        "done",
+        ("lease_lost",),
+    ),
+    (
+        "a complete with someone else's token",
+        lambda q, s: q.complete(s.running, s.done_token),
+        LeaseLost,
+        "running",
+        ("lease_lost",),
+    ),
+    (
+        "a complete of a pending job",
+        lambda q, s: q.complete(s.pending, s.running_token),
+        LeaseLost,
+        "pending",
+        ("lease_lost",),
+    ),
     ("a NaN result", lambda q, s: q.complete(s.running, s.running_token, math.nan), InvalidPayload, "result", ()),
     ("a token that is not text", lambda q, s: q.complete(s.running, None), TypeError, "token", ()),
     ("an error that is not text", lambda q, s: q.fail(s.running, s.running_token, 42), TypeError, "error", ()),
     ("an unknown status filter", lambda q, s: q.jobs(status="lost"), ValueError, "status", ()),
     ("an unknown durability", lambda q, s: Queue(s.target, durability="fast"), ValueError, "durability", ()),
-    ("a handler module that does not import", lambda q, s: load_handler("no_such_module_xyz:run"), HandlerError,
-     "no_such_module_xyz", ()),
-    ("a handler function that does not exist", lambda q, s: Worker(q, "leaselab.harness.demo:no_such"), HandlerError,
-     "no_such", ()),
-    ("a handler path without a colon", lambda q, s: Worker(q, "leaselab.harness.demo.task"), HandlerError,
-     "module:function", ()),
+    (
+        "a handler module that does not import",
+        lambda q, s: load_handler("no_such_module_xyz:run"),
+        HandlerError,
+        "no_such_module_xyz",
+        (),
+    ),
+    (
+        "a handler function that does not exist",
+        lambda q, s: Worker(q, "leaselab.harness.demo:no_such"),
+        HandlerError,
+        "no_such",
+        (),
+    ),
+    (
+        "a handler path without a colon",
+        lambda q, s: Worker(q, "leaselab.harness.demo.task"),
+        HandlerError,
+        "module:function",
+        (),
+    ),
 ]
 
 
@@ -154,7 +195,7 @@ def test_each_bad_call_gets_a_clear_error_and_writes_nothing(queue, setup, reque
     jobs_after, events_after, stats_after = snapshot(queue)
     assert jobs_after == jobs_before and stats_after == stats_before, f"{what} changed the jobs"
     assert events_after[: len(events_before)] == events_before, f"{what} rewrote the history"
-    added = events_after[len(events_before):]
+    added = events_after[len(events_before) :]
     assert [e.kind for e in added] == list(adds), f"{what} added other events"
     if added:  # the refusal is now the newest entry of that job's history
         assert queue.events(added[0].job_id)[-1].id == added[0].id

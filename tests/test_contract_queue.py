@@ -210,8 +210,10 @@ def test_a_failure_retried_after_its_job_was_claimed_again_is_answered_pending_a
     second = queue.claim("w2", LEASE)
     assert queue.fail(first.id, first.token, "boom") is Status.PENDING
     assert kinds(queue, job_id) == ["enqueued", "claimed", "failed", "claimed"]
-    for refused in (lambda: queue.fail(first.id, first.token, "another error"),
-                    lambda: queue.complete(first.id, first.token)):
+    for refused in (
+        lambda: queue.fail(first.id, first.token, "another error"),
+        lambda: queue.complete(first.id, first.token),
+    ):
         with pytest.raises(LeaseLost):
             refused()
     assert kinds(queue, job_id)[-2:] == ["lease_lost", "lease_lost"]
@@ -280,9 +282,11 @@ def test_a_late_holder_not_yet_reaped_can_still_heartbeat_and_complete(queue, cl
 def test_after_the_reap_the_old_holder_gets_lease_lost_on_every_write(queue, zombie):
     queue.enqueue("x")
     job, _ = zombie(holder="w1", retake=False)
-    for write in (lambda: queue.heartbeat(job.id, job.token, 5),
-                  lambda: queue.complete(job.id, job.token, "zombie"),
-                  lambda: queue.fail(job.id, job.token, "zombie")):
+    for write in (
+        lambda: queue.heartbeat(job.id, job.token, 5),
+        lambda: queue.complete(job.id, job.token, "zombie"),
+        lambda: queue.fail(job.id, job.token, "zombie"),
+    ):
         with pytest.raises(LeaseLost) as info:
             write()
         assert info.value.job_id == job.id
@@ -412,8 +416,12 @@ def test_the_history_agrees_with_the_jobs_table(queue, clock):
         clock.advance(6)
         queue.reap()
         clock.advance(queue.backoff.cap)
-    last_kind = {"done": {"completed"}, "dead": {"dead"}, "pending": {"enqueued", "failed", "reaped"},
-                 "running": {"claimed", "heartbeat"}}
+    last_kind = {
+        "done": {"completed"},
+        "dead": {"dead"},
+        "pending": {"enqueued", "failed", "reaped"},
+        "running": {"claimed", "heartbeat"},
+    }
     statuses = set()
     for job_id in ids:
         job = queue.get(job_id)
@@ -434,8 +442,10 @@ def test_the_tracer_sees_the_exact_claim_statement_and_its_params(queue, clock):
     seen = []
     queue.tracer = lambda statement, params: seen.append((statement, params))
     job = queue.claim("w7", lease=9)
-    assert (queue.backend.statements.CLAIM.strip(), {"now": clock(), "lease_until": clock() + 9, "worker": "w7",
-                                "token": job.token}) in seen
+    assert (
+        queue.backend.statements.CLAIM.strip(),
+        {"now": clock(), "lease_until": clock() + 9, "worker": "w7", "token": job.token},
+    ) in seen
     queue.tracer = None
     queue.reap()
     assert len(seen) == 1
@@ -542,5 +552,3 @@ def test_a_zombie_completing_gets_lease_lost_and_its_statements_are_rolled_back(
     assert _ledger(queue) == [(2,)]
     assert queue.get(fresh.id).result == "w2"
     assert "lease_lost" in kinds(queue, fresh.id)
-
-

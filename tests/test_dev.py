@@ -41,15 +41,25 @@ def checkout(tmp_path) -> Path:
     return clone
 
 
-def dev(clone: Path, *argv: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([str(clone / "dev"), *argv], cwd=clone, env=env, capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+def dev(
+    clone: Path, *argv: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(clone / "dev"), *argv],
+        cwd=clone,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def benchmarks() -> list[str]:
     """bench/'s scripts that run as programs, read here from the files, not from dev."""
-    return sorted(p.stem for p in (REPO / "bench").glob("*.py")
-                  if 'if __name__ == "__main__"' in p.read_text(encoding="utf-8"))
+    return sorted(
+        p.stem for p in (REPO / "bench").glob("*.py") if 'if __name__ == "__main__"' in p.read_text(encoding="utf-8")
+    )
 
 
 def test_an_unknown_command_says_so_before_the_usage_exits_2_and_creates_nothing(checkout):
@@ -80,13 +90,17 @@ def test_a_new_benchmark_is_listed_without_editing_dev(checkout):
 
 # -- ./dev lab as root ---------------------------------------------------------------------------
 
+
 def ready_venv(clone: Path, dest: Path) -> Path:
     """A virtual environment that sees this interpreter's packages (JupyterLab) and that ``dev``
     takes as already installed for this clone, so ``./dev lab`` starts at once."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
-    purelib = subprocess.run([str(dest / "bin" / "python"), "-c",
-                              "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(dest / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(purelib, "shared-with-test-runner.pth").write_text("\n".join(sorted(ours)) + "\n", encoding="utf-8")
     old = (clone / "pyproject.toml").stat().st_mtime - 60
@@ -102,21 +116,39 @@ def lab_env(tmp_path: Path, venv: Path, port: int) -> dict[str, str]:
 
     home = tmp_path / "jupyter"
     (home / "config").mkdir(parents=True)
-    (home / "config" / "jupyter_server_config.json").write_text(json.dumps({
-        "ServerApp": {"ip": "127.0.0.1", "port": port, "port_retries": 0, "open_browser": False, "token": "",
-                      "password": ""},
-        "IdentityProvider": {"token": ""},
-    }), encoding="utf-8")
+    (home / "config" / "jupyter_server_config.json").write_text(
+        json.dumps(
+            {
+                "ServerApp": {
+                    "ip": "127.0.0.1",
+                    "port": port,
+                    "port_retries": 0,
+                    "open_browser": False,
+                    "token": "",
+                    "password": "",
+                },
+                "IdentityProvider": {"token": ""},
+            }
+        ),
+        encoding="utf-8",
+    )
     app = home / "app"  # this interpreter's built JupyterLab, with settings of its own for dev to write
     app.mkdir()
     for part in Path(get_app_dir()).iterdir():
         if part.name != "settings":
             (app / part.name).symlink_to(part)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update({"VIRTUAL_ENV": str(venv), "JUPYTER_CONFIG_DIR": str(home / "config"),
-                "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-                "JUPYTER_PATH": str(Path(sys.prefix, "share", "jupyter")), "IPYTHONDIR": str(home / "ipython"),
-                "JUPYTERLAB_DIR": str(app)})
+    env.update(
+        {
+            "VIRTUAL_ENV": str(venv),
+            "JUPYTER_CONFIG_DIR": str(home / "config"),
+            "JUPYTER_DATA_DIR": str(home / "data"),
+            "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+            "JUPYTER_PATH": str(Path(sys.prefix, "share", "jupyter")),
+            "IPYTHONDIR": str(home / "ipython"),
+            "JUPYTERLAB_DIR": str(app),
+        }
+    )
     return env
 
 
@@ -145,8 +177,15 @@ def test_dev_lab_as_root_serves_the_lessons_instead_of_refusing_root(lab_setup):
     port = json.loads(Path(env["JUPYTER_CONFIG_DIR"], "jupyter_server_config.json").read_text())["ServerApp"]["port"]
     base = f"http://127.0.0.1:{port}"
     log = open(clone.parent / "lab.log", "wb")
-    proc = subprocess.Popen([str(clone / "dev"), "lab"], cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(clone / "dev"), "lab"],
+        cwd=clone,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     seen: set[int] = set()
 
     def answering() -> bool:

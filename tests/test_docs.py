@@ -42,10 +42,18 @@ def where(path: Path, line: int) -> str:
     return f"{path.relative_to(REPO)}:{line}"
 
 
-PYTHON = [(where(path, line), info, code) for path in DOCS for info, code, line in blocks(path)
-          if info.split()[:1] == ["python"]]
-SHELL = [(where(path, line), info.split()[0], code) for path in DOCS for info, code, line in blocks(path)
-         if info.split()[:1] in (["sh"], ["bash"], ["console"], ["shell"])]
+PYTHON = [
+    (where(path, line), info, code)
+    for path in DOCS
+    for info, code, line in blocks(path)
+    if info.split()[:1] == ["python"]
+]
+SHELL = [
+    (where(path, line), info.split()[0], code)
+    for path in DOCS
+    for info, code, line in blocks(path)
+    if info.split()[:1] in (["sh"], ["bash"], ["console"], ["shell"])
+]
 
 
 def test_the_docs_exist_and_have_examples_of_both_kinds():
@@ -83,12 +91,20 @@ def test_every_python_example_runs_as_written(place, info, code, tmp_path):
     env.pop("LEASELAB_EFFECTS", None)
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
-    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        stdin=subprocess.DEVNULL,
+    )
     assert done.returncode == 0, f"the example at {place} failed:\n{code}\n--- stderr:\n{done.stderr[-3000:]}"
 
 
 # -- command lines -----------------------------------------------------------------------------------
+
 
 def command_lines(kind: str, code: str) -> list[str]:
     """The command lines of a shell block: continuation lines joined, comments and output left out."""
@@ -137,8 +153,8 @@ def leaselab_argv(words: list[str]) -> list[str] | None:
     for command in segments(words):
         for launcher in [[], *LAUNCHERS]:
             n = len(launcher)
-            if command[:n] == launcher and command[n:n + 1] == ["leaselab"]:
-                return command[n + 1:]
+            if command[:n] == launcher and command[n : n + 1] == ["leaselab"]:
+                return command[n + 1 :]
     return None
 
 
@@ -183,7 +199,7 @@ def test_the_docs_show_leaselab_command_lines_of_every_subcommand():
     assert missing == [], f"no command line in the docs runs: {missing}"
 
 
-@pytest.mark.parametrize("place, line", SHELL_LINES, ids=[f"{p} {l[:60]}" for p, l in SHELL_LINES])
+@pytest.mark.parametrize("place, line", SHELL_LINES, ids=[f"{p} {text[:60]}" for p, text in SHELL_LINES])
 def test_every_command_line_names_a_real_subcommand_and_real_options(place, line):
     words = words_of(line)
     for command in segments(words):
@@ -198,13 +214,16 @@ def test_every_command_line_names_a_real_subcommand_and_real_options(place, line
     assert error is None, f"{place}: `{line}`: {error}"
 
 
-@pytest.mark.parametrize("line", [
-    "leaselab enqeue '{}'",                                 # no such subcommand
-    "leaselab worker --db lab.db --handler m:f --leese 3",  # no such option
-    "leaselab stats --db",                                  # an option without its value
-    "./dev run leaselab worker --db lab.db",                # --handler is required
-    "leaselab jobs --status finished",                      # not one of its choices
-])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "leaselab enqeue '{}'",  # no such subcommand
+        "leaselab worker --db lab.db --handler m:f --leese 3",  # no such option
+        "leaselab stats --db",  # an option without its value
+        "./dev run leaselab worker --db lab.db",  # --handler is required
+        "leaselab jobs --status finished",  # not one of its choices
+    ],
+)
 def test_the_command_line_check_refuses_what_the_parser_refuses(line):
     """The check above is not vacuous: a drifted command line fails it."""
     argv = leaselab_argv(words_of(line))

@@ -11,8 +11,14 @@ import leaselab
 from leaselab.errors import LeaselabError
 
 PACKAGE = Path(leaselab.__file__).resolve().parent
-LAYER_ERRORS = ("leaselab.errors", "leaselab.check.errors", "leaselab.harness.errors", "leaselab.lab.errors",
-                "leaselab.lessons.errors", "leaselab.chaos.errors")
+LAYER_ERRORS = (
+    "leaselab.errors",
+    "leaselab.check.errors",
+    "leaselab.harness.errors",
+    "leaselab.lab.errors",
+    "leaselab.lessons.errors",
+    "leaselab.chaos.errors",
+)
 
 
 def _defined() -> dict[str, str]:
@@ -44,8 +50,9 @@ def test_no_class_outside_the_errors_modules_is_an_error_of_leaselab():
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ClassDef) and path.name != "errors.py":
-                bases = {b.id for b in node.bases if isinstance(b, ast.Name)} | \
-                        {b.attr for b in node.bases if isinstance(b, ast.Attribute)}
+                bases = {b.id for b in node.bases if isinstance(b, ast.Name)} | {
+                    b.attr for b in node.bases if isinstance(b, ast.Attribute)
+                }
                 if bases & (set(_defined()) | {"LeaselabError"}):
                     stray.append(f"{path.relative_to(PACKAGE)}:{node.name}")
     assert stray == []

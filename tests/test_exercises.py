@@ -70,15 +70,18 @@ def test_the_zombie_scenario_check_wants_w1_refused_with_no_other_worker(tmp_pat
         (tmp_path / folder).mkdir()
     right = _history(tmp_path / "right", zombie_refused=True, other=False)
     assert exercises.check_refused_alone(right.events, "w1").startswith(
-        "Right: w1's write was refused and no other worker ever took its job")
+        "Right: w1's write was refused and no other worker ever took its job"
+    )
     assert "зомби его сделал один только reaper" in exercises.check_refused_alone(right.events, "w1", "ru")
     with_w2 = _history(tmp_path / "not-alone", zombie_refused=True, other=True)  # the lesson's own demonstration
     assert exercises.check_refused_alone(with_w2.events, "w1").startswith(
-        "Not yet: w1's write was refused, but w2 took the job too")
+        "Not yet: w1's write was refused, but w2 took the job too"
+    )
     assert exercises.check_refused_alone(with_w2.events, "w1", "ru").startswith("Пока нет: запись w1 отклонена, но")
     wrong = _history(tmp_path / "not-refused", zombie_refused=False, other=False)
     assert exercises.check_refused_alone(wrong.events, "w1", "ru", timeout=0.2).startswith(
-        "Пока нет: ни одну запись w1 не отклонили")
+        "Пока нет: ни одну запись w1 не отклонили"
+    )
     assert "no write of w1 was refused" in exercises.check_refused_alone(wrong.events, "w1", timeout=0.2)
 
 
@@ -86,13 +89,18 @@ def _take(guarded):
     """Step two of the naive claim; with ``guarded``, only while the job is still pending."""
     from leaselab.lessons import wrong
 
-    update = wrong.NAIVE_UPDATE.replace("WHERE id = :id", "WHERE id = :id AND status = 'pending'") if guarded \
+    update = (
+        wrong.NAIVE_UPDATE.replace("WHERE id = :id", "WHERE id = :id AND status = 'pending'")
+        if guarded
         else wrong.NAIVE_UPDATE
+    )
 
     def take(conn, job_id, worker):
         now = time.time()
-        row = conn.execute(update, {"id": job_id, "now": now, "lease_until": now + 30, "worker": worker,
-                                    "token": secrets.token_hex(16)}).fetchone()
+        row = conn.execute(
+            update,
+            {"id": job_id, "now": now, "lease_until": now + 30, "worker": worker, "token": secrets.token_hex(16)},
+        ).fetchone()
         return row is not None
 
     return take
@@ -193,13 +201,16 @@ def test_the_transfer_check_wants_one_key_per_deposit_that_every_attempt_of_the_
             pass
 
     assert exercises.check_idempotent_transfer(keyed, tmp_path / "a.db", lang).startswith(
-        text("check_right", lang, detail=""))
+        text("check_right", lang, detail="")
+    )
     assert exercises.check_idempotent_transfer(swallowing, tmp_path / "e.db", lang).startswith(
-        text("check_right", lang, detail=""))
+        text("check_right", lang, detail="")
+    )
     assert " 0" in exercises.check_idempotent_transfer(one_key, tmp_path / "b.db", lang)  # bob got nothing
     assert "-40" in exercises.check_idempotent_transfer(per_attempt, tmp_path / "c.db", lang)
-    assert exercises.check_idempotent_transfer(lambda ledger, job: None, tmp_path / "d.db", lang) == \
-        text("check_todo", lang)
+    assert exercises.check_idempotent_transfer(lambda ledger, job: None, tmp_path / "d.db", lang) == text(
+        "check_todo", lang
+    )
 
 
 def test_a_crashed_job_waits_its_lease_a_reaper_tick_its_backoff_and_a_poll():
@@ -224,6 +235,7 @@ def test_the_wait_check_wants_the_backoff_of_the_attempt_that_crashed(lang):
 
 
 # -- lesson 7: a rule of the checker -----------------------------------------------------------------
+
 
 def _overlapping(events, lease):
     held, found = {}, set()
@@ -254,8 +266,14 @@ def test_the_planted_history_moves_two_reaps_inside_a_live_lease_and_the_clean_o
     clean, planted, want = exercises.overlap_histories()
     assert want == {2, 3}
     assert _overlapping(clean, exercises.RULE_LEASE) == set() and _overlapping(planted, exercises.RULE_LEASE) == want
-    assert [e["kind"] for e in clean if e["job"] == 3] == ["enqueued", "claimed", "heartbeat", "reaped", "claimed",
-                                                           "completed"]
+    assert [e["kind"] for e in clean if e["job"] == 3] == [
+        "enqueued",
+        "claimed",
+        "heartbeat",
+        "reaped",
+        "claimed",
+        "completed",
+    ]
 
 
 @pytest.mark.parametrize("lang", ["en", "ru"])

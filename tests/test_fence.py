@@ -75,8 +75,10 @@ def test_two_claims_of_one_job_from_a_real_queue_write_in_fence_order(tmp_path, 
 def test_a_store_made_before_tokens_is_migrated_and_its_rows_take_no_equal_fence(tmp_path):
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)
-    conn.execute("CREATE TABLE fenced (key TEXT PRIMARY KEY, fence_job INTEGER NOT NULL, "
-                 "fence_attempt INTEGER NOT NULL, value TEXT NOT NULL)")
+    conn.execute(
+        "CREATE TABLE fenced (key TEXT PRIMARY KEY, fence_job INTEGER NOT NULL, "
+        "fence_attempt INTEGER NOT NULL, value TEXT NOT NULL)"
+    )
     conn.execute("INSERT INTO fenced VALUES ('k', 7, 3, '\"old\"')")
     conn.commit()
     conn.close()

@@ -11,11 +11,11 @@ import textwrap
 
 import pytest
 
-from polling import pid_gone, process_state, wait_until
 from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.harness.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from leaselab.harness.fleet import faults_path, read_actions
 from leaselab.worker import STARTED
+from polling import pid_gone, process_state, wait_until
 
 # How far a server's clock, carried forward by a worker, and this process's may disagree in a test:
 # a round trip and then some (0.15 s seen under load).
@@ -56,8 +56,10 @@ def test_pause_stops_the_process_and_its_lease_runs_out_then_resume_continues(fl
     fleet.pause(name)
     wait_until(lambda: process_state(fleet.pid(name)) == "T", message="the OS to report w1 stopped")
     assert fleet.state(name) == "paused"
-    status = wait_until(lambda: [s for s in fleet.status() if s.lease_left is not None and s.lease_left < 0],
-                        message="w1's lease to run out while paused")[0]
+    status = wait_until(
+        lambda: [s for s in fleet.status() if s.lease_left is not None and s.lease_left < 0],
+        message="w1's lease to run out while paused",
+    )[0]
     # Nobody reaped it: its token is still in the job, so it is late, not a zombie.
     assert status.job_id == job.id and status.badge == "lease_expired"
     fleet.resume(name)
@@ -76,8 +78,10 @@ def test_kill_is_a_crash_with_signal_9_and_the_job_comes_back_after_a_reap(fleet
     assert pid_gone(pid)
     [status] = fleet.status()
     assert (status.state, status.returncode) == ("killed", -signal.SIGKILL)
-    wait_until(lambda: fleet.queue.reap() or fleet.queue.get(job.id).status == Status.PENDING,
-               message="the dead worker's lease to be reaped")
+    wait_until(
+        lambda: fleet.queue.reap() or fleet.queue.get(job.id).status == Status.PENDING,
+        message="the dead worker's lease to be reaped",
+    )
     assert fleet.queue.get(job.id).status == Status.PENDING
 
 
@@ -195,8 +199,9 @@ def test_bad_names_and_leases_are_refused_before_anything_starts(fleet):
 
 def test_each_worker_logs_to_its_own_file(fleet):
     a, b = fleet.spawn(lease=2.0), fleet.spawn(lease=2.0)
-    wait_until(lambda: STARTED in fleet.log_tail(a) and STARTED in fleet.log_tail(b),
-               message="both workers to log their start")
+    wait_until(
+        lambda: STARTED in fleet.log_tail(a) and STARTED in fleet.log_tail(b), message="both workers to log their start"
+    )
     assert fleet.log_path(a) != fleet.log_path(b)
     assert f"{STARTED}{fleet.pid(a)}," in fleet.log_tail(a)
 
@@ -305,8 +310,12 @@ def test_a_worker_that_crashes_by_itself_is_recorded_when_it_dies_not_when_someo
 
 def test_a_worker_gets_the_extra_environment_and_launcher_it_was_spawned_with(fleet, tmp_path):
     # The launcher runs before leaselab's command line, as chaos's clock-jumping worker does.
-    launcher = (sys.executable, "-c", "import os, sys; print('launched with', os.environ['CHAOS_TEST_MARK']); "
-                "from leaselab.cli import main; sys.exit(main(sys.argv[1:]))")
+    launcher = (
+        sys.executable,
+        "-c",
+        "import os, sys; print('launched with', os.environ['CHAOS_TEST_MARK']); "
+        "from leaselab.cli import main; sys.exit(main(sys.argv[1:]))",
+    )
     name = fleet.spawn(lease=2.0, env={"CHAOS_TEST_MARK": "m-42"}, launcher=launcher)
     wait_until(lambda: "launched with m-42" in fleet.log_tail(name), message="the launcher's line")
     assert fleet.state(name) == "running"
@@ -321,14 +330,14 @@ def test_a_fleet_given_an_actions_file_records_there_and_not_beside_the_queue(tm
     assert not faults_path(fleet.path).exists()
 
 
-SPINNER = '''
+SPINNER = """
 import time
 
 def spin(job):
     end = time.monotonic() + job.payload["seconds"]
     while time.monotonic() < end:
         pass
-'''
+"""
 
 
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)

@@ -35,9 +35,25 @@ from leaselab.harness.fleet import Fleet
 from procs import log_of, shut_down
 from test_hostile import version_2_file
 
-JOB_COLUMNS = ("payload", "status", "priority", "run_at", "attempts", "max_attempts", "lease_until", "worker",
-               "token", "result", "last_error", "created_at", "started_at", "finished_at", "updated_at",
-               "last_event", "last_event_id")
+JOB_COLUMNS = (
+    "payload",
+    "status",
+    "priority",
+    "run_at",
+    "attempts",
+    "max_attempts",
+    "lease_until",
+    "worker",
+    "token",
+    "result",
+    "last_error",
+    "created_at",
+    "started_at",
+    "finished_at",
+    "updated_at",
+    "last_event",
+    "last_event_id",
+)
 EVENT_COLUMNS = ("job_id", "kind", "at", "worker", "token", "attempt", "detail", "prev")
 # Columns whose hostile value makes a row disagree with its history by the other program's hand,
 # not leaselab's: the row-versus-history checks skip the jobs where such a write was taken.
@@ -51,8 +67,24 @@ def deep(n: int) -> str:
 
 hostile = st.one_of(
     st.none(),
-    st.sampled_from(["soon", "tomorrow", "", "NaN", "1e999", "{", "[1,", "null", "running", "dead",
-                     deep(101), deep(200_000), json.dumps("x" * 200_000), "\x80\x04not json"]),
+    st.sampled_from(
+        [
+            "soon",
+            "tomorrow",
+            "",
+            "NaN",
+            "1e999",
+            "{",
+            "[1,",
+            "null",
+            "running",
+            "dead",
+            deep(101),
+            deep(200_000),
+            json.dumps("x" * 200_000),
+            "\x80\x04not json",
+        ]
+    ),
     st.text(max_size=12),
     st.binary(max_size=12),
     st.floats(allow_nan=True, allow_infinity=True),
@@ -119,8 +151,10 @@ def load_history(path: Path) -> tuple[list[dict], list[dict]]:
     conn = sqlite3.connect(path)
     conn.row_factory = sqlite3.Row
     try:
-        return ([dict(r) for r in conn.execute("SELECT * FROM jobs ORDER BY id")],
-                [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY id")])
+        return (
+            [dict(r) for r in conn.execute("SELECT * FROM jobs ORDER BY id")],
+            [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY id")],
+        )
     finally:
         conn.close()
 
@@ -128,8 +162,11 @@ def load_history(path: Path) -> tuple[list[dict], list[dict]]:
 def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
     path = folder / "q.db"
     build(path, version)
-    taken = [(table, column, index) for table, index, column, value in hostile_writes
-             if write(path, table, index, column, value)]
+    taken = [
+        (table, column, index)
+        for table, index, column, value in hostile_writes
+        if write(path, table, index, column, value)
+    ]
 
     with Queue(path) as q:  # opening (and, for version 2, upgrading) must cope with whatever is there
         ids = [r[0] for r in raw_rows(path, "SELECT id FROM jobs ORDER BY id")]
@@ -145,8 +182,9 @@ def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
     with Queue(path) as fleet_queue:
         fleet = Fleet(path, queue=fleet_queue)
         try:
-            name = fleet.spawn("leaselab.harness.demo:echo", lease=2.0, name="fuzz", poll=0.01, max_poll=0.05,
-                               exit_when_idle=True)
+            name = fleet.spawn(
+                "leaselab.harness.demo:echo", lease=2.0, name="fuzz", poll=0.01, max_poll=0.05, exit_when_idle=True
+            )
             returncode = fleet.wait(name, WORKER_TIMEOUT)
             exited_by_itself = returncode is not None
             if not exited_by_itself:
@@ -177,10 +215,17 @@ def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
     for job in listed:
         if job.status is not None and job.status.value in ("done", "dead"):
             continue
-        waiting = (job.status is not None and job.status.value == "pending" and job.run_at is not None
-                   and job.run_at > now - WORKER_TIMEOUT) or \
-                  (job.status is not None and job.status.value == "running" and job.lease_until is not None
-                   and job.lease_until > now - WORKER_TIMEOUT)
+        waiting = (
+            job.status is not None
+            and job.status.value == "pending"
+            and job.run_at is not None
+            and job.run_at > now - WORKER_TIMEOUT
+        ) or (
+            job.status is not None
+            and job.status.value == "running"
+            and job.lease_until is not None
+            and job.lease_until > now - WORKER_TIMEOUT
+        )
         assert waiting, f"job {job.id} stuck {job.status} with nothing to wait for: {job}"
     if not exited_by_itself:
         assert any(j.status is not None and j.status.value in ("pending", "running") for j in listed)
@@ -196,8 +241,13 @@ def exercise(folder: Path, version: int, hostile_writes: list[tuple]) -> None:
         assert history.check_events_agree(clean, theirs) == []
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, database=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(version=st.sampled_from([3, 2]), hostile_writes=writes)
 def test_hostile_values_in_any_column_crash_nothing_hang_nothing_and_hide_nothing(version, hostile_writes):
     with tempfile.TemporaryDirectory() as folder:

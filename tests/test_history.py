@@ -62,8 +62,9 @@ def found(h: History, lease: float | None = None, vanished=()):
 
 def caught(anomalies, kind: str, job: int, *words: str) -> bool:
     """One of ``anomalies`` is ``kind`` on ``job``, with a witness, and its sentence says each of ``words``."""
-    return any(a.kind == kind and a.job == job and a.witness and all(w in a.sentence() for w in words)
-               for a in anomalies)
+    return any(
+        a.kind == kind and a.job == job and a.witness and all(w in a.sentence() for w in words) for a in anomalies
+    )
 
 
 def planted(clean: History, **changes) -> History:
@@ -202,15 +203,22 @@ def test_a_fence_reused_after_its_claim_was_lost_shows_in_the_runs(clean):
 def test_a_lease_lost_for_the_token_that_completed_is_reported(clean):
     h = planted(clean)
     assert not [a for a in found(h) if a.kind == "false_loss"]  # the zombie's refusal is a true loss
-    h.events.append(dict(event(h, 1, "completed"), id=10_000, kind="lease_lost",
-                         detail="complete refused: token no longer holds the job"))
+    h.events.append(
+        dict(
+            event(h, 1, "completed"),
+            id=10_000,
+            kind="lease_lost",
+            detail="complete refused: token no longer holds the job",
+        )
+    )
     assert caught(found(h), "false_loss", 1, "completed the job")
 
 
 def test_a_lease_lost_for_the_token_that_failed_is_reported(clean):
     h = planted(clean)
-    h.events.append(dict(event(h, 3, "failed"), id=10_000, kind="lease_lost",
-                         detail="fail refused: token no longer holds the job"))
+    h.events.append(
+        dict(event(h, 3, "failed"), id=10_000, kind="lease_lost", detail="fail refused: token no longer holds the job")
+    )
     assert caught(found(h), "false_loss", 3, "failed the job")
 
 

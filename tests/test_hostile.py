@@ -56,12 +56,15 @@ def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 # -- bounded JSON ---------------------------------------------------------------------------
 
+
 def test_a_payload_nested_to_the_limit_is_stored_and_one_level_deeper_is_invalid_payload(tmp_path):
     with Queue(tmp_path / "q.db") as q:
         job_id = q.enqueue(nested(MAX_JSON_DEPTH))
         assert q.get(job_id).payload == nested(MAX_JSON_DEPTH)
         for too_deep in (nested(MAX_JSON_DEPTH + 1), {"a": nested(MAX_JSON_DEPTH)}, nested(5_000)):
-            with pytest.raises(InvalidPayload, match=f"payload nests arrays or objects more than {MAX_JSON_DEPTH} deep"):
+            with pytest.raises(
+                InvalidPayload, match=f"payload nests arrays or objects more than {MAX_JSON_DEPTH} deep"
+            ):
                 q.enqueue(too_deep)
         assert q.enqueue("[" * 10_000) == job_id + 1  # brackets inside a string are text, not nesting
         assert q.stats()["pending"] == 2
@@ -102,8 +105,20 @@ def test_a_stored_payload_200000_deep_is_failed_by_the_claim_and_listed_as_damag
 
 # JSON as other programs write it: the reader has a quick path for the text leaselab writes itself
 # (one value, nothing around it), and every other text must read exactly as json.loads reads it.
-OTHER_JSON = [" 7 ", '{"a": [1, 2]}\n', "\t[true, null]", "1 2", '{"a": 1} {"b": 2}', "\ufeff1", "[1, 2", "'a'",
-              '"x" ,', "00", "-", ""]
+OTHER_JSON = [
+    " 7 ",
+    '{"a": [1, 2]}\n',
+    "\t[true, null]",
+    "1 2",
+    '{"a": 1} {"b": 2}',
+    "\ufeff1",
+    "[1, 2",
+    "'a'",
+    '"x" ,',
+    "00",
+    "-",
+    "",
+]
 
 
 @pytest.mark.parametrize("text", OTHER_JSON, ids=repr)
@@ -132,8 +147,18 @@ def test_a_worker_process_outlives_a_200000_deep_payload_and_jobs_lists_it_marke
     with Queue(path) as q:
         bad, good = q.enqueue_many([1, 2], max_attempts=2)
     raw(path, "UPDATE jobs SET payload = ? WHERE id = ?", (DEEP, bad))
-    done = cli("worker", "--db", str(path), "--handler", "leaselab.harness.demo:echo", "--exit-when-idle",
-               "--poll", "0.01", "--max-poll", "0.05")
+    done = cli(
+        "worker",
+        "--db",
+        str(path),
+        "--handler",
+        "leaselab.harness.demo:echo",
+        "--exit-when-idle",
+        "--poll",
+        "0.01",
+        "--max-poll",
+        "0.05",
+    )
     assert done.returncode == 0 and "Traceback" not in done.stdout + done.stderr
     assert rows(path, "SELECT id, status FROM jobs ORDER BY id") == [(bad, "dead"), (good, "done")]
     listing = cli("jobs", "--db", str(path))
@@ -174,20 +199,30 @@ def test_a_current_file_refuses_a_value_of_the_wrong_type_and_keeps_the_row(tmp_
 
 # -- version 2 files: upgraded in place, damaged rows repaired and their jobs ended ------------
 
+
 def version_2_file(path: Path) -> None:
     """A file as leaselab's schema version 2 wrote it (untyped tables), with a finished, a running and pending jobs."""
     conn = old_file(path, 2)
     for n in range(6):
-        conn.execute("INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts)"
-                     " VALUES (?, 1, 1, 1, 3)", (json.dumps({"n": n}),))
+        conn.execute(
+            "INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts) VALUES (?, 1, 1, 1, 3)",
+            (json.dumps({"n": n}),),
+        )
     for job_id, token in ((1, "a"), (2, "b"), (1, "c")):  # job 1 is claimed twice, reaped in between
-        conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = ?, "
-                     "lease_until = 1e10, updated_at = 2, last_event = 'claimed' WHERE id = ?", (token, job_id))
+        conn.execute(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = ?, "
+            "lease_until = 1e10, updated_at = 2, last_event = 'claimed' WHERE id = ?",
+            (token, job_id),
+        )
         if token == "a":
-            conn.execute("UPDATE jobs SET status = 'pending', lease_until = NULL, last_error = 'lease expired', "
-                         "updated_at = 2, last_event = 'reaped' WHERE id = 1")
-    conn.execute("UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, updated_at = 3, "
-                 "last_event = 'completed' WHERE id = 2")
+            conn.execute(
+                "UPDATE jobs SET status = 'pending', lease_until = NULL, last_error = 'lease expired', "
+                "updated_at = 2, last_event = 'reaped' WHERE id = 1"
+            )
+    conn.execute(
+        "UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, updated_at = 3, "
+        "last_event = 'completed' WHERE id = 2"
+    )
     conn.close()
 
 
@@ -270,6 +305,7 @@ def test_a_current_file_whose_tables_were_made_untyped_by_hand_is_rebuilt_and_re
 
 
 # -- one damaged row hides nothing ---------------------------------------------------------
+
 
 def test_jobs_lists_every_readable_job_and_marks_a_damaged_one_with_its_id(tmp_path):
     path = tmp_path / "q.db"

@@ -6,11 +6,11 @@ import html
 
 import pytest
 
+from leaselab.lab.dashboard import Lab
+from leaselab.lab.i18n import STRINGS, t
+from leaselab.worker import STARTED
 from polling import pid_gone, process_state, wait_until
 from procs import log_of, shut_down
-from leaselab.lab.i18n import STRINGS, t
-from leaselab.lab.dashboard import Lab
-from leaselab.worker import STARTED
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 
@@ -90,8 +90,7 @@ def test_pause_all_and_resume_all_reach_every_live_worker(make_lab):
     lab.spawn_button.click()
     lab.pause_all_button.click()
     assert {lab.fleet.state(n) for n in ("w1", "w2")} == {"paused"}
-    wait_until(lambda: all(process_state(lab.fleet.pid(n)) == "T" for n in ("w1", "w2")),
-               message="both stopped")
+    wait_until(lambda: all(process_state(lab.fleet.pid(n)) == "T" for n in ("w1", "w2")), message="both stopped")
     lab.resume_all_button.click()
     assert {lab.fleet.state(n) for n in ("w1", "w2")} == {"running"}
 
@@ -284,6 +283,7 @@ def test_a_file_queue_has_no_network_buttons(make_lab):
 
 # -- "Check this run" ------------------------------------------------------------------------------
 
+
 def _zombie_and_crash(lab: Lab) -> None:
     """What a reader does in the playground: freeze a worker past its lease until another worker has
     done its job, thaw it (its late write is refused), then kill a worker holding a job."""
@@ -294,8 +294,11 @@ def _zombie_and_crash(lab: Lab) -> None:
     lab.spawn("w2")
     wait_until(lambda: lab.queue.get(job).status == "done", timeout=60, message="w2 to do the frozen w1's job")
     lab.resume("w1")
-    wait_until(lambda: any(e.kind == "lease_lost" for e in lab.queue.events(job)), timeout=60,
-               message="the thawed w1's write to be refused")
+    wait_until(
+        lambda: any(e.kind == "lease_lost" for e in lab.queue.events(job)),
+        timeout=60,
+        message="the thawed w1's write to be refused",
+    )
     lab.stop("w1")
     crashed = lab.enqueue(1, seconds=60.0)[0]
     wait_until(lambda: lab.queue.get(crashed).status == "running", message="w2 to claim the long job")
@@ -332,8 +335,9 @@ def test_check_this_run_names_a_broken_promise_and_marks_it_on_its_jobs_lane(mak
     # Another program completes the job a second time, behind the queue's back.
     conn = sqlite3.connect(lab.fleet.path, isolation_level=None)
     try:
-        conn.execute("UPDATE jobs SET token = ?, last_event = 'completed' WHERE id = ?",
-                     (lab.queue.get(job).token, job))
+        conn.execute(
+            "UPDATE jobs SET token = ?, last_event = 'completed' WHERE id = ?", (lab.queue.get(job).token, job)
+        )
     finally:
         conn.close()
     report = lab.check()
@@ -344,7 +348,9 @@ def test_check_this_run_names_a_broken_promise_and_marks_it_on_its_jobs_lane(mak
     assert anomaly.sentence(lang) in shown and anomaly.title(lang) in shown
     data = timeline.timeline_data(lab.queue.events(), lab.fleet.actions)
     flags = timeline.flags(data, report, lang)
-    assert [(f.worker, f.job_id, f.kind) for f in flags if f.kind == "completed_twice"] == [("w1", job, "completed_twice")]
+    assert [(f.worker, f.job_id, f.kind) for f in flags if f.kind == "completed_twice"] == [
+        ("w1", job, "completed_twice")
+    ]
     fig = lab.timeline(report)
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert f" {job}: {anomaly.title(lang)}" in texts

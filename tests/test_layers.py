@@ -13,35 +13,66 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "leaselab"
 
-CORE_MODULES = ("leaselab", "leaselab.queue", "leaselab.cli", "leaselab.job", "leaselab.errors", "leaselab.clock",
-                "leaselab.backoff", "leaselab.arguments", "leaselab.words", "leaselab.printable", "leaselab.fencing",
-                "leaselab.worker", "leaselab.worker.loop", "leaselab.worker.lease", "leaselab.worker.pulse",
-                "leaselab.worker.faults", "leaselab.worker.logline", "leaselab.worker.signals")
-FORBIDDEN_FOR_CORE = ("leaselab.lab", "leaselab.lessons", "leaselab.harness", "leaselab.chaos", "pandas", "ipywidgets", "matplotlib", "psycopg",
-                      "apsw")  # a driver is imported only for a target that needs it
+CORE_MODULES = (
+    "leaselab",
+    "leaselab.queue",
+    "leaselab.cli",
+    "leaselab.job",
+    "leaselab.errors",
+    "leaselab.clock",
+    "leaselab.backoff",
+    "leaselab.arguments",
+    "leaselab.words",
+    "leaselab.printable",
+    "leaselab.fencing",
+    "leaselab.worker",
+    "leaselab.worker.loop",
+    "leaselab.worker.lease",
+    "leaselab.worker.pulse",
+    "leaselab.worker.faults",
+    "leaselab.worker.logline",
+    "leaselab.worker.signals",
+)
+FORBIDDEN_FOR_CORE = (
+    "leaselab.lab",
+    "leaselab.lessons",
+    "leaselab.harness",
+    "leaselab.chaos",
+    "pandas",
+    "ipywidgets",
+    "matplotlib",
+    "psycopg",
+    "apsw",
+)  # a driver is imported only for a target that needs it
 
 
 def test_importing_the_core_and_opening_a_file_queue_imports_neither_the_lab_nor_the_lessons_nor_a_driver(tmp_path):
-    code = (f"import sys, {', '.join(CORE_MODULES)}; q = leaselab.Queue({str(tmp_path / 'q.db')!r}); "
-            "q.enqueue(1); q.close(); "
-            f"print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith({FORBIDDEN_FOR_CORE!r}))))")
+    code = (
+        f"import sys, {', '.join(CORE_MODULES)}; q = leaselab.Queue({str(tmp_path / 'q.db')!r}); "
+        "q.enqueue(1); q.close(); "
+        f"print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith({FORBIDDEN_FOR_CORE!r}))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
 
 
 def test_a_worker_running_a_lesson_handler_imports_no_widget_plot_or_table_library():
-    code = ("import sys, leaselab.worker; leaselab.worker.load_handler('leaselab.harness.demo:task'); "
-            "leaselab.worker.load_handler('leaselab.harness.effects:deposit'); "
-            "print(__import__('json').dumps(sorted(m for m in sys.modules "
-            "if m.split('.')[0] in ('pandas', 'ipywidgets', 'matplotlib', 'psycopg') or m.startswith('leaselab.lab'))))")
+    code = (
+        "import sys, leaselab.worker; leaselab.worker.load_handler('leaselab.harness.demo:task'); "
+        "leaselab.worker.load_handler('leaselab.harness.effects:deposit'); "
+        "print(__import__('json').dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('pandas', 'ipywidgets', 'matplotlib', 'psycopg') or m.startswith('leaselab.lab'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == []
 
 
-MODULES = {".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
-           for p in PACKAGE.rglob("*.py")}
+MODULES = {
+    ".".join(p.relative_to(PACKAGE.parent).with_suffix("").parts).removesuffix(".__init__")
+    for p in PACKAGE.rglob("*.py")
+}
 
 
 def _module(path: Path) -> str:
@@ -55,7 +86,7 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     tree = ast.parse(path.read_text(encoding="utf-8"))
     found = set()
-    for node in (tree.body if top_level_only else ast.walk(tree)):
+    for node in tree.body if top_level_only else ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
@@ -96,22 +127,68 @@ ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract", "leaselab.worker"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
     "worker": {"leaselab.arguments", "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue"},
-    "harness": {"leaselab.arguments", "leaselab.backends", "leaselab.check", "leaselab.clock", "leaselab.errors",
-                "leaselab.fencing", "leaselab.job", "leaselab.queue", "leaselab.worker", "leaselab.worker.faults",
-                "leaselab.worker.lease"},
-    "lessons": {"leaselab.arguments", "leaselab.backends.postgres.statements", "leaselab.backends.sqlite.statements",
-                "leaselab.backoff", "leaselab.clock", "leaselab.errors", "leaselab.harness.effects", "leaselab.job",
-                "leaselab.queue", "leaselab.words"},
-    "lab": {"leaselab.backends", "leaselab.check", "leaselab.errors", "leaselab.harness.fleet", "leaselab.job",
-            "leaselab.queue", "leaselab.words"},
+    "harness": {
+        "leaselab.arguments",
+        "leaselab.backends",
+        "leaselab.check",
+        "leaselab.clock",
+        "leaselab.errors",
+        "leaselab.fencing",
+        "leaselab.job",
+        "leaselab.queue",
+        "leaselab.worker",
+        "leaselab.worker.faults",
+        "leaselab.worker.lease",
+    },
+    "lessons": {
+        "leaselab.arguments",
+        "leaselab.backends.postgres.statements",
+        "leaselab.backends.sqlite.statements",
+        "leaselab.backoff",
+        "leaselab.clock",
+        "leaselab.errors",
+        "leaselab.harness.effects",
+        "leaselab.job",
+        "leaselab.queue",
+        "leaselab.words",
+    },
+    "lab": {
+        "leaselab.backends",
+        "leaselab.check",
+        "leaselab.errors",
+        "leaselab.harness.fleet",
+        "leaselab.job",
+        "leaselab.queue",
+        "leaselab.words",
+    },
     "check": {"leaselab.arguments", "leaselab.backends", "leaselab.errors", "leaselab.printable", "leaselab.words"},
-    "chaos": {"leaselab.arguments", "leaselab.backends", "leaselab.check", "leaselab.errors",
-              "leaselab.harness.effects", "leaselab.harness.errors", "leaselab.harness.fleet", "leaselab.harness.pgserver",
-              "leaselab.queue",
-              "leaselab.words", "leaselab.worker"},
-    "cli": {"leaselab.backends", "leaselab.backends.sqlite.backend", "leaselab.chaos.command", "leaselab.check",
-            "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue", "leaselab.words",
-            "leaselab.worker", "leaselab.worker.logline", "leaselab.worker.signals"},
+    "chaos": {
+        "leaselab.arguments",
+        "leaselab.backends",
+        "leaselab.check",
+        "leaselab.errors",
+        "leaselab.harness.effects",
+        "leaselab.harness.errors",
+        "leaselab.harness.fleet",
+        "leaselab.harness.pgserver",
+        "leaselab.queue",
+        "leaselab.words",
+        "leaselab.worker",
+    },
+    "cli": {
+        "leaselab.backends",
+        "leaselab.backends.sqlite.backend",
+        "leaselab.chaos.command",
+        "leaselab.check",
+        "leaselab.errors",
+        "leaselab.job",
+        "leaselab.printable",
+        "leaselab.queue",
+        "leaselab.words",
+        "leaselab.worker",
+        "leaselab.worker.logline",
+        "leaselab.worker.signals",
+    },
 }
 
 
@@ -126,9 +203,12 @@ def test_default_handlers_are_references_to_functions_not_strings():
     # as handler_path(module.function), whose import the guard above checks. (Examples in
     # docstrings and help texts are prose, not strings that are only a handler.)
     handler = re.compile(r"leaselab(\.[a-z_]+)+:[a-z_]+")
-    found = [f"{p.relative_to(PACKAGE)}:{node.lineno}" for p in PACKAGE.rglob("*.py")
-             for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and handler.fullmatch(node.value)]
+    found = [
+        f"{p.relative_to(PACKAGE)}:{node.lineno}"
+        for p in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and handler.fullmatch(node.value)
+    ]
     assert found == []
 
 
@@ -165,7 +245,7 @@ def test_no_modules_import_each_other_in_a_cycle():
     done: set[str] = set()
 
     def visit(module: str, path: tuple[str, ...]) -> None:
-        assert module not in path, f"import cycle: {' -> '.join(path[path.index(module):] + (module,))}"
+        assert module not in path, f"import cycle: {' -> '.join(path[path.index(module) :] + (module,))}"
         if module in done:
             return
         for imported in sorted(graph[module]):
@@ -183,10 +263,12 @@ def test_checking_a_file_imports_no_backend_of_the_queue_nor_the_lab_nor_the_les
     db = str(tmp_path / "q.db")
     make = f"import leaselab; q = leaselab.Queue({db!r}); q.enqueue(1); q.close()"
     assert subprocess.run([sys.executable, "-c", make], capture_output=True, timeout=60).returncode == 0
-    code = (f"import sys, leaselab.check; r = leaselab.check.check({db!r}, idle=False); "
-            "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith(("
-            "'leaselab.backends.', 'leaselab.lab', 'leaselab.lessons', "
-            "'psycopg', 'apsw', 'pandas', 'ipywidgets', 'matplotlib')))))")
+    code = (
+        f"import sys, leaselab.check; r = leaselab.check.check({db!r}, idle=False); "
+        "print(__import__('json').dumps(sorted(m for m in sys.modules if m.startswith(("
+        "'leaselab.backends.', 'leaselab.lab', 'leaselab.lessons', "
+        "'psycopg', 'apsw', 'pandas', 'ipywidgets', 'matplotlib')))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["leaselab.backends.contract"]

@@ -6,11 +6,11 @@ import time
 
 import pytest
 
+from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
+from leaselab.fencing import FencedStore
+from leaselab.worker.lease import wants_lease
 from polling import process_state, wait_until
 from procs import log_of
-from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
-from leaselab.worker.lease import wants_lease
-from leaselab.fencing import FencedStore
 
 
 def test_check_raises_lease_lost_only_once_lost_is_set(queue):
@@ -26,6 +26,7 @@ def test_a_handler_with_two_arguments_is_given_the_lease_and_one_with_one_argume
     def one(job): ...
     def two(job, lease): ...
     def defaulted(job, lease=None): ...
+
     assert (wants_lease(one), wants_lease(two), wants_lease(defaulted), wants_lease(len)) == (False, True, True, False)
 
 
@@ -44,8 +45,8 @@ def test_a_refused_heartbeat_sets_lost_while_the_handler_still_runs(tmp_path):
         told = []
 
         def handler(job, lease):
-            clock.advance(10)          # the lease (1 s) runs out while the handler works...
-            q.reap()                   # ...someone reaps it...
+            clock.advance(10)  # the lease (1 s) runs out while the handler works...
+            q.reap()  # ...someone reaps it...
             assert lease.lost.wait(5)  # ...and the next heartbeat (a third of a second on) is refused
             told.append(lease.lost.is_set())
             lease.check()
@@ -82,8 +83,10 @@ def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(
         fleet.resume(a)
         # A learns it lost the lease from the refused heartbeat or, first, from its own deadline: a
         # handler that checks its lease may raise, and end the attempt, before the overdue beat is sent.
-        wait_until(lambda: "heartbeat refused" in log_of(fleet, a) or "may have run out" in log_of(fleet, a),
-                   message="A to log the lost lease")
+        wait_until(
+            lambda: "heartbeat refused" in log_of(fleet, a) or "may have run out" in log_of(fleet, a),
+            message="A to log the lost lease",
+        )
         wait_until(lambda: "ended without its lease" in log_of(fleet, a), message="A's handler to end")
         with FencedStore(store) as pages:
             page = pages.read("home.html")[0]
@@ -108,7 +111,7 @@ def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats
             both.wait(10)
             if job.payload == "a":
                 clock.advance(10)  # both leases (1 s) run out...
-                q.reap()           # ...and both jobs are taken back while their handlers run
+                q.reap()  # ...and both jobs are taken back while their handlers run
             told[job.payload] = (lease.job.id == job.id, lease.lost.wait(5))
 
         stats = Worker(q, handler, name="w1", lease=1.0, concurrency=2).run(max_jobs=2)

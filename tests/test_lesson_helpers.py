@@ -103,10 +103,18 @@ os.kill(os.getpid(), signal.SIGKILL)   # as nbval and a hard kernel restart do: 
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == -9, done.stderr
     folder, pid = done.stdout.split()
-    wait_until(lambda: not Path(f"/proc/{pid}").exists(), 15, interval=0.1,
-               message=f"worker {pid} to end after its parent was killed")
-    wait_until(lambda: not Path(folder).exists(), 15, interval=0.1,
-               message=f"{folder} to be removed after the kernel was killed")
+    wait_until(
+        lambda: not Path(f"/proc/{pid}").exists(),
+        15,
+        interval=0.1,
+        message=f"worker {pid} to end after its parent was killed",
+    )
+    wait_until(
+        lambda: not Path(folder).exists(),
+        15,
+        interval=0.1,
+        message=f"{folder} to be removed after the kernel was killed",
+    )
 
 
 def test_claim_steps_counts_the_work_of_one_real_claim(tmp_path):

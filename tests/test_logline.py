@@ -54,8 +54,9 @@ def test_a_one_slot_worker_writes_each_completion_with_the_claim_made_in_the_sam
 def test_a_worker_with_slots_writes_a_turns_lines_together_and_each_job_claimed_before_completed(queue):
     ids = queue.enqueue_many([{"n": n} for n in range(40)])
     out = Writes()
-    stats = Worker(queue, lambda job: job.payload, name="w1", concurrency=4, exit_when_idle=True, poll=0.01,
-                   log=LineLog(out)).run()
+    stats = Worker(
+        queue, lambda job: job.payload, name="w1", concurrency=4, exit_when_idle=True, poll=0.01, log=LineLog(out)
+    ).run()
     lines = out.lines()
     assert stats.completed == 40
     assert len(lines) == 80 and len(out.writes) < len(lines)

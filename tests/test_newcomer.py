@@ -55,8 +55,13 @@ def readme_command(what: str) -> str:
 def fresh_clone(dest: Path) -> Path:
     if shutil.which("git") is None or not (REPO / ".git").exists():
         pytest.skip("needs git and a git checkout of leaselab to make a fresh clone")
-    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(dest)], check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+    subprocess.run(
+        ["git", "clone", "--quiet", "--no-hardlinks", str(REPO), str(dest)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        timeout=120,
+    )
     return dest
 
 
@@ -64,8 +69,12 @@ def sharing_venv(dest: Path) -> Path:
     """A virtual environment that sees this interpreter's packages (jupyterlab, pip) but not its leaselab."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(dest)], check=True, timeout=120)
     python = dest / "bin" / "python"
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     # A plain path line: the .pth files over there (this checkout's editable leaselab) are not run.
     ours = {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}
     Path(purelib, "shared-with-test-runner.pth").write_text("\n".join(sorted(ours)) + "\n", encoding="utf-8")
@@ -92,11 +101,21 @@ def jupyter_home(home: Path, port: int) -> dict[str, str]:
     config = home / "config"
     config.mkdir(parents=True)
     server = {
-        "ServerApp": {"ip": "127.0.0.1", "port": port, "port_retries": 0, "open_browser": False,
-                      "token": "", "password": "", "allow_root": True},
+        "ServerApp": {
+            "ip": "127.0.0.1",
+            "port": port,
+            "port_retries": 0,
+            "open_browser": False,
+            "token": "",
+            "password": "",
+            "allow_root": True,
+        },
         "IdentityProvider": {"token": ""},
-        "LabApp": {"news_url": None, "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
-                   "extension_manager": "readonly"},
+        "LabApp": {
+            "news_url": None,
+            "check_for_updates_class": "jupyterlab.NeverCheckForUpdate",
+            "extension_manager": "readonly",
+        },
     }
     (config / "jupyter_server_config.json").write_text(json.dumps(server), encoding="utf-8")
     return {
@@ -119,8 +138,14 @@ def fetch(url: str) -> tuple[int, str]:
 
 
 def git_status(clone: Path) -> str:
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all"], cwd=clone, check=True,
-                          capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all"],
+        cwd=clone,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
 
 
 class Api:
@@ -135,8 +160,12 @@ class Api:
     def call(self, method: str, path: str, body: object | None = None) -> tuple[int, object]:
         xsrf = next((c.value for c in self.jar if c.name == "_xsrf"), "")
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", "X-XSRFToken": xsrf})
+        req = urllib.request.Request(
+            self.base + path,
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "X-XSRFToken": xsrf},
+        )
         try:
             with self.opener.open(req, timeout=60) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
@@ -150,13 +179,19 @@ def run_and_save(api: Api, python: Path, root: Path, lesson: str, env: dict[str,
     assert status == 200, f"GET {lesson}: {status} {model}"
     path = scratch / "lesson.ipynb"
     path.write_text(json.dumps(model["content"]), encoding="utf-8")
-    done = subprocess.run([str(python), str(RUN_NOTEBOOK), str(path), "--in", str(root / Path(lesson).parent)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(python), str(RUN_NOTEBOOK), str(path), "--in", str(root / Path(lesson).parent)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, f"running {lesson} failed:\n{done.stderr[-3000:]}"
     content = json.loads(path.read_text(encoding="utf-8"))
     content["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "My notes: the lease came back."})
-    status, saved = api.call("PUT", f"/api/contents/{lesson}", {"type": "notebook", "format": "json",
-                                                                 "content": content})
+    status, saved = api.call(
+        "PUT", f"/api/contents/{lesson}", {"type": "notebook", "format": "json", "content": content}
+    )
     assert status == 200, f"saving {lesson}: {status} {saved}"
     return content
 
@@ -164,22 +199,33 @@ def run_and_save(api: Api, python: Path, root: Path, lesson: str, env: dict[str,
 def test_the_readme_command_to_open_the_lessons_serves_jupyterlab_with_every_lesson(tmp_path):
     command = readme_command("open the lessons")
     clone = fresh_clone(tmp_path / "leaselab")
-    lessons = sorted(p.relative_to(clone / "notebooks").as_posix()
-                     for p in (clone / "notebooks").glob("*/*.ipynb"))
+    lessons = sorted(p.relative_to(clone / "notebooks").as_posix() for p in (clone / "notebooks").glob("*/*.ipynb"))
     assert any(p.startswith("en/") for p in lessons), f"no English lessons committed under notebooks/en: {lessons}"
     assert any(p.startswith("ru/") for p in lessons), f"no Russian lessons committed under notebooks/ru: {lessons}"
 
     venv = sharing_venv(tmp_path / "venv")
     port = free_port()
-    env = {**os.environ, **jupyter_home(tmp_path / "jupyter", port), "VIRTUAL_ENV": str(venv),
-           "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}", "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    env = {
+        **os.environ,
+        **jupyter_home(tmp_path / "jupyter", port),
+        "VIRTUAL_ENV": str(venv),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+    }
     env.pop("PYTHONPATH", None)
     env["TMPDIR"] = str(tmp_path / "tmp")  # the lessons' scratch folders and their workers' files
     (tmp_path / "tmp").mkdir()
     log_path = tmp_path / "lab.log"
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(shlex.split(command), cwd=clone, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(
+            shlex.split(command),
+            cwd=clone,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     seen: set[int] = set()
 
@@ -213,8 +259,14 @@ def test_the_readme_command_to_open_the_lessons_serves_jupyterlab_with_every_les
 
         # The kernel JupyterLab starts runs this venv's Python, which must import leaselab from the clone.
         python = venv / "bin" / "python"
-        where = subprocess.run([str(python), "-c", "import leaselab; print(leaselab.__file__)"], cwd=venv,
-                               capture_output=True, text=True, env=env, timeout=60)
+        where = subprocess.run(
+            [str(python), "-c", "import leaselab; print(leaselab.__file__)"],
+            cwd=venv,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=60,
+        )
         assert where.returncode == 0, where.stderr
         assert Path(where.stdout.strip()).resolve().is_relative_to(clone.resolve()), where.stdout
 
@@ -240,8 +292,9 @@ def test_the_readme_command_to_open_the_lessons_serves_jupyterlab_with_every_les
         seen.update(descendants(proc.pid))
         if proc.poll() is None:
             try:
-                urllib.request.urlopen(urllib.request.Request(base + "/api/shutdown", method="POST", data=b""),
-                                       timeout=10).close()
+                urllib.request.urlopen(
+                    urllib.request.Request(base + "/api/shutdown", method="POST", data=b""), timeout=10
+                ).close()
                 proc.wait(20)
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -282,16 +335,28 @@ def newcomer_shell(tmp_path: Path):
     clone = fresh_clone(tmp_path / "leaselab")
     venv = sharing_venv(tmp_path / "venv")
     (tmp_path / "tmp").mkdir()
-    env = {**os.environ, "VIRTUAL_ENV": str(venv), "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PIP_DISABLE_PIP_VERSION_CHECK": "1", "TMPDIR": str(tmp_path / "tmp")}
+    env = {
+        **os.environ,
+        "VIRTUAL_ENV": str(venv),
+        "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "TMPDIR": str(tmp_path / "tmp"),
+    }
     env.pop("PYTHONPATH", None)
 
     def sh(command: str, timeout: float = 600) -> subprocess.CompletedProcess:
         # A terminal's SIGINT is at its default, whatever this runner inherited (a CI script started in
         # the background runs it with SIGINT ignored, and bash cannot reset what it was started ignoring).
-        return subprocess.run(["bash", "-c", command], cwd=clone, env=env, capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL,
-                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        return subprocess.run(
+            ["bash", "-c", command],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
 
     return clone, venv, sh
 
@@ -345,7 +410,7 @@ def test_every_other_readme_command_works_as_written_from_a_fresh_clone(tmp_path
     # checked here is that each runs and reports, not its figures.
     with ThreadPoolExecutor(BENCHMARKS_AT_ONCE) as pool:
         runs = list(pool.map(lambda row: sh(f"{row[0]} {SMALL_BENCH_ARGS[row[1]]}"), listed))
-    for (command, name), done in zip(listed, runs):
+    for (command, _), done in zip(listed, runs, strict=True):
         assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
         steps = [line for line in done.stderr.splitlines() if re.match(r"\[\s*[\d.]+ s\] ", line)]
         assert steps, f"{command} said nothing while it ran:\n{done.stderr}"

@@ -17,23 +17,23 @@ import pytest
 from leaselab import Backoff, LeaseLost, Queue, Status, Worker
 from leaselab.errors import DatabaseUnreachable
 from leaselab.harness.proxy import Proxy, server_address, through
-
-from servers import fresh_database
 from polling import wait_until
+from servers import fresh_database
 
 QUICK = Backoff(base=0.01, cap=0.05)
 
 
 def _events(url: str, job_id: int) -> list[tuple]:
     with psycopg.connect(url) as conn:
-        return conn.execute("SELECT kind, attempt, token FROM events WHERE job_id = %s ORDER BY id",
-                            (job_id,)).fetchall()
+        return conn.execute(
+            "SELECT kind, attempt, token FROM events WHERE job_id = %s ORDER BY id", (job_id,)
+        ).fetchall()
 
 
 # -- 1. a server crash must never hand one fence to two claims ------------------------------------
 
-def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_never_handed_out_again(
-        crashable_server):
+
+def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_never_handed_out_again(crashable_server):
     crashable = crashable_server
     url = fresh_database(crashable, "crash")
     for round_ in range(3):
@@ -45,7 +45,9 @@ def test_a_claim_at_full_durability_survives_a_server_crash_so_its_fence_is_neve
         with Queue(url, durability="full", backoff=QUICK) as q:
             after = q.get(job_id)
             assert (after.status, after.attempts, after.token) == (Status.RUNNING, 1, first.token)
-            wait_until(lambda: q.reap() == [job_id] or q.get(job_id).status is not Status.RUNNING, timeout=10)
+            wait_until(
+                lambda job_id=job_id: q.reap() == [job_id] or q.get(job_id).status is not Status.RUNNING, timeout=10
+            )
             wait_until(lambda: (q.next_run_at() or 0) <= q.clock(), timeout=10)
             second = q.claim("w2", lease=30)
             assert second.id == job_id and second.fence != first.fence and second.attempts == 2
@@ -78,6 +80,7 @@ def test_at_normal_durability_a_server_crash_may_forget_a_claim_and_hand_its_fen
 
 
 # -- 2. a reply lost after its statement committed is found out, not guessed --------------------
+
 
 @pytest.fixture
 def proxied(pg_url):
@@ -142,8 +145,7 @@ def test_a_different_second_completion_under_the_same_token_is_still_refused(pg_
 
 
 @pytest.mark.parametrize("concurrency", [1, 4])
-def test_a_worker_whose_completion_reply_is_lost_counts_it_done_and_runs_the_job_claimed_with_it(proxied,
-                                                                                                 concurrency):
+def test_a_worker_whose_completion_reply_is_lost_counts_it_done_and_runs_the_job_claimed_with_it(proxied, concurrency):
     direct, url, proxy = proxied
     ran: list[int] = []
     lines: list[str] = []
@@ -157,8 +159,9 @@ def test_a_worker_whose_completion_reply_is_lost_counts_it_done_and_runs_the_job
         return job.id
 
     with Queue(url) as q:
-        worker = Worker(q, handler, name="w1", lease=30, concurrency=concurrency, exit_when_idle=True,
-                        poll=0.01, log=lines.append)
+        worker = Worker(
+            q, handler, name="w1", lease=30, concurrency=concurrency, exit_when_idle=True, poll=0.01, log=lines.append
+        )
         stats = worker.run()
     assert proxy.replies_dropped >= 3
     with Queue(direct) as q:
@@ -202,8 +205,15 @@ def test_a_heartbeat_that_waited_on_a_lock_under_the_busy_timeout_writes_a_whole
     with Queue(target, busy_timeout=BUSY) as setup:
         job_id = setup.enqueue("slow")
     queue = Queue(target, busy_timeout=BUSY)
-    worker = Worker(queue, lambda job: time.sleep(LOCK_HELD + 3) or "ok", name="w1", lease=LEASE,
-                    exit_when_idle=True, poll=0.01, log=lines.append)
+    worker = Worker(
+        queue,
+        lambda job: time.sleep(LOCK_HELD + 3) or "ok",
+        name="w1",
+        lease=LEASE,
+        exit_when_idle=True,
+        poll=0.01,
+        log=lines.append,
+    )
     runner = threading.Thread(target=worker.run)
     runner.start()
     other = Queue(target, busy_timeout=BUSY)
@@ -217,8 +227,11 @@ def test_a_heartbeat_that_waited_on_a_lock_under_the_busy_timeout_writes_a_whole
         released = other.clock()
         # The beat that waited is applied now, and its lease runs from now. Asked within a second (a
         # beat interval is 3.3 s), before any later beat could have mended a lease written from the send.
-        wait_until(lambda: other.get(job_id).lease_until >= released + LEASE - 1, timeout=1.0,
-                   message="the waiting beat to write a lease measured from when it was applied")
+        wait_until(
+            lambda: other.get(job_id).lease_until >= released + LEASE - 1,
+            timeout=1.0,
+            message="the waiting beat to write a lease measured from when it was applied",
+        )
         time.sleep(max(0.0, released + 1.0 - other.clock()))
         assert other.reap() == []  # another worker's reaper, a second after the lock, finds a live lease
     finally:
@@ -233,6 +246,7 @@ def test_a_heartbeat_that_waited_on_a_lock_under_the_busy_timeout_writes_a_whole
 
 # -- 4. with slots and latency, a refusal is judged by the token it was for ----------------------
 
+
 def test_a_worker_with_slots_behind_a_slow_link_never_takes_a_finished_job_for_a_lost_one(proxied):
     direct, url, proxy = proxied
     lines: list[str] = []
@@ -245,8 +259,9 @@ def test_a_worker_with_slots_behind_a_slow_link_never_takes_a_finished_job_for_a
 
     proxy.delay(0.02)  # 40 ms a round trip: a beat is in flight while handlers finish
     with Queue(url) as q:
-        stats = Worker(q, handler, name="w1", lease=0.9, concurrency=4, exit_when_idle=True, poll=0.01,
-                       log=lines.append).run()
+        stats = Worker(
+            q, handler, name="w1", lease=0.9, concurrency=4, exit_when_idle=True, poll=0.01, log=lines.append
+        ).run()
     with Queue(direct) as q:
         assert [q.get(i).status for i in ids] == [Status.DONE] * 40
         lost = [e for i in ids for e in q.events(i) if e.kind == "lease_lost"]

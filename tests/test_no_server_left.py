@@ -49,16 +49,21 @@ if "exit" not in sys.argv:
 """
 
 
-
-
 def owner_env(tmp: Path) -> dict[str, str]:
     """This interpreter's import path (this checkout's leaselab), and a temp folder of the test's own."""
     return dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), TMPDIR=str(tmp))
 
 
 def start_owner(tmp: Path, *argv: str) -> tuple[subprocess.Popen, dict]:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, env=owner_env(tmp), start_new_session=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=owner_env(tmp),
+        start_new_session=True,
+    )
     line = owner.stdout.readline()
     if not line:
         owner.wait(60)
@@ -84,10 +89,14 @@ ENDINGS = {
     "SIGKILL of the owner": lambda owner, server: owner.kill(),
     "SIGKILL of the owner's process group": lambda owner, server: os.killpg(owner.pid, signal.SIGKILL),
     "SIGKILL of the owner and all its descendants": lambda owner, server: kill_tree(owner.pid),
-    "SIGKILL of the watchdog, then of the owner": lambda owner, server: (os.kill(server["watchdog"], signal.SIGKILL),
-                                                                         owner.kill()),
+    "SIGKILL of the watchdog, then of the owner": lambda owner, server: (
+        os.kill(server["watchdog"], signal.SIGKILL),
+        owner.kill(),
+    ),
     "SIGKILL of the watchdog's process group, then of the owner": lambda owner, server: (
-        os.killpg(os.getpgid(server["watchdog"]), signal.SIGKILL), owner.kill()),
+        os.killpg(os.getpgid(server["watchdog"]), signal.SIGKILL),
+        owner.kill(),
+    ),
 }
 
 
@@ -125,8 +134,9 @@ print(json.dumps({"folder": str(server.folder), "port": server.port, "postmaster
 """
 
 
-@pytest.mark.parametrize("now", [True, False], ids=["killed (nbval, a kernel restart)",
-                                                     "asked to shut down (JupyterLab's Shut down kernel)"])
+@pytest.mark.parametrize(
+    "now", [True, False], ids=["killed (nbval, a kernel restart)", "asked to shut down (JupyterLab's Shut down kernel)"]
+)
 def test_a_kernel_shut_down_after_a_cell_started_a_server_leaves_nothing(bin_dir, open_dir, now):
     manager = pytest.importorskip("jupyter_client").KernelManager(kernel_name="python3")
     manager.start_kernel(env=owner_env(open_dir))
@@ -135,8 +145,13 @@ def test_a_kernel_shut_down_after_a_cell_started_a_server_leaves_nothing(bin_dir
         client.start_channels()
         client.wait_for_ready(timeout=120)
         printed = []
-        reply = client.execute_interactive(LESSON_CELL, timeout=180, output_hook=lambda msg: printed.append(
-            msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None)
+        reply = client.execute_interactive(
+            LESSON_CELL,
+            timeout=180,
+            output_hook=lambda msg: (
+                printed.append(msg["content"].get("text", "")) if msg["msg_type"] == "stream" else None
+            ),
+        )
         assert reply["content"]["status"] == "ok", reply["content"]
         server = json.loads("".join(printed))
         client.stop_channels()
@@ -166,13 +181,14 @@ def test_a_killed_watchdog_takes_its_server_with_it_and_the_owner_hears_so(bin_d
 
 # -- a start that fails half-way ------------------------------------------------------------------
 
+
 def fake_initdb(open_dir: Path) -> Path:
     """A bin folder whose initdb writes its pid to ``open_dir/marks/initdb.pid``, then sleeps for ten minutes."""
     bin_dir, marks = open_dir / "bin", open_dir / "marks"
     bin_dir.mkdir(mode=0o755)
     marks.mkdir()
     marks.chmod(0o777)  # the server's user writes there
-    (bin_dir / "initdb").write_text(f'#!/bin/sh\necho $$ > {marks}/initdb.pid\nexec sleep 600\n')
+    (bin_dir / "initdb").write_text(f"#!/bin/sh\necho $$ > {marks}/initdb.pid\nexec sleep 600\n")
     (bin_dir / "initdb").chmod(0o755)
     return bin_dir
 
@@ -180,8 +196,9 @@ def fake_initdb(open_dir: Path) -> Path:
 def failing_initdb(open_dir: Path) -> Path:
     bin_dir = open_dir / "bin"
     bin_dir.mkdir(mode=0o755)
-    (bin_dir / "initdb").write_text("#!/bin/sh\necho 'initdb: could not create directory: No space left on device'\n"
-                                    "exit 1\n")
+    (bin_dir / "initdb").write_text(
+        "#!/bin/sh\necho 'initdb: could not create directory: No space left on device'\nexit 1\n"
+    )
     (bin_dir / "initdb").chmod(0o755)
     return bin_dir
 
@@ -210,8 +227,9 @@ def test_a_start_whose_initdb_hangs_raises_after_the_timeout_and_leaves_no_folde
     assert pid_gone(initdb_pid(open_dir))
 
 
-def test_a_server_that_refuses_to_start_raises_its_own_words_at_once_and_leaves_no_folder(bin_dir, open_dir,
-                                                                                          monkeypatch):
+def test_a_server_that_refuses_to_start_raises_its_own_words_at_once_and_leaves_no_folder(
+    bin_dir, open_dir, monkeypatch
+):
     monkeypatch.setattr(tempfile, "tempdir", str(open_dir))
     with pytest.raises(PgStartFailed, match="(?s)exited with code 1.*shared_buffers"):
         PgServer(bin_dir, settings={"shared_buffers": "1kB"}).start()
@@ -221,8 +239,14 @@ def test_a_server_that_refuses_to_start_raises_its_own_words_at_once_and_leaves_
 def test_an_owner_killed_while_initdb_runs_leaves_no_folder_and_no_initdb(open_dir):
     bin_dir = fake_initdb(open_dir)
     code = f"from leaselab.harness.pgserver import PgServer; PgServer({str(bin_dir)!r}).start()"
-    owner = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL, env=owner_env(open_dir), start_new_session=True)
+    owner = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=owner_env(open_dir),
+        start_new_session=True,
+    )
     try:
         initdb = initdb_pid(open_dir)
         [folder] = open_dir.glob("leaselab-pg-*")
@@ -235,8 +259,8 @@ def test_an_owner_killed_while_initdb_runs_leaves_no_folder_and_no_initdb(open_d
 
 # -- the run's own check ----------------------------------------------------------------------------
 
-def test_the_end_of_run_check_finds_and_ends_a_server_the_run_left_running_and_no_other(bin_dir, open_dir,
-                                                                                        monkeypatch):
+
+def test_the_end_of_run_check_finds_and_ends_a_server_the_run_left_running_and_no_other(bin_dir, open_dir, monkeypatch):
     label = os.environ[LABEL_VARIABLE] + ".check"
     monkeypatch.setenv(LABEL_VARIABLE, label)
     monkeypatch.setattr(tempfile, "tempdir", str(open_dir))

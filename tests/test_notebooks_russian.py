@@ -138,7 +138,7 @@ def wrong_plurals(output: str) -> list[str]:
         for match in _COUNTED.finditer(line):
             digits, word = match.group(1), match.group(2).lower()
             n = int(digits.replace("\u00a0", ""))
-            last = _LAST_WORD.search(line[:match.start()])
+            last = _LAST_WORD.search(line[: match.start()])
             before = last.group(1) if last else ""
             for nom, acc, gen, gen_pl in NOUNS:
                 kind = _number_class(n)
@@ -163,9 +163,19 @@ def test_the_number_detectors_find_latin_numbers_and_wrong_plurals_and_spare_cod
     assert latin_numbers("файлы очереди: host.db, host.db-wal; адрес 127.0.0.1") == []
     assert latin_numbers("durability='normal': 'a 0.5 s sleep'") == []
     assert wrong_plurals("5 задачи, 1 секунд, 2 задача, 422 раз, 11 секунду") == [
-        "5 задачи", "1 секунд", "2 задача", "422 раз", "11 секунду"]
-    assert wrong_plurals("522 задачи, 1 секунду, 21 задача, 5 задач, из 21 задачи, из 3 задач, 422 раза, "
-                         "11 раз, 10\u00a0000 задач, 0,5 секунды, последние 2 из 2 задач") == []
+        "5 задачи",
+        "1 секунд",
+        "2 задача",
+        "422 раз",
+        "11 секунду",
+    ]
+    assert (
+        wrong_plurals(
+            "522 задачи, 1 секунду, 21 задача, 5 задач, из 21 задачи, из 3 задач, 422 раза, "
+            "11 раз, 10\u00a0000 задач, 0,5 секунды, последние 2 из 2 задач"
+        )
+        == []
+    )
 
 
 def _outputs_of(path: Path) -> list[str]:
@@ -274,6 +284,9 @@ def test_the_russian_text_follows_the_glossary(pattern):
 
 
 def test_the_glossary_names_each_russian_term_once():
-    rows = [line.split("|")[2].strip() for line in (RU.parent / "GLOSSARY.md").read_text(encoding="utf-8").splitlines()
-            if line.startswith("| ") and not line.startswith("| English")]
+    rows = [
+        line.split("|")[2].strip()
+        for line in (RU.parent / "GLOSSARY.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("| ") and not line.startswith("| English")
+    ]
     assert len(rows) == len(set(rows)) and len(rows) > 30

@@ -1,4 +1,5 @@
-"""The lessons stay in step: one source per lesson, the same code in both languages, committed notebooks current and run."""
+"""The lessons stay in step: one source per lesson, the same code in both languages, committed notebooks current and
+run."""
 
 from __future__ import annotations
 
@@ -62,9 +63,11 @@ def test_the_committed_notebook_was_run_to_the_end_without_errors(stem, lang):
 
 
 def _checked(lang: str, stem: str) -> list[str]:
-    return ["".join(o.get("text") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
-            for c in _read(lang, stem).cells
-            if c.cell_type == "code" and "nbval-check-output" in c.metadata.get("tags", [])]
+    return [
+        "".join(o.get("text") or o.get("data", {}).get("text/plain", "") for o in c.outputs)
+        for c in _read(lang, stem).cells
+        if c.cell_type == "code" and "nbval-check-output" in c.metadata.get("tags", [])
+    ]
 
 
 # The facts a checked line states: numbers, booleans, None, and the words the database itself stores.

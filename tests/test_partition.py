@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from polling import wait_until
 from leaselab import Status
-from leaselab.harness.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
 from leaselab.harness.demo import read_effects
+from leaselab.harness.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
+from polling import wait_until
 
 
 @pytest.fixture
@@ -31,12 +31,17 @@ def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_re
     status = fleet.status()[0]
     assert status.partitioned and status.badge == "cut_off" and status.jobs == (job_id,)
     # Its heartbeats no longer arrive: the lease runs out and the reaper hands the job on.
-    wait_until(lambda: q.get(job_id).lease_until is None or q.get(job_id).lease_until < q.clock(), timeout=20,
-               message="w1's lease to run out")
+    wait_until(
+        lambda: q.get(job_id).lease_until is None or q.get(job_id).lease_until < q.clock(),
+        timeout=20,
+        message="w1's lease to run out",
+    )
     # Past its lease but its job not yet taken back: "lease expired", not yet a zombie.
     assert fleet.status()[0].badge == "lease_expired"
-    wait_until(lambda: q.reap() or q.get(job_id).status is not Status.RUNNING or q.get(job_id).attempts > 1,
-               message="the job to be reaped")
+    wait_until(
+        lambda: q.reap() or q.get(job_id).status is not Status.RUNNING or q.get(job_id).attempts > 1,
+        message="the job to be reaped",
+    )
     fleet.spawn(lease=5.0, name="w2")
     wait_until(lambda: q.get(job_id).status is Status.DONE, timeout=30, message="w2 to finish the job")
     done = q.get(job_id)
@@ -46,8 +51,11 @@ def test_a_cut_off_worker_loses_its_job_to_another_and_its_late_completion_is_re
     assert status.jobs == () and status.partitioned_jobs == (job_id,) and status.badge == "zombie"
     fleet.heal("w1")
     assert not fleet.status()[0].partitioned
-    wait_until(lambda: "lease lost on job" in fleet.log_tail("w1", lines=50), timeout=30,
-               message="w1 to learn, once reconnected, that it lost the job")
+    wait_until(
+        lambda: "lease lost on job" in fleet.log_tail("w1", lines=50),
+        timeout=30,
+        message="w1 to learn, once reconnected, that it lost the job",
+    )
     assert q.get(job_id).result == done.result  # the zombie's write was refused: w2's result stands
     refused = [e for e in q.events(job_id) if e.kind == "lease_lost"]
     assert refused and refused[-1].token == first.token and refused[-1].worker == "w1"
@@ -98,7 +106,8 @@ def test_shutdown_ends_a_cut_off_worker_cleanly(server_fleet):
 
 
 def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before_its_side_effect(
-        server_fleet, tmp_path):
+    server_fleet, tmp_path
+):
     # Issue 19, row 6: lease.lost was set only by a refused heartbeat. Cut off, the heartbeat
     # hangs and nothing is refused, so lease.check() never raised and the handler went on to act
     # as a zombie. The worker's own clock on the lease now sets it.
@@ -114,8 +123,7 @@ def test_a_handler_cut_off_mid_run_learns_its_lease_may_be_gone_and_stops_before
     assert [e["detail"]["when"] for e in read_effects(effects)] == ["start", "stopped"]
     assert f"lease of job {job_id} (attempt 1) may have run out" in fleet.log_tail("w1", lines=50)
     # The worker writes nothing for that attempt (it could not, cut off); the job stays the queue's to reap.
-    wait_until(lambda: "ended without its lease" in fleet.log_tail("w1", lines=50),
-               message="w1 to give the attempt up")
+    wait_until(lambda: "ended without its lease" in fleet.log_tail("w1", lines=50), message="w1 to give the attempt up")
     assert q.get(job_id).status is Status.RUNNING and q.get(job_id).result is None
     fleet.heal("w1")
 
@@ -129,8 +137,10 @@ def test_a_dropped_reply_cuts_the_worker_once_and_it_carries_on_with_its_jobs(se
     try:
         wait_until(lambda: fleet.status()[0].replies_dropped == 1, message="the reply to be dropped")
     except pytest.fail.Exception:  # if it fails again, say what the worker was doing
-        pytest.fail(f"no reply dropped in 20 s: w1 is {fleet.state('w1')}, "
-                    f"{fleet.status()[0].replies_dropped} dropped; its log:\n{fleet.log_tail('w1', lines=40)}")
+        pytest.fail(
+            f"no reply dropped in 20 s: w1 is {fleet.state('w1')}, "
+            f"{fleet.status()[0].replies_dropped} dropped; its log:\n{fleet.log_tail('w1', lines=40)}"
+        )
     job = q.enqueue({"seconds": 0})
     wait_until(lambda: q.get(job).status is Status.DONE, message="the job to be done after the cut")
     assert fleet.state("w1") == "running"

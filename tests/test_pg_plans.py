@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
         raise
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
-from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
+from leaselab.backends.postgres import statements as sql  # after the psycopg check
 
 # Every statement that claims: one job, k jobs, and each completion that refills its slots.
 CLAIMS = ("CLAIM", "CLAIM_MANY", "COMPLETE_AND_CLAIM", "COMPLETE_ONE_AND_CLAIM", "COMPLETE_MANY_AND_CLAIM")
@@ -39,12 +39,21 @@ def test_a_claim_walks_the_claim_index_in_order_even_before_the_table_was_ever_a
         for job in q.claim_many(100, "w"):
             q.complete(job.id, job.token)
         held = q.claim_many(8, "w")
-        assert q.backend.run("SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables "
-                             "WHERE relname = 'jobs'") == [(None, None)]
+        assert q.backend.run(
+            "SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables WHERE relname = 'jobs'"
+        ) == [(None, None)]
         now = time.time()
-        params = {"now": now, "lease_until": now + 30, "worker": "w", "token": "t", "next_token": "u", "n": 8,
-                  "id": held[0].id, "result": "null",
-                  "done": json.dumps([{"id": j.id, "token": j.token, "result": "null"} for j in held])}
+        params = {
+            "now": now,
+            "lease_until": now + 30,
+            "worker": "w",
+            "token": "t",
+            "next_token": "u",
+            "n": 8,
+            "id": held[0].id,
+            "result": "null",
+            "done": json.dumps([{"id": j.id, "token": j.token, "result": "null"} for j in held]),
+        }
         steps = plan(q, getattr(sql, name), params)
     # Guessing a few pending rows, the planner would otherwise read every runnable job with a bitmap
     # scan and sort them all, for each claim.

@@ -27,7 +27,7 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
         raise
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
-from leaselab.backends.postgres import SCHEMA_VERSION  # noqa: E402  (after the psycopg check)
+from leaselab.backends.postgres import SCHEMA_VERSION  # after the psycopg check
 
 V1_SCHEMA = Path(__file__).parent / "data" / "pg_schema_v1.sql"
 BIGINT_MAX = 2**63 - 1
@@ -47,17 +47,26 @@ def version_1_database(url: str, jobs: int = 8) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(V1_SCHEMA.read_text())
         for n in range(jobs):
-            conn.execute("INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts)"
-                         " VALUES (%s, 1, 1, 1, 3)", (f'{{"n": {n}}}',))
+            conn.execute(
+                "INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts) VALUES (%s, 1, 1, 1, 3)",
+                (f'{{"n": {n}}}',),
+            )
         for job_id, token in ((1, "a"), (2, "b"), (3, "c"), (1, "d")):
-            conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = %s,"
-                         " lease_until = 1e10, started_at = 2, updated_at = 2, last_event = 'claimed'"
-                         " WHERE id = %s", (token, job_id))
+            conn.execute(
+                "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = %s,"
+                " lease_until = 1e10, started_at = 2, updated_at = 2, last_event = 'claimed'"
+                " WHERE id = %s",
+                (token, job_id),
+            )
             if token == "a":
-                conn.execute("UPDATE jobs SET status = 'pending', lease_until = NULL, last_error = 'lease expired',"
-                             " updated_at = 2, last_event = 'reaped' WHERE id = 1")
-        conn.execute("UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, finished_at = 3,"
-                     " updated_at = 3, last_event = 'completed' WHERE id = 3")
+                conn.execute(
+                    "UPDATE jobs SET status = 'pending', lease_until = NULL, last_error = 'lease expired',"
+                    " updated_at = 2, last_event = 'reaped' WHERE id = 1"
+                )
+        conn.execute(
+            "UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, finished_at = 3,"
+            " updated_at = 3, last_event = 'completed' WHERE id = 3"
+        )
 
 
 def mark(url: str) -> list[tuple]:
@@ -71,15 +80,25 @@ def events_of(url: str) -> list[tuple]:
 def catalog(url: str) -> dict[str, list[tuple]]:
     """What a schema is, read from the server's catalogs: columns, constraints, indexes, triggers, marks."""
     return {
-        "columns": raw(url, "SELECT table_name, column_name, data_type, is_nullable, column_default"
-                            " FROM information_schema.columns WHERE table_name IN ('jobs', 'events')"
-                            " AND table_schema = current_schema() ORDER BY table_name, ordinal_position"),
-        "constraints": raw(url, "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
-                                " WHERE conrelid IN ('jobs'::regclass, 'events'::regclass) ORDER BY 1, 2"),
-        "indexes": raw(url, "SELECT indexname, indexdef FROM pg_indexes"
-                            " WHERE tablename IN ('jobs', 'events') ORDER BY 1"),
-        "triggers": raw(url, "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
-                             " WHERE tgrelid = 'jobs'::regclass AND NOT tgisinternal ORDER BY 1"),
+        "columns": raw(
+            url,
+            "SELECT table_name, column_name, data_type, is_nullable, column_default"
+            " FROM information_schema.columns WHERE table_name IN ('jobs', 'events')"
+            " AND table_schema = current_schema() ORDER BY table_name, ordinal_position",
+        ),
+        "constraints": raw(
+            url,
+            "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid IN ('jobs'::regclass, 'events'::regclass) ORDER BY 1, 2",
+        ),
+        "indexes": raw(
+            url, "SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN ('jobs', 'events') ORDER BY 1"
+        ),
+        "triggers": raw(
+            url,
+            "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
+            " WHERE tgrelid = 'jobs'::regclass AND NOT tgisinternal ORDER BY 1",
+        ),
         "marks": mark(url),
     }
 
@@ -102,7 +121,7 @@ REFUSED = {  # what another program writes into a queue with job 1 running and j
     "a pending job at attempts 2147483647 of 5": "UPDATE jobs SET attempts = 2147483647 WHERE id = 2",
     "a new job at run_at 'NaN'": "INSERT INTO jobs (payload, run_at, created_at, updated_at) VALUES ('1', 'NaN', 1, 1)",
     "a new running job with no lease": "INSERT INTO jobs (payload, status, token, run_at, created_at, updated_at)"
-                                       " VALUES ('1', 'running', 't', 1, 1, 1)",
+    " VALUES ('1', 'running', 't', 1, 1, 1)",
 }
 
 
@@ -136,6 +155,7 @@ def test_a_pending_job_past_the_32_bit_limit_is_claimed_and_ends_and_the_other_j
 
 # -- version 1 databases: upgraded in place, bad rows repaired and their jobs ended -------------
 
+
 def test_a_version_1_database_is_upgraded_in_place_to_the_very_schema_a_new_database_has(pg_url, pg_server):
     version_1_database(pg_url)
     jobs_before = raw(pg_url, "SELECT * FROM jobs ORDER BY id")
@@ -159,17 +179,20 @@ def test_a_version_1_database_is_upgraded_in_place_to_the_very_schema_a_new_data
 HOSTILE_V1 = {  # job id -> what another program wrote into a version 1 database, and what the reason names
     1: ("UPDATE jobs SET lease_until = 'NaN' WHERE id = 1", "lease_until was NaN"),
     2: ("UPDATE jobs SET lease_until = 'Infinity' WHERE id = 2", "lease_until was Infinity"),
-    4: ("UPDATE jobs SET status = 'running', token = NULL, lease_until = NULL WHERE id = 4",
-        "running with no lease or no token"),
+    4: (
+        "UPDATE jobs SET status = 'running', token = NULL, lease_until = NULL WHERE id = 4",
+        "running with no lease or no token",
+    ),
     5: ("UPDATE jobs SET run_at = 'NaN' WHERE id = 5", "run_at was NaN"),
     6: ("UPDATE jobs SET attempts = 2147483647 WHERE id = 6", "pending with no attempt left"),
-    7: ("UPDATE jobs SET created_at = '-Infinity', updated_at = 'NaN' WHERE id = 7",
-        "created_at was -Infinity; updated_at was NaN"),
+    7: (
+        "UPDATE jobs SET created_at = '-Infinity', updated_at = 'NaN' WHERE id = 7",
+        "created_at was -Infinity; updated_at was NaN",
+    ),
 }
 
 
-def test_a_version_1_database_holding_rows_that_stick_jobs_is_upgraded_and_those_jobs_end_dead_with_the_reason(
-        pg_url):
+def test_a_version_1_database_holding_rows_that_stick_jobs_is_upgraded_and_those_jobs_end_dead_with_the_reason(pg_url):
     version_1_database(pg_url, jobs=10)
     raw(pg_url, "UPDATE jobs SET finished_at = 'Infinity' WHERE id = 3")  # a finished job keeps its status
     for statement, _ in HOSTILE_V1.values():
@@ -186,7 +209,9 @@ def test_a_version_1_database_holding_rows_that_stick_jobs_is_upgraded_and_those
             assert [(e.kind, e.detail) for e in q.events(job_id)][-1] == ("dead", jobs[job_id].last_error)
         assert jobs[5].run_at == jobs[5].finished_at  # a time that was not finite: the upgrade's
         assert jobs[3].status is Status.DONE and jobs[3].finished_at is None
-        assert jobs[3].last_error == "damaged in the database, found by the upgrade to schema 2: finished_at was Infinity"
+        assert (
+            jobs[3].last_error == "damaged in the database, found by the upgrade to schema 2: finished_at was Infinity"
+        )
         assert [jobs[n].status for n in (8, 9, 10)] == [Status.PENDING] * 3
         assert [jobs[n].last_error for n in (8, 9, 10)] == [None] * 3
         worker = Worker(q, "leaselab.harness.demo:echo", name="w", exit_when_idle=True).run()
@@ -195,7 +220,7 @@ def test_a_version_1_database_holding_rows_that_stick_jobs_is_upgraded_and_those
         assert q.reap() == []
         assert q.stats() == {"pending": 0, "running": 0, "done": 4, "dead": 6}
     assert mark(pg_url) == [(f"leaselab queue, schema {SCHEMA_VERSION}",) * 2]
-    added = events_of(pg_url)[len(events_before):]
+    added = events_of(pg_url)[len(events_before) :]
     assert events_of(pg_url)[: len(events_before)] == events_before  # the history is kept as it was
     assert sorted(e[1] for e in added if e[2] == "dead") == sorted(HOSTILE_V1)  # one 'dead' event per ended job
     jobs, events, _ = history.load(pg_url)
@@ -209,14 +234,35 @@ def test_a_worker_process_on_an_upgraded_database_drains_the_good_jobs_and_exits
     raw(pg_url, "UPDATE jobs SET lease_until = 'NaN' WHERE id = 2")
     raw(pg_url, "UPDATE jobs SET attempts = 2147483647 WHERE id = 4")
     raw(pg_url, "UPDATE jobs SET lease_until = 5 WHERE id = 1")  # its holder is gone: reaped, then run again
-    done = subprocess.run([sys.executable, "-m", "leaselab", "worker", "--db", pg_url, "--handler",
-                           "leaselab.harness.demo:echo", "--name", "w", "--exit-when-idle"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "leaselab",
+            "worker",
+            "--db",
+            pg_url,
+            "--handler",
+            "leaselab.harness.demo:echo",
+            "--name",
+            "w",
+            "--exit-when-idle",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "completed 3" in done.stdout and "reaped 1" in done.stdout, done.stdout
     assert "Traceback" not in done.stdout + done.stderr
     assert raw(pg_url, "SELECT id, status FROM jobs ORDER BY id") == [
-        (1, "done"), (2, "dead"), (3, "done"), (4, "dead"), (5, "done"), (6, "done")]
+        (1, "done"),
+        (2, "dead"),
+        (3, "done"),
+        (4, "dead"),
+        (5, "done"),
+        (6, "done"),
+    ]
 
 
 def test_sixteen_queues_opening_a_version_1_database_at_once_upgrade_it_once(pg_url):
@@ -225,5 +271,7 @@ def test_sixteen_queues_opening_a_version_1_database_at_once_upgrade_it_once(pg_
     raw(pg_url, "UPDATE jobs SET run_at = 'Infinity' WHERE id = 5")
     assert open_at_once(pg_url, lambda q: q.stats()) == []
     assert raw(pg_url, "SELECT job_id, count(*) FROM events WHERE kind = 'dead' GROUP BY job_id ORDER BY 1") == [
-        (2, 1), (5, 1)]
+        (2, 1),
+        (5, 1),
+    ]
     assert mark(pg_url) == [(f"leaselab queue, schema {SCHEMA_VERSION}",) * 2]

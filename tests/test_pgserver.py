@@ -17,8 +17,6 @@ from leaselab.harness.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, P
 from polling import wait_until
 
 
-
-
 def _postmaster_alive(folder) -> bool:
     out = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     return any(line.startswith(str(bin_dir_of_postgres())) and str(folder) in line for line in out.splitlines())
@@ -33,8 +31,12 @@ def test_a_server_starts_serves_a_new_database_and_leaves_no_folder_or_process(b
         folder = server.folder
         url = server.create_database("demo")
         assert url == f"postgresql://leaselab@127.0.0.1:{server.port}/demo"
-        out = subprocess.run([str(bin_dir / "psql"), url, "-Atc", "SELECT current_database()"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [str(bin_dir / "psql"), url, "-Atc", "SELECT current_database()"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert out.stdout.strip() == "demo", out.stderr
         assert _postmaster_alive(folder)
     assert not folder.exists()
@@ -46,14 +48,19 @@ def test_a_server_flushes_to_disk_only_when_asked(bin_dir, fsync):
     """Tests and lessons skip the flush (their data dies with the server); a benchmark asks for it."""
     with PgServer(bin_dir, fsync=fsync) as server:
         url = server.create_database("flush")
-        shown = [subprocess.run([str(bin_dir / "psql"), url, "-Atc", f"SHOW {name}"], capture_output=True,
-                                text=True, timeout=30).stdout.strip() for name in ("fsync", "full_page_writes")]
+        shown = [
+            subprocess.run(
+                [str(bin_dir / "psql"), url, "-Atc", f"SHOW {name}"], capture_output=True, text=True, timeout=30
+            ).stdout.strip()
+            for name in ("fsync", "full_page_writes")
+        ]
         assert shown == (["on", "on"] if fsync else ["off", "off"])
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root hands the server to another user")
-def test_as_root_with_a_private_temp_folder_the_server_still_starts_where_its_user_can_reach(bin_dir, tmp_path,
-                                                                                           monkeypatch):
+def test_as_root_with_a_private_temp_folder_the_server_still_starts_where_its_user_can_reach(
+    bin_dir, tmp_path, monkeypatch
+):
     """A test runner's TMPDIR (0700, root's) is closed to the server's user: initdb failed there
     with "Permission denied" (the binder test, lesson 6); the server's folder now goes to /tmp."""
     private = tmp_path / "private"
@@ -96,16 +103,25 @@ sys.stdin.read()  # wait to be killed
 @pytest.mark.parametrize("history", ["started", "crashed and recovered", "killed while stopping it"])
 def test_a_server_whose_starter_is_killed_is_stopped_and_removed_by_its_watchdog(bin_dir, history):
     argv = {"started": [], "crashed and recovered": ["crash"], "killed while stopping it": ["stopping"]}[history]
-    starter = subprocess.Popen([sys.executable, "-c", STARTER, *argv], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    starter = subprocess.Popen(
+        [sys.executable, "-c", STARTER, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
     try:
         folder = starter.stdout.readline().strip()
         assert folder and (argv == ["stopping"] or _postmaster_alive(folder))
     finally:
         starter.send_signal(signal.SIGKILL)
         starter.wait(10)
-    wait_until(lambda: not _postmaster_alive(folder) and not os.path.exists(folder), 30, interval=0.2,
-               message="the watchdog to stop the server and remove its folder")
+    wait_until(
+        lambda: not _postmaster_alive(folder) and not os.path.exists(folder),
+        30,
+        interval=0.2,
+        message="the watchdog to stop the server and remove its folder",
+    )
 
 
 def psql(bin_dir, url: str, sql: str) -> subprocess.CompletedProcess:
@@ -193,23 +209,28 @@ def test_with_a_lazy_wal_writer_a_crash_loses_asynchronous_commits_and_never_a_s
                     conn.execute("INSERT INTO t VALUES (%s, %s)", (mode, i))  # acknowledged
                     server.restart()
                 with psycopg.connect(url, autocommit=True) as conn:
-                    kept[mode] += conn.execute("SELECT count(*) FROM t WHERE mode = %s AND i = %s",
-                                               (mode, i)).fetchone()[0]
+                    kept[mode] += conn.execute(
+                        "SELECT count(*) FROM t WHERE mode = %s AND i = %s", (mode, i)
+                    ).fetchone()[0]
         # Lost every time in practice; one kept would need the writer's 10 s round to fall inside
         # the few milliseconds between the commit and the crash.
         assert kept["off"] < tries and kept["on"] == tries, kept
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"port": 5432}, "set by PgServer itself"),
-    ({"fsync": "on"}, "fsync=True"),
-    ({"work_mem; rm -rf /": "1"}, "not a plain setting name"),
-    ({"work_mem": "1MB -c port=1"}, "plain word or number"),
-    ({"jit": True}, "plain word or number"),
-    (["wal_writer_delay"], "must be a dict"),
-])
-def test_server_settings_that_could_break_the_server_or_its_urls_are_refused_before_it_starts(bin_dir, settings,
-                                                                                              message):
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"port": 5432}, "set by PgServer itself"),
+        ({"fsync": "on"}, "fsync=True"),
+        ({"work_mem; rm -rf /": "1"}, "not a plain setting name"),
+        ({"work_mem": "1MB -c port=1"}, "plain word or number"),
+        ({"jit": True}, "plain word or number"),
+        (["wal_writer_delay"], "must be a dict"),
+    ],
+)
+def test_server_settings_that_could_break_the_server_or_its_urls_are_refused_before_it_starts(
+    bin_dir, settings, message
+):
     with pytest.raises(ValueError, match=message):
         PgServer(bin_dir, settings=settings)
 

@@ -14,8 +14,14 @@ from pathlib import Path
 import pytest
 
 from leaselab import Backoff, ManualClock, Queue, Status, Worker
-from leaselab.errors import NotALeaselabDatabase, SchemaTooNew
-from leaselab.errors import DatabaseBusy, DatabaseUnreachable, ServerRefused, TransientError
+from leaselab.errors import (
+    DatabaseBusy,
+    DatabaseUnreachable,
+    NotALeaselabDatabase,
+    SchemaTooNew,
+    ServerRefused,
+    TransientError,
+)
 
 try:
     import psycopg
@@ -24,12 +30,12 @@ except ImportError:  # pragma: no cover - the postgres extra is part of the test
         raise
     pytest.skip("PostgreSQL tests need psycopg (pip install 'leaselab[postgres]')", allow_module_level=True)
 
-from leaselab.backends.postgres import statements as sql  # noqa: E402  (after the psycopg check)
-from leaselab.harness.pgserver import free_port  # noqa: E402
-from leaselab.lessons.race import NAIVE_CLAIM  # noqa: E402  (the article's claim, as lesson 6 shows it)
-from leaselab.harness.skew import SKEWED_WORKER  # noqa: E402
-from polling import wait_until  # noqa: E402
-from servers import open_at_once  # noqa: E402
+from leaselab.backends.postgres import statements as sql  # after the psycopg check
+from leaselab.harness.pgserver import free_port
+from leaselab.harness.skew import SKEWED_WORKER
+from leaselab.lessons.race import NAIVE_CLAIM  # the article's claim, as lesson 6 shows it
+from polling import wait_until
+from servers import open_at_once
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
@@ -59,9 +65,19 @@ def _interleave(url: str, statement: str) -> tuple[tuple, tuple, bool]:
         b_thread.start()
         b_pid = b.info.backend_pid
         # B either comes to wait on A's row lock or gets through without waiting; which is the result.
-        waited = wait_until(lambda: "waited" if _waiting_on_a_lock(admin, b_pid) else
-                            ("went through" if not b_thread.is_alive() else None), 10, interval=0.01,
-                            message="B to wait on A's row lock or finish its claim") == "waited"
+        waited = (
+            wait_until(
+                lambda: (
+                    "waited"
+                    if _waiting_on_a_lock(admin, b_pid)
+                    else ("went through" if not b_thread.is_alive() else None)
+                ),
+                10,
+                interval=0.01,
+                message="B to wait on A's row lock or finish its claim",
+            )
+            == "waited"
+        )
         a.commit()
         b_thread.join(10)
         assert not b_thread.is_alive()
@@ -95,17 +111,26 @@ def test_leaselabs_claim_under_the_same_interleaving_gives_the_second_connection
 
 # -- whose clock ---------------------------------------------------------------------------
 
+
 def _skewed_worker(fleet, skew: float, name: str) -> str:
     """A worker of ``fleet`` whose own clock is off by ``skew`` seconds (lesson 6's program as the launcher):
     everything in the process that asks the system for the time gets it wrong."""
-    return fleet.spawn("leaselab.harness.demo:echo", lease=5.0, name=name, max_poll=0.2,
-                       launcher=(sys.executable, "-c", SKEWED_WORKER, repr(skew)))
+    return fleet.spawn(
+        "leaselab.harness.demo:echo",
+        lease=5.0,
+        name=name,
+        max_poll=0.2,
+        launcher=(sys.executable, "-c", SKEWED_WORKER, repr(skew)),
+    )
 
 
 def test_without_a_clock_a_postgresql_queue_takes_the_time_from_the_server(pg_url):
     with Queue(pg_url) as q:
-        (server_now,) = psycopg.connect(pg_url, autocommit=True).execute(
-            "SELECT extract(epoch FROM clock_timestamp())::float8").fetchone()
+        (server_now,) = (
+            psycopg.connect(pg_url, autocommit=True)
+            .execute("SELECT extract(epoch FROM clock_timestamp())::float8")
+            .fetchone()
+        )
         assert abs(q.clock() - server_now) < 5
         job_id = q.enqueue("x")
         assert abs(q.get(job_id).created_at - server_now) < 5
@@ -121,8 +146,9 @@ def test_a_worker_whose_clock_runs_ten_minutes_fast_does_not_steal_a_live_lease(
         held = q.claim("holder", lease=120)
         _skewed_worker(fleet_on(pg_url), +600, "fast")
         later = q.enqueue("later")
-        wait_until(lambda: q.get(later).status is Status.DONE, 30,
-                   message="the fast worker to run a job")  # it ran its loop, reaper included
+        wait_until(
+            lambda: q.get(later).status is Status.DONE, 30, message="the fast worker to run a job"
+        )  # it ran its loop, reaper included
         time.sleep(1.5)  # and more reaps, at least once a second
         job = q.get(held.id)
         assert (job.status, job.token, job.attempts) == (Status.RUNNING, held.token, 1)
@@ -173,17 +199,17 @@ def test_an_enqueue_notifies_only_when_no_runnable_job_was_already_waiting(pg_ur
 
     try:
         with Queue(pg_url, clock=ManualClock(1000)) as q:
-            q.enqueue("first")                     # nothing waiting: wake the idle workers
+            q.enqueue("first")  # nothing waiting: wake the idle workers
             assert notified() == 1
-            q.enqueue("second")                    # "first" still waits to run: no one is idle for long
+            q.enqueue("second")  # "first" still waits to run: no one is idle for long
             q.enqueue_many(["third", "fourth"])
             assert notified() == 0
             for _ in range(4):
                 job = q.claim("w")
                 q.complete(job.id, job.token)
-            q.enqueue("later", delay=3600)         # the queue was empty again
+            q.enqueue("later", delay=3600)  # the queue was empty again
             assert notified() == 1
-            q.enqueue("now")                       # only a job for later waits: a runnable one wakes them
+            q.enqueue("now")  # only a job for later waits: a runnable one wakes them
             assert notified() == 1
     finally:
         listener.close()
@@ -266,16 +292,33 @@ def _synchronous_commit(q: Queue) -> str:
 def test_a_full_queue_waits_for_the_flush_on_enqueue_claim_and_complete_only(pg_url):
     with Queue(pg_url, clock=ManualClock(), durability="full") as q:
         seen = []
-        q.enqueue_many(["a", "b"]); seen.append(("enqueue_many", _synchronous_commit(q)))
-        q.enqueue("c"); seen.append(("enqueue", _synchronous_commit(q)))
-        job = q.claim("w"); seen.append(("claim", _synchronous_commit(q)))
-        q.heartbeat(job.id, job.token); seen.append(("heartbeat", _synchronous_commit(q)))
-        nxt = q.complete_and_claim(job.id, job.token, 1, "w"); seen.append(("complete_and_claim", _synchronous_commit(q)))
-        q.fail(nxt.id, nxt.token); seen.append(("fail", _synchronous_commit(q)))
-        last = q.claim("w"); q.complete(last.id, last.token); seen.append(("complete", _synchronous_commit(q)))
-        q.reap(); seen.append(("reap", _synchronous_commit(q)))
-    assert seen == [("enqueue_many", "on"), ("enqueue", "on"), ("claim", "on"), ("heartbeat", "off"),
-                    ("complete_and_claim", "on"), ("fail", "off"), ("complete", "on"), ("reap", "off")]
+        q.enqueue_many(["a", "b"])
+        seen.append(("enqueue_many", _synchronous_commit(q)))
+        q.enqueue("c")
+        seen.append(("enqueue", _synchronous_commit(q)))
+        job = q.claim("w")
+        seen.append(("claim", _synchronous_commit(q)))
+        q.heartbeat(job.id, job.token)
+        seen.append(("heartbeat", _synchronous_commit(q)))
+        nxt = q.complete_and_claim(job.id, job.token, 1, "w")
+        seen.append(("complete_and_claim", _synchronous_commit(q)))
+        q.fail(nxt.id, nxt.token)
+        seen.append(("fail", _synchronous_commit(q)))
+        last = q.claim("w")
+        q.complete(last.id, last.token)
+        seen.append(("complete", _synchronous_commit(q)))
+        q.reap()
+        seen.append(("reap", _synchronous_commit(q)))
+    assert seen == [
+        ("enqueue_many", "on"),
+        ("enqueue", "on"),
+        ("claim", "on"),
+        ("heartbeat", "off"),
+        ("complete_and_claim", "on"),
+        ("fail", "off"),
+        ("complete", "on"),
+        ("reap", "off"),
+    ]
 
 
 def test_a_normal_queue_never_waits_for_the_flush(pg_url):
@@ -286,8 +329,16 @@ def test_a_normal_queue_never_waits_for_the_flush(pg_url):
         assert _synchronous_commit(q) == "off"
 
 
-@pytest.mark.parametrize("backoff", [Backoff(), Backoff(base=2, cap=100), Backoff(base=0.25, cap=7),
-                                     Backoff(base=0, cap=0), Backoff(base=1e-6, cap=1e12)])
+@pytest.mark.parametrize(
+    "backoff",
+    [
+        Backoff(),
+        Backoff(base=2, cap=100),
+        Backoff(base=0.25, cap=7),
+        Backoff(base=0, cap=0),
+        Backoff(base=1e-6, cap=1e12),
+    ],
+)
 def test_the_servers_backoff_is_the_very_delay_backoff_computes(pg_url, backoff):
     clock = ManualClock(0.0)  # near zero, so a tiny delay is not lost in the rounding of a large now
     with Queue(pg_url, clock=clock, backoff=backoff) as q:
@@ -331,14 +382,20 @@ def test_a_reap_on_the_server_uses_the_queues_backoff_and_ends_dead_on_the_last_
 
 
 def _cli(*argv: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "leaselab", *argv], capture_output=True, text=True, timeout=60,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "leaselab", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_every_command_takes_a_postgresql_url_and_a_worker_drains_the_queue(pg_url):
     assert _cli("enqueue", '{"seconds": 0}', "--count", "3", "--db", pg_url).stdout.split() == ["1", "2", "3"]
-    worker = _cli("worker", "--db", pg_url, "--handler", "leaselab.harness.demo:echo", "--name", "cli-w",
-                  "--exit-when-idle")
+    worker = _cli(
+        "worker", "--db", pg_url, "--handler", "leaselab.harness.demo:echo", "--name", "cli-w", "--exit-when-idle"
+    )
     assert worker.returncode == 0, worker.stderr
     assert "completed 3" in worker.stdout
     stats = _cli("stats", "--json", env={"LEASELAB_DB": pg_url})  # the URL from the environment
@@ -477,11 +534,16 @@ def test_a_workers_batches_write_their_own_history_and_every_other_write_still_g
         jobs, events, _ = history.load(pg_url)
         assert history.check_links(jobs, events) == history.check_events_agree(jobs, events) == []
         assert [(e["job_id"], e["kind"]) for e in events if e["kind"] != "enqueued"] == (
-            [(j.id, "claimed") for j in first] + [(j.id, "completed") for j in first]
-            + [(j.id, "claimed") for j in second] + [(j.id, "completed") for j in second])
+            [(j.id, "claimed") for j in first]
+            + [(j.id, "completed") for j in first]
+            + [(j.id, "claimed") for j in second]
+            + [(j.id, "completed") for j in second]
+        )
         # Another program's write names what it did in last_event and leaves the links alone: the trigger writes it.
-        admin.execute("UPDATE jobs SET status = 'dead', last_error = 'by hand', updated_at = 1, last_event = 'failed'"
-                      " WHERE id = 1")
+        admin.execute(
+            "UPDATE jobs SET status = 'dead', last_error = 'by hand', updated_at = 1, last_event = 'failed'"
+            " WHERE id = 1"
+        )
         with Queue(pg_url) as q:
             assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "completed", "failed", "dead"]
             q.enqueue_many(["y", "z"])
@@ -577,7 +639,7 @@ def test_one_completion_and_the_refill_go_as_parameters_not_a_json_array_refused
     """A one-slot worker's every job: the same fence, the same batch tokens, no jsonb to unpack."""
     with Queue(pg_url, clock=ManualClock()) as q:
         q.enqueue_many(["a", "b", "c"])
-        a, = q.claim_many(1, "w")
+        (a,) = q.claim_many(1, "w")
         seen = []
         q.tracer = lambda statement, params: seen.append(statement)
         refused, [b] = q.complete_many_and_claim([(a.id, a.token, "A\x00")], 1, "w", token="t1")
@@ -591,8 +653,8 @@ def test_one_completion_and_the_refill_go_as_parameters_not_a_json_array_refused
 
 # -- every call bounded by the call timeout (issue 19, "must hold") ------------------------------
 
-def test_a_heartbeat_through_a_cut_link_raises_unreachable_within_the_call_timeout_and_the_next_call_reconnects(
-        pg_url):
+
+def test_a_heartbeat_through_a_cut_link_raises_unreachable_within_the_call_timeout_and_the_next_call_reconnects(pg_url):
     from leaselab.harness.proxy import Proxy, server_address, through
 
     with Queue(pg_url) as direct:

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("apsw")
 
-from leaselab import LeaselabError, ManualClock, Queue  # noqa: E402
-from leaselab.harness import powercut  # noqa: E402
+from leaselab import LeaselabError, ManualClock, Queue
+from leaselab.harness import powercut
 
 
 def _after_cut(path, durability):
@@ -37,7 +37,10 @@ def test_sigkill_loses_nothing_committed_even_at_normal_durability(tmp_path):
     assert powercut.killed_after_workload(path, "normal") == -signal.SIGKILL
     with Queue(path) as q:
         assert [(j.id, j.status.value, j.attempts) for j in q.jobs()] == [
-            (1, "done", 1), (2, "running", 1), (3, "pending", 0)]
+            (1, "done", 1),
+            (2, "running", 1),
+            (3, "pending", 0),
+        ]
 
 
 def test_after_the_cut_writes_are_dropped_and_the_disk_is_gone(tmp_path):
@@ -49,7 +52,7 @@ def test_after_the_cut_writes_are_dropped_and_the_disk_is_gone(tmp_path):
     disk.cut()
     with Queue(path) as q:
         assert [j.payload for j in q.jobs()] == ["kept"]
-    with pytest.raises(Exception):
+    with pytest.raises(LeaselabError, match="no such vfs"):
         powercut.Session(path, disk)  # the disk's file system was unregistered with the power
 
 
@@ -63,6 +66,7 @@ def test_a_session_names_a_bad_durability_and_a_missing_file(tmp_path):
 
 
 # -- the Queue itself on the disk: leaselab's own statements and durability rule under the cut --------
+
 
 def _made(path, durability="full"):
     Queue(path, durability=durability).close()  # on the real disk before the power goes

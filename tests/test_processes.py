@@ -17,10 +17,10 @@ from collections import Counter
 
 import pytest
 
-from polling import pid_gone, process_state, wait_until
-from procs import log_of
 from leaselab import Queue, Status
 from leaselab.worker import STARTED
+from polling import pid_gone, process_state, wait_until
+from procs import log_of
 
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "numpy", "IPython")
 
@@ -44,8 +44,9 @@ def test_eight_worker_processes_drain_two_thousand_jobs_each_claimed_exactly_onc
     with Queue(db) as q:
         ids = q.enqueue_many([{"n": n} for n in range(n_jobs)])
     fleet = fleet_on(db)
-    workers = [fleet.spawn("leaselab.harness.demo:echo", lease=60, name=f"w{i}", exit_when_idle=True)
-               for i in range(n_workers)]
+    workers = [
+        fleet.spawn("leaselab.harness.demo:echo", lease=60, name=f"w{i}", exit_when_idle=True) for i in range(n_workers)
+    ]
     for w in workers:
         assert fleet.wait(w, timeout=180) == 0, f"{w} exited badly:\n{fleet.log_tail(w)}"
 
@@ -85,8 +86,9 @@ def test_a_paused_worker_past_its_lease_is_fenced_off_and_the_other_result_stand
         assert done.status is Status.DONE and done.result["worker"] == "B" and done.attempts == 2
 
         fleet.resume(a)
-        lost = wait_until(lambda: [e for e in q.events(job_id) if e.kind == "lease_lost"],
-                          message="A's write to be refused")
+        lost = wait_until(
+            lambda: [e for e in q.events(job_id) if e.kind == "lease_lost"], message="A's write to be refused"
+        )
         assert [(e.worker, e.token, e.attempt) for e in lost] == [("A", claim_a.token, 1)]
         wait_until(lambda: "lease lost" in log_of(fleet, a), message="A to log the lost lease")
 
@@ -94,8 +96,14 @@ def test_a_paused_worker_past_its_lease_is_fenced_off_and_the_other_result_stand
         assert fleet.wait(a, timeout=60) == 0, log_of(fleet, a)
         final = q.get(job_id)
         assert final.status is Status.DONE and final.result["worker"] == "B" and final.worker == "B"
-        assert story(q, job_id) == [("enqueued", None), ("claimed", "A"), ("reaped", "A"), ("claimed", "B"),
-                                    ("completed", "B"), ("lease_lost", "A")]
+        assert story(q, job_id) == [
+            ("enqueued", None),
+            ("claimed", "A"),
+            ("reaped", "A"),
+            ("claimed", "B"),
+            ("completed", "B"),
+            ("lease_lost", "A"),
+        ]
 
 
 def test_a_worker_killed_mid_job_has_its_job_reaped_retried_and_done(tmp_path, fleet_on):
@@ -114,27 +122,36 @@ def test_a_worker_killed_mid_job_has_its_job_reaped_retried_and_done(tmp_path, f
         assert fleet.wait(b, timeout=60) == 0, log_of(fleet, b)
         job = q.get(job_id)
         assert job.status is Status.DONE and job.attempts == 2 and job.result["worker"] == "B"
-        assert story(q, job_id) == [("enqueued", None), ("claimed", "A"), ("reaped", "A"), ("claimed", "B"),
-                                    ("completed", "B")]
+        assert story(q, job_id) == [
+            ("enqueued", None),
+            ("claimed", "A"),
+            ("reaped", "A"),
+            ("claimed", "B"),
+            ("completed", "B"),
+        ]
         reaped = [e for e in q.events(job_id) if e.kind == "reaped"]
         assert reaped[0].detail == "lease expired"
-        assert "reaped expired leases of jobs [%d]" % job_id in log_of(fleet, b)
+        assert f"reaped expired leases of jobs [{job_id}]" in log_of(fleet, b)
 
 
 def test_importing_the_core_pulls_in_no_pandas_ipywidgets_or_matplotlib():
-    code = ("import json, sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli; "
-            f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))")
+    code = (
+        "import json, sys, leaselab, leaselab.queue, leaselab.worker, leaselab.cli; "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == []
 
 
 def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, fleet_on):
-    (tmp_path / "probe_handler.py").write_text(textwrap.dedent(f"""
+    (tmp_path / "probe_handler.py").write_text(
+        textwrap.dedent(f"""
         import sys
 
         def heavy(job):
             return sorted(m for m in sys.modules if m.split(".")[0] in {HEAVY!r})
-    """))
+    """)
+    )
     db = tmp_path / "jobs.db"
     with Queue(db) as q:
         job_id = q.enqueue("probe")
@@ -148,7 +165,8 @@ def test_a_running_worker_process_has_no_heavy_modules_loaded(tmp_path, fleet_on
 
 
 def test_with_ignore_sigint_sigint_does_not_stop_a_worker_and_sigterm_lets_it_finish_the_job_and_exit_0(
-        tmp_path, fleet_on):
+    tmp_path, fleet_on
+):
     db = tmp_path / "jobs.db"
     fleet = fleet_on(db)  # a fleet's workers are started with --ignore-sigint
     with Queue(db) as q:
@@ -167,18 +185,39 @@ def test_with_ignore_sigint_sigint_does_not_stop_a_worker_and_sigterm_lets_it_fi
         assert "exiting" in log_of(fleet, w) and "Traceback" not in log_of(fleet, w)
 
 
-def start_in_a_terminal(tmp_path, db, name: str, lease: float, sigint=signal.SIG_DFL,
-                        extra: tuple[str, ...] = ()) -> subprocess.Popen:
+def start_in_a_terminal(
+    tmp_path, db, name: str, lease: float, sigint=signal.SIG_DFL, extra: tuple[str, ...] = ()
+) -> subprocess.Popen:
     """``leaselab worker`` as a shell starts it: SIGINT at its default (or ignored, as for ``worker &``)."""
     # Not a Fleet: a fleet's worker always gets --ignore-sigint and a session of its own; a terminal's gets neither.
     log = open(tmp_path / f"{name}.out", "wb")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.harness.demo:task",
-             "--name", name, "--lease", str(lease), "--poll", "0.02", "--max-poll", "0.2", *extra],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [
+                sys.executable,
+                "-m",
+                "leaselab",
+                "worker",
+                "--db",
+                str(db),
+                "--handler",
+                "leaselab.harness.demo:task",
+                "--name",
+                name,
+                "--lease",
+                str(lease),
+                "--poll",
+                "0.02",
+                "--max-poll",
+                "0.2",
+                *extra,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
             # Whatever this test runner inherited (a CI script may run it with SIGINT ignored):
-            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
+            preexec_fn=lambda: signal.signal(signal.SIGINT, sigint),
+        )
     finally:
         log.close()
 
@@ -192,8 +231,9 @@ def terminal(tmp_path):
         proc = start_in_a_terminal(tmp_path, db, name, lease, sigint, extra)
         started.append(proc)
         out = tmp_path / f"{name}.out"
-        wait_until(lambda: f" {STARTED}" in out.read_text() or proc.poll() is not None,
-                   message=f"worker {name} to start")
+        wait_until(
+            lambda: f" {STARTED}" in out.read_text() or proc.poll() is not None, message=f"worker {name} to start"
+        )
         assert proc.poll() is None, out.read_text()
         return proc, out
 
@@ -253,8 +293,11 @@ def test_a_second_ctrl_c_exits_at_once_and_the_abandoned_job_comes_back_after_it
         assert f"abandoning job {job_id}" in out.read_text()
         job = q.get(job_id)
         assert job.status is Status.RUNNING and job.result is None
-        wait_until(lambda: q.reap() or q.get(job_id).status is not Status.RUNNING, timeout=20,
-                   message="the abandoned job's lease to run out")
+        wait_until(
+            lambda: q.reap() or q.get(job_id).status is not Status.RUNNING,
+            timeout=20,
+            message="the abandoned job's lease to run out",
+        )
         job = q.get(job_id)
         assert job.status is Status.PENDING and job.attempts == 1
         assert [e.kind for e in q.events(job_id) if e.kind != "heartbeat"] == ["enqueued", "claimed", "reaped"]
@@ -305,7 +348,8 @@ def test_a_worker_whose_parent_dies_exits_on_its_own(tmp_path, kill_at_teardown)
 
 
 def test_a_killed_workers_job_comes_back_about_one_lease_later_while_every_live_worker_is_in_a_long_handler(
-        tmp_path, fleet_on):
+    tmp_path, fleet_on
+):
     # Issue 19, row 5: the reaper ran only at the top of the worker loop, so with w1 busy for a
     # minute the killed worker's job waited the whole minute. The pulse reaps on its own cadence.
     db, lease = tmp_path / "jobs.db", 2.0
@@ -320,8 +364,11 @@ def test_a_killed_workers_job_comes_back_about_one_lease_later_while_every_live_
         fleet.kill(w2)
         # lease + reap interval (min(lease, 1)) + slack for a shared machine; the old code took
         # the 90 s of w1's handler.
-        wait_until(lambda: any(e.kind == "reaped" for e in q.events(victim)), timeout=15,
-                   message="the killed worker's job to be reaped while w1 is still in its handler")
+        wait_until(
+            lambda: any(e.kind == "reaped" for e in q.events(victim)),
+            timeout=15,
+            message="the killed worker's job to be reaped while w1 is still in its handler",
+        )
         assert q.get(long_job).status is Status.RUNNING and q.get(long_job).worker == "w1"
         assert fleet.state(w1) == "running" and "completed job" not in log_of(fleet, w1)
     assert f"reaped expired leases of jobs [{victim}]" in log_of(fleet, w1)

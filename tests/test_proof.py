@@ -14,7 +14,7 @@ from leaselab.chaos import proof
 from leaselab.chaos.texts import text
 from polling import process_state, wait_until
 
-PLAIN = '''
+PLAIN = """
 from leaselab.harness import effects, gates
 
 def pay(job):
@@ -23,7 +23,7 @@ def pay(job):
         ledger.deposit(job.payload["account"], job.payload["amount"], job=job)
         gates.fault_point(job, "after")
     return "paid"
-'''
+"""
 KEYED = PLAIN.replace("job=job)", 'job=job, key=f"pay-{job.id}")')
 # A wrong fix: skip the payment on a retry. The freeze after the payment cannot catch it; the crash
 # before the payment does (the retry never pays).
@@ -46,8 +46,11 @@ def test_a_key_per_job_is_graded_right(tmp_path, lang):
 
 def test_skipping_retries_is_caught_by_the_crash_before_the_payment(tmp_path):
     line = proof.grade(SKIPS_RETRIES, tmp_path, "en")
-    assert line == text("proof_wrong", "en", detail=text("proof_money", "en", where=text("proof_before", "en"),
-                                                        account="a1", got=0, want=proof.AMOUNT))
+    assert line == text(
+        "proof_wrong",
+        "en",
+        detail=text("proof_money", "en", where=text("proof_before", "en"), account="a1", got=0, want=proof.AMOUNT),
+    )
 
 
 def test_a_key_per_attempt_is_caught_by_the_freeze_after_the_payment(tmp_path):
@@ -66,15 +69,16 @@ def test_a_source_without_pay_or_an_unknown_fault_is_refused_by_name(tmp_path):
 
 def test_a_fix_that_fails_every_first_attempt_on_purpose_is_over_its_budget_of_attempts(tmp_path):
     # Right in money (the key keeps the payment to once) but each job now costs two attempts.
-    wasteful = KEYED.replace("def pay(job):\n", "def pay(job):\n    if job.attempts == 1:\n"
-                                                 "        raise RuntimeError('not yet')\n")
+    wasteful = KEYED.replace(
+        "def pay(job):\n", "def pay(job):\n    if job.attempts == 1:\n        raise RuntimeError('not yet')\n"
+    )
     line = proof.grade(wasteful, tmp_path, "en")
     assert line.startswith(text("proof_wrong", "en", detail=text("proof_after", "en"))) and "over the budget" in line
 
 
 # A worker whose other thread takes the queue's write lock again and again, on one CPU shared with
 # two spinning processes: when its handler freezes, it is runnable but seldom running.
-BUSY_VICTIM = r'''
+BUSY_VICTIM = r"""
 import os, sqlite3, sys, threading, time
 from types import SimpleNamespace
 from leaselab.harness import gates
@@ -95,7 +99,7 @@ os.environ["LEASELAB_DB"] = db
 print("ready", flush=True)
 sys.stdin.readline()  # once the spinners run
 gates.freeze_until_done_by_another(SimpleNamespace(id=1, attempts=1))
-'''
+"""
 SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 
@@ -108,8 +112,9 @@ def test_the_freeze_after_the_payment_stops_the_worker_holding_no_write_lock(tmp
         q.enqueue({"n": 1})
     sqlite3.connect(db, isolation_level=None).execute("CREATE TABLE side (x)")
     cpu = min(os.sched_getaffinity(0))
-    victim = subprocess.Popen([sys.executable, "-c", BUSY_VICTIM, str(db), str(cpu)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)
+    victim = subprocess.Popen(
+        [sys.executable, "-c", BUSY_VICTIM, str(db), str(cpu)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     spinners: list[subprocess.Popen] = []
     try:
         assert victim.stdout.readline().strip() == "ready"

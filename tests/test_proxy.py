@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from polling import wait_until
 from leaselab.harness.errors import ProxyError
 from leaselab.harness.proxy import Proxy, server_address, through
+from polling import wait_until
 
 
 class Echo(socketserver.BaseRequestHandler):
@@ -171,6 +171,7 @@ def test_a_closed_proxy_refuses_to_delay_or_drop(echo_server):
 
 # Dropped replies, through a real PostgreSQL server: the request lands, its answer does not.
 
+
 @pytest.fixture
 def counter(pg_url):
     psycopg = pytest.importorskip("psycopg")
@@ -182,12 +183,14 @@ def counter(pg_url):
 
 def counted(url: str) -> int:
     import psycopg
+
     with psycopg.connect(url, autocommit=True) as conn:
         return conn.execute("SELECT n FROM counter WHERE id = 1").fetchone()[0]
 
 
 def test_a_dropped_reply_fails_the_client_but_the_update_it_answered_has_committed(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         with psycopg.connect(through(counter, proxy.port), autocommit=True, connect_timeout=10) as conn:
             assert conn.execute("UPDATE counter SET n = n + 1 RETURNING n").fetchone() == (1,)
@@ -203,6 +206,7 @@ def test_a_dropped_reply_fails_the_client_but_the_update_it_answered_has_committ
 
 def test_a_lost_reply_to_commit_hides_a_transaction_that_did_commit(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         with psycopg.connect(through(counter, proxy.port), connect_timeout=10) as conn:
             conn.execute("UPDATE counter SET n = n + 10")
@@ -215,6 +219,7 @@ def test_a_lost_reply_to_commit_hides_a_transaction_that_did_commit(counter):
 
 def test_a_reply_lost_inside_a_transaction_leaves_nothing_committed(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         with psycopg.connect(through(counter, proxy.port), connect_timeout=10) as conn:
             conn.execute("UPDATE counter SET n = n + 1")
@@ -232,6 +237,7 @@ def test_a_long_dropped_reply_is_followed_to_its_end_so_what_the_request_did_sti
     """A big result leaves the server in many pieces, before the rest of the request has run: a cut
     at the first piece would make the server fail to send the next and roll the whole request back."""
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         with psycopg.connect(through(counter, proxy.port), autocommit=True, connect_timeout=10) as conn:
             proxy.drop_next_reply()
@@ -242,6 +248,7 @@ def test_a_long_dropped_reply_is_followed_to_its_end_so_what_the_request_did_sti
 
 def test_only_the_next_request_loses_its_reply_and_other_connections_carry_on(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         url = through(counter, proxy.port)
         with psycopg.connect(url, autocommit=True) as first, psycopg.connect(url, autocommit=True) as second:
@@ -255,6 +262,7 @@ def test_only_the_next_request_loses_its_reply_and_other_connections_carry_on(co
 
 def test_while_replies_are_dropped_for_a_while_no_one_can_connect_and_afterwards_everyone_can(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         url = through(counter, proxy.port)
         proxy.drop_replies(1.5)
@@ -268,6 +276,7 @@ def test_while_replies_are_dropped_for_a_while_no_one_can_connect_and_afterwards
 
 def test_a_dropped_reply_under_a_delay_still_lets_the_request_land(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         with psycopg.connect(through(counter, proxy.port), autocommit=True, connect_timeout=10) as conn:
             proxy.delay(0.2)
@@ -284,6 +293,7 @@ def test_a_client_closing_its_connection_does_not_use_up_the_drop_armed_for_the_
     """A Terminate gets no reply: a drop taken on it throws nothing away, so it is given back for the next request.
     (A worker closes a connection as it starts; a drop armed a moment before vanished, now and then.)"""
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         url = through(counter, proxy.port)
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as other:
@@ -299,6 +309,7 @@ def test_a_client_closing_its_connection_does_not_use_up_the_drop_armed_for_the_
 
 def test_a_request_abandoned_before_any_reply_gives_the_drop_back_for_the_next_one(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy:
         url = through(counter, proxy.port)
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as other:
@@ -316,14 +327,20 @@ def test_a_request_abandoned_before_any_reply_gives_the_drop_back_for_the_next_o
 
 def test_a_reply_the_server_cuts_short_counts_as_dropped(counter):
     import psycopg
+
     with Proxy(server_address(counter)) as proxy, psycopg.connect(counter, autocommit=True) as direct:
         victim = psycopg.connect(through(counter, proxy.port), autocommit=True, connect_timeout=10)
         try:
             pid = victim.info.backend_pid
             proxy.drop_next_reply()
             victim.pgconn.send_query(b"SELECT pg_sleep(30)")  # sent; its reply is never read
-            wait_until(lambda: direct.execute("SELECT state FROM pg_stat_activity WHERE pid = %s",
-                                              (pid,)).fetchone() == ("active",), message="the sleep to start")
+            wait_until(
+                lambda: (
+                    direct.execute("SELECT state FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+                    == ("active",)
+                ),
+                message="the sleep to start",
+            )
             direct.execute("SELECT pg_terminate_backend(%s)", (pid,))  # the server says why (FATAL), then closes
             wait_until(lambda: proxy.replies_dropped == 1, message="the cut-short reply to be counted")
             assert proxy.connections == 0

@@ -7,7 +7,6 @@ import sqlite3
 from leaselab import ManualClock, Queue, Status
 from leaselab.worker.lease import Lease, Leases
 from leaselab.worker.pulse import Pulse
-
 from polling import wait_until
 
 
@@ -101,8 +100,11 @@ def test_a_round_that_fails_for_any_reason_does_not_end_the_heartbeat(tmp_path):
         leases.add(Lease(job, 0.6))
         try:
             with Pulse(q, leases, lease=0.6, reap_every=0.2, log=lines.append):
-                wait_until(lambda: q.get(job.id).lease_until > job.lease_until, timeout=10,
-                           message="a beat after the failed round")
+                wait_until(
+                    lambda: q.get(job.id).lease_until > job.lease_until,
+                    timeout=10,
+                    message="a beat after the failed round",
+                )
         finally:
             leases.close()
     assert any("pulse failed, trying again: RuntimeError: one bad round" in line for line in lines)

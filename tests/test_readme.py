@@ -52,8 +52,13 @@ def section(text: str, heading: str) -> str:
 OPTIONAL = {"psycopg", "apsw", "ipywidgets", "matplotlib", "IPython", "numpy"}
 # The errors' own modules of the layers above the core. While they are being made, an error of
 # theirs may still live in leaselab.errors; once a module exists, the catalogue must match it exactly.
-LAYER_ERRORS = {"leaselab.harness.errors", "leaselab.lab.errors", "leaselab.lessons.errors",
-                "leaselab.check.errors", "leaselab.chaos.errors"}
+LAYER_ERRORS = {
+    "leaselab.harness.errors",
+    "leaselab.lab.errors",
+    "leaselab.lessons.errors",
+    "leaselab.check.errors",
+    "leaselab.chaos.errors",
+}
 
 
 def every_module() -> list[str]:
@@ -122,8 +127,13 @@ def test_every_class_the_docs_name_anywhere_is_one_of_leaselabs_or_pythons():
     """An error (or any class) named in backticks, anywhere in the README or docs/, still exists: a
     renamed or removed one fails here, wherever the docs mention it."""
     every_error()  # imports every module
-    ours = {name for module in list(sys.modules.values()) if getattr(module, "__name__", "").startswith("leaselab")
-            for name, obj in vars(module).items() if isinstance(obj, type) and obj.__module__.startswith("leaselab")}
+    ours = {
+        name
+        for module in list(sys.modules.values())
+        if getattr(module, "__name__", "").startswith("leaselab")
+        for name, obj in vars(module).items()
+        if isinstance(obj, type) and obj.__module__.startswith("leaselab")
+    }
     named = set(re.findall(r"`([A-Z][a-z][A-Za-z]*)`", ALL_DOCS))  # CamelCase: not `SIGSTOP`
     python = {n for n in named if hasattr(builtins, n)}  # RecursionError, None
     assert sorted(named - ours - python) == [], "the docs name classes that neither leaselab nor Python has"
@@ -140,6 +150,7 @@ def test_every_error_of_leaselab_is_in_the_catalogue_once():
 
 
 # -- the layout table --------------------------------------------------------------------------------
+
 
 def layout_rows() -> list[tuple[list[str], list[str]]]:
     rows = []
@@ -171,8 +182,11 @@ def layout_names() -> tuple[set[str], set[str]]:
 def test_the_layout_table_names_every_module_of_the_package_and_every_folder():
     files, folders = layout_names()
     package = REPO / "leaselab"
-    modules = {p.relative_to(REPO).as_posix() for p in package.rglob("*") if p.suffix in (".py", ".sql")
-               and p.name != "__init__.py" and "__pycache__" not in p.parts}
+    modules = {
+        p.relative_to(REPO).as_posix()
+        for p in package.rglob("*")
+        if p.suffix in (".py", ".sql") and p.name != "__init__.py" and "__pycache__" not in p.parts
+    }
     packages = {p.parent.relative_to(REPO).as_posix() for p in package.rglob("__init__.py")} - {"leaselab"}
     covered_folders = folders | {str(Path(f).parent) for f in files}
     assert sorted(modules - files) == [], "docs/layout.md's table leaves these out"
@@ -187,24 +201,43 @@ def test_the_layout_table_names_no_file_or_folder_that_is_gone():
 
 # -- what a test run shows ---------------------------------------------------------------------------
 
+
 def test_a_test_run_ends_with_the_reason_of_every_skip_and_expected_failure(tmp_path):
     """docs/development.md says a skipped browser test shows its reason: pyproject's pytest options make it so."""
     (tmp_path / "test_skips.py").write_text(
         "import pytest\n\n"
         "def test_skipped():\n    pytest.skip('no Chromium here (apt-get install chromium)')\n\n"
         "@pytest.mark.xfail(reason='a known limit', strict=True)\ndef test_limit():\n    assert False\n",
-        encoding="utf-8")
-    done = subprocess.run([sys.executable, "-m", "pytest", "-c", str(REPO / "pyproject.toml"), "--rootdir",
-                           str(tmp_path), "-p", "no:cacheprovider", str(tmp_path / "test_skips.py")],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(REPO / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "no:cacheprovider",
+            str(tmp_path / "test_skips.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(r"^SKIPPED \[1\] .*test_skips\.py:\d+: no Chromium here \(apt-get install chromium\)$",
-                     done.stdout, flags=re.M), done.stdout
+    assert re.search(
+        r"^SKIPPED \[1\] .*test_skips\.py:\d+: no Chromium here \(apt-get install chromium\)$", done.stdout, flags=re.M
+    ), done.stdout
     assert re.search(r"^XFAIL .*test_limit - a known limit$", done.stdout, flags=re.M), done.stdout
     assert "the reason of every skip" in doc("development.md")
 
 
 # -- installing ----------------------------------------------------------------------------------------
+
 
 def install_commands(text: str) -> list[list[str]]:
     """Every ``pip install …`` command in ``text``, in code blocks or inline code, as words."""
@@ -234,12 +267,13 @@ def test_every_install_command_in_the_docs_installs_something_that_exists_with_e
     version = PYPROJECT["project"]["version"]
     wheels = {f"dist/leaselab-{version}-py3-none-any.whl"}
     for words in commands:
-        specs = [w for w in words[words.index("install") + 1:] if not w.startswith("-")]
+        specs = [w for w in words[words.index("install") + 1 :] if not w.startswith("-")]
         assert specs, words
         for spec in specs:
             where, url, wanted = requirement(spec)
-            assert wanted <= extras, f"`{' '.join(words)}` asks for extras {sorted(wanted - extras)}; " \
-                                     f"pyproject.toml has {sorted(extras)}"
+            assert wanted <= extras, (
+                f"`{' '.join(words)}` asks for extras {sorted(wanted - extras)}; pyproject.toml has {sorted(extras)}"
+            )
             if where == "leaselab":
                 assert url.startswith("git+https://"), f"`{' '.join(words)}`: leaselab is not on PyPI"
             elif where.endswith(".whl"):
@@ -267,6 +301,7 @@ def test_the_missing_driver_message_asks_for_the_same_psycopg_as_pyproject():
 
 # -- bench/README.md's schema version ------------------------------------------------------------------
 
+
 def test_the_benchmark_figures_say_which_schema_they_were_measured_on_and_that_the_code_has_moved_on():
     from leaselab.backends.sqlite import SCHEMA_VERSION
 
@@ -274,8 +309,9 @@ def test_the_benchmark_figures_say_which_schema_they_were_measured_on_and_that_t
     measured = re.search(r"leaselab files here are schema version (\d+)", text)
     assert measured, "bench/README.md does not say which schema version its figures were measured on"
     if int(measured.group(1)) != SCHEMA_VERSION:
-        assert f"the code's current schema, version {SCHEMA_VERSION}" in text, \
+        assert f"the code's current schema, version {SCHEMA_VERSION}" in text, (
             f"bench/README.md's figures are of schema {measured.group(1)}, the code is at {SCHEMA_VERSION}: say so"
+        )
 
 
 def test_the_docs_upgrade_promise_names_every_older_schema_version():

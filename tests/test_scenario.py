@@ -2,15 +2,23 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from polling import wait_until
 from leaselab import Status
 from leaselab.lab.errors import ScenarioTimeout
-from leaselab.lab.scenario import (Scenario, enqueue, parse_line, pause, resume, spawn, wait_idle, wait_leases,
-                               wait_running)
+from leaselab.lab.scenario import (
+    Scenario,
+    enqueue,
+    parse_line,
+    pause,
+    resume,
+    spawn,
+    wait_idle,
+    wait_leases,
+    wait_running,
+)
 from leaselab.lab.timeline import timeline_data
+from polling import wait_until
 
 ZOMBIE = """
     # w1 freezes holding a job, w2 reaps it and does it again, w1 wakes (only once w2 is done,
@@ -33,8 +41,17 @@ def fleet(tmp_path, fleet_on):
 
 
 def test_the_text_form_and_the_list_form_are_the_same_scenario():
-    steps = [spawn("w1"), enqueue(1, seconds=3), wait_running(1), spawn("w2"), pause("w1"), wait_leases(3),
-             wait_idle(timeout=60), resume("w1"), wait_idle(timeout=60)]
+    steps = [
+        spawn("w1"),
+        enqueue(1, seconds=3),
+        wait_running(1),
+        spawn("w2"),
+        pause("w1"),
+        wait_leases(3),
+        wait_idle(timeout=60),
+        resume("w1"),
+        wait_idle(timeout=60),
+    ]
     assert Scenario.parse(ZOMBIE).steps == steps
 
 
@@ -71,8 +88,10 @@ def test_the_zombie_scenario_replays_a_refused_write_against_a_fleet(fleet):
     kinds = [e.kind for e in fleet.queue.events(job_id=job.id)]
     assert "reaped" in kinds
     # w1 wakes believing it still holds the job; its write is fenced off and recorded.
-    wait_until(lambda: any(e.kind == "lease_lost" and e.worker == "w1" for e in fleet.queue.events(job_id=job.id)),
-               message="w1's refused write")
+    wait_until(
+        lambda: any(e.kind == "lease_lost" and e.worker == "w1" for e in fleet.queue.events(job_id=job.id)),
+        message="w1's refused write",
+    )
     data = timeline_data(fleet.queue.events(), fleet.actions)
     assert [f.kind for f in data.faults if f.worker == "w1"] == ["pause"]
     assert any(m.kind == "reaped" and m.worker == "w1" for m in data.marks)

@@ -21,10 +21,14 @@ REPO = Path(__file__).resolve().parent.parent
 def leaselab(*argv: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m leaselab …`` as a user would run it, in folder ``cwd``."""
     inherited = {k: v for k, v in os.environ.items() if k != "LEASELAB_DB"}
-    env = {**inherited, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           **(env or {})}
-    return subprocess.run([sys.executable, "-m", "leaselab", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        **inherited,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "leaselab", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 # -- a password in --db ------------------------------------------------------------------------
@@ -91,13 +95,16 @@ def test_a_driver_error_names_the_server_and_never_the_password_in_any_of_its_fo
     assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize("url, message, left", [
-    ("postgresql://u:s3c%zzr3t@h/db", 'invalid percent-encoded token: "s3c%zzr3t"', 'token: "***"'),
-    ("postgresql://u:s3c@r3t@h/db", "failed to resolve host 'r3t@h'", "host '***@h'"),
-    ("postgresql://u:s3c%40r3t@h/db", "password s3c@r3t or s3c%40r3t", "password *** or ***"),
-    ("postgresql://u@h/db?password=s3cr3t", 'in URI: "postgresql://u@h/db?password=s3cr3t"', "password=***"),
-    ("host=h password='s3c\\'r3t'", "password 's3c\\'r3t' means s3c'r3t", "password *** means ***"),
-])
+@pytest.mark.parametrize(
+    "url, message, left",
+    [
+        ("postgresql://u:s3c%zzr3t@h/db", 'invalid percent-encoded token: "s3c%zzr3t"', 'token: "***"'),
+        ("postgresql://u:s3c@r3t@h/db", "failed to resolve host 'r3t@h'", "host '***@h'"),
+        ("postgresql://u:s3c%40r3t@h/db", "password s3c@r3t or s3c%40r3t", "password *** or ***"),
+        ("postgresql://u@h/db?password=s3cr3t", 'in URI: "postgresql://u@h/db?password=s3cr3t"', "password=***"),
+        ("host=h password='s3c\\'r3t'", "password 's3c\\'r3t' means s3c'r3t", "password *** means ***"),
+    ],
+)
 def test_the_scrubber_finds_the_password_in_text_the_driver_could_not_parse(url, message, left):
     assert left in scrub(message, url)
     assert "s3c" not in scrub(message, url) and "r3t" not in scrub(message, url)
@@ -115,8 +122,11 @@ def _password_role(pg_url: str, password: str) -> str:
     role = f"pw_{os.getpid()}_{pg_url.rsplit('/', 1)[1]}"
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(sql.Identifier(role), sql.Literal(password)))
-        conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(pg_url.rsplit("/", 1)[1]),
-                                                                     sql.Identifier(role)))
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} OWNER TO {}").format(
+                sql.Identifier(pg_url.rsplit("/", 1)[1]), sql.Identifier(role)
+            )
+        )
         hba = Path(conn.execute("SHOW hba_file").fetchone()[0])
         hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
         conn.execute("SELECT pg_reload_conf()")
@@ -130,8 +140,7 @@ def _password_role(pg_url: str, password: str) -> str:
     pytest.fail("the server never started asking for the role's password")
 
 
-def test_a_password_file_keeps_the_password_out_of_argv_and_a_wrong_password_is_refused_without_it(
-        pg_url, tmp_path):
+def test_a_password_file_keeps_the_password_out_of_argv_and_a_wrong_password_is_refused_without_it(pg_url, tmp_path):
     url = _password_role(pg_url, "s3cr3t-pw")
     host_port_db = re.match(r"postgresql://[^@]+@([^:]+):(\d+)/(\w+)", url).groups()
     role = url.split("://", 1)[1].split("@", 1)[0]

@@ -1,4 +1,5 @@
-"""The props of lesson 6: two claims raced by hand on a server, the exercise's check, and a worker whose clock is off."""
+"""The props of lesson 6: two claims raced by hand on a server, the exercise's check, and a worker whose clock is
+off."""
 
 from __future__ import annotations
 
@@ -13,17 +14,16 @@ import time
 from pathlib import Path
 
 import nbformat
-
 import pytest
 
 from leaselab import LeaseLost, Queue, Status
-from leaselab.lessons import exercises
 from leaselab.harness import skew
+from leaselab.lessons import exercises
 from polling import wait_until
 
 pytest.importorskip("psycopg")
 
-from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race  # noqa: E402  (after the psycopg check)
+from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race  # after the psycopg check
 
 OUTER_RECHECK = NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = (")
 
@@ -88,9 +88,12 @@ def test_the_batch_claim_exercise_wants_two_jobs_each_for_a_and_b_without_a_wait
     one = exercises.check_server_batch_claim(CLAIM, pg_server.create_database(f"one_{lang}_{n}"), lang)
     unlocked = exercises.check_server_batch_claim(
         NAIVE_CLAIM.replace("WHERE id = (", "WHERE id IN (").replace("LIMIT 1", "LIMIT %(n)s"),
-        pg_server.create_database(f"unlocked_{lang}_{n}"), lang)
-    equals = exercises.check_server_batch_claim(CLAIM.replace("LIMIT 1", "LIMIT %(n)s"),
-                                                pg_server.create_database(f"eq_{lang}_{n}"), lang)
+        pg_server.create_database(f"unlocked_{lang}_{n}"),
+        lang,
+    )
+    equals = exercises.check_server_batch_claim(
+        CLAIM.replace("LIMIT 1", "LIMIT %(n)s"), pg_server.create_database(f"eq_{lang}_{n}"), lang
+    )
     prefix = {"en": ("Right", "Not yet"), "ru": ("Верно", "Пока нет")}[lang]
     assert right.startswith(prefix[0]) and "[1, 2]" in right and "[3, 4]" in right
     assert one.startswith(prefix[1]) and "[1]" in one and "[2]" in one
@@ -114,8 +117,11 @@ def test_a_skewed_worker_really_reads_a_wrong_clock_so_on_a_file_it_steals_a_liv
         later = q.enqueue("later")
         p = skew.spawn(str(path), +60, "fast", tmp_path / "fast.log")  # the lesson's own helper is the subject
         try:
-            wait_until(lambda: q.get(later).status is Status.DONE, 30,
-                       message=f"the fast worker to do a job (its log: {tmp_path / 'fast.log'})")
+            wait_until(
+                lambda: q.get(later).status is Status.DONE,
+                30,
+                message=f"the fast worker to do a job (its log: {tmp_path / 'fast.log'})",
+            )
             # A file queue reads each worker's own clock: a minute fast, the live lease looks expired.
             assert q.get(held.id).attempts == 2 or q.get(held.id).status is not Status.RUNNING
             with pytest.raises(LeaseLost):
@@ -132,8 +138,11 @@ def test_a_skewed_worker_on_a_server_queue_steals_nothing_and_exits_on_terminate
         later = q.enqueue("later")
         p = skew.spawn(pg_url, +60, "fast", tmp_path / "fast.log")  # the lesson's own helper is the subject
         try:
-            wait_until(lambda: q.get(later).status is Status.DONE, 30,
-                       message=f"the fast worker to do a job (its log: {tmp_path / 'fast.log'})")
+            wait_until(
+                lambda: q.get(later).status is Status.DONE,
+                30,
+                message=f"the fast worker to do a job (its log: {tmp_path / 'fast.log'})",
+            )
             time.sleep(1.5)  # more reaps, at least one a second
             assert (q.get(held.id).status, q.get(held.id).attempts) == (Status.RUNNING, 1)
             q.heartbeat(held.id, held.token, lease=30)
@@ -152,6 +161,7 @@ def test_a_skew_that_is_not_a_finite_number_is_refused_by_name(tmp_path, bad, er
 # -- lesson 6 leaves nothing behind ----------------------------------------------------------
 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "en" / "06-past-one-file.ipynb"
+
 
 @pytest.fixture
 def private_tmp():
@@ -190,8 +200,9 @@ def test_a_kernel_killed_after_lesson_six_started_its_server_leaves_nothing(priv
     assert "PgServer().start()" in setup and "lessons.cleanup_at_exit(work)" in setup
     script = setup + "\nprint(server.folder, work, flush=True)\nos.kill(os.getpid(), 9)\n"
     env = dict(os.environ, TMPDIR=str(private_tmp))
-    done = subprocess.run([sys.executable, "-c", script], cwd=NOTEBOOK.parent, env=env, capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=NOTEBOOK.parent, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == -9, done.stderr[-3000:]
     server_folder, work = done.stdout.split()[-2:]
     assert Path(server_folder).parent == private_tmp and Path(work).parent == private_tmp
@@ -262,6 +273,12 @@ def test_without_postgresql_lesson_six_skips_under_nbval_naming_what_is_missing(
     assert " skipped" in ran.stdout and "passed" not in ran.stdout
     assert "lesson starts a PostgreSQL server: no PostgreSQL binaries" in ran.stdout
     # In CI nothing is skipped: a lesson that cannot start its server must fail there.
-    ci = subprocess.run(argv + ["--collect-only"], cwd=NOTEBOOK.parents[2], env=dict(env, CI="1"),
-                        capture_output=True, text=True, timeout=120)
+    ci = subprocess.run(
+        argv + ["--collect-only"],
+        cwd=NOTEBOOK.parents[2],
+        env=dict(env, CI="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ci.returncode == 0 and re.search(r"marked to skip: 0 of [1-9]", ci.stdout), ci.stdout[-3000:]

@@ -11,7 +11,6 @@ import pytest
 
 from leaselab import Queue
 from leaselab.harness.fleet import faults_path, logs_path
-
 from polling import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
@@ -19,8 +18,14 @@ PG_URL = "postgresql://app@db.example:5432/jobs"  # docs/postgres.md's example s
 
 
 def git(repo: Path, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *argv], cwd=repo,
-                          capture_output=True, text=True, timeout=60, check=check)
+    return subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *argv],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
 
 
 @pytest.fixture

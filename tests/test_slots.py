@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from leaselab import Queue, Status, Worker
-
 import history
+from leaselab import Queue, Status, Worker
 from polling import wait_until
 from procs import log_of
 
@@ -74,6 +73,7 @@ def test_a_slot_whose_handler_raises_fails_that_job_alone(tmp_path):
 def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_the_next(tmp_path):
     """SystemExit is no Exception: a slot thread still reports it as the attempt's failure (as a Future
     did), instead of dying with the job held and leaving the worker waiting for it."""
+
     def handler(job):
         if job.payload == "exit":
             raise SystemExit(3)
@@ -103,8 +103,9 @@ def test_concurrency_must_be_a_positive_int(tmp_path, value):
 def test_the_cli_refuses_a_concurrency_below_one(tmp_path, capsys):
     from leaselab.cli import main
 
-    code = main(["worker", "--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:echo",
-                 "--concurrency", "0"])
+    code = main(
+        ["worker", "--db", str(tmp_path / "q.db"), "--handler", "leaselab.harness.demo:echo", "--concurrency", "0"]
+    )
     assert code == 2
     assert "concurrency" in capsys.readouterr().err
 

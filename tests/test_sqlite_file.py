@@ -16,12 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from leaselab.errors import DatabaseBusy, DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew, UnsupportedSQLite
 from leaselab import DatabaseMissing, LeaselabError, LeaseLost, Queue
 from leaselab.backends.sqlite import SCHEMA_VERSION, require_sqlite
+from leaselab.errors import DatabaseBusy, DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew, UnsupportedSQLite
 from procs import as_nobody
 from sqlite_marks import old_file
-
 
 # -- a new file, an old file -------------------------------------------------------------
 
@@ -41,12 +40,19 @@ def _version_1_file(path: Path) -> dict[int, list[tuple]]:
     for n in range(3):
         conn.execute("INSERT INTO jobs (payload, run_at, created_at, updated_at) VALUES (?, 1, 1, 1)", (str(n),))
     for job_id, token in ((1, "a"), (2, "b"), (1, "c")):  # job 1 is claimed twice, around job 2
-        conn.execute("UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = ?, "
-                     "lease_until = 99, updated_at = 2, last_event = 'claimed' WHERE id = ?", (token, job_id))
-    conn.execute("UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, updated_at = 3, "
-                 "last_event = 'completed' WHERE id = 2")
-    history = {j: conn.execute("SELECT id, kind, token FROM events WHERE job_id = ? ORDER BY id", (j,)).fetchall()
-               for j in (1, 2, 3)}
+        conn.execute(
+            "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = ?, "
+            "lease_until = 99, updated_at = 2, last_event = 'claimed' WHERE id = ?",
+            (token, job_id),
+        )
+    conn.execute(
+        "UPDATE jobs SET status = 'done', result = '1', lease_until = NULL, updated_at = 3, "
+        "last_event = 'completed' WHERE id = 2"
+    )
+    history = {
+        j: conn.execute("SELECT id, kind, token FROM events WHERE job_id = ? ORDER BY id", (j,)).fetchall()
+        for j in (1, 2, 3)
+    }
     conn.close()
     return history
 
@@ -119,7 +125,8 @@ def test_a_missing_folder_is_database_unwritable_and_is_not_created(tmp_path):
 
 
 def test_a_fresh_file_is_not_mistaken_for_foreign_when_another_queue_creates_the_schema_meanwhile(
-        tmp_path, monkeypatch):
+    tmp_path, monkeypatch
+):
     # Pin the race of many workers opening one new file: another process creates the schema between
     # our reading the file's ids and our listing its tables. Either it must wait for our read to end,
     # or we must see its schema whole; we must never see its tables without its ids.
@@ -139,6 +146,7 @@ def test_a_fresh_file_is_not_mistaken_for_foreign_when_another_queue_creates_the
                         others.append("created the schema")
                     except LeaselabError as exc:
                         others.append(f"waited: {type(exc).__name__}")
+
                 thread = threading.Thread(target=other_process)
                 thread.start()
                 thread.join()

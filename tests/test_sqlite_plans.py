@@ -80,7 +80,9 @@ def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_pat
         real = q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0]
     assert real.startswith("50 ")
     with Queue(db_path, clock=clock) as q:  # opening again does not overwrite what ANALYZE found
-        assert q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
+        assert (
+            q.backend.connection.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchone()[0] == real
+        )
 
 
 @sqlite_only

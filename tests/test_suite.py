@@ -14,8 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def collected(*args: str) -> list[str]:
     """The node ids a run of the whole suite with ``args`` would run, in order (no xdist: ``-n 0``)."""
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
-                           *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return [line for line in done.stdout.splitlines() if "::" in line]
 
@@ -57,8 +62,14 @@ def test_quick_runs_only_the_library_and_contract_modules_and_each_of_them(suite
     quick = collected("--quick")
     assert sorted({module(n) for n in quick}) == sorted(QUICK)
     assert set(quick) < set(suite)
-    slow = ("tests/test_browser.py", "tests/test_binder.py", "tests/test_chaos.py", "tests/test_fleet.py",
-            "tests/test_processes.py", "notebooks/")
+    slow = (
+        "tests/test_browser.py",
+        "tests/test_binder.py",
+        "tests/test_chaos.py",
+        "tests/test_fleet.py",
+        "tests/test_processes.py",
+        "notebooks/",
+    )
     assert not [n for n in quick if n.startswith(slow)]
 
 
@@ -66,13 +77,32 @@ def test_the_stall_injector_stops_and_continues_a_kernel_below_its_command_and_k
     # A stand-in kernel: a grandchild whose command line names ipykernel_launcher, that prints the
     # longest it went without running (a SIGSTOP of 1 s shows as a gap of about 1 s). Its loop is the
     # measurement, for a fixed 4 s: not a wait for a condition.
-    kernel = ("import time\nend = time.monotonic() + 4; last = time.monotonic(); gap = 0\n"
-              "while time.monotonic() < end:\n    time.sleep(0.02); now = time.monotonic()\n"
-              "    gap = max(gap, now - last); last = now\nprint(round(gap, 2))")
-    parent = ("import subprocess, sys; "
-              f"p = subprocess.run([sys.executable, '-c', {kernel!r}, 'ipykernel_launcher']); sys.exit(3)")
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "stall.py"), "--stall", "1", "--every", "0.3",
-                           "--", sys.executable, "-c", parent], capture_output=True, text=True, timeout=120)
+    kernel = (
+        "import time\nend = time.monotonic() + 4; last = time.monotonic(); gap = 0\n"
+        "while time.monotonic() < end:\n    time.sleep(0.02); now = time.monotonic()\n"
+        "    gap = max(gap, now - last); last = now\nprint(round(gap, 2))"
+    )
+    parent = (
+        "import subprocess, sys; "
+        f"p = subprocess.run([sys.executable, '-c', {kernel!r}, 'ipykernel_launcher']); sys.exit(3)"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "stall.py"),
+            "--stall",
+            "1",
+            "--every",
+            "0.3",
+            "--",
+            sys.executable,
+            "-c",
+            parent,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 3, done.stderr
     stalls = [line for line in done.stderr.splitlines() if line.startswith("stall: kernel ")]
     assert stalls and f"stall: {len(stalls)} stalls of 1 s injected; the command exited 3" in done.stderr

@@ -19,13 +19,16 @@ REPO = Path(__file__).resolve().parent.parent
 CONTROLS = ("\x1b", "\r", "\x07", "\x9b", "\u202e")
 
 
-@pytest.mark.parametrize("raw, shown", [
-    ("plain text, ünïcödé and a \\ backslash", "plain text, ünïcödé and a \\ backslash"),
-    ("a\nb\rc\td", "a\\nb\\rc\\td"),
-    ("\x1b[2J\x07\x00\x7f", "\\x1b[2J\\x07\\x00\\x7f"),
-    ("\x85\x9b31m", "\\x85\\x9b31m"),  # C1: a line break, and a one-character ESC [
-    ("\u202eevil\u2066\u2028", "\\u202eevil\\u2066\\u2028"),  # bidi override and isolate, line separator
-])
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        ("plain text, ünïcödé and a \\ backslash", "plain text, ünïcödé and a \\ backslash"),
+        ("a\nb\rc\td", "a\\nb\\rc\\td"),
+        ("\x1b[2J\x07\x00\x7f", "\\x1b[2J\\x07\\x00\\x7f"),
+        ("\x85\x9b31m", "\\x85\\x9b31m"),  # C1: a line break, and a one-character ESC [
+        ("\u202eevil\u2066\u2028", "\\u202eevil\\u2066\\u2028"),  # bidi override and isolate, line separator
+    ],
+)
 def test_printable_shows_every_control_character_as_an_escape_and_leaves_the_rest(raw, shown):
     assert printable(raw) == shown
 
@@ -41,10 +44,14 @@ def test_no_character_that_needs_an_escape_passes_through_as_it_is_whatever_text
 
 def leaselab(*argv: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     """``python -m leaselab …`` as a user would run it, in folder ``cwd``."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
-           **(env or {})}
-    return subprocess.run([sys.executable, "-m", "leaselab", *argv], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+        **(env or {}),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "leaselab", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
@@ -68,27 +75,46 @@ def test_jobs_and_events_show_control_characters_in_names_and_errors_escaped(tar
 
 
 def test_a_worker_name_with_a_newline_is_refused_naming_the_flag(capsys, db_path):
-    code, out, err = _run(capsys, "worker", "--db", str(db_path), "--handler", "leaselab.harness.demo:echo",
-                          "--name", "w1\n12:00:00.000 w2: completed job 1")
+    code, out, err = _run(
+        capsys,
+        "worker",
+        "--db",
+        str(db_path),
+        "--handler",
+        "leaselab.harness.demo:echo",
+        "--name",
+        "w1\n12:00:00.000 w2: completed job 1",
+    )
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and "argument --name" in err and "\\n" in err, err
 
 
 def test_every_worker_log_line_is_one_line_whatever_the_handler_raises(tmp_path, db_path):
     (tmp_path / "hostile.py").write_text(
-        "def boom(job):\n"
-        "    raise RuntimeError('first\\n12:00:00.000 w: completed job 1\\x1b[2J\\x07')\n")
+        "def boom(job):\n    raise RuntimeError('first\\n12:00:00.000 w: completed job 1\\x1b[2J\\x07')\n"
+    )
     with Queue(db_path) as q:
         q.enqueue({}, max_attempts=1)
-    done = leaselab("worker", "--db", str(db_path), "--handler", "hostile:boom", "--name", "w", "--exit-when-idle",
-                    cwd=tmp_path, env={"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])})
+    done = leaselab(
+        "worker",
+        "--db",
+        str(db_path),
+        "--handler",
+        "hostile:boom",
+        "--name",
+        "w",
+        "--exit-when-idle",
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join([str(REPO), str(tmp_path)])},
+    )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert all(re.match(r"\d\d:\d\d:\d\d\.\d{3} ", line) for line in lines), lines
     assert not any(line.startswith("12:00:00.000") for line in lines), "a log line forged by the handler"
     assert not any(c in done.stdout for c in CONTROLS)
-    assert any("failed job 1: RuntimeError: first\\n12:00:00.000 w: completed job 1\\x1b[2J\\x07" in line
-               for line in lines), lines
+    assert any(
+        "failed job 1: RuntimeError: first\\n12:00:00.000 w: completed job 1\\x1b[2J\\x07" in line for line in lines
+    ), lines
 
 
 def test_an_error_naming_a_path_with_control_characters_shows_them_escaped(capsys, tmp_path):

@@ -1,4 +1,5 @@
-"""The timeline on a recorded history: lanes per worker, a bar per attempt, faults shaded, reaps and refused writes marked."""
+"""The timeline on a recorded history: lanes per worker, a bar per attempt, faults shaded, reaps and refused writes
+marked."""
 
 from __future__ import annotations
 
@@ -24,18 +25,18 @@ def history(tmp_path):
     q = Queue(path, clock=clock)
     t0 = clock()
     q.enqueue_many([{"n": 1}, {"n": 2}, {"n": 3}])
-    a = q.claim("w1", lease=5)                       # t0: job 1 to w1
-    b = q.claim("w2", lease=5)                       # t0: job 2 to w2
+    a = q.claim("w1", lease=5)  # t0: job 1 to w1
+    b = q.claim("w2", lease=5)  # t0: job 2 to w2
     clock.advance(1)
-    q.complete(b.id, b.token, "ok")                  # t0+1: job 2 done
-    c = q.claim("w2", lease=5)                       # t0+1: job 3 to w2
+    q.complete(b.id, b.token, "ok")  # t0+1: job 2 done
+    c = q.claim("w2", lease=5)  # t0+1: job 3 to w2
     clock.advance(2)
-    q.fail(c.id, c.token, "boom")                    # t0+3: job 3 failed, back to pending
+    q.fail(c.id, c.token, "boom")  # t0+3: job 3 failed, back to pending
     clock.advance(7)
-    assert q.reap() == [a.id]                        # t0+10: w1's lease reaped
+    assert q.reap() == [a.id]  # t0+10: w1's lease reaped
     clock.advance(2)
     with pytest.raises(LeaseLost):
-        q.complete(a.id, a.token, "late")            # t0+12: the zombie's write is refused
+        q.complete(a.id, a.token, "late")  # t0+12: the zombie's write is refused
     actions = [Action(t0 + 0.5, "w1", "pause", 111), Action(t0 + 11.5, "w1", "resume", 111)]
     yield path, q, t0, actions
     q.close()
@@ -56,7 +57,9 @@ def test_reaps_and_refused_zombie_writes_are_marked_on_the_holders_lane(history)
     _, q, t0, actions = history
     marks = timeline_data(q.events(), actions).marks
     assert [(m.worker, m.kind, m.at - t0, m.job_id) for m in marks] == [
-        ("w1", "reaped", 10.0, 1), ("w1", "lease_lost", 12.0, 1)]
+        ("w1", "reaped", 10.0, 1),
+        ("w1", "lease_lost", 12.0, 1),
+    ]
 
 
 def test_the_fleets_pause_is_shaded_as_a_fault_interval(history):
@@ -110,8 +113,14 @@ def test_the_picture_has_a_lane_per_worker_and_a_legend_for_what_it_shows(histor
     ax = fig.axes[0]
     assert [label.get_text() for label in ax.get_yticklabels()] == ["w1", "w2"]
     legend = [text.get_text() for text in ax.get_legend().get_texts()]
-    assert legend == ["attempt completed", "attempt failed", "attempt until its refused write",
-                      "paused (SIGSTOP)", "reap", "refused zombie write"]
+    assert legend == [
+        "attempt completed",
+        "attempt failed",
+        "attempt until its refused write",
+        "paused (SIGSTOP)",
+        "reap",
+        "refused zombie write",
+    ]
     assert len(ax.patches) >= 3 + 1  # three bars and the shaded pause
 
 
@@ -133,8 +142,7 @@ def test_a_cut_network_is_shaded_like_a_pause_from_partition_to_heal():
     q = Queue(":memory:", clock=ManualClock(100.0))
     q.enqueue({"n": 1})
     q.claim("w1", lease=5)
-    actions = [Action(101.0, "w1", "partition", 1), Action(109.0, "w1", "heal", 1),
-               Action(110.0, "w2", "partition", 2)]
+    actions = [Action(101.0, "w1", "partition", 1), Action(109.0, "w1", "heal", 1), Action(110.0, "w2", "partition", 2)]
     data = timeline_data(q.events(), actions, now=112.0)
     assert Fault("w1", "partition", 101.0, 109.0) in data.faults
     assert Fault("w2", "partition", 110.0, 112.0) in data.faults  # still cut off: shaded up to now

@@ -23,12 +23,12 @@ from pathlib import Path
 import pytest
 
 import history
+from leaselab import LeaselabError, Queue, TransientError
+from leaselab.errors import DatabaseBusy, DiskFull
+from leaselab.worker.faults import CLEARED as FAULT_CLEARED
+from leaselab.worker.faults import WAITING as FAULT_WAITING
 from polling import wait_until
 from procs import log_of
-from leaselab.errors import DatabaseBusy, DiskFull
-from leaselab import LeaselabError, Queue, TransientError
-from leaselab.worker.faults import CLEARED as FAULT_CLEARED, WAITING as FAULT_WAITING
-
 
 # A fleet's worker as these tests start it: quick polls, and it exits once the queue is empty.
 FAST = dict(lease=5.0, name="w1", poll=0.01, max_poll=0.1, exit_when_idle=True)
@@ -42,10 +42,28 @@ def start_worker(db: Path | str, log: Path) -> subprocess.Popen:
     once the queue is open, and these tests watch it wait for the queue to open."""
     with open(log, "wb") as fh:
         return subprocess.Popen(
-            [sys.executable, "-m", "leaselab", "worker", "--db", str(db), "--handler", "leaselab.harness.demo:task",
-             "--name", FAST["name"], "--lease", repr(FAST["lease"]), "--poll", repr(FAST["poll"]),
-             "--max-poll", repr(FAST["max_poll"]), "--exit-when-idle"],
-            stdout=fh, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "leaselab",
+                "worker",
+                "--db",
+                str(db),
+                "--handler",
+                "leaselab.harness.demo:task",
+                "--name",
+                FAST["name"],
+                "--lease",
+                repr(FAST["lease"]),
+                "--poll",
+                repr(FAST["poll"]),
+                "--max-poll",
+                repr(FAST["max_poll"]),
+                "--exit-when-idle",
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def finish(proc: subprocess.Popen, timeout: float = WORKER_EXITS_WITHIN) -> int:
@@ -73,6 +91,7 @@ def test_the_transient_errors_share_one_base_and_a_full_disk_is_its_own():
 
 # -- a write lock held past the busy timeout ----------------------------------------------------
 
+
 def hold_write_lock(db: Path, seconds: float) -> None:
     """Another process's long write: what a worker frozen mid-commit in the lab does to everyone else."""
     conn = sqlite3.connect(db, isolation_level=None)
@@ -86,7 +105,8 @@ def hold_write_lock(db: Path, seconds: float) -> None:
 
 @pytest.mark.parametrize("concurrency", [1, 3], ids=["one job at a time", "three at once"])
 def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_every_job(
-        tmp_path, fleet_on, concurrency):
+    tmp_path, fleet_on, concurrency
+):
     db = tmp_path / "q.db"
     with Queue(db) as q:
         ids = q.enqueue_many([{"seconds": 0.05}] * 30)
@@ -120,8 +140,9 @@ def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(t
     holder = threading.Thread(target=hold_write_lock, args=(db, 3.0))
     holder.start()
     try:
-        waiting = wait_until(lambda: next((w for w in fleet.status() if w.badge == "waiting"), None),
-                             message="the waiting badge")
+        waiting = wait_until(
+            lambda: next((w for w in fleet.status() if w.badge == "waiting"), None), message="the waiting badge"
+        )
         assert waiting.name == name and "write lock" in waiting.fault
         assert "leaselab-state-waiting" in worker_row_html(waiting, "en")
         assert "ждёт" in worker_row_html(waiting, "ru")
@@ -132,6 +153,7 @@ def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(t
 
 
 # -- a full disk that frees up ---------------------------------------------------------------
+
 
 def mount_tmpfs(tmp_path: Path, options: str) -> Path:
     """Mount a tmpfs of its own under ``tmp_path`` (skipping the test where that is not allowed)."""
@@ -192,7 +214,8 @@ def test_a_full_disk_is_disk_full_naming_the_file_and_nothing_half_written_survi
 
 
 def test_a_worker_waits_out_a_full_disk_and_no_acknowledged_enqueue_or_completion_is_lost(
-        small_disk, tmp_path, fleet_on):
+    small_disk, tmp_path, fleet_on
+):
     db = small_disk / "q.db"
     with Queue(db) as q:
         acknowledged = q.enqueue_many([{"seconds": 0.05}] * 5)
@@ -273,13 +296,17 @@ def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp
     assert code == 2
     # The pulse reaps at once when the worker starts, and spawn returns at the start line: the rename
     # may come before that first reap, whose failure the pulse logs and shrugs off. It is not the reason.
-    errors = [line for line in text.splitlines() if "error:" in line
-              and not re.search(rf" {FAST['name']}: reap failed: .*no such table: jobs$", line)]
+    errors = [
+        line
+        for line in text.splitlines()
+        if "error:" in line and not re.search(rf" {FAST['name']}: reap failed: .*no such table: jobs$", line)
+    ]
     assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and "no such table" in errors[0]
     assert "Traceback" not in text and FAULT_WAITING not in text
 
 
 # -- a full disk at open: SQLite says "disk I/O error" or "unable to open", not "disk is full" ----
+
 
 def close_cleanly(db: Path) -> None:
     """Make a queue with one job and close it, so SQLite deletes its -wal and -shm files."""
@@ -341,6 +368,7 @@ def test_the_command_on_a_full_disk_says_in_one_line_that_the_disk_is_full(small
 
 
 # -- faults at start: waited out as they are mid-run (issue 19, row 7) ---------------------------
+
 
 def test_a_worker_whose_first_connections_are_dropped_waits_and_then_runs_the_job(pg_url, tmp_path):
     from leaselab.harness.proxy import Proxy, server_address, through

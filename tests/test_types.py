@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("mypy", reason="the type checker is in the test extra: pip install 'leaselab[test]'")
 
-from leaselab.backends import contract  # noqa: E402  (after the mypy check)
+from leaselab.backends import contract  # after the mypy check
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKED = ("leaselab/backends", "leaselab/queue.py")
@@ -26,9 +26,24 @@ def mypy_cache(tmp_path_factory) -> Path:
 
 
 def mypy(cache: Path, *targets: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mypy", "--cache-dir", str(cache), "--no-error-summary",
-                           "--disable-error-code", "empty-body", "--follow-imports=silent", *targets],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--cache-dir",
+            str(cache),
+            "--no-error-summary",
+            "--disable-error-code",
+            "empty-body",
+            "--follow-imports=silent",
+            *targets,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_backends_and_the_queue_type_check_and_every_backend_satisfies_the_contract(mypy_cache):
@@ -45,21 +60,25 @@ def _backend_copy(change=None) -> str:
     source = inspect.getsource(contract.Backend).replace("class Backend(Protocol):", "class Copy:", 1)
     if change is not None:
         source = change(source)
-    names = ", ".join(n for n in ("Backend", "Claim", "Claimed", "Completing", "Completion", "NewJob",
-                                  "Refusals", "Tracer"))
-    return (f"from __future__ import annotations\nimport threading\n"
-            f"from contextlib import AbstractContextManager\nfrom typing import Callable, Sequence\n"
-            f"from leaselab.job import Event, Job, Status\nfrom leaselab.backends.contract import {names}\n\n"
-            f"{source}\n\n_CONTRACT: type[Backend] = Copy\n\n\n"
-            # The same check on an instance, whose message names the member that does not fit.
-            f"def _as_backend(copy: Copy) -> Backend:\n    return copy\n")
+    names = ", ".join(
+        n for n in ("Backend", "Claim", "Claimed", "Completing", "Completion", "NewJob", "Refusals", "Tracer")
+    )
+    return (
+        f"from __future__ import annotations\nimport threading\n"
+        f"from contextlib import AbstractContextManager\nfrom typing import Callable, Sequence\n"
+        f"from leaselab.job import Event, Job, Status\nfrom leaselab.backends.contract import {names}\n\n"
+        f"{source}\n\n_CONTRACT: type[Backend] = Copy\n\n\n"
+        # The same check on an instance, whose message names the member that does not fit.
+        f"def _as_backend(copy: Copy) -> Backend:\n    return copy\n"
+    )
 
 
 def _without(method: str):
     def change(source: str) -> str:
         node = next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == method)
         lines = source.splitlines(keepends=True)
-        return "".join(lines[: node.lineno - 1] + lines[node.end_lineno:])
+        return "".join(lines[: node.lineno - 1] + lines[node.end_lineno :])
+
     return change
 
 
@@ -83,9 +102,10 @@ def test_a_backend_that_misses_a_method_fails_the_check_naming_it(tmp_path, mypy
 
 def test_a_backend_with_a_wrong_signature_fails_the_check_naming_the_method(tmp_path, mypy_cache):
     wrong = lambda source: source.replace(  # noqa: E731  (the durable flag forgotten)
-        "def claim(self, claim: Claim, *, durable: bool)", "def claim(self, claim: Claim)", 1)
+        "def claim(self, claim: Claim, *, durable: bool)", "def claim(self, claim: Claim)", 1
+    )
     assert wrong(inspect.getsource(contract.Backend)) != inspect.getsource(contract.Backend)
     out = _check(tmp_path, mypy_cache, _backend_copy(wrong))
     assert out.returncode == 1, out.stdout + out.stderr
     assert 'variable has type "type[Backend]"' in out.stdout, out.stdout
-    assert "Following member(s) of \"Copy\" have conflicts" in out.stdout and "claim" in out.stdout, out.stdout
+    assert 'Following member(s) of "Copy" have conflicts' in out.stdout and "claim" in out.stdout, out.stdout

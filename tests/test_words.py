@@ -13,9 +13,25 @@ from leaselab.lab.i18n import STRINGS
 from leaselab.lessons.texts import MESSAGES
 
 
-@pytest.mark.parametrize("n, form", [(0, "задач"), (1, "задача"), (2, "задачи"), (4, "задачи"), (5, "задач"),
-                                     (11, "задач"), (12, "задач"), (14, "задач"), (21, "задача"), (22, "задачи"),
-                                     (101, "задача"), (111, "задач"), (522, "задачи"), (1.5, "задачи")])
+@pytest.mark.parametrize(
+    "n, form",
+    [
+        (0, "задач"),
+        (1, "задача"),
+        (2, "задачи"),
+        (4, "задачи"),
+        (5, "задач"),
+        (11, "задач"),
+        (12, "задач"),
+        (14, "задач"),
+        (21, "задача"),
+        (22, "задачи"),
+        (101, "задача"),
+        (111, "задач"),
+        (522, "задачи"),
+        (1.5, "задачи"),
+    ],
+)
 def test_russian_takes_one_few_or_many_by_the_last_digits(n, form):
     assert words.plural(n, ("задача", "задачи", "задач"), "ru") == form
 
@@ -32,19 +48,22 @@ def test_a_template_fills_the_number_and_its_word():
     assert words.render("через {s:g} {s|секунду|секунды|секунд}", "ru", s=1) == "через 1 секунду"
 
 
-@pytest.mark.parametrize("value, spec, en, ru", [
-    (0.11, "", "0.11", "0,11"),
-    (10000, ",", "10,000", "10\u00a0000"),
-    (5000, ",", "5,000", "5000"),
-    (1234567.5, ",.1f", "1,234,567.5", "1\u00a0234\u00a0567,5"),
-    (-12000, ",", "-12,000", "-12\u00a0000"),
-    (938.4, ".0f", "938", "938"),
-    (10000, "", "10000", "10000"),  # no spec, no grouping: a job id or a pid stays as it is
-])
+@pytest.mark.parametrize(
+    "value, spec, en, ru",
+    [
+        (0.11, "", "0.11", "0,11"),
+        (10000, ",", "10,000", "10\u00a0000"),
+        (5000, ",", "5,000", "5000"),
+        (1234567.5, ",.1f", "1,234,567.5", "1\u00a0234\u00a0567,5"),
+        (-12000, ",", "-12,000", "-12\u00a0000"),
+        (938.4, ".0f", "938", "938"),
+        (10000, "", "10000", "10000"),  # no spec, no grouping: a job id or a pid stays as it is
+    ],
+)
 def test_numbers_are_written_as_each_language_writes_them(value, spec, en, ru):
     assert words.number(value, spec, "en") == en
     assert words.number(value, spec, "ru") == ru
-    assert words.render("{x:%s}" % spec if spec else "{x}", "ru", x=value) == ru
+    assert words.render(f"{{x:{spec}}}" if spec else "{x}", "ru", x=value) == ru
 
 
 def test_a_wrong_count_of_forms_or_an_unknown_language_is_refused():
@@ -71,8 +90,12 @@ def _templates():
 
 
 def test_every_plural_in_every_template_gives_its_language_s_number_of_forms():
-    wrong = [f"{table} {lang} {key!r}: {forms!r}" for table, lang, key, text in _templates()
-             for forms in words.plural_forms(text) if len(forms) != {"en": 2, "ru": 3}[lang]]
+    wrong = [
+        f"{table} {lang} {key!r}: {forms!r}"
+        for table, lang, key, text in _templates()
+        for forms in words.plural_forms(text)
+        if len(forms) != {"en": 2, "ru": 3}[lang]
+    ]
     assert sum(1 for t in _templates() if words.plural_forms(t[3])) >= 10  # the templates do use plurals
     assert wrong == []
 
@@ -83,7 +106,10 @@ def test_the_plural_rule_and_the_lookup_of_a_text_are_written_once_in_words():
     package = Path(words.__file__).resolve().parent
     rule = re.compile(r"%\s*100")
     lookups = re.compile(r"(MESSAGES|STRINGS)\[lang\]")
-    copies = [str(p.relative_to(package)) for p in package.rglob("*.py")
-              if p.name != "words.py" and (rule.search(p.read_text(encoding="utf-8"))
-                                           or lookups.search(p.read_text(encoding="utf-8")))]
+    copies = [
+        str(p.relative_to(package))
+        for p in package.rglob("*.py")
+        if p.name != "words.py"
+        and (rule.search(p.read_text(encoding="utf-8")) or lookups.search(p.read_text(encoding="utf-8")))
+    ]
     assert copies == []

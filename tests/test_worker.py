@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from polling import wait_until
 from leaselab import Backoff, HandlerError, Job, LeaselabError, ManualClock, Queue, Status, Worker
 from leaselab.worker import load_handler
+from polling import wait_until
 
 
 class RecordingStop:
@@ -90,8 +90,18 @@ def test_a_handler_named_by_import_path_runs(queue):
     assert queue.get(job_id).result == {"echo": [1, 2, 3]}
 
 
-@pytest.mark.parametrize("path", ["nope", "a:b:c", ":task", "leaselab.harness.demo:", "no_such_module_xyz:task",
-                                  "leaselab.harness.demo:no_such_handler", "leaselab.harness.demo:__doc__"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "nope",
+        "a:b:c",
+        ":task",
+        "leaselab.harness.demo:",
+        "no_such_module_xyz:task",
+        "leaselab.harness.demo:no_such_handler",
+        "leaselab.harness.demo:__doc__",
+    ],
+)
 def test_a_bad_handler_path_is_a_handler_error_at_construction(queue, path):
     with pytest.raises(HandlerError):
         Worker(queue, path, name="w1")
@@ -113,8 +123,11 @@ class _AsyncCallable:
         return job.payload
 
 
-@pytest.mark.parametrize("handler", [_async_handler, functools.partial(_async_handler), _AsyncCallable()],
-                         ids=["async def", "a partial of one", "an object with an async __call__"])
+@pytest.mark.parametrize(
+    "handler",
+    [_async_handler, functools.partial(_async_handler), _AsyncCallable()],
+    ids=["async def", "a partial of one", "an object with an async __call__"],
+)
 def test_an_async_handler_is_a_handler_error_at_construction_and_no_job_is_touched(queue, handler):
     """Called as a plain function it would return a coroutine that never runs, and every job would fail
     with "not JSON": the worker refuses it up front and says why."""
@@ -223,8 +236,9 @@ def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(db_path):
         other.reap()
         taken.append(other.claim("B", lease=30))
         # Return only once our heartbeat has been refused, so the worker sees it lost.
-        wait_until(lambda: any(e.kind == "lease_lost" for e in other.events(job.id)),
-                   message="the heartbeat to be refused")
+        wait_until(
+            lambda: any(e.kind == "lease_lost" for e in other.events(job.id)), message="the heartbeat to be refused"
+        )
         return "A's result"
 
     stats = Worker(q, handler, name="A", lease=0.3, exit_when_idle=False).run(max_jobs=1)
@@ -234,7 +248,13 @@ def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(db_path):
     other.complete(job_id, taken[0].token, "B's result")
     assert q.get(job_id).result == "B's result"
     assert [e.kind for e in q.events(job_id) if e.kind != "heartbeat"] == [
-        "enqueued", "claimed", "reaped", "claimed", "lease_lost", "completed"]
+        "enqueued",
+        "claimed",
+        "reaped",
+        "claimed",
+        "lease_lost",
+        "completed",
+    ]
     other.close()
     q.close()
 

@@ -1,4 +1,5 @@
-"""The wrong ways really are wrong: the naive claim hands one job to two workers, the unfenced write lets a zombie win."""
+"""The wrong ways really are wrong: the naive claim hands one job to two workers, the unfenced write lets a zombie
+win."""
 
 from __future__ import annotations
 
@@ -93,8 +94,10 @@ def test_an_unknown_transaction_is_refused_by_name(tmp_path):
 
 # -- a claim not made durable: a server crash hands its fence out again (lesson 6) -----------------
 
+
 def test_a_crash_forgets_a_forgetful_claim_and_the_next_claim_gets_its_fence_while_a_durable_one_is_kept(
-        crashable_server):
+    crashable_server,
+):
     from servers import fresh_database
 
     url = fresh_database(crashable_server, "forgetful")
@@ -138,5 +141,6 @@ def test_when_no_crash_forgets_the_claim_the_error_names_the_setting_that_makes_
             pass
 
     from servers import fresh_database
+
     with pytest.raises(CrashKeptTheClaim, match="none of 2 crashes forgot the claim.*LAZY_WAL_WRITER"):
         wrong.claim_until_a_crash_forgets(Survives(), fresh_database(pg_server, "kept"), rounds=2)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..backoff import Backoff
@@ -30,9 +31,11 @@ _SERVER_SCHEME = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
 # libpq's connection keywords (the ones a person writes; libpq knows a few more) at the start of
 # the text, after a space, or after a slash: a Fleet makes a relative target absolute before
 # opening it, so "host=db password=…" may arrive as "/home/me/host=db password=…".
-_CONNINFO = re.compile(r"(?:^|[\s/\\])(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|"
-                       r"connect_timeout|options|application_name|target_session_attrs|sslrootcert)\s*=",
-                       re.IGNORECASE)
+_CONNINFO = re.compile(
+    r"(?:^|[\s/\\])(?:host|hostaddr|port|dbname|user|password|passfile|service|sslmode|"
+    r"connect_timeout|options|application_name|target_session_attrs|sslrootcert)\s*=",
+    re.IGNORECASE,
+)
 # A PostgreSQL URL with its slashes mistyped ("postgresql:/…", "postgres:u@h"), or any other
 # scheme's URL: as a file path, SQLite would make folders named after it, password and all.
 _ALMOST_SERVER = re.compile(r"(?:^|[/\\])\s*postgres(?:ql)?:", re.IGNORECASE)
@@ -57,7 +60,7 @@ def names_a_vfs(target: str) -> bool:
 def server_url(target: str) -> str:
     """The URL with its scheme in lower case: libpq reads ``POSTGRESQL://`` as a broken key=value string."""
     scheme = _SERVER_SCHEME.match(target)
-    return scheme.group().lower() + target[scheme.end():] if scheme else target
+    return scheme.group().lower() + target[scheme.end() :] if scheme else target
 
 
 def check_target(target: str) -> None:
@@ -65,16 +68,21 @@ def check_target(target: str) -> None:
     if is_server_url(target) or target.startswith("file:") or target == ":memory:":
         return
     if _CONNINFO.search(target):
-        raise InvalidTarget(f"the queue target is a libpq key=value connection string {_NOT_REPEATED}; "
-                            "leaselab takes a postgresql://user@host:port/dbname URL, with the password "
-                            "in a password file (~/.pgpass or PGPASSFILE)")
+        raise InvalidTarget(
+            f"the queue target is a libpq key=value connection string {_NOT_REPEATED}; "
+            "leaselab takes a postgresql://user@host:port/dbname URL, with the password "
+            "in a password file (~/.pgpass or PGPASSFILE)"
+        )
     if _ALMOST_SERVER.search(target):
-        raise InvalidTarget(f"the queue target looks like a PostgreSQL URL but does not start with "
-                            f"postgresql:// {_NOT_REPEATED}")
+        raise InvalidTarget(
+            f"the queue target looks like a PostgreSQL URL but does not start with postgresql:// {_NOT_REPEATED}"
+        )
     other = _OTHER_SCHEME.match(target)
     if other:
-        raise InvalidTarget(f"the queue target is a {other.group(1)}:// URL {_NOT_REPEATED}; leaselab takes a "
-                            "SQLite file path or a postgresql:// URL")
+        raise InvalidTarget(
+            f"the queue target is a {other.group(1)}:// URL {_NOT_REPEATED}; leaselab takes a "
+            "SQLite file path or a postgresql:// URL"
+        )
 
 
 def secrets_in(target: str) -> set[str]:
@@ -88,7 +96,7 @@ def secrets_in(target: str) -> set[str]:
     found: set[str] = set()
     scheme = re.search(r"://", target)
     if scheme:
-        rest = target[scheme.end():]
+        rest = target[scheme.end() :]
         first, last = rest.find("@"), rest.rfind("@")
         if first >= 0:
             for userinfo in {rest[:first], rest[:last]}:
@@ -130,10 +138,13 @@ def open_backend(
         try:
             from .postgres import PostgresBackend
         except ImportError as exc:
-            raise ImportError(f"a PostgreSQL queue needs {PSYCOPG}: pip install '{PSYCOPG}', or in a clone of "
-                              f"leaselab: pip install -e '.[postgres]' ({exc})") from exc
-        return PostgresBackend(server_url(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer,
-                               create=create)
+            raise ImportError(
+                f"a PostgreSQL queue needs {PSYCOPG}: pip install '{PSYCOPG}', or in a clone of "
+                f"leaselab: pip install -e '.[postgres]' ({exc})"
+            ) from exc
+        return PostgresBackend(
+            server_url(target), busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create
+        )
     if names_a_vfs(target):
         try:
             from .apsw import ApswBackend

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
-from typing import Any, Callable, Iterable, Iterator, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import InvalidPayload, LeaselabError
 from ..job import Event, Job, Status
@@ -58,8 +59,9 @@ class SqlRefusals:
         return self._run(self._sql.FAILED_BY, {"id": job_id, "token": token, "error": error}).fetchone()[0] > 0
 
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
-        rows = self._run(self._sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail,
-                                                       "after": 0}).fetchall()
+        rows = self._run(
+            self._sql.RECORD_LEASE_LOST, {"id": job_id, "token": token, "now": now, "detail": detail, "after": 0}
+        ).fetchall()
         if not rows:
             return None
         event_id, status = rows[0]
@@ -75,7 +77,7 @@ class _Transaction:
 
     __slots__ = ("_backend", "_durable", "_conn", "_begun")
 
-    def __init__(self, backend: "SqlBackend", durable: bool):
+    def __init__(self, backend: SqlBackend, durable: bool):
         self._backend, self._durable = backend, durable
 
     def __enter__(self) -> Run:
@@ -211,6 +213,7 @@ class SqlBackend:
     def _bounded_transaction(self, durable: bool) -> Iterator[Run]:
         """``transaction`` on a dialect that bounds its calls: the bound wraps the whole transaction,
         so it sees every error of it first (a call it cut, on PostgreSQL)."""
+
         def run(statement: str, params: Any = ()) -> Any:
             if self._adapts_params:
                 params = self._prepare(params)
@@ -262,8 +265,9 @@ class SqlBackend:
 
     def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
         self._check_tokens(tokens)
-        rows = self.run(self.statements.HEARTBEAT_MANY, {"tokens": json.dumps(list(tokens)), "now": now,
-                                                         "lease": lease})
+        rows = self.run(
+            self.statements.HEARTBEAT_MANY, {"tokens": json.dumps(list(tokens)), "now": now, "lease": lease}
+        )
         return {job_id: until for job_id, until in rows}
 
     def complete(self, done: Completion, now: float, *, durable: bool) -> bool:
@@ -283,8 +287,9 @@ class SqlBackend:
             pass
 
     def fail(self, job_id: int, token: str, error: str, now: float) -> str | None:
-        rows = self.run(self.statements.FAIL, {"id": job_id, "token": token, "error": error, "now": now,
-                                               **self.backoff_params})
+        rows = self.run(
+            self.statements.FAIL, {"id": job_id, "token": token, "error": error, "now": now, **self.backoff_params}
+        )
         return rows[0][0] if rows else None
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:
@@ -306,8 +311,10 @@ class SqlBackend:
         if status is None:
             rows = self.run(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, {"limit": limit})
         else:
-            rows = self.run(sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS,
-                            {"status": status.value, "limit": limit})
+            rows = self.run(
+                sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS,
+                {"status": status.value, "limit": limit},
+            )
         return [Job.from_row_or_damaged(row) for row in rows]
 
     def stats(self) -> dict[str, int]:
@@ -325,8 +332,13 @@ class SqlBackend:
 
 
 def _enqueued(job: NewJob, now: float) -> dict[str, Any]:
-    return {"payload": job.payload, "priority": job.priority, "run_at": job.run_at,
-            "max_attempts": job.max_attempts, "now": now}
+    return {
+        "payload": job.payload,
+        "priority": job.priority,
+        "run_at": job.run_at,
+        "max_attempts": job.max_attempts,
+        "now": now,
+    }
 
 
 def _claiming(claim: Claim) -> dict[str, Any]:

@@ -17,9 +17,10 @@ returns (the queue's ``durability="full"``). A fenced write that changed no row 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, Protocol, Sequence, Union
+from typing import Any, NamedTuple, Protocol
 
 from ..job import Event, Job, Status
 
@@ -62,7 +63,7 @@ class Unreadable(NamedTuple):
 
 
 # What a claim hands back for one job.
-Claimed = Union[Job, Unreadable]
+Claimed = Job | Unreadable
 
 
 class Outcome(NamedTuple):
@@ -168,13 +169,15 @@ class Backend(Protocol):
         """Every completion in one transaction, each fenced on its own; the ids that completed."""
         ...
 
-    def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
-                                durable: bool) -> tuple[list[int], list[Claimed]]:
+    def complete_many_and_claim(
+        self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
+    ) -> tuple[list[int], list[Claimed]]:
         """``complete_many`` and ``claim_many`` in one transaction; the claim does not wait on the completions."""
         ...
 
-    def completing(self, done: Completion, now: Callable[[], float], *,
-                   durable: bool) -> AbstractContextManager[Completing]:
+    def completing(
+        self, done: Completion, now: Callable[[], float], *, durable: bool
+    ) -> AbstractContextManager[Completing]:
         """One transaction: the caller's block (on ``Completing.connection``), then the fenced completion
         dated ``now()``; all rolled back if that changed no row (``Completing.completed`` False)."""
         ...

@@ -30,18 +30,22 @@ RETURNING id
 # workers, in any processes, can never both get the same job. A server adds row locking to the
 # subquery ({lock}: see the PostgreSQL statements). claim() writes it once for the single claim,
 # the batch and the fused statements.
-_CLAIMED = """UPDATE jobs SET status = 'running', attempts = attempts + 1,
+_CLAIMED = (
+    """UPDATE jobs SET status = 'running', attempts = attempts + 1,
        lease_until = :lease_until, worker = :worker, token = {token}, started_at = :now,
        updated_at = :now, last_event = 'claimed'
  WHERE id {pick} (SELECT id FROM jobs
               WHERE status = 'pending' AND run_at <= :now{also}
               ORDER BY priority DESC, run_at ASC, id ASC
               LIMIT {limit}{lock})
-RETURNING """ + JOB_COLUMNS
+RETURNING """
+    + JOB_COLUMNS
+)
 
 
 def claim(lock: str, token: str = ":token", pick: str = "=", limit: str = "1", also: str = "") -> str:
-    """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further condition."""
+    """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further
+    condition."""
     return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock)
 
 
@@ -65,9 +69,13 @@ COMPLETED = """UPDATE jobs SET status = 'done', result = {result}, lease_until =
 
 # Fenced: only the holder of the current token may change a running job. No RETURNING: how
 # many rows it changed (1, or 0 when fenced off) is the whole answer.
-COMPLETE = "\n" + COMPLETED.format(result=":result") + """
+COMPLETE = (
+    "\n"
+    + COMPLETED.format(result=":result")
+    + """
  WHERE id = :id AND status = 'running' AND token = :token
 """
+)
 
 # A failed attempt and an expired lease end alike: back to pending after the backoff ({backoff},
 # the dialect's own expression of the queue's Backoff.delay(attempts)), or dead once the attempts
@@ -83,18 +91,25 @@ UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pe
 
 def fail(backoff: str) -> str:
     """The fenced failure, with the dialect's backoff."""
-    return _RETRY_OR_DEAD.format(backoff=backoff, error=":error", event="failed") + """\
+    return (
+        _RETRY_OR_DEAD.format(backoff=backoff, error=":error", event="failed")
+        + """\
  WHERE id = :id AND status = 'running' AND token = :token
 RETURNING status
 """
+    )
 
 
 def reap(backoff: str, expired: str) -> str:
     """The reaper, one conditional statement, never read-then-write: ``expired`` is the WHERE that picks
     the expired leases (not those whose token is in :keep, a JSON array), in the dialect's words."""
-    return _RETRY_OR_DEAD.format(backoff=backoff, error="'lease expired'", event="reaped") + expired + """
+    return (
+        _RETRY_OR_DEAD.format(backoff=backoff, error="'lease expired'", event="reaped")
+        + expired
+        + """
 RETURNING id
 """
+    )
 
 
 # A job's history is a linked list: jobs.last_event_id is its newest event and each event's
@@ -114,7 +129,9 @@ WITH RECURSIVE chain(id) AS (
 # LINK_EVENT then makes the new event the head of the job's history, in the same transaction.
 # {lock} is how the dialect locks the job's row first, so a change committed between this read
 # of last_event_id and LINK_EVENT (the new holder's completion, say) cannot be cut out of the list.
-_RECORD_LEASE_LOST = JOB_CHAIN + """,
+_RECORD_LEASE_LOST = (
+    JOB_CHAIN
+    + """,
 claim AS (SELECT e.worker, e.attempt FROM events e
            WHERE e.id IN (SELECT id FROM chain) AND e.token = :token AND e.kind = 'claimed')
 INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
@@ -123,6 +140,7 @@ SELECT j.id, 'lease_lost', :now, (SELECT worker FROM claim LIMIT 1), :token,
   FROM jobs j WHERE j.id = :id{lock}
 RETURNING id, (SELECT status FROM jobs WHERE id = :id)
 """
+)
 
 
 def record_lease_lost(lock: str) -> str:
@@ -140,10 +158,13 @@ OUTCOME = "SELECT status, token, last_event, result, last_error FROM jobs WHERE 
 
 # A failure that went through unseen and was then overtaken: the job, put back to pending, was
 # claimed again, so its row names another token. Its 'failed' event under this token says so.
-FAILED_BY = JOB_CHAIN.replace(":after", "0") + """
+FAILED_BY = (
+    JOB_CHAIN.replace(":after", "0")
+    + """
 SELECT count(*) FROM events
  WHERE id IN (SELECT id FROM chain) AND token = :token AND kind = 'failed' AND detail = :error
 """
+)
 
 # The running jobs one claim holds: its token, or (a batch claim) the token, '-' and the job id.
 # A worker asks this after a claim whose reply it never saw: the tokens are its own, made before it asked.
@@ -166,8 +187,11 @@ STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
 
 EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id"
 
-EVENTS_FOR_JOB = JOB_CHAIN + f"""
+EVENTS_FOR_JOB = (
+    JOB_CHAIN
+    + f"""
 SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > :after ORDER BY id
 """
+)
 
 NEXT_RUN_AT = "SELECT min(run_at) FROM jobs WHERE status = 'pending'"

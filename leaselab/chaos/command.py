@@ -16,9 +16,9 @@ import signal
 import sys
 from pathlib import Path
 
-from ..words import check_lang
-from ..harness.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
 from ..backends import is_server_url
+from ..harness.pgserver import LAZY_WAL_WRITER, PgServer, PgStartFailed, PgUnavailable
+from ..words import check_lang
 from .run import Progress, run
 from .schedule import Schedule, applicable
 from .texts import text
@@ -67,9 +67,22 @@ def main(args: argparse.Namespace) -> int:
             target = server.create_database("chaos")
             folder = folder or THROWAWAY_FOLDER
         lease = {} if args.lease is None else {"lease": args.lease}
-        result = run(target, args.handler, workers=args.workers, concurrency=args.concurrency, jobs=args.jobs,
-                     payload=payload, seconds=args.seconds, faults=args.faults, seed=seed, server=server,
-                     folder=Path(folder) if folder else None, on_start=on_start, progress=on_progress, **lease)
+        result = run(
+            target,
+            args.handler,
+            workers=args.workers,
+            concurrency=args.concurrency,
+            jobs=args.jobs,
+            payload=payload,
+            seconds=args.seconds,
+            faults=args.faults,
+            seed=seed,
+            server=server,
+            folder=Path(folder) if folder else None,
+            on_start=on_start,
+            progress=on_progress,
+            **lease,
+        )
     except KeyboardInterrupt:
         print(text("interrupted", lang), file=sys.stderr, flush=True)
         return EXIT_INTERRUPTED

@@ -12,7 +12,8 @@ class UnknownFault(LeaselabError, ValueError):
 
 
 class FaultNotApplicable(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash of a server it did not start)."""
+    """Raised when ``leaselab chaos`` is asked for a fault its queue cannot have (a partition of a SQLite file, a crash
+    of a server it did not start)."""
 
 
 class FaultMissed(LeaselabError, RuntimeError):
@@ -20,8 +21,10 @@ class FaultMissed(LeaselabError, RuntimeError):
 
 
 class ServerNotRecovered(LeaselabError, RuntimeError):
-    """Raised when ``leaselab chaos`` crashed the server it started and could not start it again: the rest of the run would prove nothing."""
+    """Raised when ``leaselab chaos`` crashed the server it started and could not start it again: the rest of the run
+    would prove nothing."""
 
 
 class QueueNotEmpty(LeaselabError, ValueError):
-    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job in it."""
+    """Raised when ``leaselab chaos`` is pointed at a queue that already holds jobs: its checker judges every job
+    in it."""

@@ -14,9 +14,10 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import TransientError
 from ..harness.errors import WorkerNotRunning
@@ -45,9 +46,19 @@ class Slots:
     ``clock_dir`` every worker can have its clock jump (``jumps``), each reading its own file there.
     """
 
-    def __init__(self, fleet: Fleet, names: tuple[str, ...], *, handler: str, lease: float,
-                 concurrency: tuple[int, ...] = (1,), env: dict[str, str] | None = None,
-                 clock_dir: Path | None = None, poll: float = 0.02, max_poll: float = 0.2):
+    def __init__(
+        self,
+        fleet: Fleet,
+        names: tuple[str, ...],
+        *,
+        handler: str,
+        lease: float,
+        concurrency: tuple[int, ...] = (1,),
+        env: dict[str, str] | None = None,
+        clock_dir: Path | None = None,
+        poll: float = 0.02,
+        max_poll: float = 0.2,
+    ):
         self.fleet, self.names, self.handler, self.lease = fleet, names, handler, lease
         self.concurrency, self.env, self.clock_dir = concurrency, dict(env or {}), clock_dir
         self.poll, self.max_poll = poll, max_poll
@@ -65,8 +76,16 @@ class Slots:
             env.update(jumps.environment(self.clock_file(name)))
             launcher = jumps.LAUNCHER
         slots = self.concurrency[self.names.index(slot) % len(self.concurrency)]
-        self.fleet.spawn(self.handler, lease=self.lease, name=name, poll=self.poll, max_poll=self.max_poll,
-                         concurrency=slots, env=env, launcher=launcher)
+        self.fleet.spawn(
+            self.handler,
+            lease=self.lease,
+            name=name,
+            poll=self.poll,
+            max_poll=self.max_poll,
+            concurrency=slots,
+            env=env,
+            launcher=launcher,
+        )
         self._current[slot] = name
         return name
 
@@ -75,6 +94,7 @@ class Slots:
         return self._current[slot]
 
     def clock_file(self, name: str) -> Path:
+        assert self.clock_dir is not None  # a clock fault is only scheduled with a clock_dir
         return self.clock_dir / f"{name}.clock"
 
 
@@ -86,8 +106,15 @@ class Nemesis:
     is ended then: no worker is left frozen, cut off or on a wrong clock.
     """
 
-    def __init__(self, schedule: Schedule, slots: Slots, *, server: Any = None,
-                 server_lock: threading.Lock | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        schedule: Schedule,
+        slots: Slots,
+        *,
+        server: Any = None,
+        server_lock: threading.Lock | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.schedule, self.slots, self.fleet = schedule, slots, slots.fleet
         self.server, self.server_lock = server, server_lock or threading.Lock()
         self.clock = clock
@@ -111,6 +138,7 @@ class Nemesis:
                 if self._stop.wait(max(0.0, start + due - self.clock())):
                     break
                 if not begins:
+                    assert step.worker is not None  # only a fault on a worker's slot is ended later
                     self._end(step.worker, step)
                     continue
                 if step.worker in self._open:  # the one before on this slot began late: it ends now
@@ -134,6 +162,7 @@ class Nemesis:
             except Exception as exc:  # a server that would not come back: recorded; the drain will show the rest
                 return Applied(step, at, None, f"{type(exc).__name__}: {exc}")
             return Applied(step, at, None)
+        assert step.worker is not None  # every other fault is on a worker's slot
         name = self.slots.current(step.worker)
         try:
             if step.fault == "kill":

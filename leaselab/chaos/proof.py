@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..check import Report, check
-from .errors import FaultMissed
 from ..harness.effects import Ledger
+from .errors import FaultMissed
 from .run import ChaosResult, run
 from .texts import text
 
@@ -77,20 +77,37 @@ def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed:
     module = f"pay_{fault}_{os.getpid()}_{len(list(folder.parent.iterdir()))}"
     (folder / f"{module}.py").write_text(source, encoding="utf-8")
     ledger = folder / "ledger.db"
-    jobs = [{"payload": {"ledger": str(ledger), "account": a, "amount": AMOUNT, "fault": fault, "victim": 1}}
-            for a in ACCOUNTS]
+    jobs = [
+        {"payload": {"ledger": str(ledger), "account": a, "amount": AMOUNT, "fault": fault, "victim": 1}}
+        for a in ACCOUNTS
+    ]
     sys.path.insert(0, str(folder))  # run() imports the handler here first, so a broken one fails at once
     try:
-        result = run(folder / "queue.db", f"{module}:pay", workers=2, jobs=jobs, seconds=2.0, lease=LEASE,
-                     faults=["pause"], seed=seed, env={"PYTHONPATH": str(folder)}, folder=folder / "run")
+        result = run(
+            folder / "queue.db",
+            f"{module}:pay",
+            workers=2,
+            jobs=jobs,
+            seconds=2.0,
+            lease=LEASE,
+            faults=["pause"],
+            seed=seed,
+            env={"PYTHONPATH": str(folder)},
+            folder=folder / "run",
+        )
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop(module, None)
     attempts_of_1 = next((j.attempts for j in _jobs_of(folder / "queue.db") if j.id == 1), 0)
     if attempts_of_1 < 2:
-        logs = "\n".join(f"{p.name}: {p.read_text(errors='replace')[-1500:]}" for p in sorted((folder / "run" / "logs").glob("*.log")))
-        raise FaultMissed(f"the fault {fault!r} put into job 1's handler did not strike (job 1 ran {attempts_of_1} "
-                          f"time(s)); does the handler call gates.fault_point(job, {fault!r})? worker logs:\n{logs}")
+        logs = "\n".join(
+            f"{p.name}: {p.read_text(errors='replace')[-1500:]}"
+            for p in sorted((folder / "run" / "logs").glob("*.log"))
+        )
+        raise FaultMissed(
+            f"the fault {fault!r} put into job 1's handler did not strike (job 1 ran {attempts_of_1} "
+            f"time(s)); does the handler call gates.fault_point(job, {fault!r})? worker logs:\n{logs}"
+        )
     with Ledger(ledger) as book:
         report = check(folder / "queue.db", effects=book.effects, lease=LEASE)
         balances = {a: book.balance(a) for a in ACCOUNTS}
@@ -108,11 +125,15 @@ def verdict(trials: list[Trial], lang: str = "en") -> str:
             return text("proof_wrong", lang, detail=f"{where}: {a.title(lang)}: {a.sentence(lang)}")
         if not t.paid_once:
             account, got = next((acc, b) for acc, b in t.balances.items() if b != AMOUNT)
-            return text("proof_wrong", lang, detail=text("proof_money", lang, where=where, account=account,
-                                                         got=got, want=AMOUNT))
+            return text(
+                "proof_wrong",
+                lang,
+                detail=text("proof_money", lang, where=where, account=account, got=got, want=AMOUNT),
+            )
         if t.attempts > t.budget:
-            return text("proof_wrong", lang, detail=text("proof_budget", lang, where=where, n=t.attempts,
-                                                         budget=t.budget))
+            return text(
+                "proof_wrong", lang, detail=text("proof_budget", lang, where=where, n=t.attempts, budget=t.budget)
+            )
     return text("proof_right", lang, n=len(ACCOUNTS), amount=AMOUNT)
 
 

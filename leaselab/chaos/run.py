@@ -21,18 +21,19 @@ import secrets
 import shutil
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
-from ..check import Report, check
 from ..arguments import integer, positive
-from .errors import QueueNotEmpty, ServerNotRecovered
+from ..backends import is_server_url
+from ..check import Report, check
 from ..errors import TransientError
 from ..harness.fleet import DEFAULT_HANDLER, Fleet, WorkerStatus, files_prefix
-from ..backends import is_server_url
 from ..queue import Queue
 from ..worker import load_handler
+from .errors import QueueNotEmpty, ServerNotRecovered
 from .nemesis import Applied, Nemesis, Slots, run_in_thread
 from .schedule import FAULTS, Schedule, applicable, plan, slots
 from .texts import text
@@ -40,10 +41,10 @@ from .texts import text
 DEFAULT_LEASE = 1.0
 # Bounds on the load one run may put on a machine: a typo must not start a thousand processes.
 MAX_WORKERS, MAX_CONCURRENCY, MAX_JOBS, MAX_SECONDS = 32, 16, 100_000, 3600.0
-UP_FRONT = 0.25    # of the jobs, enqueued before the first worker starts
-FEED_OVER = 0.8    # the rest go in over this part of the faults' time ...
-BATCH = 50         # ... this many at a time
-GRACE = 10.0       # seconds a worker gets to finish its job at the end before SIGKILL
+UP_FRONT = 0.25  # of the jobs, enqueued before the first worker starts
+FEED_OVER = 0.8  # the rest go in over this part of the faults' time ...
+BATCH = 50  # ... this many at a time
+GRACE = 10.0  # seconds a worker gets to finish its job at the end before SIGKILL
 EFFECTS_ENV = "LEASELAB_EFFECTS"  # where leaselab.check.record_effect appends, as that module reads it
 
 
@@ -59,8 +60,15 @@ class Progress:
 
     def render(self, lang: str = "en") -> str:
         detail = "".join(f", {text('label_' + f, lang)} {n}" for f, n in self.by_fault.items())
-        return text("progress", lang, elapsed=self.elapsed, done=self.finished, total=self.total,
-                    faults=self.faults, detail=f" ({detail[2:]})" if detail else "")
+        return text(
+            "progress",
+            lang,
+            elapsed=self.elapsed,
+            done=self.finished,
+            total=self.total,
+            faults=self.faults,
+            detail=f" ({detail[2:]})" if detail else "",
+        )
 
 
 class ProgressLines:
@@ -78,8 +86,11 @@ class ProgressLines:
     def show(self, now: Progress, *, last: bool = False) -> None:
         if self.progress is None:
             return
-        if last and self.shown is not None and (self.shown.finished, self.shown.by_fault) == (
-                now.finished, now.by_fault):
+        if (
+            last
+            and self.shown is not None
+            and (self.shown.finished, self.shown.by_fault) == (now.finished, now.by_fault)
+        ):
             return
         self.shown = now
         self.progress(now)
@@ -94,13 +105,13 @@ class ChaosResult:
     applied: list[Applied]
     drained: bool
     drain_timeout: float
-    missing: int                  # acknowledged enqueues that are not in the jobs table
-    stats: dict[str, int]         # the jobs table by status at the end
+    missing: int  # acknowledged enqueues that are not in the jobs table
+    stats: dict[str, int]  # the jobs table by status at the end
     enqueued: int
-    workers: list[WorkerStatus]   # every worker process of the run, as the fleet saw it at the end
-    killed: list[str]             # the processes a kill step ended
+    workers: list[WorkerStatus]  # every worker process of the run, as the fleet saw it at the end
+    killed: list[str]  # the processes a kill step ended
     folder: Path
-    seconds: float                # how long the run took, start to checked
+    seconds: float  # how long the run took, start to checked
     effects: Path = field(default=Path())
 
     @property
@@ -119,13 +130,31 @@ class ChaosResult:
     def render(self, lang: str = "en") -> str:
         counts = self.fault_counts()
         detail = "".join(f", {text('label_' + f, lang)} {n}" for f, n in counts.items())
-        lines = [text("summary", lang, faults=sum(counts.values()), detail=f" ({detail[2:]})" if detail else "",
-                      workers=len(self.workers), dropped=self.replies_dropped)]
-        lines += [text("missed", lang, at=a.at, fault=a.step.fault, worker=a.step.worker or "", why=a.missed)
-                  for a in self.applied if a.missed is not None]
+        lines = [
+            text(
+                "summary",
+                lang,
+                faults=sum(counts.values()),
+                detail=f" ({detail[2:]})" if detail else "",
+                workers=len(self.workers),
+                dropped=self.replies_dropped,
+            )
+        ]
+        lines += [
+            text("missed", lang, at=a.at, fault=a.step.fault, worker=a.step.worker or "", why=a.missed)
+            for a in self.applied
+            if a.missed is not None
+        ]
         if not self.drained:
-            lines.append(text("not_drained", lang, seconds=self.drain_timeout, pending=self.stats.get("pending", 0),
-                              running=self.stats.get("running", 0)))
+            lines.append(
+                text(
+                    "not_drained",
+                    lang,
+                    seconds=self.drain_timeout,
+                    pending=self.stats.get("pending", 0),
+                    running=self.stats.get("running", 0),
+                )
+            )
         if self.missing:
             lines.append(text("missing", lang, n=self.missing))
         lines.append(self.report.render(lang))
@@ -133,13 +162,30 @@ class ChaosResult:
 
     def to_json(self) -> dict:
         return {
-            "clean": self.clean, "seed": self.schedule.seed, "schedule": self.schedule.to_json(),
-            "applied": [{"at": round(a.at, 3), "fault": a.step.fault, "worker": a.step.worker, "process": a.process,
-                         "missed": a.missed} for a in self.applied],
-            "faults": self.fault_counts(), "replies_dropped": self.replies_dropped, "drained": self.drained,
-            "missing": self.missing, "enqueued": self.enqueued, "stats": self.stats,
-            "workers": len(self.workers), "killed": self.killed, "seconds": round(self.seconds, 3),
-            "folder": str(self.folder), "report": self.report.to_json(),
+            "clean": self.clean,
+            "seed": self.schedule.seed,
+            "schedule": self.schedule.to_json(),
+            "applied": [
+                {
+                    "at": round(a.at, 3),
+                    "fault": a.step.fault,
+                    "worker": a.step.worker,
+                    "process": a.process,
+                    "missed": a.missed,
+                }
+                for a in self.applied
+            ],
+            "faults": self.fault_counts(),
+            "replies_dropped": self.replies_dropped,
+            "drained": self.drained,
+            "missing": self.missing,
+            "enqueued": self.enqueued,
+            "stats": self.stats,
+            "workers": len(self.workers),
+            "killed": self.killed,
+            "seconds": round(self.seconds, 3),
+            "folder": str(self.folder),
+            "report": self.report.to_json(),
         }
 
 
@@ -184,13 +230,26 @@ def _enqueue(q: Queue, batch: list[dict]) -> int:
     return len(batch)
 
 
-def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: int = 4,
-        concurrency: int | Iterable[int] = 1, jobs: int | Sequence[dict] = 500, payload: Any = None,
-        seconds: float = 60.0, lease: float = DEFAULT_LEASE, faults: Iterable[str] | str | None = None,
-        seed: int | None = None, server: Any = None, folder: str | os.PathLike | None = None,
-        drain_timeout: float | None = None, on_start: Callable[[Schedule], None] | None = None,
-        progress: Callable[[Progress], None] | None = None, progress_every: float = 2.0,
-        env: dict[str, str] | None = None) -> ChaosResult:
+def run(
+    target: str | os.PathLike,
+    handler: str = DEFAULT_HANDLER,
+    *,
+    workers: int = 4,
+    concurrency: int | Iterable[int] = 1,
+    jobs: int | Sequence[dict] = 500,
+    payload: Any = None,
+    seconds: float = 60.0,
+    lease: float = DEFAULT_LEASE,
+    faults: Iterable[str] | str | None = None,
+    seed: int | None = None,
+    server: Any = None,
+    folder: str | os.PathLike | None = None,
+    drain_timeout: float | None = None,
+    on_start: Callable[[Schedule], None] | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    progress_every: float = 2.0,
+    env: dict[str, str] | None = None,
+) -> ChaosResult:
     """Run ``handler`` on real workers under a seeded fault schedule, then check what the queue kept.
 
     ``target`` is an empty queue: a SQLite path or a ``postgresql://`` URL (a queue that already
@@ -220,8 +279,10 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
     with Queue(target) as q:
         held = sum(q.stats().values())
     if held:
-        raise QueueNotEmpty(f"the queue already holds {held} jobs; chaos checks every job in its queue, "
-                            "so give it an empty one (a new file, or a new database)")
+        raise QueueNotEmpty(
+            f"the queue already holds {held} jobs; chaos checks every job in its queue, "
+            "so give it an empty one (a new file, or a new database)"
+        )
     folder = Path(folder) if folder is not None else Path(files_prefix(target) + ".chaos")
     _fresh(folder)
     effects = folder / "effects.jsonl"
@@ -235,10 +296,17 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
     if "clock" in chosen:
         clock_dir = folder / "clock"
         clock_dir.mkdir()
-    pool = Slots(fleet, slots(workers), handler=handler, lease=lease, concurrency=concurrencies,
-                 env={**(env or {}), EFFECTS_ENV: str(effects)}, clock_dir=clock_dir)
+    pool = Slots(
+        fleet,
+        slots(workers),
+        handler=handler,
+        lease=lease,
+        concurrency=concurrencies,
+        env={**(env or {}), EFFECTS_ENV: str(effects)},
+        clock_dir=clock_dir,
+    )
     nemesis = Nemesis(schedule, pool, server=server, server_lock=server_lock)
-    first, rest = job_list[: max(1, int(len(job_list) * UP_FRONT))], job_list[max(1, int(len(job_list) * UP_FRONT)):]
+    first, rest = job_list[: max(1, int(len(job_list) * UP_FRONT))], job_list[max(1, int(len(job_list) * UP_FRONT)) :]
     enqueued = [0]
     fed: list[BaseException] = []
     feeding_done = threading.Event()
@@ -249,7 +317,7 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
         for slot in pool.names:
             pool.fill(slot)
         t0 = time.monotonic()
-        batches = [rest[i:i + BATCH] for i in range(0, len(rest), BATCH)]
+        batches = [rest[i : i + BATCH] for i in range(0, len(rest), BATCH)]
 
         def feed() -> None:
             # Its own thread and connections: a worker frozen while holding SQLite's write lock can
@@ -284,9 +352,16 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
                 return
             counts = look()
             applied = [a.step.fault for a in list(nemesis.applied) if a.missed is None]
-            lines.show(Progress(time.monotonic() - t0, counts.get("done", 0) + counts.get("dead", 0),
-                                len(job_list), len(applied), {f: n for f in FAULTS if (n := applied.count(f))}),
-                       last=last)
+            lines.show(
+                Progress(
+                    time.monotonic() - t0,
+                    counts.get("done", 0) + counts.get("dead", 0),
+                    len(job_list),
+                    len(applied),
+                    {f: n for f in FAULTS if (n := applied.count(f))},
+                ),
+                last=last,
+            )
 
         next_report = time.monotonic() + progress_every
         while thread.is_alive() or feeder.is_alive():
@@ -298,8 +373,9 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
             raise raised[0]
         down = [a for a in nemesis.applied if a.step.fault == "server-crash" and a.missed is not None]
         if down:  # the server stayed down: whatever failed after (the feeder, say) failed for that
-            raise ServerNotRecovered(f"the server crashed at {down[0].at:.1f}s did not start again: "
-                                     f"{down[0].missed}") from (fed[0] if fed else None)
+            raise ServerNotRecovered(
+                f"the server crashed at {down[0].at:.1f}s did not start again: {down[0].missed}"
+            ) from (fed[0] if fed else None)
         if fed:
             raise fed[0]
         deadline = time.monotonic() + drain_timeout
@@ -326,7 +402,18 @@ def run(target: str | os.PathLike, handler: str = DEFAULT_HANDLER, *, workers: i
     fleet.queue.close()
     report = check(target, effects=effects, lease=lease, idle=drained)
     missing = max(0, enqueued[0] - sum(stats.values()))
-    return ChaosResult(schedule=schedule, report=report, applied=list(nemesis.applied), drained=drained,
-                       drain_timeout=drain_timeout, missing=missing, stats=stats, enqueued=enqueued[0],
-                       workers=final, killed=list(pool.killed), folder=folder,
-                       seconds=time.monotonic() - started, effects=effects)
+    return ChaosResult(
+        schedule=schedule,
+        report=report,
+        applied=list(nemesis.applied),
+        drained=drained,
+        drain_timeout=drain_timeout,
+        missing=missing,
+        stats=stats,
+        enqueued=enqueued[0],
+        workers=final,
+        killed=list(pool.killed),
+        folder=folder,
+        seconds=time.monotonic() - started,
+        effects=effects,
+    )

@@ -11,28 +11,28 @@ a slot is never given a second lasting fault before its first one ends.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
-from typing import Iterable
 
 from ..arguments import integer, positive
 from .errors import FaultNotApplicable, UnknownFault
 from .texts import text
 
 FAULTS = ("kill", "pause", "partition", "drop-reply", "clock", "server-crash")
-NETWORK_FAULTS = ("partition", "drop-reply")   # need a network between a worker and its queue: a server
-OWN_SERVER_FAULTS = ("server-crash",)           # need a server that chaos started, and so may crash
-SQLITE_DEFAULT_LEAVES_OUT = ("clock",)          # a file queue trusts each worker's clock: lesson 6's known break
-LASTING = ("pause", "partition", "clock")       # the slot is busy until the step ends
+NETWORK_FAULTS = ("partition", "drop-reply")  # need a network between a worker and its queue: a server
+OWN_SERVER_FAULTS = ("server-crash",)  # need a server that chaos started, and so may crash
+SQLITE_DEFAULT_LEAVES_OUT = ("clock",)  # a file queue trusts each worker's clock: lesson 6's known break
+LASTING = ("pause", "partition", "clock")  # the slot is busy until the step ends
 
 # How often each worker fault comes, relative to the others (the server's crashes have their own pace).
 WEIGHTS = {"kill": 3, "pause": 4, "partition": 2, "drop-reply": 3, "clock": 1}
-GAP = (0.2, 0.8)          # seconds between two worker faults
-CRASH_GAP = (3.0, 6.0)    # seconds between two server crashes; the first comes after 2 to 5 seconds
-PAST_LEASE = (1.5, 3.0)   # a pause or a partition lasts this many leases: long enough to lose the lease
-JUMP = (2.0, 5.0)         # a clock jumps by this many leases, forward or back ...
-JUMP_LASTS = (2.0, 4.0)   # ... for this many leases
-DOWN = (0.0, 0.3)         # a crashed server stays down this many leases: a worker still finds its unseen
-                          # claim by its token before a reaper can give the job away
+GAP = (0.2, 0.8)  # seconds between two worker faults
+CRASH_GAP = (3.0, 6.0)  # seconds between two server crashes; the first comes after 2 to 5 seconds
+PAST_LEASE = (1.5, 3.0)  # a pause or a partition lasts this many leases: long enough to lose the lease
+JUMP = (2.0, 5.0)  # a clock jumps by this many leases, forward or back ...
+JUMP_LASTS = (2.0, 4.0)  # ... for this many leases
+DOWN = (0.0, 0.3)  # a crashed server stays down this many leases: a worker still finds its unseen
+# claim by its token before a reaper can give the job away
 
 
 @dataclass(frozen=True)
@@ -62,8 +62,10 @@ class Schedule:
     steps: tuple[Step, ...]
 
     def render(self, lang: str = "en") -> str:
-        head = [text("seed", lang, seed=self.seed),
-                text("schedule", lang, n=len(self.steps), seconds=self.seconds, workers=self.workers, lease=self.lease)]
+        head = [
+            text("seed", lang, seed=self.seed),
+            text("schedule", lang, n=len(self.steps), seconds=self.seconds, workers=self.workers, lease=self.lease),
+        ]
         return "\n".join(head + ["  " + s.describe(lang) for s in self.steps])
 
     def counts(self) -> dict[str, int]:
@@ -71,8 +73,14 @@ class Schedule:
         return {f: n for f in FAULTS if (n := sum(s.fault == f for s in self.steps))}
 
     def to_json(self) -> dict:
-        return {"seed": self.seed, "seconds": self.seconds, "workers": self.workers, "lease": self.lease,
-                "faults": list(self.faults), "steps": [asdict(s) for s in self.steps]}
+        return {
+            "seed": self.seed,
+            "seconds": self.seconds,
+            "workers": self.workers,
+            "lease": self.lease,
+            "faults": list(self.faults),
+            "steps": [asdict(s) for s in self.steps],
+        }
 
 
 def slots(workers: int) -> tuple[str, ...]:
@@ -85,8 +93,9 @@ def parse_faults(faults: str | Iterable[str]) -> tuple[str, ...]:
     names = [f.strip() for f in faults.split(",")] if isinstance(faults, str) else list(faults)
     unknown = [f for f in names if f not in FAULTS]
     if unknown or not names:
-        raise UnknownFault(f"unknown fault {', '.join(map(repr, unknown)) or '(none given)'}; "
-                           f"the faults are {', '.join(FAULTS)}")
+        raise UnknownFault(
+            f"unknown fault {', '.join(map(repr, unknown)) or '(none given)'}; the faults are {', '.join(FAULTS)}"
+        )
     return tuple(f for f in FAULTS if f in names)
 
 
@@ -97,18 +106,25 @@ def applicable(faults: Iterable[str] | None, *, server: bool, own_server: bool) 
     is somebody's, and is never crashed. Each refusal raises ``FaultNotApplicable`` naming the fault.
     """
     if faults is None:
-        return tuple(f for f in FAULTS
-                     if (server or (f not in NETWORK_FAULTS and f not in SQLITE_DEFAULT_LEAVES_OUT))
-                     and (own_server or f not in OWN_SERVER_FAULTS))
+        return tuple(
+            f
+            for f in FAULTS
+            if (server or (f not in NETWORK_FAULTS and f not in SQLITE_DEFAULT_LEAVES_OUT))
+            and (own_server or f not in OWN_SERVER_FAULTS)
+        )
     faults = parse_faults(faults)
     for f in faults:
         if f in NETWORK_FAULTS and not server:
-            raise FaultNotApplicable(f"fault {f!r} needs a network between the workers and the queue; a SQLite "
-                                     "file has none (use a postgresql:// queue, or --db postgresql)")
+            raise FaultNotApplicable(
+                f"fault {f!r} needs a network between the workers and the queue; a SQLite "
+                "file has none (use a postgresql:// queue, or --db postgresql)"
+            )
         if f in OWN_SERVER_FAULTS and not own_server:
             why = "a SQLite file has no server" if not server else "this server was not started by chaos"
-            raise FaultNotApplicable(f"fault {f!r} crashes a server that chaos started itself; {why} "
-                                     "(use --db postgresql for a throw-away one)")
+            raise FaultNotApplicable(
+                f"fault {f!r} crashes a server that chaos started itself; {why} "
+                "(use --db postgresql for a throw-away one)"
+            )
     return faults
 
 

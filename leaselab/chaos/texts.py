@@ -10,13 +10,15 @@ from .. import words
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
         "seed": "chaos seed {seed} (the same faults at the same offsets again: --seed {seed})",
-        "schedule": "schedule: {n} {n|fault|faults} over {seconds:g}s on {workers} {workers|worker|workers}, lease {lease:g}s",
+        "schedule": "schedule: {n} {n|fault|faults} over {seconds:g}s on {workers} {workers|worker|workers}, lease "
+        "{lease:g}s",
         "server": "a throw-away PostgreSQL server on 127.0.0.1:{port}, removed at the end",
         "progress": "{elapsed:6.1f}s  jobs done {done}/{total}  faults {faults}{detail}",
         "draining": "faults over; waiting up to {seconds:g}s for the queue to drain",
         "not_drained": "the queue did not drain within {seconds:g}s: {pending} pending, {running} running",
         "missing": "{n} acknowledged {n|enqueue is|enqueues are} missing from the jobs table",
-        "summary": "{faults} {faults|fault|faults} applied{detail}; {workers} worker {workers|process|processes} in all, {dropped} {dropped|reply|replies} dropped",
+        "summary": "{faults} {faults|fault|faults} applied{detail}; {workers} worker {workers|process|processes} in "
+        "all, {dropped} {dropped|reply|replies} dropped",
         "missed": "{at:6.2f}s  {fault} {worker}: not applied ({why})",
         "interrupted": "interrupted: every worker stopped, the throw-away server removed",
         "kill": "kill {worker} (SIGKILL; a new worker takes its place)",
@@ -27,8 +29,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "server-crash": "crash the server, down {lasts:.2f}s, then recover",
         "proof_after": "under a freeze after the payment",
         "proof_before": "under a crash before the payment",
-        "proof_right": ("Right: under a freeze after the payment and a crash before it the checker found no "
-                        "anomaly, and each of the {n} {n|account|accounts} got {amount} exactly once"),
+        "proof_right": (
+            "Right: under a freeze after the payment and a crash before it the checker found no "
+            "anomaly, and each of the {n} {n|account|accounts} got {amount} exactly once"
+        ),
         "proof_wrong": "Not yet: {detail}",
         "proof_money": "{where}, account {account} got {got}, not {want}",
         "proof_budget": "{where}, the jobs took {n} {n|attempt|attempts}, over the budget of {budget}",
@@ -42,7 +46,8 @@ STRINGS: dict[str, dict[str, str]] = {
     },
     "ru": {
         "seed": "зерно хаоса {seed} (те же сбои в те же моменты ещё раз: --seed {seed})",
-        "schedule": "расписание: {n} {n|сбой|сбоя|сбоев} за {seconds:g} с на {workers} {workers|воркере|воркерах|воркерах}, аренда {lease:g} с",
+        "schedule": "расписание: {n} {n|сбой|сбоя|сбоев} за {seconds:g} с на {workers} "
+        "{workers|воркере|воркерах|воркерах}, аренда {lease:g} с",
         "server": "одноразовый сервер PostgreSQL на 127.0.0.1:{port}, в конце он будет удалён",
         "progress": "{elapsed:6.1f} с  выполнено задач {done}/{total}  сбоев {faults}{detail}",
         "draining": "сбои закончились; ждём до {seconds:g} с, пока очередь опустеет",
@@ -59,8 +64,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "server-crash": "обрушить сервер на {lasts:.2f} с, затем поднять",
         "proof_after": "при заморозке после платежа",
         "proof_before": "при падении перед платежом",
-        "proof_right": ("Верно: и при заморозке после платежа, и при падении перед ним проверка не нашла "
-                        "аномалий, и каждый из {n} {n|счёта|счетов|счетов} получил {amount} ровно один раз"),
+        "proof_right": (
+            "Верно: и при заморозке после платежа, и при падении перед ним проверка не нашла "
+            "аномалий, и каждый из {n} {n|счёта|счетов|счетов} получил {amount} ровно один раз"
+        ),
         "proof_wrong": "Пока нет: {detail}",
         "proof_money": "{where} счёт {account} получил {got}, а не {want}",
         "proof_budget": "{where} на задачи ушло {n} {n|попытка|попытки|попыток} при бюджете {budget}",

@@ -18,21 +18,42 @@ This layer imports only leaselab's core, and psycopg only for a server URL.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..arguments import positive
+from ..words import LANGS
+from . import rules
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
 from .history import History, load
 from .report import KINDS, NOTES, Anomaly, Report
-from ..words import LANGS
-from . import rules
 
-__all__ = ["Anomaly", "ENV", "History", "KINDS", "LANGS", "NOTES", "Report", "check", "check_history", "load",
-           "read_effects", "record_effect"]
+__all__ = [
+    "Anomaly",
+    "ENV",
+    "History",
+    "KINDS",
+    "LANGS",
+    "NOTES",
+    "Report",
+    "check",
+    "check_history",
+    "load",
+    "read_effects",
+    "record_effect",
+]
 
 
-def check(target: str | os.PathLike, *, effects: EffectSource = None, lease: float | None = None, idle: bool = True,
-          now: float | None = None, runs_recorded: bool = False, vanished: Iterable[str] = ()) -> Report:
+def check(
+    target: str | os.PathLike,
+    *,
+    effects: EffectSource = None,
+    lease: float | None = None,
+    idle: bool = True,
+    now: float | None = None,
+    runs_recorded: bool = False,
+    vanished: Iterable[str] = (),
+) -> Report:
     """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
 
     ``effects``: None, an effects file, or a callable returning the effect dicts a store
@@ -45,27 +66,44 @@ def check(target: str | os.PathLike, *, effects: EffectSource = None, lease: flo
     unrun. A missing file raises ``DatabaseMissing`` and is not created.
     """
     _options(lease, idle, runs_recorded)
-    return check_history(load(target, effects=effects, now=now), lease=lease, idle=idle,
-                         runs_recorded=runs_recorded, vanished=vanished)
+    return check_history(
+        load(target, effects=effects, now=now), lease=lease, idle=idle, runs_recorded=runs_recorded, vanished=vanished
+    )
 
 
-def check_history(history: History, *, lease: float | None = None, idle: bool = True, runs_recorded: bool = False,
-                  vanished: Iterable[str] = ()) -> Report:
+def check_history(
+    history: History,
+    *,
+    lease: float | None = None,
+    idle: bool = True,
+    runs_recorded: bool = False,
+    vanished: Iterable[str] = (),
+) -> Report:
     """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
     _options(lease, idle, runs_recorded)
-    vanished = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
-    if vanished is None or not all(isinstance(name, str) for name in vanished):
-        raise TypeError(f"vanished must be worker names (strs), got {vanished!r:.80}")
+    names = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
+    if names is None or not all(isinstance(name, str) for name in names):
+        raise TypeError(f"vanished must be worker names (strs), got {names!r:.80}")
     h = History(jobs=history.jobs, events=history.events, effects=effects_from(list(history.effects)), now=history.now)
     derived = rules.derived_leases(h)
 
     def lease_of(worker: str | None) -> float | None:
-        return lease if lease is not None else derived.get(worker)
+        return lease if lease is not None else derived.get(worker) if worker is not None else None
 
-    found = (rules.lost_jobs(h) + rules.unfinished(h, idle) + rules.fencing(h) + rules.attempts(h)
-             + rules.events_agree(h) + rules.links(h) + rules.fences(h) + rules.false_losses(h)
-             + rules.reaps(h, lease_of) + rules.effects_repeated(h) + rules.effects_agree(h)
-             + (rules.runs(h, vanished) if runs_recorded else []))
+    found = (
+        rules.lost_jobs(h)
+        + rules.unfinished(h, idle)
+        + rules.fencing(h)
+        + rules.attempts(h)
+        + rules.events_agree(h)
+        + rules.links(h)
+        + rules.fences(h)
+        + rules.false_losses(h)
+        + rules.reaps(h, lease_of)
+        + rules.effects_repeated(h)
+        + rules.effects_agree(h)
+        + (rules.runs(h, names) if runs_recorded else [])
+    )
     found.sort(key=lambda a: (a.job if a.job is not None else -1, KINDS.index(a.kind)))
     notes = []
     reaped = any(e["kind"] == "reaped" for e in h.events)

@@ -20,7 +20,8 @@ import json
 import math
 import os
 import time
-from typing import Any, Callable, Iterable, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Union
 
 from .errors import InvalidEffects
 
@@ -29,15 +30,16 @@ ENV = "LEASELAB_EFFECTS"
 # The fields of one line, in the order they are written; ``detail`` holds the caller's own.
 FIELDS = ("job", "attempt", "token", "worker", "key", "pid", "time", "detail")
 
-EffectSource = Union[None, str, "os.PathLike[str]", Callable[[], Iterable[dict]]]
+EffectSource = Union[None, str, "os.PathLike[str]", list[dict], tuple[dict, ...], Callable[[], Iterable[dict]]]
 
 
 def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def record_effect(job: Any, key: str | None = None, *, path: str | os.PathLike | None = None,
-                  **detail: Any) -> dict[str, Any] | None:
+def record_effect(
+    job: Any, key: str | None = None, *, path: str | os.PathLike | None = None, **detail: Any
+) -> dict[str, Any] | None:
     """Append one line saying ``job``'s effect ``key`` took hold; the line written, or None when no file is named.
 
     ``job`` is the ``Job`` the handler was given (its ``id``, ``attempts``, ``token`` and
@@ -53,9 +55,16 @@ def record_effect(job: Any, key: str | None = None, *, path: str | os.PathLike |
         raise TypeError(f"job must be the Job the handler was given (with an int id and attempts), got {job!r:.80}")
     if key is not None and not isinstance(key, str):
         raise TypeError(f"key must be a str (the effect's idempotency key) or None, got {key!r:.80}")
-    line = {"job": job_id, "attempt": attempt, "token": getattr(job, "token", None),
-            "worker": getattr(job, "worker", None), "key": key, "pid": os.getpid(), "time": time.time(),
-            "detail": detail}
+    line = {
+        "job": job_id,
+        "attempt": attempt,
+        "token": getattr(job, "token", None),
+        "worker": getattr(job, "worker", None),
+        "key": key,
+        "pid": os.getpid(),
+        "time": time.time(),
+        "detail": detail,
+    }
     try:
         text = json.dumps(line, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
@@ -107,6 +116,7 @@ def effects_from(source: EffectSource) -> list[dict[str, Any]]:
     """
     if source is None:
         return []
+    items: Sequence[Any]
     if isinstance(source, (str, os.PathLike)):
         where, items = os.fspath(source), read_effects(source)
     elif isinstance(source, (list, tuple)):
@@ -118,8 +128,9 @@ def effects_from(source: EffectSource) -> list[dict[str, Any]]:
         except TypeError as exc:
             raise InvalidEffects(f"{where}: not an iterable of effect dicts ({exc})") from None
     else:
-        raise TypeError(f"effects must be None, a path to an effects file, a callable listing effects or a list, "
-                        f"got {source!r:.80}")
+        raise TypeError(
+            f"effects must be None, a path to an effects file, a callable listing effects or a list, got {source!r:.80}"
+        )
     return [_effect(item, n, where) for n, item in enumerate(items, 1)]
 
 
@@ -136,7 +147,8 @@ def _effect(item: Any, n: int, where: str) -> dict[str, Any]:
         if value is not None and not isinstance(value, str):
             raise InvalidEffects(f"{where}, effect {n}: {name} must be a str or absent, got {value!r:.40}")
     moment = item.get("time")
-    if moment is not None and (isinstance(moment, bool) or not isinstance(moment, (int, float))
-                               or not math.isfinite(moment)):
+    if moment is not None and (
+        isinstance(moment, bool) or not isinstance(moment, (int, float)) or not math.isfinite(moment)
+    ):
         raise InvalidEffects(f"{where}, effect {n}: time must be a number or absent, got {moment!r:.40}")
     return {**{name: item.get(name) for name in FIELDS}, "n": n}

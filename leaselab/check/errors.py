@@ -8,4 +8,5 @@ from ..errors import LeaselabError
 
 
 class InvalidEffects(LeaselabError, ValueError):
-    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the checker can read."""
+    """Raised when a record of handlers' effects (a file's line, or an item a store listed) is not an effect the checker
+    can read."""

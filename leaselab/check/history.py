@@ -106,13 +106,18 @@ def _read_server(url: str) -> tuple[list[dict], list[dict], float]:
         import psycopg
         from psycopg.rows import dict_row
     except ImportError as exc:
-        raise ImportError(f"checking a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})") from exc
+        raise ImportError(
+            f"checking a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})"
+        ) from exc
     try:
         conn = psycopg.connect(url, row_factory=dict_row, connect_timeout=10)
     except psycopg.Error as exc:
         message = scrub(str(exc), url)
-        if getattr(exc, "sqlstate", None) in _REFUSED_STATES or "does not exist" in message \
-                or "authentication failed" in message:
+        if (
+            getattr(exc, "sqlstate", None) in _REFUSED_STATES
+            or "does not exist" in message
+            or "authentication failed" in message
+        ):
             raise ServerRefused(f"the server refused the connection ({message})") from None
         raise DatabaseUnreachable(f"cannot reach the server ({message})") from None
     try:
@@ -121,7 +126,7 @@ def _read_server(url: str) -> tuple[list[dict], list[dict], float]:
         try:
             jobs = conn.execute(SELECT_JOBS).fetchall()
             events = conn.execute(SELECT_EVENTS).fetchall()
-            clock = conn.execute(SERVER_NOW).fetchone()["now"]
+            clock = conn.execute(SERVER_NOW).fetchone()["now"]  # type: ignore[index]  # one row, always
         except psycopg.errors.UndefinedTable as exc:
             raise NotALeaselabDatabase(f"the database holds no leaselab queue ({scrub(str(exc), url)})") from None
         except psycopg.Error as exc:
@@ -134,6 +139,7 @@ def _read_server(url: str) -> tuple[list[dict], list[dict], float]:
 
 # -- witness lines: one row of the history each, the same in every language --------------------
 
+
 def _short(token: Any) -> str:
     return "-" if token is None else str(token)[:8]
 
@@ -144,20 +150,26 @@ def _at(t: Any) -> str:
 
 def event_line(e: dict[str, Any]) -> str:
     """``events#12 job=3 claimed attempt=1 worker=w1 token=1a2b3c4d at=1767225600.000``."""
-    line = (f"events#{e['id']} job={e['job_id']} {e['kind']} attempt={e['attempt']} worker={e.get('worker') or '-'} "
-            f"token={_short(e.get('token'))} at={_at(e.get('at'))}")
+    line = (
+        f"events#{e['id']} job={e['job_id']} {e['kind']} attempt={e['attempt']} worker={e.get('worker') or '-'} "
+        f"token={_short(e.get('token'))} at={_at(e.get('at'))}"
+    )
     return line + (f" detail={e['detail']!r:.60}" if e.get("detail") else "")
 
 
 def job_line(j: dict[str, Any]) -> str:
     """``jobs#3 status=running attempts=1/5 worker=w1 token=1a2b3c4d lease_until=1767225630.000``."""
-    return (f"jobs#{j['id']} status={j['status']} attempts={j['attempts']}/{j['max_attempts']} "
-            f"worker={j.get('worker') or '-'} token={_short(j.get('token'))} lease_until={_at(j.get('lease_until'))} "
-            f"run_at={_at(j.get('run_at'))}")
+    return (
+        f"jobs#{j['id']} status={j['status']} attempts={j['attempts']}/{j['max_attempts']} "
+        f"worker={j.get('worker') or '-'} token={_short(j.get('token'))} lease_until={_at(j.get('lease_until'))} "
+        f"run_at={_at(j.get('run_at'))}"
+    )
 
 
 def effect_line(x: dict[str, Any]) -> str:
     """``effects#4 job=3 attempt=1 key=- token=1a2b3c4d worker=w1``."""
-    return (f"effects#{x['n']} job={x['job']} attempt={x['attempt'] if x['attempt'] is not None else '-'} "
-            f"key={x['key'] if x['key'] is not None else '-'} token={_short(x.get('token'))} "
-            f"worker={x.get('worker') or '-'}")
+    return (
+        f"effects#{x['n']} job={x['job']} attempt={x['attempt'] if x['attempt'] is not None else '-'} "
+        f"key={x['key'] if x['key'] is not None else '-'} token={_short(x.get('token'))} "
+        f"worker={x.get('worker') or '-'}"
+    )

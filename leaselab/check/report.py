@@ -88,7 +88,15 @@ class Report:
             "clean": self.clean,
             "counts": dict(self.counts),
             "notes": list(self.notes),
-            "anomalies": [{"kind": a.kind, "job": a.job, "what": a.what, "facts": dict(a.facts),
-                           "witness": list(a.witness), "sentence": {lang: a.sentence(lang) for lang in LANGS}}
-                          for a in self.anomalies],
+            "anomalies": [
+                {
+                    "kind": a.kind,
+                    "job": a.job,
+                    "what": a.what,
+                    "facts": dict(a.facts),
+                    "witness": list(a.witness),
+                    "sentence": {lang: a.sentence(lang) for lang in LANGS},
+                }
+                for a in self.anomalies
+            ],
         }

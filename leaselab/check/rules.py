@@ -9,7 +9,7 @@ compares. Witnesses are the few rows that prove an anomaly, in history order.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from .history import History, effect_line, event_line, job_line
 from .report import Anomaly
@@ -42,14 +42,17 @@ def lost_jobs(h: History) -> list[Anomaly]:
     """lost: a job whose events (or effects) exist but whose row is gone: an acknowledged enqueue lost."""
     known = {j["id"] for j in h.jobs}
     grouped = by_job(h.events)
-    found = [Anomaly("lost", job_id, _first_last(grouped[job_id]), "lost.gone")
-             for job_id in sorted(grouped.keys() - known)]
+    found = [
+        Anomaly("lost", job_id, _first_last(grouped[job_id]), "lost.gone") for job_id in sorted(grouped.keys() - known)
+    ]
     orphans: dict[int, list[dict]] = defaultdict(list)
     for x in h.effects:
         if x["job"] not in known and x["job"] not in grouped:
             orphans[x["job"]].append(x)
-    found += [Anomaly("lost", job_id, [effect_line(x) for x in lines[:3]], "lost.effect_of_gone")
-              for job_id, lines in sorted(orphans.items())]
+    found += [
+        Anomaly("lost", job_id, [effect_line(x) for x in lines[:3]], "lost.effect_of_gone")
+        for job_id, lines in sorted(orphans.items())
+    ]
     return found
 
 
@@ -101,14 +104,26 @@ def fencing(h: History) -> list[Anomaly]:
             if ended is not None:
                 if kind == "dead":  # the trigger's second row after a last release, or a death repeated
                     continue
-                facts = {"ended": ended["kind"], "token": _token(e), "attempt": e["attempt"], "event": e["id"],
-                         "write": kind}
+                facts = {
+                    "ended": ended["kind"],
+                    "token": _token(e),
+                    "attempt": e["attempt"],
+                    "event": e["id"],
+                    "write": kind,
+                }
                 witness = [event_line(ended), event_line(e)]
                 if kind == "claimed":
                     found.append(Anomaly("claimed_after_completion", job_id, witness, "claimed_after.claim", facts))
                 elif kind == "completed" and ended["kind"] == "completed":
-                    found.append(Anomaly("completed_twice", job_id, witness, "completed_twice",
-                                         {"first": _token(ended), "token": _token(e)}))
+                    found.append(
+                        Anomaly(
+                            "completed_twice",
+                            job_id,
+                            witness,
+                            "completed_twice",
+                            {"first": _token(ended), "token": _token(e)},
+                        )
+                    )
                 elif kind == "reaped":
                     found.append(Anomaly("history_disagrees", job_id, witness, "disagree.reaped_after_end", facts))
                 else:
@@ -116,24 +131,48 @@ def fencing(h: History) -> list[Anomaly]:
                 continue
             if kind == "claimed":
                 if holder is not None:
-                    found.append(Anomaly("overlapping_leases", job_id, [event_line(holder), event_line(e)],
-                                         "overlap.held", {"token": _token(e), "holder": _token(holder)}))
+                    found.append(
+                        Anomaly(
+                            "overlapping_leases",
+                            job_id,
+                            [event_line(holder), event_line(e)],
+                            "overlap.held",
+                            {"token": _token(e), "holder": _token(holder)},
+                        )
+                    )
                 holder = e
             elif kind in WRITES:
                 if holder is None:
-                    found.append(Anomaly("stale_write_accepted", job_id, [event_line(e)], "stale.unheld",
-                                         {"write": kind, "token": _token(e)}))
+                    found.append(
+                        Anomaly(
+                            "stale_write_accepted",
+                            job_id,
+                            [event_line(e)],
+                            "stale.unheld",
+                            {"write": kind, "token": _token(e)},
+                        )
+                    )
                 elif e["token"] != holder["token"]:
-                    found.append(Anomaly("stale_write_accepted", job_id, [event_line(holder), event_line(e)],
-                                         "stale.token", {"write": kind, "token": _token(e), "holder": _token(holder)}))
+                    found.append(
+                        Anomaly(
+                            "stale_write_accepted",
+                            job_id,
+                            [event_line(holder), event_line(e)],
+                            "stale.token",
+                            {"write": kind, "token": _token(e), "holder": _token(holder)},
+                        )
+                    )
                 if kind == "completed":
                     ended, holder = e, None
                 elif kind == "failed":
                     holder = None
             elif kind == "reaped":
                 if holder is None:
-                    found.append(Anomaly("history_disagrees", job_id, [event_line(e)], "disagree.release_unheld",
-                                         {"event": e["id"]}))
+                    found.append(
+                        Anomaly(
+                            "history_disagrees", job_id, [event_line(e)], "disagree.release_unheld", {"event": e["id"]}
+                        )
+                    )
                 holder = None
             elif kind == "dead":
                 ended = e
@@ -154,18 +193,39 @@ def attempts(h: History) -> list[Anomaly]:
     for j in h.jobs:
         history = grouped.get(j["id"], [])
         if j["attempts"] > j["max_attempts"]:
-            found.append(Anomaly("attempts_exceeded", j["id"], [job_line(j)], "attempts.row",
-                                 {"attempts": j["attempts"], "max": j["max_attempts"]}))
+            found.append(
+                Anomaly(
+                    "attempts_exceeded",
+                    j["id"],
+                    [job_line(j)],
+                    "attempts.row",
+                    {"attempts": j["attempts"], "max": j["max_attempts"]},
+                )
+            )
         over = next((e for e in history if e["attempt"] > j["max_attempts"]), None)
         if over is not None:
-            found.append(Anomaly("attempts_exceeded", j["id"], [job_line(j), event_line(over)], "attempts.event",
-                                 {"event": over["id"], "attempt": over["attempt"], "max": j["max_attempts"]}))
+            found.append(
+                Anomaly(
+                    "attempts_exceeded",
+                    j["id"],
+                    [job_line(j), event_line(over)],
+                    "attempts.event",
+                    {"event": over["id"], "attempt": over["attempt"], "max": j["max_attempts"]},
+                )
+            )
         claims = [e for e in history if e["kind"] == "claimed"]
         numbers = list(dict.fromkeys(e["attempt"] for e in claims))  # in order, each once
         same_claim_twice = len({(e["attempt"], e["token"]) for e in claims}) < len(claims)
         if numbers != list(range(1, len(numbers) + 1)) or same_claim_twice:
-            found.append(Anomaly("history_disagrees", j["id"], [event_line(e) for e in claims[:4]],
-                                 "disagree.numbering", {"claims": [e["attempt"] for e in claims], "n": len(numbers)}))
+            found.append(
+                Anomaly(
+                    "history_disagrees",
+                    j["id"],
+                    [event_line(e) for e in claims[:4]],
+                    "disagree.numbering",
+                    {"claims": [e["attempt"] for e in claims], "n": len(numbers)},
+                )
+            )
     return found
 
 
@@ -195,19 +255,27 @@ def events_agree(h: History) -> list[Anomaly]:
     for j in h.jobs:
         history = grouped.get(j["id"], [])
         if not history or history[0]["kind"] != "enqueued":
-            found.append(Anomaly("history_disagrees", j["id"], [job_line(j)] + _first_last(history)[:1],
-                                 "disagree.start"))
+            found.append(
+                Anomaly("history_disagrees", j["id"], [job_line(j)] + _first_last(history)[:1], "disagree.start")
+            )
         twice = [e for e in history if e["kind"] == "enqueued"]
         if len(twice) > 1:
-            found.append(Anomaly("history_disagrees", j["id"], [event_line(e) for e in twice[:2]],
-                                 "disagree.enqueued_twice"))
+            found.append(
+                Anomaly("history_disagrees", j["id"], [event_line(e) for e in twice[:2]], "disagree.enqueued_twice")
+            )
         state = replay(history)
         for name in ("status", "attempts", "token", "worker"):
             if state[name] != j[name]:
                 shown = (lambda v: "-" if v is None else str(v)[:8]) if name == "token" else (lambda v: v)
-                found.append(Anomaly("history_disagrees", j["id"], [job_line(j)] + _first_last(history)[1:],
-                                     "disagree.field", {"field": name, "expected": shown(state[name]),
-                                                        "actual": shown(j[name])}))
+                found.append(
+                    Anomaly(
+                        "history_disagrees",
+                        j["id"],
+                        [job_line(j)] + _first_last(history)[1:],
+                        "disagree.field",
+                        {"field": name, "expected": shown(state[name]), "actual": shown(j[name])},
+                    )
+                )
     return found
 
 
@@ -221,7 +289,8 @@ def links(h: History) -> list[Anomaly]:
     by_id = {e["id"]: e for e in h.events}
     grouped = by_job(h.events)
     for j in h.jobs:
-        walked, at, missing = [], j.get("last_event_id"), None
+        walked: list[int] = []
+        at, missing = j.get("last_event_id"), None
         while at is not None and len(walked) <= len(h.events):
             event = by_id.get(at)
             if event is None:
@@ -231,11 +300,19 @@ def links(h: History) -> list[Anomaly]:
             at = event.get("prev")
         expected = [e["id"] for e in reversed(grouped.get(j["id"], []))]
         if missing is not None:
-            found.append(Anomaly("history_disagrees", j["id"], [job_line(j)], "disagree.link_missing",
-                                 {"event": missing}))
+            found.append(
+                Anomaly("history_disagrees", j["id"], [job_line(j)], "disagree.link_missing", {"event": missing})
+            )
         elif walked != expected:
-            found.append(Anomaly("history_disagrees", j["id"], [job_line(j)], "disagree.links",
-                                 {"walked": walked[:8], "expected": expected[:8]}))
+            found.append(
+                Anomaly(
+                    "history_disagrees",
+                    j["id"],
+                    [job_line(j)],
+                    "disagree.links",
+                    {"walked": walked[:8], "expected": expected[:8]},
+                )
+            )
     return found
 
 
@@ -253,9 +330,17 @@ def fences(h: History) -> list[Anomaly]:
     for x in h.effects:
         if x.get("token") is not None and x["attempt"] is not None:
             tokens[(x["job"], x["attempt"])].setdefault(x["token"], effect_line(x))
-    return [Anomaly("fence_reused", job_id, list(held.values())[:4], "fence_reused",
-                    {"attempt": attempt, "n": len(held), "tokens": sorted(t[:8] for t in held)})
-            for (job_id, attempt), held in sorted(tokens.items()) if len(held) > 1]
+    return [
+        Anomaly(
+            "fence_reused",
+            job_id,
+            list(held.values())[:4],
+            "fence_reused",
+            {"attempt": attempt, "n": len(held), "tokens": sorted(t[:8] for t in held)},
+        )
+        for (job_id, attempt), held in sorted(tokens.items())
+        if len(held) > 1
+    ]
 
 
 def false_losses(h: History) -> list[Anomaly]:
@@ -271,8 +356,15 @@ def false_losses(h: History) -> list[Anomaly]:
         for e in history:
             if e["kind"] == "lease_lost" and e["token"] in finished:
                 done = finished[e["token"]]
-                found.append(Anomaly("false_loss", job_id, [event_line(done), event_line(e)], "false_loss",
-                                     {"token": _token(e), "attempt": e["attempt"], "finished": done["kind"]}))
+                found.append(
+                    Anomaly(
+                        "false_loss",
+                        job_id,
+                        [event_line(done), event_line(e)],
+                        "false_loss",
+                        {"token": _token(e), "attempt": e["attempt"], "finished": done["kind"]},
+                    )
+                )
     return found
 
 
@@ -283,8 +375,9 @@ def derived_leases(h: History) -> dict[str, float]:
     for j in h.jobs:
         if j["status"] != "running" or j["lease_until"] is None or j.get("worker") is None:
             continue
-        renewals = [e for e in grouped.get(j["id"], [])
-                    if e["kind"] in ("claimed", "heartbeat") and e["token"] == j["token"]]
+        renewals = [
+            e for e in grouped.get(j["id"], []) if e["kind"] in ("claimed", "heartbeat") and e["token"] == j["token"]
+        ]
         if renewals:
             found.setdefault(j["worker"], j["lease_until"] - renewals[-1]["at"])
     return found
@@ -313,15 +406,27 @@ def reaps(h: History, lease_of: Callable[[str | None], float | None]) -> list[An
                 until = last["at"] + lease
                 if e["at"] >= until - REAP_SLACK:
                     continue
-                claim = next((c for c in history[i + 1:] if c["kind"] == "claimed"), None)
+                claim = next((c for c in history[i + 1 :] if c["kind"] == "claimed"), None)
                 if claim is not None and claim["at"] < until - REAP_SLACK:
-                    found.append(Anomaly("overlapping_leases", job_id, [event_line(last), event_line(e),
-                                                                        event_line(claim)], "overlap.timed",
-                                         {"attempt": claim["attempt"], "prev": e["attempt"],
-                                          "early": until - claim["at"]}))
+                    found.append(
+                        Anomaly(
+                            "overlapping_leases",
+                            job_id,
+                            [event_line(last), event_line(e), event_line(claim)],
+                            "overlap.timed",
+                            {"attempt": claim["attempt"], "prev": e["attempt"], "early": until - claim["at"]},
+                        )
+                    )
                 else:
-                    found.append(Anomaly("live_holder_reaped", job_id, [event_line(last), event_line(e)],
-                                         "reaped.live", {"attempt": e["attempt"], "early": until - e["at"]}))
+                    found.append(
+                        Anomaly(
+                            "live_holder_reaped",
+                            job_id,
+                            [event_line(last), event_line(e)],
+                            "reaped.live",
+                            {"attempt": e["attempt"], "early": until - e["at"]},
+                        )
+                    )
     return found
 
 
@@ -340,8 +445,15 @@ def effects_repeated(h: History) -> list[Anomaly]:
             facts = {"n": len(lines), "attempts": [x["attempt"] if x["attempt"] is not None else "-" for x in lines]}
             if key is not None:
                 facts["key"] = key
-            found.append(Anomaly("effect_repeated", job_id, [effect_line(x) for x in lines[:4]],
-                                 "effect.repeated" if key is None else "effect.repeated_key", facts))
+            found.append(
+                Anomaly(
+                    "effect_repeated",
+                    job_id,
+                    [effect_line(x) for x in lines[:4]],
+                    "effect.repeated" if key is None else "effect.repeated_key",
+                    facts,
+                )
+            )
     return found
 
 
@@ -359,13 +471,27 @@ def effects_agree(h: History) -> list[Anomaly]:
         claimed = {e["attempt"] for e in history if e["kind"] == "claimed"}
         if x["attempt"] not in claimed and (x["job"], "unclaimed") not in seen:
             seen.add((x["job"], "unclaimed"))
-            found.append(Anomaly("history_disagrees", x["job"], [effect_line(x)], "disagree.effect_unclaimed",
-                                 {"attempt": x["attempt"]}))
+            found.append(
+                Anomaly(
+                    "history_disagrees",
+                    x["job"],
+                    [effect_line(x)],
+                    "disagree.effect_unclaimed",
+                    {"attempt": x["attempt"]},
+                )
+            )
         if j["status"] == "done" and x["attempt"] > j["attempts"] and (x["job"], "after") not in seen:
             seen.add((x["job"], "after"))
             done = [e for e in history if e["kind"] == "completed"][-1:]
-            found.append(Anomaly("claimed_after_completion", x["job"], [event_line(e) for e in done] + [effect_line(x)],
-                                 "claimed_after.effect", {"attempt": x["attempt"], "done_by": j["attempts"]}))
+            found.append(
+                Anomaly(
+                    "claimed_after_completion",
+                    x["job"],
+                    [event_line(e) for e in done] + [effect_line(x)],
+                    "claimed_after.effect",
+                    {"attempt": x["attempt"], "done_by": j["attempts"]},
+                )
+            )
     return found
 
 
@@ -387,13 +513,27 @@ def runs(h: History, vanished: Iterable[str] = ()) -> list[Anomaly]:
         claims = [e for e in grouped.get(j["id"], []) if e["kind"] == "claimed"]
         if j["status"] == "done" and j["attempts"] not in ran.get(j["id"], set()):
             done = [e for e in grouped.get(j["id"], []) if e["kind"] == "completed"][-1:]
-            found.append(Anomaly("history_disagrees", j["id"], [job_line(j)] + [event_line(e) for e in done],
-                                 "disagree.done_unrun", {"attempt": j["attempts"]}))
+            found.append(
+                Anomaly(
+                    "history_disagrees",
+                    j["id"],
+                    [job_line(j)] + [event_line(e) for e in done],
+                    "disagree.done_unrun",
+                    {"attempt": j["attempts"]},
+                )
+            )
         if j["status"] == "dead" and j["id"] not in ran:
             survivors = sorted({e.get("worker") or "-" for e in claims} - vanished)
             if survivors or not claims:
-                found.append(Anomaly("dead_unrun", j["id"], [job_line(j)] + [event_line(e) for e in claims[:3]],
-                                     "dead_unrun", {"attempts": j["attempts"], "workers": survivors or ["-"]}))
+                found.append(
+                    Anomaly(
+                        "dead_unrun",
+                        j["id"],
+                        [job_line(j)] + [event_line(e) for e in claims[:3]],
+                        "dead_unrun",
+                        {"attempts": j["attempts"], "workers": survivors or ["-"]},
+                    )
+                )
     return found
 
 
@@ -414,12 +554,19 @@ def counts(h: History, idle: bool) -> dict[str, int]:
     keys: dict[int, list] = defaultdict(list)
     for x in h.effects:
         keys[x["job"]].append(x["key"])
-    absorbed = sum(1 for job_id, n in claims.items()
-                   if n > 1 and keys.get(job_id) and len(set(keys[job_id])) == len(keys[job_id]))
+    absorbed = sum(
+        1 for job_id, n in claims.items() if n > 1 and keys.get(job_id) and len(set(keys[job_id])) == len(keys[job_id])
+    )
     return {
-        "jobs": len(h.jobs), **{s: statuses[s] for s in ("pending", "running", "done", "dead")},
+        "jobs": len(h.jobs),
+        **{s: statuses[s] for s in ("pending", "running", "done", "dead")},
         "waiting": waiting(h) if idle else 0,
-        "attempts": kinds["claimed"], "repeated_runs": sum(n - 1 for n in claims.values() if n > 1),
-        "reaps": kinds["reaped"], "refused_writes": kinds["lease_lost"], "refused_zombies": len(zombies),
-        "effects": len(h.effects), "repeats_absorbed": absorbed, "events": len(h.events),
+        "attempts": kinds["claimed"],
+        "repeated_runs": sum(n - 1 for n in claims.values() if n > 1),
+        "reaps": kinds["reaped"],
+        "refused_writes": kinds["lease_lost"],
+        "refused_zombies": len(zombies),
+        "effects": len(h.effects),
+        "repeats_absorbed": absorbed,
+        "events": len(h.events),
     }

@@ -12,7 +12,6 @@ from typing import Any
 
 from ..words import number, plural
 
-
 # The name of each anomaly kind, as a report's heading shows it. ``KINDS`` is this dict's keys.
 TITLES: dict[str, dict[str, str]] = {
     "en": {
@@ -50,28 +49,39 @@ TITLES: dict[str, dict[str, str]] = {
 SENTENCES: dict[str, dict[str, str]] = {
     "en": {
         "lost.gone": "job {job} is gone: its history shows it enqueued, but the jobs table has no row for it",
-        "lost.effect_of_gone": "job {job} is gone: a handler recorded an effect for it, but the jobs table has no row for it",
-        "lost.abandoned": ("job {job} is still running under a lease that runs {left} s more, though the workers "
-                           "were idle: no worker is doing it"),
+        "lost.effect_of_gone": "job {job} is gone: a handler recorded an effect for it, but the jobs table has no row "
+        "for it",
+        "lost.abandoned": (
+            "job {job} is still running under a lease that runs {left} s more, though the workers "
+            "were idle: no worker is doing it"
+        ),
         "stuck.expired": "job {job} is still running under a lease that ran out {ago} s ago: no one took it back",
         "stuck.runnable": "job {job} could run for {ago} s but was never claimed, though the workers were idle",
-        "stuck.runnable_again": ("job {job} went back to the queue and could run for {ago} s, but was never claimed "
-                                 "again, though the workers were idle"),
+        "stuck.runnable_again": (
+            "job {job} went back to the queue and could run for {ago} s, but was never claimed "
+            "again, though the workers were idle"
+        ),
         "fence_reused": "job {job}: attempt {attempt} was handed to {claims} (tokens {tokens}): one fence, two holders",
         "stale.token": "job {job}: the queue accepted a {write} from token {token} while token {holder} held the job",
         "stale.unheld": "job {job}: the queue accepted a {write} from token {token} while no one held the job",
         "stale.after_end": "job {job}: the queue accepted a {write} from token {token} after the job was {ended}",
-        "overlap.held": "job {job} was claimed by token {token} while token {holder} still held it: two holders at once",
-        "overlap.timed": ("job {job}: attempt {attempt} was claimed {early} s before the lease of attempt {prev} ran "
-                          "out: two holders at once"),
+        "overlap.held": "job {job} was claimed by token {token} while token {holder} still held it: two holders at "
+        "once",
+        "overlap.timed": (
+            "job {job}: attempt {attempt} was claimed {early} s before the lease of attempt {prev} ran "
+            "out: two holders at once"
+        ),
         "completed_twice": "job {job} was completed twice: by token {first}, then again by token {token}",
         "claimed_after.claim": "job {job} was claimed again (attempt {attempt}) after it was {ended}",
-        "claimed_after.effect": ("job {job}: attempt {attempt} recorded an effect, but attempt {done_by} had already "
-                                 "completed the job"),
-        "false_loss": ("job {job}: a lost lease was recorded for token {token}, yet its attempt {attempt} "
-                       "{finished}: the history says it lost what it had finished"),
+        "claimed_after.effect": (
+            "job {job}: attempt {attempt} recorded an effect, but attempt {done_by} had already completed the job"
+        ),
+        "false_loss": (
+            "job {job}: a lost lease was recorded for token {token}, yet its attempt {attempt} "
+            "{finished}: the history says it lost what it had finished"
+        ),
         "effect.repeated": "job {job}: its effect happened {times} (attempts {attempts})",
-        "effect.repeated_key": "job {job}: the effect \"{key}\" happened {times} (attempts {attempts})",
+        "effect.repeated_key": 'job {job}: the effect "{key}" happened {times} (attempts {attempts})',
         "disagree.field": "job {job}: its events say the {field} is {expected}, the jobs table says {actual}",
         "disagree.start": "job {job}: its history does not begin with its enqueue",
         "disagree.enqueued_twice": "job {job}: its history enqueues it twice",
@@ -80,42 +90,61 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "job {job}: its history links to event {event}, which does not exist",
         "disagree.release_unheld": "job {job} was taken back to the queue (event {event}) while no one held it",
         "disagree.reaped_after_end": "job {job} was taken back to the queue (event {event}) after it was {ended}",
-        "disagree.effect_unclaimed": "job {job}: a handler recorded an effect as attempt {attempt}, which was never claimed",
-        "disagree.done_unrun": ("job {job} was completed by attempt {attempt}, but that attempt's handler recorded "
-                                "no run"),
-        "reaped.live": ("job {job}: attempt {attempt} was taken back {early} s before the lease its last renewal wrote "
-                        "ran out"),
+        "disagree.effect_unclaimed": "job {job}: a handler recorded an effect as attempt {attempt}, which was never "
+        "claimed",
+        "disagree.done_unrun": (
+            "job {job} was completed by attempt {attempt}, but that attempt's handler recorded no run"
+        ),
+        "reaped.live": (
+            "job {job}: attempt {attempt} was taken back {early} s before the lease its last renewal wrote ran out"
+        ),
         "attempts.row": "job {job} has {attempts} attempts, more than its max_attempts of {max}",
         "attempts.event": "job {job}: event {event} records attempt {attempt}, beyond its max_attempts of {max}",
-        "dead_unrun": ("job {job} died after {after_attempts}, but its handler never ran (claimed by {workers}, "
-                       "none of them killed)"),
+        "dead_unrun": (
+            "job {job} died after {after_attempts}, but its handler never ran (claimed by {workers}, "
+            "none of them killed)"
+        ),
     },
     "ru": {
         "lost.gone": "задача {job} пропала: по истории её поставили в очередь, а в таблице задач её нет",
         "lost.effect_of_gone": "задача {job} пропала: обработчик записал для неё действие, а в таблице задач её нет",
-        "lost.abandoned": ("задача {job} всё ещё числится в работе (аренда истечёт через {left} с), хотя воркеры "
-                           "простаивали: её никто не выполняет"),
-        "stuck.expired": ("задача {job} всё ещё числится в работе, хотя её аренда истекла {ago} с назад: "
-                          "её так и не вернули в очередь"),
-        "stuck.runnable": ("задачу {job} можно было запускать уже {ago} с, но её так и не захватили, хотя воркеры "
-                           "простаивали"),
-        "stuck.runnable_again": ("задача {job} вернулась в очередь, и её можно было запускать уже {ago} с, но повторно "
-                                 "её так и не захватили, хотя воркеры простаивали"),
-        "fence_reused": ("задача {job}: попытку {attempt} получили {claims} (токены {tokens}) — один номер попытки "
-                         "у двух владельцев"),
+        "lost.abandoned": (
+            "задача {job} всё ещё числится в работе (аренда истечёт через {left} с), хотя воркеры "
+            "простаивали: её никто не выполняет"
+        ),
+        "stuck.expired": (
+            "задача {job} всё ещё числится в работе, хотя её аренда истекла {ago} с назад: "
+            "её так и не вернули в очередь"
+        ),
+        "stuck.runnable": (
+            "задачу {job} можно было запускать уже {ago} с, но её так и не захватили, хотя воркеры простаивали"
+        ),
+        "stuck.runnable_again": (
+            "задача {job} вернулась в очередь, и её можно было запускать уже {ago} с, но повторно "
+            "её так и не захватили, хотя воркеры простаивали"
+        ),
+        "fence_reused": (
+            "задача {job}: попытку {attempt} получили {claims} (токены {tokens}) — один номер попытки у двух владельцев"
+        ),
         "stale.token": "задача {job}: очередь приняла {write} от токена {token}, хотя задачей владел токен {holder}",
         "stale.unheld": "задача {job}: очередь приняла {write} от токена {token}, когда задачей никто не владел",
         "stale.after_end": "задача {job}: очередь приняла {write} от токена {token}, когда задача уже {ended}",
-        "overlap.held": ("задачу {job} захватил токен {token}, пока ею ещё владел токен {holder}: "
-                         "у задачи два владельца сразу"),
-        "overlap.timed": ("задача {job}: попытку {attempt} захватили за {early} с до конца аренды попытки {prev}: "
-                          "у задачи два владельца сразу"),
+        "overlap.held": (
+            "задачу {job} захватил токен {token}, пока ею ещё владел токен {holder}: у задачи два владельца сразу"
+        ),
+        "overlap.timed": (
+            "задача {job}: попытку {attempt} захватили за {early} с до конца аренды попытки {prev}: "
+            "у задачи два владельца сразу"
+        ),
         "completed_twice": "задачу {job} завершили дважды: сначала токен {first}, затем ещё раз токен {token}",
         "claimed_after.claim": "задачу {job} захватили снова (попытка {attempt}), хотя она уже {ended}",
-        "claimed_after.effect": ("задача {job}: попытка {attempt} записала действие, когда попытка {done_by} "
-                                 "уже завершила задачу"),
-        "false_loss": ("задача {job}: для токена {token} записана потеря аренды, хотя его попытка {attempt} "
-                       "{finished}: история утверждает, что он потерял то, что сам довёл до конца"),
+        "claimed_after.effect": (
+            "задача {job}: попытка {attempt} записала действие, когда попытка {done_by} уже завершила задачу"
+        ),
+        "false_loss": (
+            "задача {job}: для токена {token} записана потеря аренды, хотя его попытка {attempt} "
+            "{finished}: история утверждает, что он потерял то, что сам довёл до конца"
+        ),
         "effect.repeated": "задача {job}: её действие выполнено {times} (попытки {attempts})",
         "effect.repeated_key": "задача {job}: действие с ключом «{key}» выполнено {times} (попытки {attempts})",
         "disagree.field": "задача {job}: по событиям {field} — «{expected}», а в таблице задач — «{actual}»",
@@ -126,32 +155,48 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "задача {job}: её история ссылается на событие {event}, которого нет",
         "disagree.release_unheld": "задачу {job} вернули в очередь (событие {event}), когда ею никто не владел",
         "disagree.reaped_after_end": "задачу {job} вернули в очередь (событие {event}), когда она уже {ended}",
-        "disagree.effect_unclaimed": ("задача {job}: обработчик записал действие от имени попытки {attempt}, "
-                                      "которую никто не захватывал"),
-        "disagree.done_unrun": ("задача {job} завершена попыткой {attempt}, но обработчик этой попытки не записал "
-                                "ни одного запуска"),
-        "reaped.live": ("задача {job}: попытку {attempt} вернули в очередь за {early} с до того, как истекла аренда, "
-                        "записанная её последним продлением"),
+        "disagree.effect_unclaimed": (
+            "задача {job}: обработчик записал действие от имени попытки {attempt}, которую никто не захватывал"
+        ),
+        "disagree.done_unrun": (
+            "задача {job} завершена попыткой {attempt}, но обработчик этой попытки не записал ни одного запуска"
+        ),
+        "reaped.live": (
+            "задача {job}: попытку {attempt} вернули в очередь за {early} с до того, как истекла аренда, "
+            "записанная её последним продлением"
+        ),
         "attempts.row": "задача {job}: попыток {attempts}, а допустимо не больше {max}",
         "attempts.event": "задача {job}: событие {event} записано для попытки {attempt}, а допустимо не больше {max}",
-        "dead_unrun": ("задача {job} умерла после {after_attempts}, но её обработчик так и не запускался "
-                       "(захватывали: {workers}; никого из них не убивали)"),
+        "dead_unrun": (
+            "задача {job} умерла после {after_attempts}, но её обработчик так и не запускался "
+            "(захватывали: {workers}; никого из них не убивали)"
+        ),
     },
 }
 
 # Facts shown in the reader's language: fact name -> its value -> the words.
 WORDS: dict[str, dict[str, dict[str, str]]] = {
     "en": {
-        "write": {"heartbeat": "heartbeat", "completed": "completion", "failed": "failure", "reaped": "reap",
-                  "claimed": "claim"},
+        "write": {
+            "heartbeat": "heartbeat",
+            "completed": "completion",
+            "failed": "failure",
+            "reaped": "reap",
+            "claimed": "claim",
+        },
         "ended": {"completed": "done", "dead": "dead"},
         "finished": {"completed": "completed the job", "failed": "failed the job"},
         "field": {"status": "status", "attempts": "attempt count", "token": "token", "worker": "worker"},
         "status": {"pending": "pending", "running": "running", "done": "done", "dead": "dead"},
     },
     "ru": {
-        "write": {"heartbeat": "продление аренды", "completed": "завершение", "failed": "сообщение о сбое",
-                  "reaped": "возврат в очередь", "claimed": "захват"},
+        "write": {
+            "heartbeat": "продление аренды",
+            "completed": "завершение",
+            "failed": "сообщение о сбое",
+            "reaped": "возврат в очередь",
+            "claimed": "захват",
+        },
         "ended": {"completed": "была выполнена", "dead": "была признана мёртвой"},
         "finished": {"completed": "успешно завершила задачу", "failed": "сама закончила задачу сбоем"},
         "field": {"status": "статус", "attempts": "число попыток", "token": "токен", "worker": "воркер"},
@@ -180,8 +225,10 @@ COUNTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "repeated_runs": ("repeated_runs", ("повторный запуск", "повторных запуска", "повторных запусков")),
         "refused_zombies": ("refused_zombies", ("зомби получил отказ", "зомби получили отказ", "зомби получили отказ")),
         "anomalies": ("anomalies", ("аномалия", "аномалии", "аномалий")),
-        "waiting": ("waiting", ("задача ещё ждёт своего времени", "задачи ещё ждут своего времени",
-                                "задач ещё ждут своего времени")),
+        "waiting": (
+            "waiting",
+            ("задача ещё ждёт своего времени", "задачи ещё ждут своего времени", "задач ещё ждут своего времени"),
+        ),
     },
 }
 
@@ -201,11 +248,13 @@ REPORT: dict[str, dict[str, str]] = {
         "clean": "все обещания сдержаны: {jobs}, {repeated_runs}, {refused_zombies}",
         "broken": "найдено аномалий: {anomalies_n} (всего {jobs})",
         "counts": "попыток: {attempts}, возвратов в очередь: {reaps}, отклонённых записей: {refused_writes}, "
-                  "записанных действий: {effects}",
+        "записанных действий: {effects}",
         "absorbed": "повторных запусков, чьё действие случилось один раз: {repeats_absorbed}",
         "waiting": "{waiting}",
-        "lease_unknown": ("возвраты в очередь и перекрытие аренд не проверены по времени: неизвестно, "
-                          "с какой арендой работали воркеры"),
+        "lease_unknown": (
+            "возвраты в очередь и перекрытие аренд не проверены по времени: неизвестно, "
+            "с какой арендой работали воркеры"
+        ),
         "no_effects": "действия обработчиков не записывались, поэтому их повторы не искали",
         "job_none": "без задачи",
     },
@@ -222,8 +271,11 @@ def fill(template: str, lang: str, facts: dict[str, Any]) -> str:
     values: dict[str, Any] = {}
     for name, value in facts.items():
         # A status compared between the events and the table is a status word too.
-        words = WORDS[lang]["status"] if name in ("expected", "actual") and facts.get("field") == "status" \
+        words = (
+            WORDS[lang]["status"]
+            if name in ("expected", "actual") and facts.get("field") == "status"
             else WORDS[lang].get(name)
+        )
         if words is not None and value in words:
             value = words[value]
         elif isinstance(value, float):

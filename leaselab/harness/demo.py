@@ -20,11 +20,11 @@ import signal
 import time
 from typing import Any
 
-from ..check import read_effects, record_effect  # read_effects: lessons read what these handlers recorded from here
+from ..check import read_effects, record_effect  # noqa: F401  (lessons read these handlers' effects from here)
 from ..errors import LeaseLost
+from ..fencing import FencedStore
 from ..job import Job
 from ..worker.lease import Lease
-from ..fencing import FencedStore
 
 
 def _opts(job: Job) -> dict[str, Any]:
@@ -120,8 +120,9 @@ def publish(job: Job, lease: Lease) -> Any:
         lease.check()
     value = {"worker": job.worker, "attempt": job.attempts}
     with FencedStore(opts["store"]) as store:
-        written = store.write(opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")),
-                              token=job.token)
+        written = store.write(
+            opts.get("key", "page"), value, fence=job.fence, check=bool(opts.get("fenced")), token=job.token
+        )
     return {"written": written, "value": value}
 
 

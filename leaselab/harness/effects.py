@@ -13,8 +13,9 @@ import os
 import signal
 import sqlite3
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from ..job import Job
 from ..queue import Queue
@@ -49,13 +50,20 @@ def _connect(path: str | os.PathLike) -> sqlite3.Connection:
     return conn
 
 
-def record_deposit(conn: sqlite3.Connection, account: str, amount: int, job: Job | None = None,
-                   key: str | None = None) -> bool:
+def record_deposit(
+    conn: sqlite3.Connection, account: str, amount: int, job: Job | None = None, key: str | None = None
+) -> bool:
     """Insert one deposit on ``conn`` (inside a caller's transaction, if any); True if a row was written."""
-    cursor = conn.execute(DEPOSIT if key is None else DEPOSIT_ONCE, {
-        "key": key, "account": account, "amount": amount,
-        "job_id": None if job is None else job.id, "attempt": None if job is None else job.attempts,
-    })
+    cursor = conn.execute(
+        DEPOSIT if key is None else DEPOSIT_ONCE,
+        {
+            "key": key,
+            "account": account,
+            "amount": amount,
+            "job_id": None if job is None else job.id,
+            "attempt": None if job is None else job.attempts,
+        },
+    )
     return cursor.rowcount == 1
 
 
@@ -77,7 +85,7 @@ class Ledger:
     def entries(self) -> list[dict[str, Any]]:
         """Every deposit, oldest first."""
         cols = ("key", "account", "amount", "job_id", "attempt")
-        return [dict(zip(cols, row)) for row in self._conn.execute(ENTRIES)]
+        return [dict(zip(cols, row, strict=True)) for row in self._conn.execute(ENTRIES)]
 
     def effects(self) -> list[dict[str, Any]]:
         """The deposits made by jobs, as ``leaselab.check`` reads effects: ``check(db, effects=ledger.effects)``.
@@ -85,14 +93,21 @@ class Ledger:
         Each deposit is one effect of its job, keyed by its idempotency key (None for an
         unkeyed one): two rows of one job with one key are the money counted twice.
         """
-        return [{"job": e["job_id"], "attempt": e["attempt"], "key": e["key"],
-                 "detail": {"account": e["account"], "amount": e["amount"]}}
-                for e in self.entries() if e["job_id"] is not None]
+        return [
+            {
+                "job": e["job_id"],
+                "attempt": e["attempt"],
+                "key": e["key"],
+                "detail": {"account": e["account"], "amount": e["amount"]},
+            }
+            for e in self.entries()
+            if e["job_id"] is not None
+        ]
 
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "Ledger":
+    def __enter__(self) -> Ledger:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -14,8 +14,8 @@
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
 session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
 the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
-``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers (spawn, pause, resume,
-kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
+``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers
+(spawn, pause, resume, kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
 ``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
 """
 
@@ -30,17 +30,17 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 from urllib.parse import urlsplit
 
-from .errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from ..arguments import integer, positive
 from ..backends import is_server_url
 from ..queue import Queue
 from ..worker import STARTED, faults, handler_path, load_handler
 from . import demo
+from .errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from .proxy import Proxy, server_address, through
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
@@ -73,7 +73,7 @@ def logs_path(db: str | os.PathLike) -> Path:
     return Path(files_prefix(db) + ".logs")
 
 
-def read_actions(db: str | os.PathLike) -> list["Action"]:
+def read_actions(db: str | os.PathLike) -> list[Action]:
     """The actions recorded next to ``db``, oldest first; none when no fleet ever ran on it."""
     try:
         with open(faults_path(db), encoding="utf-8") as fh:
@@ -106,21 +106,21 @@ class WorkerStatus:
 
     name: str
     pid: int
-    state: str                 # running, paused, stopping, killed or exited
-    job_id: int | None         # the running job whose holder is this worker, if any
-    lease_left: float | None   # seconds until that job's lease runs out
-    lease: float               # the lease length the worker was started with
-    paused_for: float | None   # seconds since the pause, while paused
-    paused_job: int | None     # the job it held when it was paused, if any
-    returncode: int | None     # negative: killed by that signal
+    state: str  # running, paused, stopping, killed or exited
+    job_id: int | None  # the running job whose holder is this worker, if any
+    lease_left: float | None  # seconds until that job's lease runs out
+    lease: float  # the lease length the worker was started with
+    paused_for: float | None  # seconds since the pause, while paused
+    paused_job: int | None  # the job it held when it was paused, if any
+    returncode: int | None  # negative: killed by that signal
     handler: str
     log_path: str
-    fault: str | None = None   # the transient fault it is waiting out (its log's last word on faults)
+    fault: str | None = None  # the transient fault it is waiting out (its log's last word on faults)
     jobs: tuple[int, ...] = ()  # every job it holds, in id order (more than one with concurrency > 1)
-    concurrency: int = 1       # how many jobs it runs at once
+    concurrency: int = 1  # how many jobs it runs at once
     partitioned_for: float | None = None  # seconds since its network was cut (server queues), while cut
     partitioned_jobs: tuple[int, ...] = ()  # the jobs it held when it was cut off, while cut
-    replies_dropped: int = 0   # replies its proxy threw away (``drop_reply``), since it started
+    replies_dropped: int = 0  # replies its proxy threw away (``drop_reply``), since it started
 
     @property
     def partitioned(self) -> bool:
@@ -150,7 +150,8 @@ class WorkerStatus:
 
     @property
     def badge(self) -> str:
-        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` / ``waiting``."""
+        """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` /
+        ``waiting``."""
         if self.zombie:
             return "zombie"
         if self.partitioned and self.state in ALIVE:
@@ -215,7 +216,7 @@ def process_state(pid: int) -> str | None:
             text = fh.read()
     except OSError:
         return None
-    return text[text.rfind(")") + 2:].split(" ", 1)[0]  # the name in parentheses may hold spaces
+    return text[text.rfind(")") + 2 :].split(" ", 1)[0]  # the name in parentheses may hold spaces
 
 
 # How long pause() waits for the kernel to show a SIGSTOPped worker stopped (a loaded machine may
@@ -234,11 +235,11 @@ def _wait_stopped(pid: int, timeout: float) -> None:
 class Fleet:
     """Owns the worker processes of one queue file.
 
-    ``log_dir`` defaults to ``<db>.logs`` beside the file; ``grace`` is how long
-    ``shutdown`` waits after SIGTERM before SIGKILL; ``spawn`` returns once the worker
-says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller share
-    its ``Queue`` (the fleet reads the jobs table for ``status``); otherwise the
-    fleet opens its own. Safe to call from several threads (a refresher and buttons).
+        ``log_dir`` defaults to ``<db>.logs`` beside the file; ``grace`` is how long
+        ``shutdown`` waits after SIGTERM before SIGKILL; ``spawn`` returns once the worker
+    says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller share
+        its ``Queue`` (the fleet reads the jobs table for ``status``); otherwise the
+        fleet opens its own. Safe to call from several threads (a refresher and buttons).
     """
 
     def __init__(
@@ -277,7 +278,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
     def __repr__(self) -> str:
         return f"Fleet({self.queue.backend.name!r}, workers={list(self._procs)})"  # a URL without its password
 
-    def __enter__(self) -> "Fleet":
+    def __enter__(self) -> Fleet:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -335,9 +336,23 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             log_path = self.log_dir / f"{name}.log"
             log_file = open(log_path, "ab", buffering=0)
             # The queue goes by environment, not argv: a server URL may hold a password, and ps shows argv.
-            argv = [*(launcher or (sys.executable, "-m", "leaselab")), "worker", "--handler", handler,
-                    "--name", name, "--lease", repr(lease), "--poll", repr(poll), "--max-poll", repr(max_poll),
-                    "--ignore-sigint", "--busy-timeout", repr(busy_timeout)]
+            argv = [
+                *(launcher or (sys.executable, "-m", "leaselab")),
+                "worker",
+                "--handler",
+                handler,
+                "--name",
+                name,
+                "--lease",
+                repr(lease),
+                "--poll",
+                repr(poll),
+                "--max-poll",
+                repr(max_poll),
+                "--ignore-sigint",
+                "--busy-timeout",
+                repr(busy_timeout),
+            ]
             if exit_when_idle:
                 argv.append("--exit-when-idle")
             if concurrency > 1:
@@ -352,8 +367,14 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
             try:
-                popen = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log_file,
-                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                popen = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                )
             except BaseException:
                 log_file.close()
                 if proxy is not None:
@@ -380,8 +401,9 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             if proc.popen.poll() is not None:
                 self._notice_exit(proc)
                 tail = self.log_tail(proc.name, lines=5)
-                raise WorkerNotRunning(f"worker {proc.name!r} exited at start "
-                                       f"(code {proc.popen.returncode}); its log ends:\n{tail}")
+                raise WorkerNotRunning(
+                    f"worker {proc.name!r} exited at start (code {proc.popen.returncode}); its log ends:\n{tail}"
+                )
             time.sleep(0.02)
         # Slow machine: carry on; the worker is alive and will get there.
 
@@ -399,8 +421,11 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         state = proc.state()
         if state not in ALIVE:
             self._notice_exit(proc)
-            how = f"killed by signal {-proc.popen.returncode}" if state == KILLED else \
-                f"exited with code {proc.popen.returncode}"
+            how = (
+                f"killed by signal {-proc.popen.returncode}"
+                if state == KILLED
+                else f"exited with code {proc.popen.returncode}"
+            )
             raise WorkerNotRunning(f"cannot {verb} worker {name!r}: it was {how}")
         return proc
 
@@ -418,8 +443,15 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 # Read after the stop: a frozen process can no longer claim or let go.
                 held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
                 proc.paused_job = held[0] if held else None
-                holding = None if not held else (f"holding job {held[0]}" if len(held) == 1 else
-                                                 "holding jobs " + ", ".join(map(str, sorted(held))))
+                holding = (
+                    None
+                    if not held
+                    else (
+                        f"holding job {held[0]}"
+                        if len(held) == 1
+                        else "holding jobs " + ", ".join(map(str, sorted(held)))
+                    )
+                )
                 self._record(name, "pause", proc.popen.pid, holding)
 
     def resume(self, name: str) -> None:
@@ -447,8 +479,12 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
                 proc.partitioned_at = self.clock()
                 held = [j.id for j in self.queue.jobs(status="running", limit=10_000) if j.worker == name]
                 proc.partitioned_jobs = tuple(sorted(held))
-                self._record(name, "partition", proc.popen.pid,
-                             None if not held else "holding jobs " + ", ".join(map(str, sorted(held))))
+                self._record(
+                    name,
+                    "partition",
+                    proc.popen.pid,
+                    None if not held else "holding jobs " + ", ".join(map(str, sorted(held))),
+                )
 
     def heal(self, name: str) -> None:
         """Reconnect a worker cut off by ``partition``: what waited is delivered, and it learns what it lost."""
@@ -475,7 +511,8 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             if not is_server_url(self.path):
                 raise PartitionUnsupported(
                     f"worker {proc.name!r} uses the SQLite file {self.path}: there is no network between a worker "
-                    "and a file to cut (pause it instead); partitions need a postgresql:// queue")
+                    "and a file to cut (pause it instead); partitions need a postgresql:// queue"
+                )
             raise PartitionUnsupported(f"worker {proc.name!r} was started without a proxy (Fleet(proxies=False))")
         return proc.proxy
 
@@ -562,7 +599,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
             for p in procs:
                 if states[p.name] not in ALIVE:
                     self._notice_exit(p)
-        held: dict[str, list] = {}
+        held: dict[str | None, list] = {}
         if procs:
             for job in self.queue.jobs(status="running", limit=10_000):
                 held.setdefault(job.worker, []).append(job)
@@ -571,26 +608,28 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
         for p in procs:
             mine = held.get(p.name, [])
             # The job shown with its lease left is the one whose lease runs out first.
-            job = min(mine, key=lambda j: (j.lease_until is None, j.lease_until or 0.0, j.id), default=None)
-            out.append(WorkerStatus(
-                name=p.name,
-                pid=p.popen.pid,
-                state=states[p.name],
-                job_id=job.id if job else None,
-                lease_left=(job.lease_until - now) if job and job.lease_until is not None else None,
-                lease=p.lease,
-                paused_for=None if p.paused_at is None else now - p.paused_at,
-                paused_job=None if p.paused_at is None else p.paused_job,
-                partitioned_for=None if p.partitioned_at is None else now - p.partitioned_at,
-                partitioned_jobs=() if p.partitioned_at is None else p.partitioned_jobs,
-                returncode=p.popen.returncode,
-                handler=p.handler,
-                log_path=p.log_path,
-                fault=_fault(p.log_path) if states[p.name] in ALIVE else None,
-                jobs=tuple(sorted(j.id for j in mine)),
-                concurrency=p.concurrency,
-                replies_dropped=p.proxy.replies_dropped if p.proxy is not None else 0,
-            ))
+            first = min(mine, key=lambda j: (j.lease_until is None, j.lease_until or 0.0, j.id), default=None)
+            out.append(
+                WorkerStatus(
+                    name=p.name,
+                    pid=p.popen.pid,
+                    state=states[p.name],
+                    job_id=first.id if first else None,
+                    lease_left=(first.lease_until - now) if first and first.lease_until is not None else None,
+                    lease=p.lease,
+                    paused_for=None if p.paused_at is None else now - p.paused_at,
+                    paused_job=None if p.paused_at is None else p.paused_job,
+                    partitioned_for=None if p.partitioned_at is None else now - p.partitioned_at,
+                    partitioned_jobs=() if p.partitioned_at is None else p.partitioned_jobs,
+                    returncode=p.popen.returncode,
+                    handler=p.handler,
+                    log_path=p.log_path,
+                    fault=_fault(p.log_path) if states[p.name] in ALIVE else None,
+                    jobs=tuple(sorted(j.id for j in mine)),
+                    concurrency=p.concurrency,
+                    replies_dropped=p.proxy.replies_dropped if p.proxy is not None else 0,
+                )
+            )
         return out
 
     def state(self, name: str) -> str:
@@ -675,7 +714,7 @@ says it started (at most ``start_timeout`` seconds). ``queue`` lets a caller sha
 
 
 # Strong references: a fleet nobody holds any more must still end its workers at exit.
-_LIVE_FLEETS: "set[Fleet]" = set()
+_LIVE_FLEETS: set[Fleet] = set()
 
 
 @atexit.register

@@ -48,7 +48,8 @@ DONE_BY_ANOTHER = "SELECT status = 'done' AND attempts > ? FROM jobs WHERE id = 
 FREEZER = r"""
 import os, signal, sqlite3, sys, time
 os.setpgrp()
-pid, db, job, attempt, until, sql = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+pid, db, job, attempt = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+until, sql = float(sys.argv[5]), sys.argv[6]
 def done_by_another():
     try:
         conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)
@@ -120,8 +121,20 @@ def freeze_until_done_by_another(job: Any) -> None:
     if not db:
         raise RuntimeError("freezing until another attempt is done needs $LEASELAB_DB (the lab's workers carry it)")
     until = time.time() + FREEZE_FOR_AT_MOST
-    subprocess.Popen([sys.executable, "-c", FREEZER, str(os.getpid()), db, str(job.id), str(job.attempts),
-                      repr(until), DONE_BY_ANOTHER], stdin=subprocess.DEVNULL)
+    subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            FREEZER,
+            str(os.getpid()),
+            db,
+            str(job.id),
+            str(job.attempts),
+            repr(until),
+            DONE_BY_ANOTHER,
+        ],
+        stdin=subprocess.DEVNULL,
+    )
     while not _done_by_another(db, job) and time.time() < until:
         time.sleep(0.05)
 

@@ -48,7 +48,9 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from .pgwatchdog import Watchdog, WatchdogGone, end_server, remove_folder
 
@@ -71,6 +73,7 @@ _OWN_SETTINGS = ("listen_addresses", "port", "unix_socket_directories", "fsync",
 LAZY_WAL_WRITER = {"wal_writer_delay": "10s", "checkpoint_timeout": "1d"}
 PORT_RETAKE = 10.0  # seconds recover() tries to bind the server's own port again while another program holds it
 
+
 class PgUnavailable(RuntimeError):
     """Raised when no PostgreSQL server binaries (initdb, postgres) can be found on this machine."""
 
@@ -80,7 +83,8 @@ class PgStartFailed(RuntimeError):
 
 
 class PgNotRunning(RuntimeError):
-    """Raised when the server is not in the state an operation needs (running, crashed, stopped), or its watchdog is gone."""
+    """Raised when the server is not in the state an operation needs (running, crashed, stopped), or its watchdog is
+    gone."""
 
 
 # Where Debian and Ubuntu's postgresql package (and so Binder's apt.txt) puts the server's
@@ -93,12 +97,16 @@ def find_bin_dir(debian: str = DEBIAN_BIN_DIRS) -> Path:
     found = shutil.which("initdb")
     if found and shutil.which("pg_ctl"):
         return Path(found).resolve().parent
-    versions = sorted(glob.glob(os.path.join(debian, "initdb")),
-                      key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parts[-3].split(".")])
+    versions = sorted(
+        glob.glob(os.path.join(debian, "initdb")),
+        key=lambda p: [int(x) if x.isdigit() else 0 for x in Path(p).parts[-3].split(".")],
+    )
     if versions:
         return Path(versions[-1]).parent
-    raise PgUnavailable("no PostgreSQL binaries: initdb is neither on PATH nor in /usr/lib/postgresql/*/bin "
-                        "(on Debian or Ubuntu: apt-get install postgresql)")
+    raise PgUnavailable(
+        "no PostgreSQL binaries: initdb is neither on PATH nor in /usr/lib/postgresql/*/bin "
+        "(on Debian or Ubuntu: apt-get install postgresql)"
+    )
 
 
 def free_port() -> int:
@@ -137,8 +145,10 @@ def _parent_for(user: pwd.struct_passwd | None) -> str | None:
     for shared in ("/tmp", "/var/tmp"):
         if reachable_by(Path(shared), user):
             return shared
-    raise PgUnavailable(f"the server runs as {user.pw_name}, who cannot enter {tempfile.gettempdir()} "
-                        "nor /tmp; set TMPDIR to a folder that user can enter")
+    raise PgUnavailable(
+        f"the server runs as {user.pw_name}, who cannot enter {tempfile.gettempdir()} "
+        "nor /tmp; set TMPDIR to a folder that user can enter"
+    )
 
 
 def _run_as() -> pwd.struct_passwd | None:
@@ -155,7 +165,7 @@ def _run_as() -> pwd.struct_passwd | None:
 # Every server started in this process and not yet stopped. Holding them here keeps a server
 # whose PgServer was dropped without stop() running until the process ends, as a server does
 # (its watchdog ends it when its command pipe closes), and lets the exit hook stop them all.
-_LIVE: set["PgServer"] = set()
+_LIVE: set[PgServer] = set()
 
 
 @atexit.register
@@ -171,8 +181,15 @@ def _stop_at_exit() -> None:
 class PgServer:
     """One PostgreSQL cluster in a temp folder, started by ``start()`` (or ``with``) and removed by ``stop()``."""
 
-    def __init__(self, bin_dir: str | os.PathLike | None = None, timeout: float = 60.0, *, fsync: bool = False,
-                 settings: dict[str, str | int | float] | None = None, parent: str | os.PathLike | None = None):
+    def __init__(
+        self,
+        bin_dir: str | os.PathLike | None = None,
+        timeout: float = 60.0,
+        *,
+        fsync: bool = False,
+        settings: Mapping[str, str | int | float] | None = None,
+        parent: str | os.PathLike | None = None,
+    ):
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         self.timeout = timeout
         self.fsync = bool(fsync)
@@ -191,12 +208,19 @@ class PgServer:
         self._lock = threading.Lock()  # one command to the watchdog and its reply at a time
 
     @property
+    def _dir(self) -> Path:
+        """The server's folder, which start() makes (a TypeError before, as ``None / "data"`` was)."""
+        if self.folder is None:
+            raise TypeError(f"{self!r} has no folder: it was never started")
+        return self.folder
+
+    @property
     def data_dir(self) -> Path:
-        return self.folder / "data"
+        return self._dir / "data"
 
     @property
     def socket_dir(self) -> Path:
-        return self.folder / "socket"
+        return self._dir / "socket"
 
     @property
     def running(self) -> bool:
@@ -213,19 +237,26 @@ class PgServer:
         return f"postgresql://{USER}@127.0.0.1:{self.port}/{dbname}"
 
     def _cmd(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         if self._user is not None:
             kwargs = {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
-        done = subprocess.run([str(self.bin_dir / argv[0]), *argv[1:]], capture_output=True, text=True,
-                              cwd=self.folder, env=env, timeout=self.timeout, **kwargs)
+        done = subprocess.run(
+            [str(self.bin_dir / argv[0]), *argv[1:]],
+            capture_output=True,
+            text=True,
+            cwd=self.folder,
+            env=env,
+            timeout=self.timeout,
+            **kwargs,
+        )
         if check and done.returncode != 0:
             raise PgStartFailed(f"{argv[0]} exited {done.returncode}:\n{done.stdout}{done.stderr}{self._log()}")
         return done
 
     def _log(self, since: int = 0) -> str:
         try:
-            with open(self.folder / "server.log", "rb") as log:
+            with open(self._dir / "server.log", "rb") as log:
                 log.seek(since)
                 text = log.read().decode(errors="replace")
         except (OSError, TypeError):
@@ -234,11 +265,11 @@ class PgServer:
 
     def _log_size(self) -> int:
         try:
-            return (self.folder / "server.log").stat().st_size
+            return (self._dir / "server.log").stat().st_size
         except OSError:
             return 0
 
-    def start(self) -> "PgServer":
+    def start(self) -> PgServer:
         """initdb, start on a free port, and wait until the server accepts connections."""
         if self._watchdog is not None or self.folder is not None:
             raise PgNotRunning(f"cannot start {self!r}: it is started already")
@@ -260,14 +291,30 @@ class PgServer:
             except WatchdogGone as exc:
                 raise PgStartFailed(str(exc)) from None
             self.folder = self._watchdog.folder
-            made = self._ask({"do": "run", "timeout": self.timeout,
-                              "argv": [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "-U", USER,
-                                       "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"]}, PgStartFailed)
+            made = self._ask(
+                {
+                    "do": "run",
+                    "timeout": self.timeout,
+                    "argv": [
+                        str(self.bin_dir / "initdb"),
+                        "-D",
+                        str(self.data_dir),
+                        "-U",
+                        USER,
+                        "--auth=trust",
+                        "-E",
+                        "UTF8",
+                        "--no-sync",
+                        "--locale=C",
+                    ],
+                },
+                PgStartFailed,
+            )
             if not made["ok"]:
                 raise PgStartFailed(f"initdb failed: {made['error']}")
             if made["code"] != 0:
                 raise PgStartFailed(f"initdb exited {made['code']}:\n{made['output']}")
-            for attempt in range(5):  # another process may take the free port before the server binds it
+            for _ in range(5):  # another process may take the free port before the server binds it
                 self.port = free_port()
                 logged = self._log_size()
                 started = self._serve(PgStartFailed)
@@ -281,11 +328,16 @@ class PgServer:
             raise
 
     def _serve(self, failure: type[Exception]) -> dict:
-        options = {"listen_addresses": "127.0.0.1", "port": str(self.port),
-                   "unix_socket_directories": str(self.socket_dir), "max_connections": "100",
-                   "cluster_name": os.environ.get(LABEL_VARIABLE) or self.folder.name,
-                   "fsync": "on" if self.fsync else "off", "full_page_writes": "on" if self.fsync else "off",
-                   **self.settings}
+        options = {
+            "listen_addresses": "127.0.0.1",
+            "port": str(self.port),
+            "unix_socket_directories": str(self.socket_dir),
+            "max_connections": "100",
+            "cluster_name": os.environ.get(LABEL_VARIABLE) or self._dir.name,
+            "fsync": "on" if self.fsync else "off",
+            "full_page_writes": "on" if self.fsync else "off",
+            **self.settings,
+        }
         argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
         for name, value in options.items():
             argv += ["-c", f"{name}={value}"]
@@ -312,17 +364,28 @@ class PgServer:
         """What the running server's ``SHOW name`` says (``"on"`` for ``fsync`` on a ``fsync=True`` server, say)."""
         if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
             raise ValueError(f"name must be a plain setting name, got {name!r}")
-        return self._cmd("psql", "-h", str(self.socket_dir), "-p", str(self.port), "-U", USER, "-d", "postgres",
-                         "-XAtc", f"SHOW {name}").stdout.strip()
+        return self._cmd(
+            "psql",
+            "-h",
+            str(self.socket_dir),
+            "-p",
+            str(self.port),
+            "-U",
+            USER,
+            "-d",
+            "postgres",
+            "-XAtc",
+            f"SHOW {name}",
+        ).stdout.strip()
 
     def crash(self) -> None:
         """Stop the server as a killed process stops: no checkpoint, every connection drops, its memory is lost.
 
         An immediate shutdown (SIGQUIT) whose end does not depend on the clients: a server
         process that does not quit within a second is SIGKILLed, and the postmaster itself
-        after ``pgwatchdog.HALT_TIMEOUT`` (``pgwatchdog.end_postmaster`` says why). The data folder stays; ``recover()`` starts the server on it again. The watchdog
-        stays too: if this process dies before or after ``recover()``, the server is still
-        stopped and its folder removed.
+        after ``pgwatchdog.HALT_TIMEOUT`` (``pgwatchdog.end_postmaster`` says why). The data folder
+        stays; ``recover()`` starts the server on it again. The watchdog stays too: if this process
+        dies before or after ``recover()``, the server is still stopped and its folder removed.
         """
         if not self.running:
             raise PgNotRunning(f"cannot crash {self!r}: it is not running")
@@ -347,8 +410,10 @@ class PgServer:
             if started["ok"]:
                 return
             if "Address already in use" not in self._log(logged) or time.monotonic() > deadline:
-                raise PgStartFailed(f"the server did not start again on port {self.port} after a crash: "
-                                    f"{started['error']}{self._log(logged)}")
+                raise PgStartFailed(
+                    f"the server did not start again on port {self.port} after a crash: "
+                    f"{started['error']}{self._log(logged)}"
+                )
             time.sleep(0.2)
 
     def restart(self, down_for: float = 0.0) -> None:
@@ -376,7 +441,7 @@ class PgServer:
         self.folder = None
         _LIVE.discard(self)
 
-    def __enter__(self) -> "PgServer":
+    def __enter__(self) -> PgServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -386,7 +451,7 @@ class PgServer:
         return f"PgServer(port={self.port}, folder={str(self.folder)!r})"
 
 
-def _checked_settings(settings: dict) -> dict[str, str]:
+def _checked_settings(settings: Mapping) -> dict[str, str]:
     if not isinstance(settings, dict):
         raise ValueError(f"settings must be a dict of setting names to values, got {settings!r}")
     checked = {}

@@ -35,8 +35,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 CHILDREN_GRACE = 1.0  # seconds a server's children have to act on SIGQUIT before they are SIGKILLed
@@ -44,7 +46,8 @@ HALT_TIMEOUT = 10.0  # seconds an immediate shutdown may take before the postmas
 
 
 class WatchdogGone(RuntimeError):
-    """Raised when a server's watchdog has ended (killed), or did not answer in time and was killed: the server ended with it."""
+    """Raised when a server's watchdog has ended (killed), or did not answer in time and was killed: the server ended
+    with it."""
 
 
 class Watchdog:
@@ -56,10 +59,18 @@ class Watchdog:
         # "-I": the watchdog needs nothing but the standard library, whatever PYTHONPATH or the
         # current folder hold. It runs as this process's user (the server's user may not even
         # reach this Python) and runs the server's programs as the server's user.
-        first = subprocess.Popen([sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(config)],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, bufsize=0,
-                                 start_new_session=True)
+        first = subprocess.Popen(
+            [sys.executable, "-I", str(Path(__file__).resolve()), json.dumps(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            bufsize=0,
+            start_new_session=True,
+        )
         # The pipes outlive ``first``, which leaves at once: its child is the watchdog.
+        assert first.stdin is not None and first.stdout is not None  # both asked for as pipes
+        self._to: int | None
+        self._from: int | None
         self._to, self._from = os.dup(first.stdin.fileno()), os.dup(first.stdout.fileno())
         first.stdin.close()
         first.stdout.close()
@@ -69,8 +80,9 @@ class Watchdog:
             hello = self._reply(timeout)
         except WatchdogGone:
             self.close()
-            raise WatchdogGone(f"the watchdog did not start: python -I {Path(__file__).name} exited "
-                               f"{_reaped(first, timeout)}") from None
+            raise WatchdogGone(
+                f"the watchdog did not start: python -I {Path(__file__).name} exited {_reaped(first, timeout)}"
+            ) from None
         _reaped(first, timeout)
         self.pid, self.folder = hello["pid"], Path(hello["folder"])
 
@@ -81,12 +93,13 @@ class Watchdog:
         line = json.dumps(command).encode() + b"\n"
         try:
             while line:
-                line = line[os.write(self._to, line):]
+                line = line[os.write(self._to, line) :]
         except OSError as exc:
             raise WatchdogGone(f"the watchdog (pid {self.pid}) is gone") from exc
         return self._reply(command["timeout"] + 30)
 
     def _reply(self, timeout: float) -> dict:
+        assert self._from is not None  # let go only with _to, which ask() checked
         deadline = time.monotonic() + timeout
         while b"\n" not in self._replies:
             left = deadline - time.monotonic()
@@ -125,6 +138,7 @@ def _reaped(process: subprocess.Popen, timeout: float) -> int:
 
 # -- ending a server, from any process -------------------------------------------------------------------------
 
+
 def postmasters(data_dir: str | os.PathLike) -> list[int]:
     """The live ``postgres -D data_dir`` processes (a postmaster: its other processes end when it does)."""
     data = os.fsencode(str(data_dir))
@@ -143,7 +157,7 @@ def postmasters(data_dir: str | os.PathLike) -> list[int]:
                 argv = fh.read().split(b"\0")
         except OSError:
             continue
-        if any(a == b"-D" and b == data for a, b in zip(argv, argv[1:])) and _alive(int(entry)):
+        if any(a == b"-D" and b == data for a, b in pairwise(argv)) and _alive(int(entry)):
             found.append(int(entry))
     return found
 
@@ -152,7 +166,7 @@ def end_server(data_dir: str | os.PathLike, grace: float = 5.0) -> None:
     """End every server running on ``data_dir``: ``grace`` seconds to end on its own, then ``end_postmaster``."""
     left = _wait_gone(postmasters(data_dir), grace)  # a watchdog just killed: PR_SET_PDEATHSIG is ending it
     for pid in left:
-        end_postmaster(pid, lambda wait, pid=pid: not _wait_gone([pid], wait), 10.0)
+        end_postmaster(pid, lambda wait, pid=pid: not _wait_gone([pid], wait), 10.0)  # type: ignore[misc]  # pid bound
     if left:
         Path(data_dir, "postmaster.pid").unlink(missing_ok=True)  # a SIGKILLed postmaster's, if one was
 
@@ -191,7 +205,7 @@ def end_postmaster(pid: int, ended: Callable[[float], bool], timeout: float) -> 
 
 def _children(pid: int) -> list[int]:
     """The processes whose parent is ``pid`` (from /proc; none where there is no /proc)."""
-    found = []
+    found: list[int] = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -252,6 +266,7 @@ def _wait_gone(pids: list[int], timeout: float) -> list[int]:
 
 # -- the watchdog process --------------------------------------------------------------------------------------
 
+
 class _OwnerGone(Exception):
     """Raised inside the watchdog when the process that started the server has ended."""
 
@@ -263,7 +278,7 @@ class _WatchdogProcess:
         self.owner, self.owner_fd = owner, owner_fd
         self.uid, self.gid = uid, gid
         self.pid = os.getpid()
-        self.user = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
+        self.user: dict[str, Any] = {"user": uid, "group": gid, "extra_groups": []} if uid >= 0 else {}
         self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C", "TZ": "UTC"}
         self.prctl = _libc_prctl()
         self.folder: Path | None = None
@@ -314,7 +329,7 @@ class _WatchdogProcess:
     def reply(self, message: dict) -> None:
         line = json.dumps(message).encode() + b"\n"
         while line:
-            line = line[os.write(1, line):]
+            line = line[os.write(1, line) :]
 
     def start_helper(self) -> int:
         """Fork the helper that removes what this process leaves if it is killed; return the pipe to it."""
@@ -347,8 +362,16 @@ class _WatchdogProcess:
 
         # A session of its own: a kill of this process's group leaves it to the SIGQUIT above,
         # a clean immediate shutdown, rather than a SIGKILL that leaves shared memory behind.
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, cwd=self.folder, env=self.env, start_new_session=True,
-                                preexec_fn=tie_to_watchdog, **self.user, **streams)
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            cwd=self.folder,
+            env=self.env,
+            start_new_session=True,
+            preexec_fn=tie_to_watchdog,
+            **self.user,
+            **streams,
+        )
 
     def do_run(self, command: dict) -> dict:
         self.child = self.spawn(command["argv"], signal.SIGKILL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -364,14 +387,17 @@ class _WatchdogProcess:
                     self.child.kill()
                     self.child.communicate()
                     self.child = None
-                    return {"ok": False, "error": f"{Path(command['argv'][0]).name} did not finish within "
-                                                  f"{command['timeout']:g}s"}
+                    return {
+                        "ok": False,
+                        "error": f"{Path(command['argv'][0]).name} did not finish within {command['timeout']:g}s",
+                    }
         code, self.child = self.child.returncode, None
         return {"ok": True, "code": code, "output": output.decode(errors="replace")}
 
     def do_serve(self, command: dict) -> dict:
         if self.server is not None and self.server.poll() is None:
             return {"ok": False, "error": "the server is running already"}
+        assert self.folder is not None  # made by run() before it reads any command
         with open(self.folder / "server.log", "ab") as log:
             self.server = self.spawn(command["argv"], signal.SIGQUIT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + command["timeout"]

@@ -34,7 +34,7 @@ from ..queue import DURABILITIES, Queue
 class _File(apsw.VFSFile):
     """One open file of the disk: writes go through unless the power is off; a sync is remembered."""
 
-    def __init__(self, disk: "VolatileDisk", name: Any, flags: list[int]):
+    def __init__(self, disk: VolatileDisk, name: Any, flags: list[int]):
         self.disk = disk
         self.path = name.filename() if isinstance(name, apsw.URIFilename) else name
         disk.seen(self.path)
@@ -105,7 +105,8 @@ class VolatileDisk(apsw.VFS):
             self._durable[path] = _read(path)
 
     def cut(self) -> None:
-        """The power goes: drop every later write, close every queue opened on the disk, and put back what was synced."""
+        """The power goes: drop every later write, close every queue opened on the disk, and put back what was
+        synced."""
         self.powered = False
         apsw.connection_hooks.remove(self._opened)
         for connection in self._connections:
@@ -136,12 +137,15 @@ class Session(Queue):
     """A ``Queue`` on a file of a ``VolatileDisk``: leaselab's own statements, transactions and
     durability rule, through the APSW backend. The file must exist (made with ``Queue``)."""
 
-    def __init__(self, path: str | os.PathLike, disk: VolatileDisk, durability: str = "full",
-                 clock: Clock | None = None):
+    def __init__(
+        self, path: str | os.PathLike, disk: VolatileDisk, durability: str = "full", clock: Clock | None = None
+    ):
         try:
             super().__init__(disk.target(path), clock, durability, create=False)
         except DatabaseMissing:
-            raise FileNotFoundError(f"make the queue file with Queue first; there is none at {os.fspath(path)}") from None
+            raise FileNotFoundError(
+                f"make the queue file with Queue first; there is none at {os.fspath(path)}"
+            ) from None
 
 
 # The same work through the real Queue in a process of its own, which then SIGKILLs itself.
@@ -161,8 +165,12 @@ def killed_after_workload(path: str | os.PathLike, durability: str = "normal") -
 
     if durability not in DURABILITIES:
         raise ValueError(f"durability must be 'full' or 'normal', got {durability!r}")
-    done = subprocess.run([sys.executable, "-c", _KILLED, os.fspath(path), durability],
-                          stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _KILLED, os.fspath(path), durability],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=60,
+    )
     return done.returncode
 
 
@@ -171,5 +179,6 @@ def workload(queue: Queue) -> None:
     for n in range(3):
         queue.enqueue({"n": n})
     first = queue.claim("w1")
+    assert first is not None and first.token is not None  # three jobs were just enqueued
     queue.complete(first.id, first.token, {"ok": 1})
     queue.claim("w1")

@@ -44,8 +44,10 @@ def server_address(url: str) -> tuple[str, int]:
     query_host = parse_qs(parts.query).get("host", [None])[0]
     host = parts.hostname or query_host or ""
     if not host or host.startswith("/"):
-        raise ProxyError(f"the server in {redact(url)} is reached through a Unix socket, "
-                         "which a TCP proxy cannot stand in for; give a host and port")
+        raise ProxyError(
+            f"the server in {redact(url)} is reached through a Unix socket, "
+            "which a TCP proxy cannot stand in for; give a host and port"
+        )
     return host, parts.port or DEFAULT_PG_PORT
 
 
@@ -94,7 +96,7 @@ class _LostReply:
                 i += step
                 continue
             need = 5 - len(self.header)
-            self.header += data[i:i + need]
+            self.header += data[i : i + need]
             i += need
             if len(self.header) == 5:
                 kind, length = self.header[:1], int.from_bytes(self.header[1:], "big")
@@ -180,8 +182,12 @@ class Proxy:
         slower. Chunks already on their way keep the time they were given.
         """
         self._check_open()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-                or not math.isfinite(seconds) or seconds < 0:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
             raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
         self._delay = float(seconds)
         self._wake()
@@ -205,8 +211,12 @@ class Proxy:
     def drop_replies(self, seconds: float) -> None:
         """For the next ``seconds``, do to every request sent (on any connection) what ``drop_next_reply`` does once."""
         self._check_open()
-        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) \
-                or not math.isfinite(seconds) or seconds < 0:
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, (int, float))
+            or not math.isfinite(seconds)
+            or seconds < 0
+        ):
             raise ValueError(f"seconds must be a finite number >= 0, got {seconds!r}")
         with self._lock:
             self._drop_until = time.monotonic() + seconds
@@ -220,7 +230,7 @@ class Proxy:
         self._wake()
         self._thread.join(5)
 
-    def __enter__(self) -> "Proxy":
+    def __enter__(self) -> Proxy:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -251,7 +261,7 @@ class Proxy:
                         if flowing:
                             self._accept()
                     elif flowing:
-                        self._forward(key.fileobj)
+                        self._forward(key.fileobj)  # type: ignore[arg-type]  # registered as the socket
                 if flowing:
                     self._deliver_due()
                     self._cut_lost_replies()

@@ -27,8 +27,15 @@ sys.exit(main(sys.argv[2:]))
 """
 
 
-def spawn(db: str, skew: float, name: str, log: str | os.PathLike, *, lease: float = 5.0,
-          handler: str = handler_path(demo.echo)) -> subprocess.Popen:
+def spawn(
+    db: str,
+    skew: float,
+    name: str,
+    log: str | os.PathLike,
+    *,
+    lease: float = 5.0,
+    handler: str = handler_path(demo.echo),
+) -> subprocess.Popen:
     """Start ``leaselab worker`` for ``db`` with its clock ``skew`` seconds off; its output goes to ``log``.
 
     End it with ``terminate()`` (it finishes its job and exits) and ``wait()``.
@@ -37,8 +44,27 @@ def spawn(db: str, skew: float, name: str, log: str | os.PathLike, *, lease: flo
     lease = positive("lease", lease)
     env = dict(os.environ, LEASELAB_DB=db, PYTHONUNBUFFERED="1")
     with open(Path(log), "ab") as out:
-        return subprocess.Popen([sys.executable, "-c", SKEWED_WORKER, repr(skew), "worker",
-                                 "--handler", handler, "--name", name, "--lease", repr(lease),
-                                 "--poll", "0.05", "--max-poll", "0.2"],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                SKEWED_WORKER,
+                repr(skew),
+                "worker",
+                "--handler",
+                handler,
+                "--name",
+                name,
+                "--lease",
+                repr(lease),
+                "--poll",
+                "0.05",
+                "--max-poll",
+                "0.2",
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )

@@ -36,33 +36,34 @@ from __future__ import annotations
 
 import html
 import io
-import os
 import json
+import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import ipywidgets as W
 
+from ..backends import is_server_url
 from ..errors import DatabaseBusy
 from ..harness.fleet import ALIVE, DEFAULT_HANDLER, PAUSED, RUNNING, STOPPING, Fleet, WorkerStatus
+from ..job import Job, Status
+from ..queue import Queue
 from ..words import check_lang
 from .i18n import t
-from ..job import Job, Status
-from ..backends import is_server_url
-from ..queue import Queue
 from .scenario import KINDS, demo_payload
 
 BADGE_COLOURS = {
-    "running": "#2e7d32",        # green: all is well
-    "paused": "#f9a825",         # amber: frozen, lease still good
-    "stopping": "#1565c0",       # blue: finishing its job
-    "zombie": "#c62828",         # red: frozen or cut off, and its job was taken from it
+    "running": "#2e7d32",  # green: all is well
+    "paused": "#f9a825",  # amber: frozen, lease still good
+    "stopping": "#1565c0",  # blue: finishing its job
+    "zombie": "#c62828",  # red: frozen or cut off, and its job was taken from it
     "lease_expired": "#ef6c00",  # orange: its lease ran out, nobody has reaped the job yet
-    "waiting": "#6a1b9a",        # purple: alive, waiting out a locked or full database
-    "cut_off": "#00838f",        # teal: alive, cut off the network from the server
-    "killed": "#212121",         # black: crashed
-    "exited": "#757575",         # grey: left cleanly
+    "waiting": "#6a1b9a",  # purple: alive, waiting out a locked or full database
+    "cut_off": "#00838f",  # teal: alive, cut off the network from the server
+    "killed": "#212121",  # black: crashed
+    "exited": "#757575",  # grey: left cleanly
 }
 STATUS_COLOURS = {"pending": "#616161", "running": "#1565c0", "done": "#2e7d32", "dead": "#c62828"}
 JOBS_SHOWN = 200
@@ -91,24 +92,33 @@ def _seconds(value: float | None) -> str:
 
 def badge_html(badge: str, lang: str) -> str:
     colour = BADGE_COLOURS[badge]
-    return (f'<span class="leaselab-state leaselab-state-{esc(badge)}" style="background:{colour};color:white;'
-            f'padding:1px 7px;border-radius:9px;font-size:90%">{esc(t(badge, lang))}</span>')
+    return (
+        f'<span class="leaselab-state leaselab-state-{esc(badge)}" style="background:{colour};color:white;'
+        f'padding:1px 7px;border-radius:9px;font-size:90%">{esc(t(badge, lang))}</span>'
+    )
 
 
 def worker_row_html(w: WorkerStatus, lang: str) -> str:
     """One worker's cells: name, badge, pid, job and lease left, as escaped HTML."""
-    cells = [f"<b>{esc(w.name)}</b>", badge_html(w.badge, lang), esc(w.pid),
-             esc(", ".join(map(str, w.jobs)) if w.jobs else w.job_id), esc(_seconds(w.lease_left))]
+    cells = [
+        f"<b>{esc(w.name)}</b>",
+        badge_html(w.badge, lang),
+        esc(w.pid),
+        esc(", ".join(map(str, w.jobs)) if w.jobs else w.job_id),
+        esc(_seconds(w.lease_left)),
+    ]
     widths = WORKER_COLUMNS
-    tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths))
+    tds = "".join(f'<td style="width:{px}px;padding:2px 6px">{c}</td>' for c, px in zip(cells, widths, strict=True))
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{tds}</tr></table>'
 
 
 def workers_header_html(lang: str) -> str:
     keys = ("col_worker", "col_state", "col_pid", "col_job", "col_lease_left")
     widths = WORKER_COLUMNS
-    ths = "".join(f'<th style="width:{px}px;padding:2px 6px;text-align:left">{esc(t(k, lang))}</th>'
-                  for k, px in zip(keys, widths))
+    ths = "".join(
+        f'<th style="width:{px}px;padding:2px 6px;text-align:left">{esc(t(k, lang))}</th>'
+        for k, px in zip(keys, widths, strict=True)
+    )
     return f'<table style="table-layout:fixed;border-collapse:collapse"><tr>{ths}</tr></table>'
 
 
@@ -116,16 +126,37 @@ def jobs_html(jobs: list[Job], total: int, now: float, lang: str) -> str:
     """The jobs table, newest first, every value escaped."""
     if not jobs:
         return f"<i>{esc(t('no_jobs', lang))}</i>"
-    head = "".join(f"<th style='text-align:left;padding:2px 8px'>{esc(t(k, lang))}</th>" for k in (
-        "col_id", "col_status", "col_priority", "col_attempts", "col_worker", "col_lease_left",
-        "col_payload", "col_result"))
+    head = "".join(
+        f"<th style='text-align:left;padding:2px 8px'>{esc(t(k, lang))}</th>"
+        for k in (
+            "col_id",
+            "col_status",
+            "col_priority",
+            "col_attempts",
+            "col_worker",
+            "col_lease_left",
+            "col_payload",
+            "col_result",
+        )
+    )
     rows = []
     for j in jobs:
         if j.damage:  # one damaged row is marked, not allowed to hide the others
-            cells = (esc(j.id), f"<span style='color:{STATUS_COLOURS['dead']};font-weight:600'>"
-                     f"{esc(t('damaged', lang))}</span>", "", "", "", "", "", esc(_short(j.damage, 160)))
-            rows.append("<tr class='leaselab-damaged'>" + "".join(f"<td style='padding:1px 8px'>{c}</td>"
-                                                                  for c in cells) + "</tr>")
+            cells = (
+                esc(j.id),
+                f"<span style='color:{STATUS_COLOURS['dead']};font-weight:600'>{esc(t('damaged', lang))}</span>",
+                "",
+                "",
+                "",
+                "",
+                "",
+                esc(_short(j.damage, 160)),
+            )
+            rows.append(
+                "<tr class='leaselab-damaged'>"
+                + "".join(f"<td style='padding:1px 8px'>{c}</td>" for c in cells)
+                + "</tr>"
+            )
             continue
         status = j.status.value
         left = None if j.lease_until is None else j.lease_until - now
@@ -133,25 +164,34 @@ def jobs_html(jobs: list[Job], total: int, now: float, lang: str) -> str:
         cells = (
             esc(j.id),
             f"<span style='color:{STATUS_COLOURS[status]};font-weight:600'>{esc(t(status, lang))}</span>",
-            esc(j.priority), esc(f"{j.attempts}/{j.max_attempts}"), esc(j.worker), esc(_seconds(left)),
-            f"<code>{esc(_short(j.payload))}</code>", esc(_short(outcome)),
+            esc(j.priority),
+            esc(f"{j.attempts}/{j.max_attempts}"),
+            esc(j.worker),
+            esc(_seconds(left)),
+            f"<code>{esc(_short(j.payload))}</code>",
+            esc(_short(outcome)),
         )
         rows.append("<tr>" + "".join(f"<td style='padding:1px 8px'>{c}</td>" for c in cells) + "</tr>")
     caption = esc(t("recent_jobs", lang, n=len(jobs), total=total))
-    return (f"<div style='max-height:320px;overflow-y:auto'><table class='leaselab-jobs-table'>"
-            f"<caption style='text-align:left'>{caption}</caption><thead><tr>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table></div>")
+    return (
+        f"<div style='max-height:320px;overflow-y:auto'><table class='leaselab-jobs-table'>"
+        f"<caption style='text-align:left'>{caption}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def counts_html(counts: dict[str, int], lang: str) -> str:
-    parts = [f"<span style='color:{STATUS_COLOURS[s]};font-weight:600'>{esc(t(s, lang))}: {esc(counts[s])}</span>"
-             for s in (status.value for status in Status)]
+    parts = [
+        f"<span style='color:{STATUS_COLOURS[s]};font-weight:600'>{esc(t(s, lang))}: {esc(counts[s])}</span>"
+        for s in (status.value for status in Status)
+    ]
     return " &nbsp;·&nbsp; ".join(parts)
 
 
 def legend_html(lang: str) -> str:
-    items = "".join(f"<div style='margin:2px 0'>{badge_html(b, lang)} {esc(t('legend_' + b, lang))}</div>"
-                    for b in BADGE_COLOURS)
+    items = "".join(
+        f"<div style='margin:2px 0'>{badge_html(b, lang)} {esc(t('legend_' + b, lang))}</div>" for b in BADGE_COLOURS
+    )
     return f"<details><summary>{esc(t('legend', lang))}</summary>{items}</details>"
 
 
@@ -161,8 +201,9 @@ def report_html(report, lang: str) -> str:
     colour = "#2e7d32" if report.clean else "#c62828"
     lines = report.render(lang).split("\n")
     rest = "\n".join(lines[1:]).strip("\n")
-    return (f"<div class='leaselab-verdict' style='color:{colour};font-weight:bold'>{esc(lines[0])}</div>"
-            + (f"<pre style='max-height:260px;overflow:auto;font-size:85%'>{esc(rest)}</pre>" if rest else ""))
+    return f"<div class='leaselab-verdict' style='color:{colour};font-weight:bold'>{esc(lines[0])}</div>" + (
+        f"<pre style='max-height:260px;overflow:auto;font-size:85%'>{esc(rest)}</pre>" if rest else ""
+    )
 
 
 @dataclass(frozen=True)
@@ -181,12 +222,16 @@ class View:
 
 def read_view(queue: Queue, fleet: Fleet, jobs_shown: int = JOBS_SHOWN) -> View:
     """Read what the dashboard shows: cheap with any number of jobs (counts, newest N, running)."""
-    return View(counts=queue.stats(), workers=fleet.status(),
-                jobs=queue.jobs(limit=jobs_shown, newest_first=True), now=fleet.clock())
+    return View(
+        counts=queue.stats(),
+        workers=fleet.status(),
+        jobs=queue.jobs(limit=jobs_shown, newest_first=True),
+        now=fleet.clock(),
+    )
 
 
 class _WorkerRow:
-    def __init__(self, lab: "Lab", name: str):
+    def __init__(self, lab: Lab, name: str):
         self.cells = W.HTML()
         self.buttons = {}
         # A server queue has a third fault beside freezing and dying: a worker cut off the network.
@@ -228,9 +273,18 @@ class Lab:
     ends its workers on ``close()``.
     """
 
-    def __init__(self, path: str = "leaselab.db", lang: str = "en", lease: float = 3.0,
-                 handler: str = DEFAULT_HANDLER, refresh: float | None = 1.0, *,
-                 fleet: Fleet | None = None, jobs_shown: int = JOBS_SHOWN, busy_timeout: float = 5.0):
+    def __init__(
+        self,
+        path: str = "leaselab.db",
+        lang: str = "en",
+        lease: float = 3.0,
+        handler: str = DEFAULT_HANDLER,
+        refresh: float | None = 1.0,
+        *,
+        fleet: Fleet | None = None,
+        jobs_shown: int = JOBS_SHOWN,
+        busy_timeout: float = 5.0,
+    ):
         self.lang = check_lang(lang)
         self.handler = handler
         self.interval = refresh
@@ -265,21 +319,39 @@ class Lab:
             widget.add_class(css)
             return widget
 
-        self.n_input = named(W.BoundedIntText(5, min=1, max=100_000, description=t("n_jobs", L), layout=short("n_jobs"),
-                                              style=label), "leaselab-n")
-        self.priority_input = named(W.IntText(0, description=t("priority", L), layout=short("priority"), style=label),
-                                    "leaselab-priority")
-        self.delay_input = named(W.BoundedFloatText(0.0, min=0, max=3600, description=t("delay", L),
-                                                    layout=short("delay"), style=label), "leaselab-delay")
-        self.kind_input = named(W.Dropdown(options=[(t(f"kind_{k}", L), k) for k in KINDS], value="sleep",
-                                           description=t("kind", L), layout=W.Layout(width="auto"), style=label),
-                                "leaselab-kind")
-        self.seconds_input = named(W.BoundedFloatText(2.0, min=0, max=3600, description=t("seconds", L),
-                                                      layout=short("seconds"), style=label), "leaselab-seconds")
-        self.lease_input = named(W.BoundedFloatText(lease, min=0.2, max=3600, description=t("lease", L),
-                                                    layout=short("lease"), style=label), "leaselab-lease")
-        self.slots_input = named(W.BoundedIntText(1, min=1, max=32, description=t("slots", L), layout=short("slots"),
-                                                  style=label), "leaselab-slots")
+        self.n_input = named(
+            W.BoundedIntText(5, min=1, max=100_000, description=t("n_jobs", L), layout=short("n_jobs"), style=label),
+            "leaselab-n",
+        )
+        self.priority_input = named(
+            W.IntText(0, description=t("priority", L), layout=short("priority"), style=label), "leaselab-priority"
+        )
+        self.delay_input = named(
+            W.BoundedFloatText(0.0, min=0, max=3600, description=t("delay", L), layout=short("delay"), style=label),
+            "leaselab-delay",
+        )
+        self.kind_input = named(
+            W.Dropdown(
+                options=[(t(f"kind_{k}", L), k) for k in KINDS],
+                value="sleep",
+                description=t("kind", L),
+                layout=W.Layout(width="auto"),
+                style=label,
+            ),
+            "leaselab-kind",
+        )
+        self.seconds_input = named(
+            W.BoundedFloatText(2.0, min=0, max=3600, description=t("seconds", L), layout=short("seconds"), style=label),
+            "leaselab-seconds",
+        )
+        self.lease_input = named(
+            W.BoundedFloatText(lease, min=0.2, max=3600, description=t("lease", L), layout=short("lease"), style=label),
+            "leaselab-lease",
+        )
+        self.slots_input = named(
+            W.BoundedIntText(1, min=1, max=32, description=t("slots", L), layout=short("slots"), style=label),
+            "leaselab-slots",
+        )
 
         def button(key, css, action):
             b = named(W.Button(description=t(key, L), layout=W.Layout(width="max-content", flex="0 0 auto")), css)
@@ -305,44 +377,56 @@ class Lab:
         self.log = named(W.HTML(), "leaselab-log")
         self.log_worker.observe(lambda _: self._show_log(), names="value")
         self.report = named(W.HTML(), "leaselab-report")
-        self.timeline_image = named(W.Image(format="png", layout=W.Layout(display="none", max_width="100%")),
-                                    "leaselab-timeline-image")
+        self.timeline_image = named(
+            W.Image(format="png", layout=W.Layout(display="none", max_width="100%")), "leaselab-timeline-image"
+        )
 
         # The file's name, not its folder: a lesson's scratch path is long enough to wrap the title;
         # the full path is in the tooltip.
         shown = self.queue.backend.name  # a server URL without its password
-        title = W.HTML(f"<h3 style='margin:4px 0' title='{esc(shown)}'>"
-                       f"{esc(t('title', L, path=os.path.basename(shown)))}</h3>")
+        title = W.HTML(
+            f"<h3 style='margin:4px 0' title='{esc(shown)}'>{esc(t('title', L, path=os.path.basename(shown)))}</h3>"
+        )
 
         def row(children):
             # Wraps instead of squeezing: a narrow window or longer Russian labels move controls down a line.
             return W.HBox(children, layout=W.Layout(flex_flow="row wrap"))
 
-        jobs_controls = W.VBox([
-            W.HTML(f"<b>{esc(t('jobs_box', L))}</b>"),
-            row([self.n_input, self.priority_input, self.delay_input]),
-            row([self.kind_input, self.seconds_input, self.enqueue_button]),
-        ], layout=W.Layout(margin="0 24px 0 0"))
-        worker_controls = W.VBox([
-            W.HTML(f"<b>{esc(t('workers_box', L))}</b>"),
-            row([self.lease_input, self.slots_input, self.spawn_button]),
-            row([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
-        ])
-        self.widget = named(W.VBox([
-            title,
-            row([jobs_controls, worker_controls]),
-            self.message,
-            self.counts,
-            self.workers_header,
-            self.workers_box,
-            self.legend,
-            self.jobs,
-            W.HBox([self.log_worker]),
-            self.log,
-            W.HBox([self.timeline_button, self.check_button]),
-            self.report,
-            self.timeline_image,
-        ]), "leaselab-lab")
+        jobs_controls = W.VBox(
+            [
+                W.HTML(f"<b>{esc(t('jobs_box', L))}</b>"),
+                row([self.n_input, self.priority_input, self.delay_input]),
+                row([self.kind_input, self.seconds_input, self.enqueue_button]),
+            ],
+            layout=W.Layout(margin="0 24px 0 0"),
+        )
+        worker_controls = W.VBox(
+            [
+                W.HTML(f"<b>{esc(t('workers_box', L))}</b>"),
+                row([self.lease_input, self.slots_input, self.spawn_button]),
+                row([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
+            ]
+        )
+        self.widget = named(
+            W.VBox(
+                [
+                    title,
+                    row([jobs_controls, worker_controls]),
+                    self.message,
+                    self.counts,
+                    self.workers_header,
+                    self.workers_box,
+                    self.legend,
+                    self.jobs,
+                    W.HBox([self.log_worker]),
+                    self.log,
+                    W.HBox([self.timeline_button, self.check_button]),
+                    self.report,
+                    self.timeline_image,
+                ]
+            ),
+            "leaselab-lab",
+        )
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
@@ -360,6 +444,7 @@ class Lab:
                 self._say(t("error", self.lang, message=str(exc)), error=True)
             else:
                 self._refresh_quietly()
+
         return run
 
     def _say(self, text: str, error: bool = False) -> None:
@@ -368,8 +453,9 @@ class Lab:
 
     # -- actions: one public method per button --------------------------------------
 
-    def enqueue(self, n: int = 5, priority: int = 0, delay: float = 0.0, kind: str = "sleep",
-                seconds: float = 2.0) -> list[int]:
+    def enqueue(
+        self, n: int = 5, priority: int = 0, delay: float = 0.0, kind: str = "sleep", seconds: float = 2.0
+    ) -> list[int]:
         """Add ``n`` demo jobs: ``kind`` sleep (then succeed), fail (every attempt, until dead) or
         crash (kill the worker on the first attempt only, so the job survives after a reap)."""
         payload = demo_payload(kind, seconds)
@@ -377,8 +463,13 @@ class Lab:
         self._say(t("enqueued", self.lang, n=len(ids)))
         return ids
 
-    def spawn(self, name: str | None = None, lease: float | None = None, handler: str | None = None,
-              concurrency: int | None = None) -> str:
+    def spawn(
+        self,
+        name: str | None = None,
+        lease: float | None = None,
+        handler: str | None = None,
+        concurrency: int | None = None,
+    ) -> str:
         """Start a worker process (lease and jobs at once from their boxes unless given) and return its name."""
         lease = self.lease_input.value if lease is None else lease
         concurrency = self.slots_input.value if concurrency is None else concurrency
@@ -444,8 +535,11 @@ class Lab:
         (and, given a checker ``report``, each broken promise marked on its job's lane)."""
         from .timeline import draw, timeline_data
 
-        return draw(timeline_data(self.queue.events(), self.fleet.actions or None, now=self.fleet.clock()),
-                    lang=self.lang, report=report)
+        return draw(
+            timeline_data(self.queue.events(), self.fleet.actions or None, now=self.fleet.clock()),
+            lang=self.lang,
+            report=report,
+        )
 
     def check(self):
         """Check everything this queue's history holds, now: either every promise held (with the
@@ -465,8 +559,13 @@ class Lab:
         return report
 
     def _enqueue_from_inputs(self) -> None:
-        self.enqueue(self.n_input.value, priority=self.priority_input.value, delay=self.delay_input.value,
-                     kind=self.kind_input.value, seconds=self.seconds_input.value)
+        self.enqueue(
+            self.n_input.value,
+            priority=self.priority_input.value,
+            delay=self.delay_input.value,
+            kind=self.kind_input.value,
+            seconds=self.seconds_input.value,
+        )
 
     def _spawn_from_inputs(self) -> None:
         self.spawn()
@@ -515,8 +614,11 @@ class Lab:
     def _show_log(self) -> None:
         name = self.log_worker.value
         text = self.fleet.log_tail(name, lines=15) if name else ""
-        _set(self.log, "value", f"<pre style='max-height:200px;overflow:auto;font-size:85%'>{esc(text)}</pre>"
-             if text else "")
+        _set(
+            self.log,
+            "value",
+            f"<pre style='max-height:200px;overflow:auto;font-size:85%'>{esc(text)}</pre>" if text else "",
+        )
 
     def workers_html(self) -> str:
         """Every worker row's HTML as it is now rendered (header first)."""

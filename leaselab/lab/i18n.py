@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from .. import words
 
-
 STRINGS: dict[str, dict[str, str]] = {
     "en": {
         "title": "leaselab — {path}",
@@ -54,8 +53,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "stopping_msg": "asked {name} to finish its job and exit",
         "reaped": "expired leases reaped: {n}",
         "error": "Error: {message}",
-        "busy": ("The queue file stayed locked: a worker paused in the middle of a write holds SQLite's "
-                 "write lock and stalls every writer. Resume it and try again."),
+        "busy": (
+            "The queue file stayed locked: a worker paused in the middle of a write holds SQLite's "
+            "write lock and stalls every writer. Resume it and try again."
+        ),
         # columns
         "col_worker": "worker",
         "col_pid": "pid",
@@ -83,7 +84,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "legend_running": "working normally",
         "legend_paused": "frozen by SIGSTOP, lease still valid",
         "legend_zombie": "paused or cut off, and its job was reaped or handed on: it still thinks the job is its own",
-        "legend_lease_expired": "its lease ran out, but nobody has reaped the job yet: its writes are still accepted until a reaper gets there",
+        "legend_lease_expired": "its lease ran out, but nobody has reaped the job yet: its writes are still accepted "
+        "until a reaper gets there",
         "legend_waiting": "alive, retrying while the database is locked too long or the disk is full",
         "legend_cut_off": "alive, but cut off the network: its queries to the server hang unanswered",
         "legend_stopping": "finishing its job after SIGTERM",
@@ -155,8 +157,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "stopping_msg": "{name} доделает задачу и выйдет",
         "reaped": "задач с истёкшей арендой возвращено в очередь: {n}",
         "error": "Ошибка: {message}",
-        "busy": ("Файл очереди так и не освободился: воркер, замерший посреди записи, держит "
-                 "блокировку записи SQLite, и все пишущие ждут. Разморозьте его и повторите."),
+        "busy": (
+            "Файл очереди так и не освободился: воркер, замерший посреди записи, держит "
+            "блокировку записи SQLite, и все пишущие ждут. Разморозьте его и повторите."
+        ),
         "col_worker": "воркер",
         "col_pid": "pid",
         "col_state": "состояние",
@@ -181,8 +185,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "legend": "Обозначения",
         "legend_running": "работает как обычно",
         "legend_paused": "заморожен SIGSTOP, аренда ещё действует",
-        "legend_zombie": "заморожен или отрезан от сети, а его задачу уже вернули в очередь или отдали другому: он всё ещё считает её своей",
-        "legend_lease_expired": "аренда истекла, но задачу ещё никто не вернул в очередь: его записи принимаются, пока до неё не добрался reaper",
+        "legend_zombie": "заморожен или отрезан от сети, а его задачу уже вернули в очередь или отдали другому: он "
+        "всё ещё считает её своей",
+        "legend_lease_expired": "аренда истекла, но задачу ещё никто не вернул в очередь: его записи принимаются, "
+        "пока до неё не добрался reaper",
         "legend_waiting": "жив, повторяет попытки: база слишком долго заблокирована или диск полон",
         "legend_cut_off": "жив, но отрезан от сети: его запросы к серверу повисают без ответа",
         "legend_stopping": "доделывает задачу после SIGTERM",

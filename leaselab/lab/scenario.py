@@ -31,11 +31,12 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ScenarioTimeout
 from ..harness.fleet import DEFAULT_HANDLER
+from .errors import ScenarioTimeout
 
 KINDS = ("sleep", "fail", "crash")
 
@@ -142,9 +143,16 @@ def wait_running(n: int = 1, timeout: float = 60.0) -> Step:
     return _step("wait", running=n, timeout=timeout)
 
 
-_BUILDERS = {
-    "spawn": spawn, "enqueue": enqueue, "pause": pause, "resume": resume, "kill": kill, "stop": stop,
-    "pause_all": pause_all, "resume_all": resume_all, "reap": reap,
+_BUILDERS: dict[str, Callable[..., Step]] = {
+    "spawn": spawn,
+    "enqueue": enqueue,
+    "pause": pause,
+    "resume": resume,
+    "kill": kill,
+    "stop": stop,
+    "pause_all": pause_all,
+    "resume_all": resume_all,
+    "reap": reap,
 }
 
 
@@ -200,7 +208,7 @@ class Scenario:
         self.history: list[tuple[Step, Any]] = []
 
     @classmethod
-    def parse(cls, text: str, target: Any = None, lease: float | None = None) -> "Scenario":
+    def parse(cls, text: str, target: Any = None, lease: float | None = None) -> Scenario:
         """Build a scenario from the text form, one step a line."""
         steps = []
         for number, line in enumerate(text.splitlines(), 1):
@@ -283,8 +291,9 @@ class Scenario:
             if step.args == ("idle",):
                 return self._wait_idle(queue, kw.get("timeout", 60.0))
             if "running" in kw:
-                return self._wait_for(queue, lambda c: c["running"] >= kw["running"], kw["timeout"],
-                                      f"{kw['running']} running jobs")
+                return self._wait_for(
+                    queue, lambda c: c["running"] >= kw["running"], kw["timeout"], f"{kw['running']} running jobs"
+                )
             seconds = kw["leases"] * self._lease(target) if "leases" in kw else step.args[0]
             time.sleep(seconds)
             return seconds

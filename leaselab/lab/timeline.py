@@ -18,25 +18,26 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Any
 
 from ..harness.fleet import Action, read_actions
+from ..job import Event
 from ..words import check_lang
 from .i18n import t
-from ..job import Event
 
 OUTCOME_COLOURS = {
-    "completed": "#2e7d32",   # green
-    "failed": "#f9a825",      # amber
-    "dead": "#8e0000",        # dark red
-    "reaped": "#9e9e9e",      # grey: the holder went quiet and lost the job
+    "completed": "#2e7d32",  # green
+    "failed": "#f9a825",  # amber
+    "dead": "#8e0000",  # dark red
+    "reaped": "#9e9e9e",  # grey: the holder went quiet and lost the job
     "lease_lost": "#d84315",  # red-orange: the holder came back and was fenced off
-    "running": "#1565c0",     # blue
+    "running": "#1565c0",  # blue
 }
 FAULT_COLOURS = {"pause": "#ffb300", "partition": "#00acc1", "kill": "#424242", "silent": "#bdbdbd"}
 ANOMALY_COLOUR = "#d50000"  # a broken promise, as the checker names it
-ANOMALY_STYLE = dict(marker="*", color=ANOMALY_COLOUR, markersize=13, markeredgecolor="white")
+ANOMALY_STYLE: dict[str, Any] = dict(marker="*", color=ANOMALY_COLOUR, markersize=13, markeredgecolor="white")
 FAULT_LABELS = {"pause": "tl_pause", "partition": "tl_partition", "kill": "tl_kill", "silent": "tl_silent"}
 
 
@@ -126,8 +127,9 @@ def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
     return faults
 
 
-def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = None,
-                  now: float | None = None) -> Timeline:
+def timeline_data(
+    events: Iterable[Event], actions: Sequence[Action] | None = None, now: float | None = None
+) -> Timeline:
     """Turn events (and, if known, the fleet's actions) into lanes, bars, marks and faults.
 
     ``now`` closes attempts still running (default: the last event or action).
@@ -139,9 +141,9 @@ def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = No
     if not times:
         return Timeline()
     t0, t1 = min(times), max(times) if now is None else max(max(times), now)
-    open_: dict[str, dict] = {}      # token -> attempt being drawn
+    open_: dict[str, dict] = {}  # token -> attempt being drawn
     last_sign: dict[str, float] = {}  # token -> last claim or heartbeat
-    reaped: dict[str, dict] = {}     # token -> attempt that was reaped (a zombie may still write)
+    reaped: dict[str, dict] = {}  # token -> attempt that was reaped (a zombie may still write)
     bars: list[Bar] = []
     marks: list[Mark] = []
     silent: list[Fault] = []
@@ -164,12 +166,12 @@ def timeline_data(events: Iterable[Event], actions: Sequence[Action] | None = No
             marks.append(Mark(a["worker"], e.at, "reaped", e.job_id))
             silent.append(Fault(a["worker"], "silent", last_sign.get(e.token, a["start"]), e.at))
         elif e.kind == "lease_lost":
-            worker = e.worker or (reaped.get(e.token) or {}).get("worker")
+            gone = reaped.get(e.token) if e.token is not None else None
+            worker = e.worker or (gone or {}).get("worker")
             if worker:
                 marks.append(Mark(worker, e.at, "lease_lost", e.job_id))
-            a = reaped.get(e.token)
-            if a is not None:
-                a["lost_at"] = e.at  # the zombie was still working until its write was refused
+            if gone is not None:
+                gone["lost_at"] = e.at  # the zombie was still working until its write was refused
     for a in reaped.values():
         if "lost_at" in a:
             bars.append(Bar(a["worker"], a["job"], a["attempt"], a["start"], a["lost_at"], "lease_lost"))
@@ -221,8 +223,15 @@ def load(path: str | os.PathLike) -> Timeline:
     return timeline_data(events, read_actions(path) or None)
 
 
-def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None, lang: str = "en",
-         ax=None, width: float = 11.0, report=None):
+def draw(
+    data: Timeline | None = None,
+    *,
+    path: str | os.PathLike | None = None,
+    lang: str = "en",
+    ax=None,
+    width: float = 11.0,
+    report=None,
+):
     """Draw a timeline as a matplotlib Figure, from ``data`` or from the file at ``path``.
 
     With ``report`` (a ``leaselab.check`` report) every attempt of a job that broke a promise
@@ -239,6 +248,7 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
     if "matplotlib.pyplot" not in __import__("sys").modules and not os.environ.get("MPLBACKEND"):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.artist import Artist
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
@@ -259,46 +269,112 @@ def draw(data: Timeline | None = None, *, path: str | os.PathLike | None = None,
     for f in data.faults:
         y = row[f.worker]
         hatch = "//" if f.kind == "kill" else ("xx" if f.kind == "silent" else None)
-        ax.add_patch(matplotlib.patches.Rectangle(
-            (f.start - t0, y - 0.45), max(f.end - f.start, 0.02), 0.9, facecolor=FAULT_COLOURS[f.kind],
-            alpha=0.25 if f.kind != "kill" else 0.18, hatch=hatch, edgecolor=FAULT_COLOURS[f.kind], lw=0, zorder=1))
+        ax.add_patch(
+            matplotlib.patches.Rectangle(
+                (f.start - t0, y - 0.45),
+                max(f.end - f.start, 0.02),
+                0.9,
+                facecolor=FAULT_COLOURS[f.kind],
+                alpha=0.25 if f.kind != "kill" else 0.18,
+                hatch=hatch,
+                edgecolor=FAULT_COLOURS[f.kind],
+                lw=0,
+                zorder=1,
+            )
+        )
     for b in data.bars:
         y = row[b.worker]
-        ax.barh(y, max(b.end - b.start, 0.02), left=b.start - t0, height=0.5, color=OUTCOME_COLOURS[b.outcome],
-                edgecolor="white", linewidth=0.8, zorder=2)
+        ax.barh(
+            y,
+            max(b.end - b.start, 0.02),
+            left=b.start - t0,
+            height=0.5,
+            color=OUTCOME_COLOURS[b.outcome],
+            edgecolor="white",
+            linewidth=0.8,
+            zorder=2,
+        )
         if b.end - b.start > 0.03 * max(data.t1 - t0, 1e-9):
-            ax.text((b.start + b.end) / 2 - t0, y, bar_text(b), ha="center", va="center", fontsize=8,
-                    color="white", zorder=3, clip_on=True)
-    styles = {"reaped": dict(marker="v", color="black", markersize=9),
-              "lease_lost": dict(marker="X", color="#b71c1c", markersize=10, markeredgecolor="white")}
+            ax.text(
+                (b.start + b.end) / 2 - t0,
+                y,
+                bar_text(b),
+                ha="center",
+                va="center",
+                fontsize=8,
+                color="white",
+                zorder=3,
+                clip_on=True,
+            )
+    styles: dict[str, dict[str, Any]] = {
+        "reaped": dict(marker="v", color="black", markersize=9),
+        "lease_lost": dict(marker="X", color="#b71c1c", markersize=10, markeredgecolor="white"),
+    }
     for m in data.marks:
-        ax.plot([m.at - t0], [row[m.worker] + (0.38 if m.kind == "reaped" else 0.0)], linestyle="none",
-                zorder=4, **styles[m.kind])
+        ax.plot(
+            [m.at - t0],
+            [row[m.worker] + (0.38 if m.kind == "reaped" else 0.0)],
+            linestyle="none",
+            zorder=4,
+            **styles[m.kind],
+        )
     drawn = flags(data, report, lang) if report is not None else []
     broken = {f.job_id for f in drawn}
     for b in data.bars:
         if b.job_id in broken:
-            ax.add_patch(matplotlib.patches.Rectangle(
-                (b.start - t0, row[b.worker] - 0.3), max(b.end - b.start, 0.02), 0.6, fill=False,
-                edgecolor=ANOMALY_COLOUR, linewidth=2.0, zorder=5))
-    for f in drawn:
-        y = row[f.worker]
-        ax.plot([f.at - t0], [y - 0.36], linestyle="none", zorder=6, **ANOMALY_STYLE)
-        ax.text(f.at - t0, y - 0.44, f" {f.job_id}: {f.title}", color=ANOMALY_COLOUR, fontsize=8,
-                fontweight="bold", ha="left", va="bottom", zorder=6, clip_on=False)
+            ax.add_patch(
+                matplotlib.patches.Rectangle(
+                    (b.start - t0, row[b.worker] - 0.3),
+                    max(b.end - b.start, 0.02),
+                    0.6,
+                    fill=False,
+                    edgecolor=ANOMALY_COLOUR,
+                    linewidth=2.0,
+                    zorder=5,
+                )
+            )
+    for flag in drawn:
+        y = row[flag.worker]
+        ax.plot([flag.at - t0], [y - 0.36], linestyle="none", zorder=6, **ANOMALY_STYLE)
+        ax.text(
+            flag.at - t0,
+            y - 0.44,
+            f" {flag.job_id}: {flag.title}",
+            color=ANOMALY_COLOUR,
+            fontsize=8,
+            fontweight="bold",
+            ha="left",
+            va="bottom",
+            zorder=6,
+            clip_on=False,
+        )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(len(lanes) - 0.5, -0.5 - (0.4 if drawn else 0.0))  # room above the top lane for a flag
     ax.set_xlim(0, max(data.t1 - t0, 1.0) * 1.02)
     ax.grid(axis="x", alpha=0.3)
     used = {b.outcome for b in data.bars}
-    handles = [Patch(color=OUTCOME_COLOURS[o], label=t(f"tl_{o}", lang)) for o in OUTCOME_COLOURS if o in used]
-    handles += [Patch(facecolor=FAULT_COLOURS[k], alpha=0.35, hatch="//" if k == "kill" else None,
-                      label=t(FAULT_LABELS[k], lang)) for k in FAULT_COLOURS if any(f.kind == k for f in data.faults)]
+    handles: list[Artist] = [
+        Patch(color=OUTCOME_COLOURS[o], label=t(f"tl_{o}", lang)) for o in OUTCOME_COLOURS if o in used
+    ]
+    handles += [
+        Patch(
+            facecolor=FAULT_COLOURS[k], alpha=0.35, hatch="//" if k == "kill" else None, label=t(FAULT_LABELS[k], lang)
+        )
+        for k in FAULT_COLOURS
+        if any(f.kind == k for f in data.faults)
+    ]
     for kind, key in (("reaped", "tl_mark_reaped"), ("lease_lost", "tl_mark_lease_lost")):
         if any(m.kind == kind for m in data.marks):
             handles.append(Line2D([], [], linestyle="none", label=t(key, lang), **styles[kind]))
     if drawn:
         handles.append(Line2D([], [], linestyle="none", label=t("tl_anomaly", lang), **ANOMALY_STYLE))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False,
-              title=t("tl_bar_text", lang), title_fontsize=8)
+    ax.legend(
+        handles=handles,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+        title=t("tl_bar_text", lang),
+        title_fontsize=8,
+    )
     return fig

@@ -24,6 +24,16 @@ from .notebook import (
 from .texts import speaker, text
 
 __all__ = [
-    "LANGUAGES", "claim_plan", "claim_steps", "cleanup", "cleanup_at_exit", "history", "language",
-    "scratch", "speaker", "stored_detail", "text", "wait_until",
+    "LANGUAGES",
+    "claim_plan",
+    "claim_steps",
+    "cleanup",
+    "cleanup_at_exit",
+    "history",
+    "language",
+    "scratch",
+    "speaker",
+    "stored_detail",
+    "text",
+    "wait_until",
 ]

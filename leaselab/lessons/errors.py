@@ -8,4 +8,5 @@ from ..errors import LeaselabError
 
 
 class CrashKeptTheClaim(LeaselabError):
-    """Raised when ``lessons.wrong.claim_until_a_crash_forgets`` crashed its server every round and no crash forgot the claim (a server not started with ``LAZY_WAL_WRITER``)."""
+    """Raised when ``lessons.wrong.claim_until_a_crash_forgets`` crashed its server every round and no crash forgot the
+    claim (a server not started with ``LAZY_WAL_WRITER``)."""

@@ -11,12 +11,13 @@ import os
 import sqlite3
 import tempfile
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..clock import ManualClock
-from ..job import Event
-from ..queue import Queue
 from ..harness.effects import Ledger
+from ..job import Event, Job
+from ..queue import Queue
 from .texts import text
 from .wrong import NAIVE_SELECT
 
@@ -47,6 +48,13 @@ def misses_the_queue_tolerates(lease: float, every: float) -> int:
         missed += 1
 
 
+def _planned(job: Job | None) -> Job:
+    """What a claim the exercise planned took: its own queue, on a clock it moves, holds a job for it."""
+    if job is None:
+        raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
+    return job
+
+
 def _verdict(results: list[tuple[Any, Any, str]], lang: str, right: str | None = None) -> str:
     """The first case that differs, or ``right`` (else the first case) when none does."""
     if all(got is None for got, _, _ in results):
@@ -59,15 +67,16 @@ def _verdict(results: list[tuple[Any, Any, str]], lang: str, right: str | None =
 
 def check_misses(misses_tolerated: Callable[[float, float], Any], lang: str = "en") -> str:
     """Lesson 1: compare the reader's ``misses_tolerated(lease, every)`` with the queue on several leases."""
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for lease, every in MISS_CASES:
         got, want = misses_tolerated(lease, every), misses_the_queue_tolerates(lease, every)
         results.append((got, want, text("l1_ex_misses", lang, lease=lease, every=every, got=got, want=want)))
     return _verdict(results, lang)
 
 
-def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1", lang: str = "en",
-                        timeout: float = 8.0) -> str:
+def check_refused_alone(
+    events: Callable[[], Iterable[Event]], zombie: str = "w1", lang: str = "en", timeout: float = 8.0
+) -> str:
     """Lesson 0: was ``zombie``'s write refused, with no other worker ever claiming its job?
 
     Only a reaper (the scenario's ``reap``) can take the job from a frozen worker that is
@@ -77,7 +86,7 @@ def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1
     deadline = time.monotonic() + timeout
     while True:
         history = list(events())
-        others = sorted({e.worker for e in history if e.kind == "claimed" and e.worker != zombie})
+        others = sorted({e.worker for e in history if e.kind == "claimed" and e.worker not in (zombie, None)})
         if any(e.kind == "lease_lost" and e.worker == zombie for e in history):
             if others:
                 return text("check_wrong", lang, detail=text("l0_ex_not_alone", lang, zombie=zombie, other=others[0]))
@@ -88,7 +97,8 @@ def check_refused_alone(events: Callable[[], Iterable[Event]], zombie: str = "w1
 
 
 def check_guarded_take(take: Callable[[sqlite3.Connection, int, str], Any], lang: str = "en") -> str:
-    """Lesson 2: the reader's ``take(conn, job_id, worker)``, step two of the naive claim, under the interleaving that breaks it.
+    """Lesson 2: the reader's ``take(conn, job_id, worker)``, step two of the naive claim, under the interleaving that
+    breaks it.
 
     Two claimers, A and B, each on its own connection to a real queue file of two jobs and
     without a transaction, both look (``wrong.NAIVE_SELECT``) and see job 1. A takes it, then
@@ -103,25 +113,45 @@ def check_guarded_take(take: Callable[[sqlite3.Connection, int, str], Any], lang
     a = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     b = sqlite3.connect(path, timeout=30.0, isolation_level=None)
     look = lambda conn: conn.execute(NAIVE_SELECT, {"now": time.time()}).fetchone()[0]  # noqa: E731
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     try:
         a_sees, b_sees = look(a), look(b)
         a_took = take(a, a_sees, "A")
-        results.append((None if a_took is None else bool(a_took), True,
-                        text("l2_ex_take_first", lang, id=a_sees, got=a_took, want=True)))
+        results.append(
+            (
+                None if a_took is None else bool(a_took),
+                True,
+                text("l2_ex_take_first", lang, id=a_sees, got=a_took, want=True),
+            )
+        )
         b_took = take(b, b_sees, "B")
-        results.append((None if b_took is None else bool(b_took), False,
-                        text("l2_ex_take_second", lang, id=b_sees, got=b_took, want=False)))
+        results.append(
+            (
+                None if b_took is None else bool(b_took),
+                False,
+                text("l2_ex_take_second", lang, id=b_sees, got=b_took, want=False),
+            )
+        )
         with Queue(path) as q:
             held = q.get(first)
-        results.append(((held.worker, held.attempts), ("A", 1),
-                        text("l2_ex_take_held", lang, id=first, worker=held.worker, attempts=held.attempts)))
+        results.append(
+            (
+                (held.worker, held.attempts),
+                ("A", 1),
+                text("l2_ex_take_held", lang, id=first, worker=held.worker, attempts=held.attempts),
+            )
+        )
         b_sees = look(b)
         b_took = take(b, b_sees, "B")
         with Queue(path) as q:
             held = q.get(second)
-        results.append(((b_sees, None if b_took is None else bool(b_took), held.worker), (second, True, "B"),
-                        text("l2_ex_take_again", lang, id=b_sees, got=b_took, want=second)))
+        results.append(
+            (
+                (b_sees, None if b_took is None else bool(b_took), held.worker),
+                (second, True, "B"),
+                text("l2_ex_take_again", lang, id=b_sees, got=b_took, want=second),
+            )
+        )
     except Exception as exc:  # the reader's code: say what it raised instead of a traceback
         return text("check_wrong", lang, detail=text("l2_ex_take_error", lang, error=f"{type(exc).__name__}: {exc}"))
     finally:
@@ -149,9 +179,11 @@ def store_writes() -> list[tuple[str, str, Any, tuple[int, int], str]]:
         q.reap()
         clock.advance(60)  # past the backoff
         holder = q.claim("w2", lease=10)
+        assert zombie is not None and zombie.token is not None and holder is not None and holder.token is not None
         q.complete(holder.id, holder.token)
         q.enqueue("new home page")
         later = q.claim("w3", lease=10)
+        assert later is not None and later.token is not None  # the claims above are planned: each takes a job
         if (zombie.id, zombie.attempts, holder.id, holder.attempts) != (first, 1, first, 2) or later.id == first:
             raise AssertionError("the exercise's claims did not come out as planned")  # pragma: no cover
     return [
@@ -165,14 +197,21 @@ def store_writes() -> list[tuple[str, str, Any, tuple[int, int], str]]:
 
 
 # What each write of store_writes must return, and what home.html must read after it.
-STORE_WANT = {"holder": (True, "w2"), "zombie": (False, "w2"), "zombie_new_key": (False, "w2"),
-              "holder_again": (True, "w2 again"), "twin": (False, "w2 again"), "later_job": (True, "w3")}
+STORE_WANT = {
+    "holder": (True, "w2"),
+    "zombie": (False, "w2"),
+    "zombie_new_key": (False, "w2"),
+    "holder_again": (True, "w2 again"),
+    "twin": (False, "w2 again"),
+    "later_job": (True, "w3"),
+}
 
 
 def check_store(store_class: Callable[[], Any], lang: str = "en") -> str:
-    """Lesson 3: a fresh ``store_class()`` gets the writes of ``store_writes`` in order; each must be accepted or refused right."""
+    """Lesson 3: a fresh ``store_class()`` gets the writes of ``store_writes`` in order; each must be accepted or
+    refused right."""
     writes = store_writes()
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     try:
         store = store_class()
         for case, key, value, fence, token in writes:
@@ -180,8 +219,13 @@ def check_store(store_class: Callable[[], Any], lang: str = "en") -> str:
             page = store.read("home.html")
             want_accepted, want_page = STORE_WANT[case]
             what = text(f"l3_ex_{case}", lang, fence=f"({fence[0]}, {fence[1]})", page=key)
-            results.append((None if accepted is None else bool(accepted), want_accepted,
-                            text("l3_ex_write", lang, what=what, got=accepted, want=want_accepted)))
+            results.append(
+                (
+                    None if accepted is None else bool(accepted),
+                    want_accepted,
+                    text("l3_ex_write", lang, what=what, got=accepted, want=want_accepted),
+                )
+            )
             results.append((page, want_page, text("l3_ex_page", lang, what=what, got=page, want=want_page)))
     except Exception as exc:  # the reader's code: say what it raised instead of a traceback
         return text("check_wrong", lang, detail=text("l3_ex_store_error", lang, error=f"{type(exc).__name__}: {exc}"))
@@ -219,16 +263,16 @@ def check_idempotent_transfer(transfer: Callable[[Any, Any], Any], ledger_path: 
     Job 2 runs once. Right when alice has -20 and bob 20.
     """
     clock = ManualClock()
-    attempts = []
+    attempts: list[Job] = []
     with Queue(":memory:", clock=clock) as q:
         first = q.enqueue("alice pays bob 10", max_attempts=3)
         for _ in range(3):
-            attempts.append(q.claim("w", lease=10))
+            attempts.append(_planned(q.claim("w", lease=10)))
             clock.advance(11)
             q.reap()
             clock.advance(60)
         second = q.enqueue("alice pays bob 10 again")
-        attempts.append(q.claim("w", lease=10))
+        attempts.append(_planned(q.claim("w", lease=10)))
         if [(j.id, j.attempts) for j in attempts] != [(first, 1), (first, 2), (first, 3), (second, 1)]:
             raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
     with Ledger(ledger_path) as ledger:
@@ -239,8 +283,9 @@ def check_idempotent_transfer(transfer: Callable[[Any, Any], Any], ledger_path: 
                 except _Crash:
                     pass
         except Exception as exc:  # the reader's code: say what it raised instead of a traceback
-            return text("check_wrong", lang, detail=text("l4_ex_transfer_error", lang,
-                                                         error=f"{type(exc).__name__}: {exc}"))
+            return text(
+                "check_wrong", lang, detail=text("l4_ex_transfer_error", lang, error=f"{type(exc).__name__}: {exc}")
+            )
         got = (ledger.balance("alice"), ledger.balance("bob"))
         if not ledger.entries():
             return text("check_todo", lang)
@@ -262,9 +307,10 @@ def lease_survives(lease: float, pause: float) -> bool:
     clock = ManualClock()
     with Queue(":memory:", clock=clock) as q:
         q.enqueue("pause")
-        job = q.claim("w", lease=lease)          # the last beat before the pause renews to here
-        clock.advance(lease / 3 + pause)         # the next beat, due at lease/3, comes that late
-        return q.get(job.id).lease_until > clock()
+        job = _planned(q.claim("w", lease=lease))  # the last beat before the pause renews to here
+        clock.advance(lease / 3 + pause)  # the next beat, due at lease/3, comes that late
+        until = q.get(job.id).lease_until
+        return until is not None and until > clock()
 
 
 def shortest_lease(pauses: dict[float, int]) -> int:
@@ -277,7 +323,7 @@ def shortest_lease(pauses: dict[float, int]) -> int:
 
 def check_lease_size(choose_lease: Callable[[dict[float, int]], Any], lang: str = "en") -> str:
     """Lesson 5: the reader's ``choose_lease(pauses)`` must give the queue's shortest surviving lease."""
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for pauses in LEASE_CASES:
         try:
             got = choose_lease(dict(pauses))
@@ -290,13 +336,20 @@ def check_lease_size(choose_lease: Callable[[dict[float, int]], Any], lang: str 
 
 
 # (lease, the attempt that crashed, backoff base, backoff cap): the lesson 5 check's cases, the lesson's own first.
-WAIT_CASES = ((7.0, 1, 1.0, 60.0), (30.0, 1, 1.0, 60.0), (10.0, 3, 1.0, 60.0), (10.0, 4, 2.0, 60.0),
-              (10.0, 9, 1.0, 60.0), (5.0, 2, 0.5, 1.0))
+WAIT_CASES = (
+    (7.0, 1, 1.0, 60.0),
+    (30.0, 1, 1.0, 60.0),
+    (10.0, 3, 1.0, 60.0),
+    (10.0, 4, 2.0, 60.0),
+    (10.0, 9, 1.0, 60.0),
+    (5.0, 2, 0.5, 1.0),
+)
 REAP_EVERY = MAX_POLL = 1.0  # the worker's defaults: a reap every second at most, an idle poll every second at most
 
 
-def crashed_job_wait(lease: float, attempt: int, base: float, cap: float,
-                     reap_every: float = REAP_EVERY, max_poll: float = MAX_POLL) -> float:
+def crashed_job_wait(
+    lease: float, attempt: int, base: float, cap: float, reap_every: float = REAP_EVERY, max_poll: float = MAX_POLL
+) -> float:
     """Replay on a real queue, on a clock we move, the worst case for a job whose worker died at ``attempt``.
 
     The worker dies right after a heartbeat, so its lease runs a whole ``lease`` past the
@@ -310,22 +363,26 @@ def crashed_job_wait(lease: float, attempt: int, base: float, cap: float,
     clock = ManualClock(start=0.0)
     with Queue(":memory:", clock=clock, backoff=Backoff(base=base, cap=cap)) as q:
         job_id = q.enqueue("crashes", max_attempts=attempt + 1)
-        for _ in range(attempt - 1):                 # the attempts before ended in failures
-            job = q.claim("w", lease=lease)
+        for _ in range(attempt - 1):  # the attempts before ended in failures
+            job = _planned(q.claim("w", lease=lease))
+            assert job.token is not None
             q.fail(job.id, job.token, "failed")
             clock.advance(q.get(job_id).run_at - clock())
-        job = q.claim("w", lease=lease)
+        job = _planned(q.claim("w", lease=lease))
+        assert job.token is not None
         clock.advance(lease / 3)
         q.heartbeat(job.id, job.token, lease=lease)  # the last beat: the worker dies right after it
         crash = clock()
-        clock.advance(q.get(job_id).lease_until - clock())
+        until = q.get(job_id).lease_until
+        assert until is not None  # running, on the lease the beat just renewed
+        clock.advance(until - clock())
         if q.reap():
             raise AssertionError("a lease was reaped at its deadline")  # pragma: no cover
-        clock.advance(reap_every)                    # the next tick of some live worker's reaper
+        clock.advance(reap_every)  # the next tick of some live worker's reaper
         if q.reap() != [job_id]:
             raise AssertionError("the crashed job was not reaped")  # pragma: no cover
         clock.advance(q.get(job_id).run_at - clock())
-        clock.advance(max_poll)                       # an idle worker's next poll
+        clock.advance(max_poll)  # an idle worker's next poll
         again = q.claim("w2", lease=lease)
         if again is None or again.id != job_id or again.attempts != attempt + 1:
             raise AssertionError("the crashed job was not claimed again")  # pragma: no cover
@@ -334,18 +391,28 @@ def crashed_job_wait(lease: float, attempt: int, base: float, cap: float,
 
 def check_crash_wait(worst_wait: Callable[[float, int, float, float], Any], lang: str = "en") -> str:
     """Lesson 5: the reader's ``worst_wait(lease, attempt, base, cap)`` against ``crashed_job_wait`` on a real queue."""
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for lease, attempt, base, cap in WAIT_CASES:
         try:
             got = worst_wait(lease, attempt, base, cap)
         except Exception as exc:  # the reader's code: say what it raised instead of a traceback
-            return text("check_wrong", lang, detail=text("l5_ex_wait_error", lang, error=f"{type(exc).__name__}: {exc}"))
+            return text(
+                "check_wrong", lang, detail=text("l5_ex_wait_error", lang, error=f"{type(exc).__name__}: {exc}")
+            )
         want = crashed_job_wait(lease, attempt, base, cap)
-        close = got is not None and not isinstance(got, bool) and isinstance(got, (int, float)) \
+        close = (
+            got is not None
+            and not isinstance(got, bool)
+            and isinstance(got, (int, float))
             and math.isclose(got, want, abs_tol=1e-6)
-        results.append((None if got is None else (want if close else got), want,
-                        text("l5_ex_wait_case", lang, lease=lease, attempt=attempt, base=base, cap=cap,
-                             got=got, want=want)))
+        )
+        results.append(
+            (
+                None if got is None else (want if close else got),
+                want,
+                text("l5_ex_wait_case", lang, lease=lease, attempt=attempt, base=base, cap=cap, got=got, want=want),
+            )
+        )
     return _verdict(results, lang)
 
 
@@ -393,26 +460,30 @@ def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set
     clock = ManualClock(start=0.0)
     with Queue(":memory:", clock=clock) as q:
         j1, j2 = q.enqueue_many(["one", "two"])
-        a = q.claim("w1", lease=RULE_LEASE)            # job 1 at 0
+        a = _planned(q.claim("w1", lease=RULE_LEASE))  # job 1 at 0
+        assert a.token is not None
         clock.advance(8)
-        q.heartbeat(a.id, a.token, lease=RULE_LEASE)   # its lease now runs to 18
+        q.heartbeat(a.id, a.token, lease=RULE_LEASE)  # its lease now runs to 18
         clock.advance(4)
-        q.complete(a.id, a.token, "done")             # 12
-        b = q.claim("w1", lease=RULE_LEASE)           # job 2 at 12, lease to 22; w1 falls silent
+        q.complete(a.id, a.token, "done")  # 12
+        b = q.claim("w1", lease=RULE_LEASE)  # job 2 at 12, lease to 22; w1 falls silent
         clock.advance(11)
-        q.reap()                                      # 23
+        q.reap()  # 23
         clock.advance(7)
-        c = q.claim("w2", lease=RULE_LEASE)           # job 2 again at 30 (after the backoff)
+        c = _planned(q.claim("w2", lease=RULE_LEASE))  # job 2 again at 30 (after the backoff)
+        assert c.token is not None
         q.complete(c.id, c.token, "done")
         clock.advance(10)
         j3 = q.enqueue("three")
-        d = q.claim("w1", lease=RULE_LEASE)           # job 3 at 40
+        d = _planned(q.claim("w1", lease=RULE_LEASE))  # job 3 at 40
+        assert d.token is not None
         clock.advance(8)
         q.heartbeat(d.id, d.token, lease=RULE_LEASE)  # 48: its lease now runs to 58; then w1 falls silent
         clock.advance(11)
-        q.reap()                                      # 59
+        q.reap()  # 59
         clock.advance(11)
-        e = q.claim("w2", lease=RULE_LEASE)           # job 3 again at 70
+        e = _planned(q.claim("w2", lease=RULE_LEASE))  # job 3 again at 70
+        assert e.token is not None
         q.complete(e.id, e.token, "done")
         if [x.id if x else None for x in (a, b, c, d, e)] != [j1, j2, j2, j3, j3]:
             raise AssertionError("the exercise's jobs did not come out as planned")  # pragma: no cover
@@ -428,14 +499,17 @@ def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set
 
 
 def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: str = "en") -> str:
-    """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean run."""
+    """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean
+    run."""
     clean, planted, want = overlap_histories()
-    results = []
+    results: list[tuple[Any, Any, str]] = []
     for name, events, expected in (("planted", planted, want), ("clean", clean, set())):
         try:
             got = overlapping([dict(ev) for ev in events], RULE_LEASE)
         except Exception as exc:  # the reader's code: say what it raised instead of a traceback
-            return text("check_wrong", lang, detail=text("l7_ex_rule_error", lang, error=f"{type(exc).__name__}: {exc}"))
+            return text(
+                "check_wrong", lang, detail=text("l7_ex_rule_error", lang, error=f"{type(exc).__name__}: {exc}")
+            )
         got = None if got is None else set(got)
         results.append((got, expected, text(f"l7_ex_rule_{name}", lang, got=sorted(got or []), want=sorted(expected))))
     return _verdict(results, lang)

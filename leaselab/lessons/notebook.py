@@ -16,8 +16,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import TypeVar
 
 from ..backends.sqlite import statements as sql
 from ..job import Event, Job
@@ -59,6 +60,7 @@ def cleanup_at_exit(folder: Path, *closers: object) -> None:
     reader is done and the kernel stops, even when the kernel is killed rather than
     shut down (then the workers exit on their own and a small watcher removes the folder).
     """
+
     def run() -> None:
         for closer in closers:
             for method in ("close", "shutdown"):
@@ -69,9 +71,13 @@ def cleanup_at_exit(folder: Path, *closers: object) -> None:
         cleanup(folder)
 
     atexit.register(run)
-    subprocess.Popen([sys.executable, "-c", _JANITOR, str(os.getpid()), str(folder)],
-                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                     start_new_session=True)
+    subprocess.Popen(
+        [sys.executable, "-c", _JANITOR, str(os.getpid()), str(folder)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def language(folder: str | os.PathLike | None = None) -> str:
@@ -85,8 +91,13 @@ def language(folder: str | os.PathLike | None = None) -> str:
 TIMED_OUT = {"en": "waited {timeout:g} s for {what}", "ru": "за {timeout:g} с так и не дождались {what}"}
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 20.0, interval: float = 0.05,
-               what: str = "the condition", lang: str | None = None) -> T:
+def wait_until(
+    condition: Callable[[], T],
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    what: str = "the condition",
+    lang: str | None = None,
+) -> T:
     """Poll ``condition`` until it returns something truthy, and return that; ``TimeoutError`` after ``timeout``.
 
     The error is in ``lang``; by default in the lesson's language (``language()``, the
@@ -141,7 +152,9 @@ def history(events: Iterable[Event], start: float | None = None, times: bool = T
     for e in events:
         when = f"{number(e.at - t0, '7.2f', lang)}{seconds}  " if times else ""
         detail = f"  {stored_detail(e.detail, lang)}" if e.detail else ""
-        lines.append(f"{when}{job_word} {e.job_id:<3} {e.kind:<10} {attempt_word} {e.attempt}  {e.worker or '-'}{detail}")
+        lines.append(
+            f"{when}{job_word} {e.job_id:<3} {e.kind:<10} {attempt_word} {e.attempt}  {e.worker or '-'}{detail}"
+        )
     return "\n".join(lines)
 
 
@@ -164,7 +177,7 @@ def claim_steps(queue: Queue, worker: str = "lesson", lease: float = 30.0) -> tu
         steps += 1
         return 0  # carry on
 
-    conn = queue.backend.connection  # the claim must run on the queue's own connection to be the real one
+    conn = queue.backend.connection  # type: ignore[attr-defined]  # a SQLite queue's; the claim must run on the queue's own connection to be the real one
     conn.set_progress_handler(count, 1)
     try:
         job = queue.claim(worker, lease)

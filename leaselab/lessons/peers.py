@@ -39,8 +39,10 @@ def find_script(folder: str | os.PathLike | None = None) -> Path:
     for repository in (here.parent.parent, Path(__file__).resolve().parents[2]):
         if (repository / AUDIT).is_file():
             return repository / AUDIT
-    raise FileNotFoundError(f"no {AUDIT} two folders above {here} nor beside leaselab's package: "
-                            "run the lessons from a clone of leaselab's repository")
+    raise FileNotFoundError(
+        f"no {AUDIT} two folders above {here} nor beside leaselab's package: "
+        "run the lessons from a clone of leaselab's repository"
+    )
 
 
 def run(script: str | os.PathLike | None = None, timeout: float = TIMEOUT) -> list[dict]:
@@ -48,8 +50,9 @@ def run(script: str | os.PathLike | None = None, timeout: float = TIMEOUT) -> li
     script = find_script() if script is None else Path(script)
     if not script.is_file():
         raise FileNotFoundError(f"{script} is not here: run the lessons from a clone of leaselab's repository")
-    done = subprocess.run([sys.executable, str(script), "--quick", "--json"], capture_output=True, text=True,
-                          timeout=timeout, check=False)
+    done = subprocess.run(
+        [sys.executable, str(script), "--quick", "--json"], capture_output=True, text=True, timeout=timeout, check=False
+    )
     if done.returncode != 0:
         raise RuntimeError(f"{script.name} --quick failed ({done.returncode}):\n{done.stderr[-2000:]}")
     return json.loads(done.stdout)
@@ -76,8 +79,11 @@ def verdict(row: dict) -> str:
 
 def table(rows: list[dict], lang: str) -> str:
     """Every row's counts in columns, with how long the job took to come back (this part varies by run)."""
-    head = [text("l7_audit_queue", lang), text("l7_audit_scenario", lang)] + [
-        text(f"l7_audit_{c}", lang) for c in COUNTS] + [text("l7_audit_back_after", lang)]
+    head = (
+        [text("l7_audit_queue", lang), text("l7_audit_scenario", lang)]
+        + [text(f"l7_audit_{c}", lang) for c in COUNTS]
+        + [text("l7_audit_back_after", lang)]
+    )
     body = []
     for row in rows:
         v = row["verdict"]
@@ -89,7 +95,7 @@ def table(rows: list[dict], lang: str) -> str:
             cells.append("-" if v["back_after"] is None else text("l7_audit_seconds", lang, s=v["back_after"]))
         body.append(cells)
     widths = [max(len(r[i]) for r in [head] + body) for i in range(len(head))]
-    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + body]
+    lines = [" | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in [head] + body]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -97,12 +103,18 @@ def table(rows: list[dict], lang: str) -> str:
 def facts(rows: list[dict], lang: str) -> str:
     """The verdicts that the faults decide, one line a row, and leaselab's stale completions over every scenario."""
     ours = [r for r in rows if r["queue"].startswith("leaselab") and r["verdict"] is not None]
-    lines = [text("l7_audit_leaselab_stale", lang, n=sum(r["verdict"]["stale_accepted"] for r in ours),
-                  scenarios=len(ours))]
+    lines = [
+        text("l7_audit_leaselab_stale", lang, n=sum(r["verdict"]["stale_accepted"] for r in ours), scenarios=len(ours))
+    ]
     for row in rows:
         v = row["verdict"] or {}
-        lines.append(text("l7_audit_fact", lang, queue=row["queue"],
-                          scenario=text(f"l7_scenario_{row['scenario']}", lang),
-                          verdict=text(verdict(row), lang, lost=v.get("lost", 0), stuck=v.get("stuck", 0),
-                                       jobs=v.get("jobs", 0))))
+        lines.append(
+            text(
+                "l7_audit_fact",
+                lang,
+                queue=row["queue"],
+                scenario=text(f"l7_scenario_{row['scenario']}", lang),
+                verdict=text(verdict(row), lang, lost=v.get("lost", 0), stuck=v.get("stuck", 0), jobs=v.get("jobs", 0)),
+            )
+        )
     return "\n".join(lines)

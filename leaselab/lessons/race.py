@@ -24,8 +24,8 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import psycopg
 
@@ -67,7 +67,7 @@ class ServerRace:
 
     def isolation(self) -> str:
         """The isolation level A's transactions run at (PostgreSQL's default: read committed)."""
-        level = self.a.execute("SHOW transaction_isolation").fetchone()[0]
+        level = self.a.execute("SHOW transaction_isolation").fetchone()[0]  # type: ignore[index]  # one row
         self.a.rollback()
         return level
 
@@ -86,6 +86,7 @@ class ServerRace:
 
     def b_claims(self) -> bool:
         """B runs the same claim on its own thread; True once B waits on a row lock, False if it finished."""
+
         def run() -> None:
             try:
                 self._b_row["row"] = self._taken(self.b.execute(self.statement, self._params("B")))
@@ -97,7 +98,7 @@ class ServerRace:
         pid = self.b.info.backend_pid
         deadline = time.monotonic() + self.timeout
         while self._b_thread.is_alive() and time.monotonic() < deadline:
-            if self.admin.execute(WAITING_ON_A_LOCK, (pid,)).fetchone()[0]:
+            if self.admin.execute(WAITING_ON_A_LOCK, (pid,)).fetchone()[0]:  # type: ignore[index]  # a count
                 return True
             time.sleep(0.01)
         return False
@@ -117,7 +118,7 @@ class ServerRace:
         self.b.commit()
         return self._b_row.get("row")
 
-    def claims(self) -> list[tuple[int, str]]:
+    def claims(self) -> list[tuple[int, str | None]]:
         """Every claim the queue's history recorded, as (job id, worker), in order."""
         with Queue(self.url, clock=ManualClock(0)) as q:
             return [(e.job_id, e.worker) for e in q.events() if e.kind == "claimed"]
@@ -146,14 +147,32 @@ def server_race(url: str, claim: str = "naive", workers: int = 4, jobs: int = 20
 
     gate = Path(tempfile.mkdtemp(prefix="leaselab-race-"))
     try:
-        run_racers([[sys.executable, "-m", "leaselab.lessons.race", "--url", url, "--claim", claim,
-                     "--name", f"racer-{i + 1}", "--gate", str(gate)] for i in range(workers)], gate, timeout)
+        run_racers(
+            [
+                [
+                    sys.executable,
+                    "-m",
+                    "leaselab.lessons.race",
+                    "--url",
+                    url,
+                    "--claim",
+                    claim,
+                    "--name",
+                    f"racer-{i + 1}",
+                    "--gate",
+                    str(gate),
+                ]
+                for i in range(workers)
+            ],
+            gate,
+            timeout,
+        )
     finally:
         for f in gate.iterdir():
             f.unlink()
         gate.rmdir()
     with psycopg.connect(url) as conn:
-        total, distinct = conn.execute(COUNT_CLAIMS).fetchone()
+        total, distinct = conn.execute(COUNT_CLAIMS).fetchone()  # type: ignore[misc]  # counts: one row
     return RaceResult(claim=claim, workers=workers, jobs=jobs, claims=total, duplicates=total - distinct)
 
 
@@ -172,8 +191,9 @@ def _racer(argv: Sequence[str] | None = None) -> int:
             return 1
         while True:
             now = time.time()
-            row = conn.execute(statement, {"now": now, "lease_until": now + 30, "worker": args.name,
-                                           "token": secrets.token_hex(16)}).fetchone()
+            row = conn.execute(
+                statement, {"now": now, "lease_until": now + 30, "worker": args.name, "token": secrets.token_hex(16)}
+            ).fetchone()
             if row is None:
                 return 0
 

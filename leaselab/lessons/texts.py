@@ -8,7 +8,7 @@ and the same placeholders, and that the Russian notebooks print no English sente
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from .. import words
 
@@ -24,7 +24,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "wait_w1_crash": "w1 to crash",
         "wait_refused": "w1's refused write",
         "l0_ex_refused_alone": "{zombie}'s write was refused and no other worker ever took its job: "
-                               "the reaper alone made it a zombie",
+        "the reaper alone made it a zombie",
         "l0_ex_not_refused": "no write of {zombie} was refused: while it is frozen, its job must be taken from it",
         "l0_ex_not_alone": "{zombie}'s write was refused, but {other} took the job too: do it with {zombie} alone",
         # lesson 1
@@ -73,7 +73,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l7_scenario_zombie": "zombie",
         "l7_scenario_partition": "partition",
         "l7_scenario_flood": "flood",
-        "l7_audit_leaselab_stale": "leaselab: stale completions accepted in the {scenarios} {scenarios|scenario|scenarios} it ran: {n}",
+        "l7_audit_leaselab_stale": "leaselab: stale completions accepted in the {scenarios} "
+        "{scenarios|scenario|scenarios} it ran: {n}",
         "l7_audit_fact": "{queue}, {scenario}: {verdict}",
         "l7_audit_back": "the job came back and was completed",
         "l7_audit_lost_job": "the job is lost: never completed, and the queue no longer holds it",
@@ -81,7 +82,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l7_audit_stale": "a stale completion was accepted over a newer run's",
         "l7_audit_refused": "another worker took the job once the lease ran out; the stale completion was refused",
         "l7_audit_kept": "no other worker took the job meanwhile",
-        "l7_audit_no_network": "cannot be run: the worker held no TCP connection, and a queue in a file has no network to cut",
+        "l7_audit_no_network": "cannot be run: the worker held no TCP connection, and a queue in a file has no "
+        "network to cut",
         "l7_audit_not_run": "not run here",
         "l7_audit_flood": "of {jobs} {jobs|job|jobs}, lost: {lost}, stuck: {stuck}",
         "check_todo": "Write your answer in the cell above, run it, then run this one.",
@@ -97,7 +99,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_b_done": "B's complete: {status}",
         "l2_single_pair": "A gets job {a} | B gets job {b} | different jobs: {different}",
         "l2_honest": "duplicates per {jobs} {jobs|job|jobs} in five races without a pause: {counts}",
-        "l2_race": "{what}: {claims} {claims|claim|claims}, {dups} {dups|duplicate|duplicates}, {locked} {locked|time|times} \"database is locked\"",
+        "l2_race": "{what}: {claims} {claims|claim|claims}, {dups} {dups|duplicate|duplicates}, {locked} "
+        '{locked|time|times} "database is locked"',
         "l2_naive_2ms": "naive claim, 2 ms pause",
         "l2_single": "single statement",
         "l2_deferred": "naive claim in BEGIN DEFERRED",
@@ -105,8 +108,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_naive_has_dups": "duplicates with the naive claim and a 2 ms pause > 0: {yes}",
         "l2_single_dups": "duplicates with the single statement: {dups}",
         "l2_single_once": "single statement: every one of {jobs} {jobs|job|jobs} claimed exactly once: {once}",
-        "l2_deferred_fact": "DEFERRED: duplicates {dups}, losers failed with \"database is locked\": {locked}",
-        "l2_immediate_fact": "IMMEDIATE: duplicates {dups}, \"database is locked\" {locked} {locked|time|times}",
+        "l2_deferred_fact": 'DEFERRED: duplicates {dups}, losers failed with "database is locked": {locked}',
+        "l2_immediate_fact": 'IMMEDIATE: duplicates {dups}, "database is locked" {locked} {locked|time|times}',
         "l2_uses_index": "the claim uses the index jobs_claim: {yes}",
         "l2_temp_btree": "the claim sorts in a temporary B-tree: {yes}",
         "l2_steps": "steps past {n:,} delayed urgent jobs: {steps}",
@@ -188,22 +191,26 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_own_log": "w3's log: its lease may have run out, by its own clock: {said}",
         "l6_own_server": "the server still lists the job as {status}, held by w3: {held}",
         "l6_info_first": "the first try of the completion raised: {error}",
-        "l6_info_retry": "the retry under the same token returned without LeaseLost; the job is {status}, its result written by {worker}",
+        "l6_info_retry": "the retry under the same token returned without LeaseLost; the job is {status}, its result "
+        "written by {worker}",
         "l6_info_history": "the job's history: {kinds}",
         "l6_info_refusals": "refused writes in the history: {n}",
         "l6_crash_rounds": "crashes it took to lose the claim: {rounds}",
-        "l6_crash_forgot": "after the crash the job is {status}, attempts used: {attempts}; A still holds the fence of attempt {attempt}",
+        "l6_crash_forgot": "after the crash the job is {status}, attempts used: {attempts}; A still holds the fence "
+        "of attempt {attempt}",
         "l6_same_fence": "B's claim: attempt {attempt}; the same fence as A's: {same}; the same token: {token}",
         "l6_store_writes": "the fenced store accepted A's page: {a}; B's page: {b}; the page now says {page}",
         "l6_queue_after": "the queue refused A's completion with LeaseLost: {refused}; the job's result is {worker}'s",
         "l6_crash_claimers": "claims in the job's history, by worker: {workers}",
-        "l6_crash_kept": "the durable claim after the same crash: {status}, attempts: {attempts}, still A's token: {same}",
+        "l6_crash_kept": "the durable claim after the same crash: {status}, attempts: {attempts}, still A's token: "
+        "{same}",
         "l6_kept_b": "B's claim finds nothing to take: {nothing}",
         "l6_kept_writes": "A's page accepted: {written}; A's completion accepted: {done}",
         "l6_crash_server_removed": "the crashed server stopped and its folder removed: {removed}",
-        "l2_ex_take_first": "A takes job {id}, which B has seen too: my_take returned {got}, the right answer is {want}",
+        "l2_ex_take_first": "A takes job {id}, which B has seen too: my_take returned {got}, the right answer is "
+        "{want}",
         "l2_ex_take_second": "then B takes job {id}, which A has just taken: my_take returned {got}, the right answer "
-                             "is {want}",
+        "is {want}",
         "l2_ex_take_held": "job {id} is now held by {worker} at attempt {attempts}; it should be A at attempt 1",
         "l2_ex_take_again": "B looks again and sees job {id}; my_take returned {got}; B should take job {want}",
         "l2_ex_take_error": "my_take raised {error}",
@@ -218,17 +225,20 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l3_ex_page": "{what}; then home.html reads {got}, it should read {want}",
         "l3_ex_store_error": "MyStore raised {error}",
         "l3_ex_store_right": "every stale write was refused, the zombie's write to a new page too, and every current "
-                             "one was accepted",
-        "l4_ex_transfer": "after every attempt of jobs {a} and {b}, alice has {alice} and bob {bob}; it should be -20 and 20",
+        "one was accepted",
+        "l4_ex_transfer": "after every attempt of jobs {a} and {b}, alice has {alice} and bob {bob}; it should be -20 "
+        "and 20",
         "l4_ex_transfer_error": "my_transfer raised {error}",
         "l5_ex_wait_case": "lease {lease:g} s, attempt {attempt} crashed, backoff base {base:g} s, cap {cap:g} s: "
-                           "worst_wait gave {got}, the queue waits {want:g} s",
+        "worst_wait gave {got}, the queue waits {want:g} s",
         "l5_ex_wait_error": "worst_wait raised {error}",
         "l6_ex_batch": "A took jobs {a}, B took jobs {b}, B waited: {waited}",
-        "l6_race": "{what}: {claims} {claims|claim|claims} for {jobs} {jobs|job|jobs}, {dups} {dups|duplicate|duplicates}",
+        "l6_race": "{what}: {claims} {claims|claim|claims} for {jobs} {jobs|job|jobs}, {dups} "
+        "{dups|duplicate|duplicates}",
         "l6_race_naive": "the claim of lesson 2",
         "l6_race_single": "leaselab's claim (SKIP LOCKED)",
-        "l6_race_facts": "duplicates with the claim of lesson 2 > 0: {naive} | duplicates with leaselab's claim: {single}",
+        "l6_race_facts": "duplicates with the claim of lesson 2 > 0: {naive} | duplicates with leaselab's claim: "
+        "{single}",
     },
     "ru": {
         "l0_crashed": "w1: {state} | его задача: {status} | числится за {worker}",
@@ -240,11 +250,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "wait_w1_crash": "падения w1",
         "wait_refused": "отклонённой записи w1",
         "l0_ex_refused_alone": "запись {zombie} отклонена, а его задачу больше никто не брал: "
-                               "зомби его сделал один только reaper",
-        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили: пока он заморожен, задачу у него нужно "
-                             "отнять",
+        "зомби его сделал один только reaper",
+        "l0_ex_not_refused": "ни одну запись {zombie} не отклонили: пока он заморожен, задачу у него нужно отнять",
         "l0_ex_not_alone": "запись {zombie} отклонена, но задачу брал и {other}: добейтесь того же, не запуская "
-                           "никого, кроме {zombie}",
+        "никого, кроме {zombie}",
         "l1_claim": "статус: {status} | попытка: {attempt} | держатель: {holder}",
         "l1_lease_left": "до конца аренды: {seconds:g} с",
         "l1_w2_gets": "w2 получает: {job}",
@@ -298,7 +307,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l7_audit_stale": "принято устаревшее завершение поверх завершения более новой попытки",
         "l7_audit_refused": "когда аренда истекла, задачу взял другой воркер; устаревшее завершение отклонено",
         "l7_audit_kept": "другой воркер за это время задачу не взял",
-        "l7_audit_no_network": "сценарий неприменим: у воркера не было ни одного TCP-соединения, а у очереди в файле нет сети, которую можно разорвать",
+        "l7_audit_no_network": "сценарий неприменим: у воркера не было ни одного TCP-соединения, а у очереди в файле "
+        "нет сети, которую можно разорвать",
         "l7_audit_not_run": "здесь не запускался",
         "l7_audit_flood": "из {jobs} {jobs|задачи|задач|задач} потеряно: {lost}, застряло: {stuck}",
         "check_todo": "Напишите ответ в ячейке выше, выполните её, потом выполните эту.",
@@ -325,7 +335,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_immediate_fact": "IMMEDIATE: дублей {dups}, «database is locked» {locked} {locked|раз|раза|раз}",
         "l2_uses_index": "захват использует индекс jobs_claim: {yes}",
         "l2_temp_btree": "захват сортирует во временном B-дереве: {yes}",
-        "l2_steps": "шагов при {n:,} {n|отложенной срочной задаче|отложенных срочных задачах|отложенных срочных задачах}: {steps}",
+        "l2_steps": "шагов при {n:,} "
+        "{n|отложенной срочной задаче|отложенных срочных задачах|отложенных срочных задачах}: {steps}",
         "l2_same_work": "отложенных задач в тысячу раз больше, а работы почти столько же: {yes}",
         "l2_order_now": "сейчас: {order}, потом {then}",
         "l2_order_later": "через сутки: {payload}",
@@ -401,22 +412,26 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_own_log": "журнал w3: по его собственным часам аренда, возможно, истекла: {said}",
         "l6_own_server": "на сервере задача по-прежнему в статусе {status} и числится за w3: {held}",
         "l6_info_first": "первая попытка завершения закончилась исключением: {error}",
-        "l6_info_retry": "повтор с тем же токеном прошёл без LeaseLost; задача в статусе {status}, результат записал {worker}",
+        "l6_info_retry": "повтор с тем же токеном прошёл без LeaseLost; задача в статусе {status}, результат записал "
+        "{worker}",
         "l6_info_history": "история задачи: {kinds}",
         "l6_info_refusals": "отклонённых записей в истории: {n}",
         "l6_crash_rounds": "сколько сбоев понадобилось, чтобы захват пропал: {rounds}",
-        "l6_crash_forgot": "после сбоя задача в статусе {status}, использовано попыток: {attempts}; у A по-прежнему fence попытки {attempt}",
+        "l6_crash_forgot": "после сбоя задача в статусе {status}, использовано попыток: {attempts}; у A по-прежнему "
+        "fence попытки {attempt}",
         "l6_same_fence": "захват B: попытка {attempt}; fence тот же, что у A: {same}; токен тот же: {token}",
-        "l6_store_writes": "хранилище с проверкой fence приняло страницу A: {a}; страницу B: {b}; на странице сейчас {page}",
+        "l6_store_writes": "хранилище с проверкой fence приняло страницу A: {a}; страницу B: {b}; на странице сейчас "
+        "{page}",
         "l6_queue_after": "очередь отклонила завершение от A с LeaseLost: {refused}; результат задачи записал {worker}",
         "l6_crash_claimers": "захваты в истории задачи, по воркерам: {workers}",
-        "l6_crash_kept": "надёжный захват после такого же сбоя: {status}, попыток: {attempts}, токен по-прежнему у A: {same}",
+        "l6_crash_kept": "надёжный захват после такого же сбоя: {status}, попыток: {attempts}, токен по-прежнему у A: "
+        "{same}",
         "l6_kept_b": "захвату B нечего взять: {nothing}",
         "l6_kept_writes": "страница A принята: {written}; завершение от A принято: {done}",
         "l6_crash_server_removed": "упавший сервер остановлен, его папка удалена: {removed}",
         "l2_ex_take_first": "A берёт задачу {id}, которую видел и B: my_take вернула {got}, правильный ответ — {want}",
         "l2_ex_take_second": "затем B берёт задачу {id}, которую только что взял A: my_take вернула {got}, "
-                             "правильный ответ — {want}",
+        "правильный ответ — {want}",
         "l2_ex_take_held": "задача {id} теперь у {worker}, попытка {attempts}; должна быть у A, попытка 1",
         "l2_ex_take_again": "B смотрит снова и видит задачу {id}; my_take вернула {got}; B должен взять задачу {want}",
         "l2_ex_take_error": "my_take выбросила {error}",
@@ -431,11 +446,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l3_ex_page": "{what}; после этого в home.html {got}, а должно быть {want}",
         "l3_ex_store_error": "MyStore выбросил {error}",
         "l3_ex_store_right": "все устаревшие записи отклонены, в том числе запись зомби на новую страницу, а все "
-                             "актуальные приняты",
+        "актуальные приняты",
         "l4_ex_transfer": "после всех попыток задач {a} и {b} у Алисы {alice}, у Боба {bob}; должно быть -20 и 20",
         "l4_ex_transfer_error": "my_transfer выбросила {error}",
         "l5_ex_wait_case": "аренда {lease:g} с, упала попытка {attempt}, отсрочка от {base:g} с, но не больше "
-                           "{cap:g} с: worst_wait дала {got}, а очередь ждёт {want:g} с",
+        "{cap:g} с: worst_wait дала {got}, а очередь ждёт {want:g} с",
         "l5_ex_wait_error": "worst_wait выбросила {error}",
         "l6_ex_batch": "A взял задачи {a}, B взял задачи {b}, B ждал: {waited}",
         "l6_race": "{what}: захватов {claims} на {jobs} {jobs|задачу|задачи|задач}, дублей {dups}",

@@ -18,15 +18,16 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..clock import Clock, system_clock
-from .errors import CrashKeptTheClaim
-from ..job import JOB_COLUMNS, Job
 from ..arguments import integer, positive, text
+from ..clock import Clock, system_clock
+from ..job import JOB_COLUMNS, Job
 from ..queue import Queue
+from .errors import CrashKeptTheClaim
 
 # Step one of the naive claim: look for the next job...
 NAIVE_SELECT = """
@@ -75,8 +76,15 @@ class NaiveClaimer:
     locked" and were rolled back and tried again.
     """
 
-    def __init__(self, path: str | os.PathLike, name: str, lease: float = 30.0,
-                 clock: Clock | None = None, pause: float = 0.0, transaction: str | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        name: str,
+        lease: float = 30.0,
+        clock: Clock | None = None,
+        pause: float = 0.0,
+        transaction: str | None = None,
+    ):
         Queue(path).close()  # creates the schema if the file is new, and checks it is ours
         self.name = text("name", name)
         self.lease = positive("lease", lease)
@@ -98,10 +106,16 @@ class NaiveClaimer:
     def update(self, job_id: int) -> Job:
         """Step two: mark ``job_id`` as ours, whoever took it in the meantime."""
         now = self.clock()
-        row = self._conn.execute(NAIVE_UPDATE, {
-            "id": job_id, "now": now, "lease_until": now + self.lease,
-            "worker": self.name, "token": secrets.token_hex(16),
-        }).fetchone()
+        row = self._conn.execute(
+            NAIVE_UPDATE,
+            {
+                "id": job_id,
+                "now": now,
+                "lease_until": now + self.lease,
+                "worker": self.name,
+                "token": secrets.token_hex(16),
+            },
+        ).fetchone()
         return Job.from_row(row)
 
     def claim(self) -> Job | None:
@@ -131,23 +145,27 @@ class NaiveClaimer:
     def close(self) -> None:
         self._conn.close()
 
-    def __enter__(self) -> "NaiveClaimer":
+    def __enter__(self) -> NaiveClaimer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def unfenced_complete(path: str | os.PathLike, job_id: int, result: object = None,
-                      clock: Clock | None = None) -> bool:
+def unfenced_complete(path: str | os.PathLike, job_id: int, result: object = None, clock: Clock | None = None) -> bool:
     """Mark a job done without checking the token: the write a zombie must never get. True if a row changed."""
     import json
 
     now = (clock or system_clock)()
     with sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None) as conn:
-        changed = conn.execute(UNFENCED_COMPLETE, {
-            "id": job_id, "result": json.dumps(result), "now": now,
-        }).rowcount
+        changed = conn.execute(
+            UNFENCED_COMPLETE,
+            {
+                "id": job_id,
+                "result": json.dumps(result),
+                "now": now,
+            },
+        ).rowcount
     conn.close()
     return changed > 0
 
@@ -164,8 +182,9 @@ def forgetful_queue(target: str | os.PathLike, clock: Clock | None = None) -> Qu
     return Queue(target, clock=clock, durability="normal")
 
 
-def claim_until_a_crash_forgets(server: Any, target: str, worker: str = "A", lease: float = 600.0,
-                                rounds: int = 10, clock: Clock | None = None) -> tuple[Job, int]:
+def claim_until_a_crash_forgets(
+    server: Any, target: str, worker: str = "A", lease: float = 600.0, rounds: int = 10, clock: Clock | None = None
+) -> tuple[Job, int]:
     """Claim a fresh job through ``forgetful_queue``, crash ``server`` and recover it, until a crash forgets the claim.
 
     ``server`` is a ``PgServer`` (``crash()``, ``recover()``) that holds ``target``, started
@@ -188,8 +207,10 @@ def claim_until_a_crash_forgets(server: Any, target: str, worker: str = "A", lea
         with Queue(target, clock=clock) as durable:
             if claim is not None and claim.id == job_id and durable.get(job_id).attempts == claim.attempts - 1:
                 return claim, round_
-    raise CrashKeptTheClaim(f"none of {rounds} crashes forgot the claim; start the server with "
-                            f"PgServer(settings=LAZY_WAL_WRITER) so a crash loses what was not made durable")
+    raise CrashKeptTheClaim(
+        f"none of {rounds} crashes forgot the claim; start the server with "
+        f"PgServer(settings=LAZY_WAL_WRITER) so a crash loses what was not made durable"
+    )
 
 
 @dataclass(frozen=True)
@@ -223,8 +244,11 @@ def run_racers(commands: Sequence[Sequence[str]], gate: Path, timeout: float) ->
     procs: list[subprocess.Popen] = []
     try:
         for command in commands:
-            procs.append(subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE))
+            procs.append(
+                subprocess.Popen(
+                    list(command), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+                )
+            )
         deadline = time.monotonic() + timeout
         while len(list(gate.glob("ready-*"))) < len(procs):
             if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
@@ -254,8 +278,15 @@ def at_starting_line(gate: Path, name: str, timeout: float = 60.0) -> bool:
     return True
 
 
-def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: int = 100,
-         pause: float = 0.002, timeout: float = 60.0, transaction: str | None = None) -> RaceResult:
+def race(
+    path: str | os.PathLike,
+    claim: str = "naive",
+    workers: int = 4,
+    jobs: int = 100,
+    pause: float = 0.002,
+    timeout: float = 60.0,
+    transaction: str | None = None,
+) -> RaceResult:
     """Fill a new queue file with ``jobs`` jobs and let ``workers`` processes claim them all at once.
 
     Every process waits at a starting line until all are ready, then claims until
@@ -275,18 +306,44 @@ def race(path: str | os.PathLike, claim: str = "naive", workers: int = 4, jobs: 
     gate = path.with_name(path.name + ".race")
     gate.mkdir()
     try:
-        run_racers([[sys.executable, "-m", "leaselab.lessons.wrong", "--db", str(path), "--claim", claim,
-                     "--name", f"racer-{i + 1}", "--gate", str(gate), "--pause", repr(pause),
-                     *(["--transaction", transaction] if transaction else [])] for i in range(workers)],
-                   gate, timeout)
+        run_racers(
+            [
+                [
+                    sys.executable,
+                    "-m",
+                    "leaselab.lessons.wrong",
+                    "--db",
+                    str(path),
+                    "--claim",
+                    claim,
+                    "--name",
+                    f"racer-{i + 1}",
+                    "--gate",
+                    str(gate),
+                    "--pause",
+                    repr(pause),
+                    *(["--transaction", transaction] if transaction else []),
+                ]
+                for i in range(workers)
+            ],
+            gate,
+            timeout,
+        )
         locked = sum(int(f.read_text()) for f in gate.glob("locked-*"))
     finally:
         for f in gate.iterdir():
             f.unlink()
         gate.rmdir()
     total, distinct = count_claims(path)
-    return RaceResult(claim=claim, workers=workers, jobs=jobs, claims=total, duplicates=total - distinct,
-                      locked=locked, transaction=transaction)
+    return RaceResult(
+        claim=claim,
+        workers=workers,
+        jobs=jobs,
+        claims=total,
+        duplicates=total - distinct,
+        locked=locked,
+        transaction=transaction,
+    )
 
 
 def _racer(argv: Sequence[str] | None = None) -> int:

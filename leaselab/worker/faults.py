@@ -9,8 +9,19 @@ reader of the log alone (the lab's ``Fleet``) can tell that a worker is waiting.
 
 from __future__ import annotations
 
+import enum
+from typing import Final
+
 FIRST_WAIT = 0.05
 MAX_WAIT = 2.0
 WAITING = "waiting on a transient fault"
 CLEARED = "fault cleared"
-STOPPED = object()  # what a retry returns when the worker was asked to stop while it waited
+
+
+class Stopped(enum.Enum):
+    """The type of ``STOPPED``, its one value: a type checker tells it from what a call returns."""
+
+    STOPPED = "stopped"
+
+
+STOPPED: Final = Stopped.STOPPED  # what a retry returns when the worker was asked to stop while it waited

@@ -17,7 +17,8 @@ import inspect
 import math
 import threading
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import LeaseLost
 from ..job import Job
@@ -41,10 +42,18 @@ class Lease:
     # A worker makes one for every job it claims: slots make each smaller and quicker to fill.
     __slots__ = ("job", "token", "_lost", "refused", "seconds", "margin", "_clock", "_on_expired", "deadline")
 
-    def __init__(self, job: Job, seconds: float | None = None, *, sent: float | None = None,
-                 margin: float | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        job: Job,
+        seconds: float | None = None,
+        *,
+        sent: float | None = None,
+        margin: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.job = job
-        self.token = job.token  # the claim's token: with the fence, what tells this claim from any other
+        # the claim's token: with the fence, what tells this claim from any other
+        self.token: str = job.token  # type: ignore[assignment]  # a lease is of a claimed job, which has one
         # ``lost`` is made when first asked for: most attempts end before anyone waits on it, and a
         # worker makes a Lease for every job it claims (an Event is a Condition and two locks).
         self._lost: threading.Event | None = None
@@ -79,7 +88,7 @@ class Lease:
 
     def renewed(self, sent: float) -> None:
         """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
-        if self.seconds is not None and not self._is_lost():
+        if self.seconds is not None and self.deadline is not None and not self._is_lost():  # set together
             self.deadline = max(self.deadline, sent + self.seconds - self.margin)
 
     def refuse(self) -> None:
@@ -160,7 +169,7 @@ class Leases:
         with self._lock:
             self._held.pop(lease.token, None)
 
-    def hand_in(self, leases: Iterable[Lease], *tokens: str) -> "_Keeping":
+    def hand_in(self, leases: Iterable[Lease], *tokens: str) -> _Keeping:
         """Stop holding ``leases`` (their handlers finished) and keep their tokens, and ``tokens``,
         from the reaper until the returned context exits: ``remove`` and ``keeping`` in one step,
         so no moment passes in which a finished attempt's token is neither held nor kept."""
@@ -177,7 +186,7 @@ class Leases:
         with self._lock:
             return [lease for lease in self._held.values() if not lease.refused]
 
-    def keeping(self, *tokens: str) -> "_Keeping":
+    def keeping(self, *tokens: str) -> _Keeping:
         """Count ``tokens`` as this worker's from this call until the returned context exits, renewed
         or not: a claim's from before it is sent until its leases are added, and a finished attempt's
         from when its lease stops being renewed until its outcome is written (``hand_in``). A freeze

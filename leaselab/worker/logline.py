@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Callable, Sequence, TextIO
+from typing import TextIO
 
 from ..printable import printable
 

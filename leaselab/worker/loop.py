@@ -15,24 +15,26 @@ import inspect
 import os
 import sys
 import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from operator import itemgetter
 from queue import Empty, SimpleQueue
 from time import monotonic as _monotonic
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, Final, TypeVar
 
-from . import faults
+from ..arguments import integer, positive
 from ..errors import HandlerError, InvalidPayload, LeaseLost, TransientError
 from ..job import Job
+from ..printable import has_unprintable
+from ..queue import DEFAULT_LEASE, Queue, new_token
+from . import faults
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
-from ..arguments import integer, positive
-from ..printable import has_unprintable
 from .pulse import Pulse
-from ..queue import DEFAULT_LEASE, Queue, new_token
 
-STOPPED = faults.STOPPED  # what outlast returns when a stop came while it waited
+STOPPED: Final = faults.STOPPED  # what outlast returns when a stop came while it waited
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
 # handlers are in place): whoever waits for a worker to start (the lab's Fleet, the tests) looks for it.
 STARTED = "started (pid "
@@ -64,8 +66,10 @@ def load_handler(path: str) -> Handler:
             # The handler's module was found; something it imports was not.
             raise HandlerError(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from exc
         hint = f"; {_dotted_hint(module_name, attr)}" if module_name.endswith(".py") else ""
-        raise HandlerError(f"cannot import handler module {module_name!r}: no module named {exc.name!r} in "
-                           f"{', '.join(_searched())}{hint}") from exc
+        raise HandlerError(
+            f"cannot import handler module {module_name!r}: no module named {exc.name!r} in "
+            f"{', '.join(_searched())}{hint}"
+        ) from exc
     except Exception as exc:  # any failure while importing user code is the user's to see
         raise HandlerError(f"cannot import handler module {module_name!r}: {type(exc).__name__}: {exc}") from exc
     try:
@@ -94,11 +98,13 @@ def _refuse_coroutine(handler: Callable[..., Any], name: str) -> None:
     """``HandlerError`` for a coroutine function: called as a plain function, it would return a coroutine
     that never runs, and every job would fail as "not JSON"."""
     # An async def function, a partial of one, or an object whose __call__ is one.
-    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):
+    if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(getattr(handler, "__call__", None)):  # noqa: B004  (inspects the method)
         call = getattr(handler, "__name__", "handler")
-        raise HandlerError(f"handler {name} is asynchronous (async def): the worker calls handlers as plain "
-                           f"functions, on its own threads; call it from one, e.g. "
-                           f"def run(job): return asyncio.run({call}(job))")
+        raise HandlerError(
+            f"handler {name} is asynchronous (async def): the worker calls handlers as plain "
+            f"functions, on its own threads; call it from one, e.g. "
+            f"def run(job): return asyncio.run({call}(job))"
+        )
 
 
 def _folders() -> list[str]:
@@ -107,8 +113,11 @@ def _folders() -> list[str]:
         here = os.getcwd()
     except OSError:  # the current folder was deleted under us: nothing in it to import
         here = None
-    folders = [os.path.join(here, entry) if here and not os.path.isabs(entry) else entry
-               for entry in sys.path if isinstance(entry, str) and (here or os.path.isabs(entry))]
+    folders = [
+        os.path.join(here, entry) if here and not os.path.isabs(entry) else entry
+        for entry in sys.path
+        if isinstance(entry, str) and (here or os.path.isabs(entry))
+    ]
     return list(dict.fromkeys(os.path.normpath(f) for f in folders))
 
 
@@ -151,8 +160,15 @@ class WorkerStats:
     reaped: int = 0
 
 
-def outlast(what: str, call: Callable[[], T], *, stop: threading.Event, log: Callable[[str], None],
-            again: Callable[[], T] | None = None, state: Any = None) -> T | object:
+def outlast(
+    what: str,
+    call: Callable[[], T],
+    *,
+    stop: threading.Event,
+    log: Callable[[str], None],
+    again: Callable[[], T] | None = None,
+    state: Any = None,
+) -> T | faults.Stopped:
     """``call()``, retried with a growing (capped) wait while it raises ``TransientError``.
 
     Tries after the first call ``again`` instead, when given: after a fault the first try may
@@ -224,8 +240,9 @@ class _Threads:
         self._handler, self._with_lease = handler, with_lease
         self._todo: SimpleQueue[Lease | None] = SimpleQueue()
         self._done: SimpleQueue[Finished] = SimpleQueue()
-        self._threads = [threading.Thread(target=self._serve, name=f"{name}-slot-{i + 1}", daemon=True)
-                         for i in range(k)]
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"{name}-slot-{i + 1}", daemon=True) for i in range(k)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -363,7 +380,7 @@ class Worker:
         """Write the turn's lines in order, in one write, and end it unless ``keep_open``."""
         lines = self._turn
         self._turn = [] if keep_open and lines is not None else None
-        if lines:
+        if lines and self._log_lines is not None:  # a turn holds lines only for a log that takes them
             self._log_lines(lines)
 
     def queue_idle(self) -> bool:
@@ -385,7 +402,7 @@ class Worker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def outlast(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T | object:
+    def outlast(self, what: str, call: Callable[[], T], again: Callable[[], T] | None = None) -> T | faults.Stopped:
         """``call()`` retried through transient faults, logged; see ``leaselab.worker.outlast``."""
         return outlast(what, call, stop=self._stop, log=self._log_now, again=again, state=self)
 
@@ -393,8 +410,11 @@ class Worker:
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
         """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
-        slots = _Inline(self.handler, self._wants_lease) if self.concurrency == 1 else _Threads(
-            self.concurrency, self.handler, self._wants_lease, self.name)
+        slots = (
+            _Inline(self.handler, self._wants_lease)
+            if self.concurrency == 1
+            else _Threads(self.concurrency, self.handler, self._wants_lease, self.name)
+        )
         running = 0
         wait_for = self.poll
         with self._running():
@@ -452,8 +472,9 @@ class Worker:
             return
         self._leases = Leases(on_expired=self._gave_up)
         try:
-            with Pulse(self.queue, self._leases, self.lease, self.reap_every, self.log,
-                       on_reaped=self._reaped) as self._pulse:
+            with Pulse(
+                self.queue, self._leases, self.lease, self.reap_every, self.log, on_reaped=self._reaped
+            ) as self._pulse:
                 yield
         finally:
             self._leases.close()
@@ -470,13 +491,18 @@ class Worker:
 
     def _claim(self, n: int) -> list[Lease]:
         token, sent = new_token(), _monotonic()
+        assert self._leases is not None  # made by run(), the only caller
         self._begin_turn()
         try:
             with self._leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
                 try:
-                    jobs = self.outlast("claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
-                                        again=lambda: self.queue.held_by(token) or self.queue.claim_many(
-                                            n, self.name, self.lease, token=token))
+                    jobs = self.outlast(
+                        "claim",
+                        lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
+                        again=lambda: (
+                            self.queue.held_by(token) or self.queue.claim_many(n, self.name, self.lease, token=token)
+                        ),
+                    )
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
                     return []
@@ -493,6 +519,7 @@ class Worker:
             self.stats.claimed += 1
             self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
             leases.append(Lease(job, self.lease, sent=sent))
+        assert self._leases is not None  # made by run(), whose turns call this
         self._leases.add(*leases)
         return leases
 
@@ -505,6 +532,7 @@ class Worker:
         # hand the job to anyone, this worker included. The refill's claims too, as in _claim.
         # The turn's lines (outcomes, then claims) are written at its end, together.
         refill = new_token()
+        assert self._pulse is not None  # made by run(), the only caller
         self._begin_turn()
         try:
             with self._pulse.hand_in(map(_LEASE, finished), refill):
@@ -532,22 +560,25 @@ class Worker:
             outcomes.update(done)
         return outcomes, claimed
 
-    def _complete_and_claim(self, completions: list[tuple[Lease, Any]], free: int,
-                            token: str) -> tuple[dict[int, str], list[Lease]]:
+    def _complete_and_claim(
+        self, completions: list[tuple[Lease, Any]], free: int, token: str
+    ) -> tuple[dict[int, str], list[Lease]]:
         items = [(lease.job.id, lease.token, result) for lease, result in completions]
         sent = _monotonic()
 
         if len(items) == 1 and free == 1:  # one slot: the single call, cheaper than a batch of one
-            (job_id, job_token, result), = items
+            ((job_id, job_token, result),) = items
 
             def first():
                 try:
-                    job = self.queue.complete_and_claim(job_id, job_token, result, self.name, self.lease,
-                                                        next_token=token)
+                    job = self.queue.complete_and_claim(
+                        job_id, job_token, result, self.name, self.lease, next_token=token
+                    )
                 except LeaseLost:  # refused and recorded; nothing was claimed
                     return [job_id], []
                 return [], ([] if job is None else [job])
         else:
+
             def first():
                 return self.queue.complete_many_and_claim(items, free, self.name, self.lease, token=token)
 
@@ -564,8 +595,10 @@ class Worker:
             # so only that job fails; the loop refills the slots.
             for lease, result in completions:
                 try:
-                    refused = self.outlast(f"complete job {lease.job.id}",
-                                           lambda: self.queue.complete_many([(lease.job.id, lease.token, result)]))
+                    refused = self.outlast(
+                        f"complete job {lease.job.id}",
+                        partial(self.queue.complete_many, [(lease.job.id, lease.token, result)]),
+                    )
                 except InvalidPayload as exc:
                     outcomes[id(lease)] = self._fail(lease, f"handler returned a result that is not JSON: {exc}")
                     continue
@@ -595,7 +628,7 @@ class Worker:
     def _fail(self, lease: Lease, error: str) -> str:
         job = lease.job
         try:
-            status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, job.token, error))
+            status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, lease.token, error))
         except LeaseLost:
             self.stats.lost += 1
             self._log(f"lease lost on job {job.id} (attempt {job.attempts}): failure not written")
@@ -612,8 +645,11 @@ class Worker:
         return "lost"
 
     def _gave_up(self, lease: Lease) -> None:  # on whichever thread found the deadline passed
-        self.log(f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
-                 f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises")
+        assert lease.seconds is not None  # only a lease with a length has a deadline
+        self.log(
+            f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
+            f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises"
+        )
 
     def _reaped(self, moved: list[int]) -> None:
         self.stats.reaped += len(moved)

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from typing import Callable, Iterable
 
-from . import faults
 from ..errors import LeaselabError, TransientError
-from .lease import Lease, Leases
 from ..queue import Queue
+from . import faults
+from .lease import Lease, Leases
 
 Log = Callable[[str], None]
 
@@ -29,9 +29,17 @@ Log = Callable[[str], None]
 class Pulse:
     """The heartbeat and reaper thread of one worker; a context manager that starts and stops it."""
 
-    def __init__(self, queue: Queue, leases: Leases, lease: float, reap_every: float, log: Log,
-                 on_reaped: Callable[[list[int]], None] | None = None, *,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        queue: Queue,
+        leases: Leases,
+        lease: float,
+        reap_every: float,
+        log: Log,
+        on_reaped: Callable[[list[int]], None] | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.queue, self.leases, self.lease, self.reap_every = queue, leases, lease, reap_every
         self.log = log
         self.on_reaped = on_reaped
@@ -42,7 +50,7 @@ class Pulse:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pulse", daemon=True)
 
-    def __enter__(self) -> "Pulse":
+    def __enter__(self) -> Pulse:
         self._thread.start()
         return self
 

@@ -18,10 +18,12 @@ import os
 import signal
 import threading
 import traceback
-from typing import Callable, Mapping, Union
+from collections.abc import Callable, Mapping
+from types import FrameType
+from typing import Any
 
 # What to do on a signal: a function of no arguments, run on the relay's thread, or SIG_IGN.
-Action = Union[Callable[[], None], signal.Handlers]
+Action = Callable[[], None] | signal.Handlers
 
 
 class Relay:
@@ -35,11 +37,11 @@ class Relay:
     def __init__(self, actions: Mapping[int, Action], name: str = "signals"):
         self._actions = dict(actions)
         self._name = name
-        self._before: dict[int, object] = {}
+        self._before: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
         self._read = self._write = -1
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "Relay":
+    def __enter__(self) -> Relay:
         self._read, self._write = os.pipe()
         os.set_blocking(self._write, False)  # a burst that fills the pipe drops signals, never blocks
         self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
@@ -74,6 +76,6 @@ class Relay:
         while data := os.read(self._read, 64):
             for signum in data:
                 try:
-                    self._actions[signum]()
+                    self._actions[signum]()  # type: ignore[operator]  # SIG_IGN is installed, not relayed
                 except Exception:  # a failed action must not end the relay: the next signal still counts
                     traceback.print_exc()

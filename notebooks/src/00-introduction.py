@@ -81,7 +81,7 @@
 # Выполняйте ячейки сверху вниз (Shift+Enter).
 
 # %%
-from leaselab import Queue, lessons
+from leaselab import lessons
 from leaselab.lab import timeline
 from leaselab.harness.fleet import Fleet
 from leaselab.lab.dashboard import Lab

@@ -378,7 +378,7 @@ print(exercises.check_idempotent_transfer(my_transfer, work / "exercise-ledger.d
 
 # %% tags=["nbval-check-output"]
 with effects.Ledger(work / "exercise.db") as ex:
-    for attempt in (1, 2, 3):
+    for _attempt in (1, 2, 3):
         ex.deposit("dave", 10, key="job-42")
         ex.deposit("erin", 10)
     say("l4_ex_balances", dave=ex.balance("dave"), erin=ex.balance("erin"))

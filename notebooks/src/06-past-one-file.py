@@ -108,7 +108,7 @@ runs = {(backend, workers): drain(f"{backend}-{workers}", work / f"drain-{worker
         for backend in ("SQLite", "PostgreSQL") for workers in (1, 4)}
 
 # %% tags=["nbval-ignore-output"]
-for (backend, workers), (rate, claims) in runs.items():
+for (backend, workers), (rate, _claims) in runs.items():
     say("l6_rate", backend=backend, workers=workers, rate=rate)
 
 # %% tags=["nbval-check-output"]

@@ -12,7 +12,8 @@ claim that read before it wrote could then fail at once on a lock instead of wai
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import apsw
@@ -44,7 +45,8 @@ class Cursor:
 
 
 class Connection:
-    """An APSW connection with the ``sqlite3`` habits the SQLite backend relies on; ``apsw`` is the connection itself."""
+    """An APSW connection with the ``sqlite3`` habits the SQLite backend relies on; ``apsw`` is the connection
+    itself."""
 
     Error = apsw.Error
 
@@ -104,8 +106,11 @@ class ApswBackend(SqliteBackend):
 
     def _translate(self, exc: Exception) -> LeaselabError:
         code = getattr(exc, "extendedresult", None)  # an apsw.Error's code is here, not in sqlite_errorcode
-        name = None if code is None else (apsw.mapping_extended_result_codes.get(code)
-                                          or apsw.mapping_result_codes.get(code & 0xFF))
+        name = (
+            None
+            if code is None
+            else (apsw.mapping_extended_result_codes.get(code) or apsw.mapping_result_codes.get(code & 0xFF))
+        )
         return translate(exc, self.path, code, None if name is None else str(name))
 
 

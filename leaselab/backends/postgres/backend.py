@@ -15,9 +15,10 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from importlib import resources
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
@@ -45,8 +46,8 @@ TUPLES_OK = ExecStatus.TUPLES_OK
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
 MAX_BACKOFF_CAP = 1e300
-CHANNEL_POLL = 0.1
-CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock  # how often a worker waiting for a notification looks at its stop flag
+CHANNEL_POLL = 0.1  # how often a worker waiting for a notification looks at its stop flag
+CLOCK_RESYNC = 30.0  # seconds between readings of the server's clock
 # How much sooner than the client's call timeout the server's own limits end a wait, so the server
 # ends it first and the connection survives: a small, fixed head start, not a share, since a share
 # of a 27 s call timeout (a 30 s lease) would cut a 25 s lock wait that the busy timeout allows.
@@ -57,8 +58,10 @@ SERVER_HEAD_START = 0.5
 _BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, statement timeout, serialization, deadlock
 _UNWRITABLE = {"25006", "42501", "53100", "53200", "53400"}  # read-only, no privilege, disk full, out of memory
 _REFUSED = {"3D000", "28000", "28P01"}  # no such database, authorization refused, wrong password
-_REFUSED_AT_CONNECT = re.compile(r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
-                                 r'role ".*" does not exist|no pg_hba.conf entry)')
+_REFUSED_AT_CONNECT = re.compile(
+    r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
+    r'role ".*" does not exist|no pg_hba.conf entry)'
+)
 _UNREACHABLE_CLASSES = ("08", "57P", "53300")  # connection failures, server shutting down, too many clients
 
 
@@ -84,11 +87,14 @@ def display_name(url: str) -> str:
     # and without an @ it reads "user:password" as "host:port": either way libpq's later errors
     # would quote a piece of the password as a host or a port.
     if "@" in host:
-        raise InvalidTarget("not a valid PostgreSQL URL: more than one @ before the host "
-                            "(write an @ inside a user or password as %40)")
+        raise InvalidTarget(
+            "not a valid PostgreSQL URL: more than one @ before the host (write an @ inside a user or password as %40)"
+        )
     if not re.fullmatch(r"[0-9]*(,[0-9]*)*", info.get("port") or ""):
-        raise InvalidTarget("not a valid PostgreSQL URL: its port is not a number (not repeated here: "
-                            "it may be a password, if the URL lacks the @ before the host)")
+        raise InvalidTarget(
+            "not a valid PostgreSQL URL: its port is not a number (not repeated here: "
+            "it may be a password, if the URL lacks the @ before the host)"
+        )
     return f"postgresql://{user}{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
 
 
@@ -111,8 +117,10 @@ def _one_line(message: str) -> str:
     """
     lines = [" ".join(line.split()) for line in message.splitlines()]
     lines = [line for line in lines if line]
-    return " ".join(line if line.endswith((".", "?", "!", ":", ";", ",")) or i == len(lines) - 1 else line + "."
-                    for i, line in enumerate(lines))
+    return " ".join(
+        line if line.endswith((".", "?", "!", ":", ";", ",")) or i == len(lines) - 1 else line + "."
+        for i, line in enumerate(lines)
+    )
 
 
 class PostgresBackend(SqlBackend):
@@ -144,8 +152,11 @@ class PostgresBackend(SqlBackend):
         # A cap past 1e300 seconds (the universe is 4e17 seconds old) is 1e300 on the server,
         # so no product in the backoff's SQL can overflow a float.
         cap = min(float(backoff.cap), MAX_BACKOFF_CAP)
-        self.backoff_params = {"backoff_base": min(float(backoff.base), cap), "backoff_cap": cap,
-                               "backoff_jitter": float(backoff.jitter)}
+        self.backoff_params = {
+            "backoff_base": min(float(backoff.base), cap),
+            "backoff_cap": cap,
+            "backoff_jitter": float(backoff.jitter),
+        }
         self._conn: psycopg.Connection | None = None
         self._session: tuple[int, Any] | None = None  # the open connection's (pid, backend_start)
         self._orphan: tuple[int, Any] | None = None  # a dropped session whose last call is unknown
@@ -185,8 +196,14 @@ class PostgresBackend(SqlBackend):
         """
         limit = self._limit()
         probe = max(1, int(limit / 4))
-        return {"connect_timeout": max(2, min(30, int(limit))), "keepalives": 1, "keepalives_idle": probe,
-                "keepalives_interval": probe, "keepalives_count": 3, "tcp_user_timeout": int(limit * 1000)}
+        return {
+            "connect_timeout": max(2, min(30, int(limit))),
+            "keepalives": 1,
+            "keepalives_idle": probe,
+            "keepalives_interval": probe,
+            "keepalives_count": 3,
+            "tcp_user_timeout": int(limit * 1000),
+        }
 
     def _open(self) -> psycopg.Connection:
         params = self._connect_params()
@@ -208,11 +225,13 @@ class PostgresBackend(SqlBackend):
             # path, whatever the statistics say (SQLite's schema writes the statistics its claim needs;
             # PostgreSQL's cannot be written). No statement of the queue needs a bitmap: each reads by
             # one index, by id, or the whole table.
-            conn.execute("SELECT set_config('lock_timeout', %s, false), set_config('tcp_keepalives_idle', %s, false),"
-                         " set_config('tcp_keepalives_interval', %s, false),"
-                         " set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', %s, false),"
-                         " set_config('enable_bitmapscan', 'off', false)",
-                         (f"{int(limit * 1000)}ms", str(probe), str(probe), str(int(limit * 1000))))
+            conn.execute(
+                "SELECT set_config('lock_timeout', %s, false), set_config('tcp_keepalives_idle', %s, false),"
+                " set_config('tcp_keepalives_interval', %s, false),"
+                " set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', %s, false),"
+                " set_config('enable_bitmapscan', 'off', false)",
+                (f"{int(limit * 1000)}ms", str(probe), str(probe), str(int(limit * 1000))),
+            )
             if self._call_timeout is not None:
                 conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(limit * 1000)}ms",))
         except psycopg.Error as exc:
@@ -247,8 +266,9 @@ class PostgresBackend(SqlBackend):
             return
         if self._watchdog is None:
             self._watchdog = threading.Event()
-            threading.Thread(target=self._watch_calls, args=(self._watchdog,), name="leaselab-call-timeout",
-                             daemon=True).start()
+            threading.Thread(
+                target=self._watch_calls, args=(self._watchdog,), name="leaselab-call-timeout", daemon=True
+            ).start()
         with self._watch:  # two assignments: arming a call wakes no thread, it is on every statement's path
             self._cut = False
             self._deadline = (time.monotonic() + self._call_timeout, conn)
@@ -260,8 +280,10 @@ class PostgresBackend(SqlBackend):
             if not cut:
                 raise
             self._translate(exc)  # drops the broken connection: the next call opens a new one
-            raise DatabaseUnreachable(f"{self.name}: cannot reach the server (no reply within the call timeout, "
-                                      f"{self._call_timeout:g}s; the connection was cut)") from exc
+            raise DatabaseUnreachable(
+                f"{self.name}: cannot reach the server (no reply within the call timeout, "
+                f"{self._call_timeout:g}s; the connection was cut)"
+            ) from exc
         finally:
             if not cut:
                 self._disarm()
@@ -304,11 +326,14 @@ class PostgresBackend(SqlBackend):
     def _end_orphan(self, conn: psycopg.Connection, pid: int, started: Any) -> None:
         """End the session of the call whose reply never came, and wait until it has ended (see
         ``statements.END_SESSION``); ``DatabaseUnreachable`` if it outlasts the busy timeout."""
-        rows = conn.execute(sql.END_SESSION, {"pid": pid, "started": started,
-                                              "wait_ms": max(1, int(self._limit() * 1000))}).fetchall()
+        rows = conn.execute(
+            sql.END_SESSION, {"pid": pid, "started": started, "wait_ms": max(1, int(self._limit() * 1000))}
+        ).fetchall()
         if rows and not rows[0][0]:
-            raise DatabaseUnreachable(f"{self.name}: the session of a call whose reply never came is still "
-                                      f"ending on the server (pid {pid}); what it did is not known yet")
+            raise DatabaseUnreachable(
+                f"{self.name}: the session of a call whose reply never came is still "
+                f"ending on the server (pid {pid}); what it did is not known yet"
+            )
         self._orphan = None
 
     def _ensure_schema(self, conn: psycopg.Connection, create: bool) -> None:
@@ -336,7 +361,8 @@ class PostgresBackend(SqlBackend):
             if mark is None:
                 raise NotALeaselabDatabase(
                     f"{self.name} holds a table named {table} that is not leaselab's; "
-                    "use another database (or schema) for the queue")
+                    "use another database (or schema) for the queue"
+                )
             versions.append(int(mark.group(1)))
         if len(versions) == 1:
             raise NotALeaselabDatabase(f"{self.name} holds only one of leaselab's two tables (jobs, events)")
@@ -344,7 +370,8 @@ class PostgresBackend(SqlBackend):
         if version > SCHEMA_VERSION:
             raise SchemaTooNew(
                 f"{self.name} has leaselab schema version {version}; this leaselab knows up to "
-                f"{SCHEMA_VERSION}. Upgrade leaselab to open it.")
+                f"{SCHEMA_VERSION}. Upgrade leaselab to open it."
+            )
         return version
 
     def use_clock(self, clock: Callable[[], float]) -> None:
@@ -432,9 +459,19 @@ class PostgresBackend(SqlBackend):
     # -- the server's own strategy: what SQLite does in a transaction, here one statement, one round trip
 
     def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
-        (completed, *row), = self.run(sql.COMPLETE_AND_CLAIM, {
-            "id": done.id, "token": done.token, "result": done.result, "now": claim.now,
-            "lease_until": claim.lease_until, "worker": claim.worker, "next_token": claim.token}, durable=durable)
+        ((completed, *row),) = self.run(
+            sql.COMPLETE_AND_CLAIM,
+            {
+                "id": done.id,
+                "token": done.token,
+                "result": done.result,
+                "now": claim.now,
+                "lease_until": claim.lease_until,
+                "worker": claim.worker,
+                "next_token": claim.token,
+            },
+            durable=durable,
+        )
         if not completed:
             return False, None
         return True, (None if row[0] is None else claimed([row])[0])
@@ -443,17 +480,23 @@ class PostgresBackend(SqlBackend):
         rows = self.run(sql.COMPLETE_MANY, {"done": self._done(done), "now": now}, durable=durable)
         return [row[0] for row in rows]
 
-    def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
-                                durable: bool) -> tuple[list[int], list[Claimed]]:
+    def complete_many_and_claim(
+        self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
+    ) -> tuple[list[int], list[Claimed]]:
         claiming = {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "n": n}
         if len(done) == 1:  # a one-slot worker's every job: no JSON array to build and unpack
-            one, = done
-            rows = self.run(sql.COMPLETE_ONE_AND_CLAIM, {**claiming, "id": one.id, "token": one.token,
-                                                         "result": one.result, "next_token": claim.token},
-                            durable=durable)
+            (one,) = done
+            rows = self.run(
+                sql.COMPLETE_ONE_AND_CLAIM,
+                {**claiming, "id": one.id, "token": one.token, "result": one.result, "next_token": claim.token},
+                durable=durable,
+            )
         else:
-            rows = self.run(sql.COMPLETE_MANY_AND_CLAIM, {**claiming, "done": self._done(done), "token": claim.token},
-                            durable=durable)
+            rows = self.run(
+                sql.COMPLETE_MANY_AND_CLAIM,
+                {**claiming, "done": self._done(done), "token": claim.token},
+                durable=durable,
+            )
         return rows[0][0] or [], claimed(row[1:] for row in rows if row[1] is not None)
 
     def _done(self, done: Sequence[Completion]) -> str:
@@ -469,8 +512,9 @@ class PostgresBackend(SqlBackend):
         deadline = time.monotonic() + timeout
         try:
             if self._listener is None or self._listener.closed:
-                self._listener = psycopg.connect(self.url, autocommit=True, application_name="leaselab-listen",
-                                                 **self._connect_params())
+                self._listener = psycopg.connect(
+                    self.url, autocommit=True, application_name="leaselab-listen", **self._connect_params()
+                )
                 self._listener.execute(sql.LISTEN)
             while (left := deadline - time.monotonic()) > 0 and not (stop is not None and stop.is_set()):
                 for _ in self._listener.notifies(timeout=min(left, CHANNEL_POLL), stop_after=1):
@@ -529,8 +573,6 @@ def _without_nul(params: dict, key: str, value: str) -> dict:
     if key == "error":
         return {**params, key: value.replace("\x00", "\\0")}
     raise ValueError(f"{key} contains a NUL character (\\x00), which PostgreSQL text cannot hold: {value!r}")
-
-
 
 
 # The type checker proves this class satisfies the contract (tests/test_types.py runs it).

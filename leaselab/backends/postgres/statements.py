@@ -6,9 +6,9 @@ parameters. The same names as ``leaselab.backends.sqlite.statements``. Each is w
 
 from __future__ import annotations
 
+from ...job import JOB_COLUMNS
 from .. import sql
 from ..sql import pyformat
-from ...job import JOB_COLUMNS
 
 ENQUEUE = pyformat(sql.ENQUEUE)
 COMPLETE = pyformat(sql.COMPLETE)
@@ -61,15 +61,22 @@ _RENEWED = """UPDATE jobs
  WHERE jobs.id = held.id"""
 
 # Every lease one worker holds, renewed in one statement: :tokens is a JSON array of tokens.
-HEARTBEAT_MANY = pyformat("\n" + _RENEWED.format(
-    fenced="token IN (SELECT jsonb_array_elements_text(:tokens::jsonb))") + """
+HEARTBEAT_MANY = pyformat(
+    "\n"
+    + _RENEWED.format(fenced="token IN (SELECT jsonb_array_elements_text(:tokens::jsonb))")
+    + """
 RETURNING jobs.id, jobs.lease_until
-""")
+"""
+)
 
 # Fenced writes: only the holder of the current token may change a running job.
-HEARTBEAT = pyformat("\n" + _RENEWED.format(fenced="id = :id AND token = :token") + """
+HEARTBEAT = pyformat(
+    "\n"
+    + _RENEWED.format(fenced="id = :id AND token = :token")
+    + """
 RETURNING jobs.lease_until
-""")
+"""
+)
 
 
 # -- a worker's batches: statements that write their own history -----------------------------------
@@ -115,8 +122,10 @@ _COMPLETED_EVENTS = "SELECT 1 AS step, id, 'completed' AS kind, worker, token, a
 
 
 def _claimed_events(token: str) -> str:
-    return (f"SELECT 2 AS step, id, 'claimed' AS kind, :worker AS worker, {token.format(id='id')} AS token,"
-            " attempt, prev FROM pending")
+    return (
+        f"SELECT 2 AS step, id, 'claimed' AS kind, :worker AS worker, {token.format(id='id')} AS token,"
+        " attempt, prev FROM pending"
+    )
 
 
 def _logged(*events: str) -> str:
@@ -230,11 +239,16 @@ FAIL = pyformat(sql.fail(_BACKOFF))
 # row if it is still expired. :keep (a JSON array) are the tokens of the worker that reaps: it
 # is alive, so its own jobs are not a crashed worker's, whatever a freeze did to their leases; a
 # batch claim's own token keeps every job it took (their tokens are it, a dash and the id).
-REAP = pyformat(sql.reap(_BACKOFF, expired="""\
+REAP = pyformat(
+    sql.reap(
+        _BACKOFF,
+        expired="""\
  WHERE id IN (SELECT id FROM jobs WHERE status = 'running' AND lease_until < :now
                 AND token NOT IN (SELECT jsonb_array_elements_text(:keep::jsonb))
                 AND split_part(token, '-', 1) NOT IN (SELECT jsonb_array_elements_text(:keep::jsonb))
-              FOR UPDATE SKIP LOCKED)"""))
+              FOR UPDATE SKIP LOCKED)""",
+    )
+)
 
 # The job's row is locked first (FOR UPDATE): see sql.RECORD_LEASE_LOST.
 RECORD_LEASE_LOST = pyformat(sql.record_lease_lost(lock=" FOR UPDATE OF j"))
@@ -276,11 +290,18 @@ _TIMES = ("run_at", "lease_until", "created_at", "started_at", "finished_at", "u
 
 # The reason text, '' for a sound row. A NULL time is fine (the NOT NULLs were already enforced):
 # NOT (NULL > ...) is NULL, the CASE gives NULL, and concat() skips it.
-_DAMAGE_REASONS = "concat(" + ", ".join(
-    [f"CASE WHEN NOT {_FINITE.format(c)} THEN '; {c} was ' || {c} END" for c in _TIMES]
-    + ["CASE WHEN status = 'running' AND (lease_until IS NULL OR token IS NULL)"
-       " THEN '; running with no lease or no token' END",
-       "CASE WHEN status = 'pending' AND attempts >= max_attempts THEN '; pending with no attempt left' END"]) + ")"
+_DAMAGE_REASONS = (
+    "concat("
+    + ", ".join(
+        [f"CASE WHEN NOT {_FINITE.format(c)} THEN '; {c} was ' || {c} END" for c in _TIMES]
+        + [
+            "CASE WHEN status = 'running' AND (lease_until IS NULL OR token IS NULL)"
+            " THEN '; running with no lease or no token' END",
+            "CASE WHEN status = 'pending' AND attempts >= max_attempts THEN '; pending with no attempt left' END",
+        ]
+    )
+    + ")"
+)
 
 # One statement: find the damage, write the 'dead' events of the active jobs (linked to each
 # job's history), and repair the rows. It sets no last_event, so the history trigger stays quiet

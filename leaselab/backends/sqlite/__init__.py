@@ -13,6 +13,13 @@ from .backend import (
 )
 
 __all__ = [
-    "APPLICATION_ID", "MIN_SQLITE", "PAGE_SIZE", "SCHEMA_VERSION", "SqliteBackend", "require_sqlite",
-    "schema_statements", "statements", "translate",
+    "APPLICATION_ID",
+    "MIN_SQLITE",
+    "PAGE_SIZE",
+    "SCHEMA_VERSION",
+    "SqliteBackend",
+    "require_sqlite",
+    "schema_statements",
+    "statements",
+    "translate",
 ]

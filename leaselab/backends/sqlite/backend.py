@@ -13,9 +13,10 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ...backoff import Backoff
 from ...errors import (
@@ -45,7 +46,6 @@ FULL_MARGIN = 64 * 1024
 MIN_SQLITE = (3, 37, 0)  # STRICT tables arrived in 3.37 (RETURNING in 3.35)
 
 
-
 def require_sqlite(version_info: tuple = sqlite3.sqlite_version_info) -> None:
     """Raise ``UnsupportedSQLite`` unless the SQLite library has STRICT tables (3.37+) and RETURNING."""
     # No fallback to untyped tables: with them, any program could write text where the claim and
@@ -66,7 +66,7 @@ def schema_statements() -> list[str]:
         current.append(line)
         chunk = "\n".join(current).strip()
         if chunk and sqlite3.complete_statement(chunk):
-            if not all(l.strip().startswith("--") or not l.strip() for l in current):
+            if not all(line.strip().startswith("--") or not line.strip() for line in current):
                 statements.append(chunk)
             current = []
     return statements
@@ -74,7 +74,7 @@ def schema_statements() -> list[str]:
 
 def _code(statement: str) -> str:
     """A statement without the comment lines ``schema.sql`` puts before it."""
-    return "\n".join(l for l in statement.splitlines() if not l.lstrip().startswith("--")).lstrip()
+    return "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).lstrip()
 
 
 def nearest_queue_file(path: str) -> str | None:
@@ -121,9 +121,7 @@ class SqliteBackend(SqlBackend):
         self._conn = self._open(path, busy_timeout, create)
         self._immediate = _Immediate(self._conn)  # the one connection's transaction, made once
         self._synchronous_full = False  # prepare() leaves the connection at synchronous = NORMAL
-        self._conn.create_function(
-            "leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter
-        )
+        self._conn.create_function("leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter)
 
     def use_clock(self, clock: Callable[[], float]) -> None:
         """Read ``clock`` inside the statements that need the time once they hold the write lock
@@ -167,7 +165,7 @@ class SqliteBackend(SqlBackend):
             conn.execute("PRAGMA synchronous = FULL" if durable else "PRAGMA synchronous = NORMAL")
             self._synchronous_full = durable
 
-    def _begin(self, conn: sqlite3.Connection) -> "_Immediate":
+    def _begin(self, conn: sqlite3.Connection) -> _Immediate:
         return self._immediate if conn is self._conn else _Immediate(conn)
 
     def _translate(self, exc: sqlite3.Error) -> LeaselabError:
@@ -182,22 +180,27 @@ class SqliteBackend(SqlBackend):
 
     def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
         with self.transaction(durable) as run:
-            if not run(sql.COMPLETE, {"id": done.id, "token": done.token, "result": done.result,
-                                      "now": claim.now}).rowcount:
+            if not run(
+                sql.COMPLETE, {"id": done.id, "token": done.token, "result": done.result, "now": claim.now}
+            ).rowcount:
                 return False, None
-            rows = run(sql.CLAIM, {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker,
-                                   "token": claim.token}).fetchall()
+            rows = run(
+                sql.CLAIM,
+                {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "token": claim.token},
+            ).fetchall()
         return True, (claimed(rows)[0] if rows else None)
 
     def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
         return self._complete_many_then(done, now, 0, None, durable)[0]
 
-    def complete_many_and_claim(self, done: Sequence[Completion], n: int, claim: Claim, *,
-                                durable: bool) -> tuple[list[int], list[Claimed]]:
+    def complete_many_and_claim(
+        self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
+    ) -> tuple[list[int], list[Claimed]]:
         return self._complete_many_then(done, claim.now, n, claim, durable)
 
-    def _complete_many_then(self, done: Sequence[Completion], now: float, n: int, claim: Claim | None,
-                            durable: bool) -> tuple[list[int], list[Claimed]]:
+    def _complete_many_then(
+        self, done: Sequence[Completion], now: float, n: int, claim: Claim | None, durable: bool
+    ) -> tuple[list[int], list[Claimed]]:
         """COMPLETE job by job, then (with ``claim`` and ``n`` > 0) CLAIM_MANY, in one transaction."""
         completed, rows = [], []
         with self.transaction(durable) as run:
@@ -205,8 +208,16 @@ class SqliteBackend(SqlBackend):
                 if run(sql.COMPLETE, {"id": item.id, "token": item.token, "result": item.result, "now": now}).rowcount:
                     completed.append(item.id)
             if claim is not None and n > 0:
-                rows = run(self._claim_many_statement(n), {"now": claim.now, "lease_until": claim.lease_until,
-                                            "worker": claim.worker, "token": claim.token, "n": n}).fetchall()
+                rows = run(
+                    self._claim_many_statement(n),
+                    {
+                        "now": claim.now,
+                        "lease_until": claim.lease_until,
+                        "worker": claim.worker,
+                        "token": claim.token,
+                        "n": n,
+                    },
+                ).fetchall()
         return completed, claimed(rows)
 
 
@@ -254,7 +265,8 @@ def translate(exc: Exception, path: str, code: int | None = None, name: str | No
     # open": only the file system can tell these from a failing disk or a missing folder.
     primary = None if code is None else code & 0xFF
     if primary in (SQLITE_IOERR, SQLITE_CANTOPEN) or (
-            code is None and ("disk i/o error" in lowered or "unable to open" in lowered)):
+        code is None and ("disk i/o error" in lowered or "unable to open" in lowered)
+    ):
         short = out_of_space(path)
         if short is not None:
             name = name or getattr(exc, "sqlite_errorname", None)

@@ -7,7 +7,7 @@ fragments, at import.
 from __future__ import annotations
 
 from .. import sql
-from ..sql import (  # the statements both dialects run as they are
+from ..sql import (  # noqa: F401  (re-exported: the statements both dialects run as they are)
     COMPLETE,
     ENQUEUE,
     EVENTS,
@@ -61,9 +61,13 @@ FAIL = sql.fail(backoff="leaselab_backoff(attempts)")
 # not a crashed worker's, whatever a freeze did to their leases. A token in :keep also keeps every
 # job a batch claim took with it (their tokens are it, a dash and the id): a worker keeps the
 # claim it has sent before it knows which jobs that claim took.
-REAP = sql.reap(backoff="leaselab_backoff(attempts)", expired=(
-    " WHERE status = 'running' AND lease_until < :now AND token NOT IN (SELECT value FROM json_each(:keep))\n"
-    "   AND substr(token, 1, instr(token || '-', '-') - 1) NOT IN (SELECT value FROM json_each(:keep))"))
+REAP = sql.reap(
+    backoff="leaselab_backoff(attempts)",
+    expired=(
+        " WHERE status = 'running' AND lease_until < :now AND token NOT IN (SELECT value FROM json_each(:keep))\n"
+        "   AND substr(token, 1, instr(token || '-', '-') - 1) NOT IN (SELECT value FROM json_each(:keep))"
+    ),
+)
 
 # The one writer of the file already holds every row: nothing to lock.
 RECORD_LEASE_LOST = sql.record_lease_lost(lock="")
@@ -100,8 +104,9 @@ _FINITE = "typeof({0}) IN ('integer', 'real') AND abs({0}) < 9e999"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _AS_TEXT = "iif(typeof({0}) IN ('text', 'null'), {0}, hex({0}))"
 # A damaged worker or token is taken back from the job's history: the last claim wrote both.
-_LAST_CLAIM = ("SELECT e.{0} FROM events_v2 e WHERE e.job_id = jobs_v2.id AND e.kind = 'claimed'"
-               " ORDER BY e.id DESC LIMIT 1")
+_LAST_CLAIM = (
+    "SELECT e.{0} FROM events_v2 e WHERE e.job_id = jobs_v2.id AND e.kind = 'claimed' ORDER BY e.id DESC LIMIT 1"
+)
 
 
 def _bad(column: str, condition: str) -> str:
@@ -109,27 +114,29 @@ def _bad(column: str, condition: str) -> str:
     return f"iif({condition}, '', '; ' || '{column} was ' || typeof({column}) || ' ' || substr(quote({column}), 1, 40))"
 
 
-_DAMAGE_REASONS = " || ".join([
-    _bad("payload", "typeof(payload) = 'text'"),
-    _bad("priority", "typeof(priority) = 'integer'"),
-    _bad("run_at", _FINITE.format("run_at")),
-    _bad("attempts", "typeof(attempts) = 'integer' AND attempts >= 0"),
-    _bad("max_attempts", "typeof(max_attempts) = 'integer' AND max_attempts >= 1"),
-    _bad("lease_until", "lease_until IS NULL OR " + _FINITE.format("lease_until")),
-    _bad("worker", "typeof(worker) IN ('text', 'null')"),
-    _bad("token", "typeof(token) IN ('text', 'null')"),
-    _bad("result", "typeof(result) IN ('text', 'null')"),
-    _bad("last_error", "typeof(last_error) IN ('text', 'null')"),
-    _bad("created_at", _FINITE.format("created_at")),
-    _bad("started_at", "started_at IS NULL OR " + _FINITE.format("started_at")),
-    _bad("finished_at", "finished_at IS NULL OR " + _FINITE.format("finished_at")),
-    _bad("updated_at", _FINITE.format("updated_at")),
-    _bad("last_event", "typeof(last_event) = 'text'"),
-    _bad("last_event_id", "typeof(last_event_id) IN ('integer', 'null')"),
-    "iif(status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL), '',"
-    " '; running with no lease or no token')",
-    "iif(status <> 'pending' OR attempts < max_attempts, '', '; pending with no attempt left')",
-])
+_DAMAGE_REASONS = " || ".join(
+    [
+        _bad("payload", "typeof(payload) = 'text'"),
+        _bad("priority", "typeof(priority) = 'integer'"),
+        _bad("run_at", _FINITE.format("run_at")),
+        _bad("attempts", "typeof(attempts) = 'integer' AND attempts >= 0"),
+        _bad("max_attempts", "typeof(max_attempts) = 'integer' AND max_attempts >= 1"),
+        _bad("lease_until", "lease_until IS NULL OR " + _FINITE.format("lease_until")),
+        _bad("worker", "typeof(worker) IN ('text', 'null')"),
+        _bad("token", "typeof(token) IN ('text', 'null')"),
+        _bad("result", "typeof(result) IN ('text', 'null')"),
+        _bad("last_error", "typeof(last_error) IN ('text', 'null')"),
+        _bad("created_at", _FINITE.format("created_at")),
+        _bad("started_at", "started_at IS NULL OR " + _FINITE.format("started_at")),
+        _bad("finished_at", "finished_at IS NULL OR " + _FINITE.format("finished_at")),
+        _bad("updated_at", _FINITE.format("updated_at")),
+        _bad("last_event", "typeof(last_event) = 'text'"),
+        _bad("last_event_id", "typeof(last_event_id) IN ('integer', 'null')"),
+        "iif(status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL), '',"
+        " '; running with no lease or no token')",
+        "iif(status <> 'pending' OR attempts < max_attempts, '', '; pending with no attempt left')",
+    ]
+)
 
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
@@ -137,8 +144,7 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TRIGGER IF EXISTS jobs_changed",
         "ALTER TABLE jobs ADD COLUMN last_event_id INTEGER",
         "ALTER TABLE events ADD COLUMN prev INTEGER",
-        "UPDATE events SET prev = (SELECT max(e.id) FROM events e"
-        " WHERE e.job_id = events.job_id AND e.id < events.id)",
+        "UPDATE events SET prev = (SELECT max(e.id) FROM events e WHERE e.job_id = events.job_id AND e.id < events.id)",
         "UPDATE jobs SET last_event_id = (SELECT max(e.id) FROM events e WHERE e.job_id = jobs.id)",
         "DROP INDEX IF EXISTS events_job",
     ),
@@ -182,8 +188,10 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
-_JOBS_ALL = ("id, payload, status, priority, run_at, attempts, max_attempts, lease_until, worker, token, result,"
-             " last_error, created_at, started_at, finished_at, updated_at, last_event, last_event_id")
+_JOBS_ALL = (
+    "id, payload, status, priority, run_at, attempts, max_attempts, lease_until, worker, token, result,"
+    " last_error, created_at, started_at, finished_at, updated_at, last_event, last_event_id"
+)
 
 REFILLS: dict[int, tuple[str, ...]] = {
     2: (
