@@ -6,12 +6,8 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
-import threading
-import time
 from collections.abc import Sequence
-from datetime import datetime
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
@@ -20,21 +16,10 @@ from .job import Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 from .words import LANGS
-from .worker.logline import LineLog
-from .worker.signals import Relay
+from .worker.logline import LineLog, stamp
 
 EXIT_ANOMALY = 1  # check: the run broke a promise
 EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (128 + SIGINT)
-
-
-def _stamp(t: float | None) -> str:
-    if t is None:
-        return "-"
-    try:
-        return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
-    except (ValueError, OverflowError, OSError):  # a time no calendar holds (year 10000, say): the number
-        return f"{t:.3f}"
 
 
 def _short(value: object, width: int, as_json: bool = False) -> str:
@@ -73,109 +58,29 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return 0
 
 
-def _watch_parent(parent: int, interval: float = 0.5) -> None:
-    """Exit the moment the process that started us is gone, so no worker outlives a killed kernel."""
-    while True:
-        time.sleep(interval)
-        if os.getppid() != parent:
-            os._exit(3)
-
-
-def _say(line: str) -> None:
-    """Write one line straight to stdout, past ``sys.stdout``'s buffer: said before an ``os._exit()``, it stays said."""
-    data = line.encode(errors="replace") + b"\n"
-    try:
-        while data:
-            data = data[os.write(sys.stdout.fileno(), data) :]
-    except (OSError, ValueError):  # output closed or gone: the stop itself matters more than saying so
-        pass
-
-
-def _jobs_phrase(ids: list[int]) -> tuple[str, str]:
-    """("job 12", "it") or ("jobs 12, 13", "them")."""
-    if len(ids) == 1:
-        return f"job {ids[0]}", "it"
-    return "jobs " + ", ".join(map(str, ids)), "them"
-
-
 def cmd_worker(args: argparse.Namespace) -> int:
     from .worker import STARTED, STOPPED, Worker, load_handler, outlast
+    from .worker.process import ProcessControl
 
     log = LineLog()  # the worker hands it each turn's lines at once (LineLog.lines)
 
-    # SIGTERM (and a first Ctrl-C) are honoured from here on, even before the worker exists:
-    # opening the file and importing the handler take a while, and a stop asked for then must
-    # still be clean.
-    stop_asked = threading.Event()
-    worker: Worker | None = None
-    queue: Queue | None = None
-    interrupts = 0
-    held: list[int] | None = None  # the jobs being finished after a first Ctrl-C, once known
-    announcer: threading.Thread | None = None
-    # Held by interrupted() from its stop to the announcer's start, and by the run's end to look for
-    # that announcer: a run ended by this very stop always finds it (and joins it) then.
-    announcing = threading.Lock()
-
-    def stop() -> None:
-        stop_asked.set()
-        if worker is not None:
-            worker.stop()
-
-    def announce() -> None:
-        # Asked of the queue, on a thread of its own: a busy file must not hold up a second Ctrl-C,
-        # and with several slots no single attribute knows every job this worker holds.
-        nonlocal held
-        try:
-            assert queue is not None and worker is not None  # interrupted() starts this once both are made
-            ids = sorted(j.id for j in queue.jobs(status="running", limit=100_000) if j.worker == worker.name)
-        except Exception:  # a busy file, or a worker that finished and closed it meanwhile
-            log("stopping, Ctrl-C again to quit at once")
-            return
-        held = ids
-        if ids:
-            what, pronoun = _jobs_phrase(ids)
-            log(f"finishing {what}, Ctrl-C again to abandon {pronoun}")
-        else:
-            log("no job running: stopping")
-
-    def interrupted() -> None:
-        nonlocal interrupts, announcer
-        interrupts += 1
-        if interrupts > 1:
-            if held:
-                what, _ = _jobs_phrase(held)
-                _say(f"{_stamp(time.time())} abandoning {what}: back to the queue when the lease runs out")
-            else:
-                _say(f"{_stamp(time.time())} stopped at once")
-            os._exit(EXIT_INTERRUPTED)
-        with announcing:
-            stop()
-            if worker is None or queue is None:
-                _say(f"{_stamp(time.time())} stopping before the first job, Ctrl-C again to quit at once")
-            else:
-                announcer = threading.Thread(target=announce, name="ctrl-c")
-                announcer.start()
-
-    # A notebook's Interrupt sends SIGINT to the kernel's group: the lab's workers (--ignore-sigint,
-    # or started with SIGINT already ignored, as a shell does for `worker &`) must not stop on it.
-    # In a terminal, Ctrl-C is how a person stops a worker.
-    # The handlers only pass the signal on: stop() and interrupted() run on the relay's thread, since
-    # a handler that sets an Event can deadlock the main thread in its wait (leaselab.worker.signals).
-    # The handlers before are back when the command returns: main() may run inside a longer-lived
+    # SIGTERM, Ctrl-C and the parent's death are honoured from here on, even before the worker
+    # exists: opening the file and importing the handler take a while, and a stop asked for then
+    # must still be clean. A notebook's Interrupt sends SIGINT to the kernel's group: the lab's
+    # workers (--ignore-sigint, or started with SIGINT already ignored, as a shell does for
+    # `worker &`) must not stop on it. In a terminal, Ctrl-C is how a person stops a worker. The
+    # handlers before are back when the command returns: main() may run inside a longer-lived
     # program, a test for one.
-    ignore_sigint = args.ignore_sigint or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-    with Relay(
-        {signal.SIGINT: signal.SIG_IGN if ignore_sigint else interrupted, signal.SIGTERM: stop}, name="worker-signals"
-    ):
+    with ProcessControl(log, ignore_sigint=args.ignore_sigint) as control:
         handler = load_handler(args.handler)  # a bad --handler is reported before a bad --db
-        parent = os.getppid()
-        if parent > 1:  # from here on: a worker waiting for its server must not outlive who started it
-            threading.Thread(target=_watch_parent, args=(parent,), daemon=True, name="parent-watch").start()
         # A server not up yet, a first connection dropped, a full disk: waited out as they are
         # mid-run, with the same log lines. Anything retrying cannot fix still exits 2 at once.
         named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
         opened = outlast(
-            "open the queue", lambda: _open(args), stop=stop_asked, log=lambda message: log(f"{named}: {message}")
+            "open the queue",
+            lambda: _open(args),
+            stop=control.stop_asked,
+            log=lambda message: log(f"{named}: {message}"),
         )
         if opened is STOPPED:
             log("stopped before the queue could be opened")
@@ -195,20 +100,14 @@ def cmd_worker(args: argparse.Namespace) -> int:
         except BaseException:
             opened.close()
             raise
-        queue = opened
-        if stop_asked.is_set():
-            worker.stop()
+        control.attach(worker)
         slots = f", {args.concurrency} at once" if args.concurrency > 1 else ""
-        how = f"ignoring Ctrl-C; stop it with: kill {os.getpid()}" if ignore_sigint else "Ctrl-C to stop"
-        log(f"{STARTED}{os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {how}")
+        log(f"{STARTED}{os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {control.how_to_stop}")
         try:
             stats = worker.run()
         finally:
-            with announcing:
-                started = announcer
-            if started is not None:  # it reads the queue: say which jobs are finishing before closing it
-                started.join()
-            queue.close()
+            control.finish_announcing()  # it reads the queue: say which jobs are finishing before closing it
+            opened.close()
         log(
             f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
             f"lost {stats.lost}, reaped {stats.reaped}"
@@ -274,7 +173,7 @@ def cmd_events(args: argparse.Namespace) -> int:
     print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
     for e in events:
         print(
-            f"{_stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
+            f"{stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
             f"{_short(e.detail, 60) if e.detail else ''}"
         )
     return 0

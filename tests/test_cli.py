@@ -386,8 +386,8 @@ def test_a_refused_server_connection_reads_as_sentences_not_run_together(capsys)
 def test_the_worker_log_stamps_read_exactly_as_the_events_listing_writes_a_time():
     """The log makes its HH:MM:SS once a second; each stamp is still the one ``_stamp`` writes,
     rounding of the milliseconds and the carry into the next second included."""
-    from leaselab.cli import _stamp
     from leaselab.worker.logline import LogStamps
+    from leaselab.worker.logline import stamp as _stamp
 
     base = 1_764_600_000.0
     times = [base + k + f for k in range(3) for f in (0.0, 0.0005, 0.1234565, 0.999, 0.9994999, 0.9999995)]

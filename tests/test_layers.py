@@ -187,7 +187,7 @@ ALLOWED = {
         "leaselab.words",
         "leaselab.worker",
         "leaselab.worker.logline",
-        "leaselab.worker.signals",
+        "leaselab.worker.process",
     },
 }
 

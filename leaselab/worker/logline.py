@@ -20,6 +20,18 @@ from ..printable import printable
 MILLISECONDS = tuple(f".{ms:03d}" for ms in range(1000))  # a format spec per line cost more than the rest
 
 
+def stamp(t: float | None) -> str:
+    """``t`` as the log writes a time (``HH:MM:SS.mmm``, local time), ``-`` for none.
+
+    A time no calendar holds (year 10000, say) is written as the number."""
+    if t is None:
+        return "-"
+    try:
+        return datetime.fromtimestamp(t).strftime("%H:%M:%S.%f")[:-3]
+    except (ValueError, OverflowError, OSError):  # a time no calendar holds (year 10000, say): the number
+        return f"{t:.3f}"
+
+
 class LogStamps:
     """The local time as ``HH:MM:SS.mmm``, as ``datetime.fromtimestamp(t).strftime`` writes it, its
     ``HH:MM:SS`` made once a second: ``strftime`` was the most expensive part of a log line."""

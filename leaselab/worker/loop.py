@@ -32,6 +32,7 @@ from ..queue import DEFAULT_LEASE, Queue, new_token
 from . import faults
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
+from .process import ProcessControl
 from .pulse import Pulse
 
 STOPPED: Final = faults.STOPPED  # what outlast returns when a stop came while it waited
@@ -294,6 +295,9 @@ class Worker:
     ``log`` gets each line, prefixed with the worker's name, as it is made; a ``LineLog``
     (the ``leaselab worker`` command's) gets the lines of one turn of the loop together
     (its completions, then the claims made with them), unless one says a wait begins.
+    A worker made from a path opens its own queue and closes it in ``close()`` (or a ``with``
+    block); a queue passed in stays the caller's. ``run()`` on the main thread handles SIGTERM,
+    Ctrl-C and the parent's death as the ``leaselab worker`` command does, unless ``signals=False``.
     """
 
     def __init__(
@@ -309,6 +313,7 @@ class Worker:
         exit_when_idle: bool = False,
         log: Log | None = None,
         concurrency: int = 1,
+        signals: bool = True,
     ):
         # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
@@ -331,6 +336,7 @@ class Worker:
         self.name = name or f"worker-{os.getpid()}"
         self._prefix = f"{self.name}: "  # every line the worker writes begins with its name
         self.exit_when_idle = exit_when_idle
+        self.signals = signals
         self.stats = WorkerStats()
         self._log_fn = log
         # A LineLog (the command's) takes a turn's lines at once: one stamp, one write. Any other
@@ -409,7 +415,21 @@ class Worker:
     # -- the loop -------------------------------------------------------------
 
     def run(self, max_jobs: int | None = None) -> WorkerStats:
-        """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``."""
+        """Process jobs until stopped, ``max_jobs`` claimed, or idle with ``exit_when_idle``.
+
+        On a program's main thread, unless made with ``signals=False``, it behaves as the
+        ``leaselab worker`` command does (``process.ProcessControl``) until it returns: SIGTERM and
+        a first Ctrl-C finish the jobs it holds and return, a second Ctrl-C exits the program at once
+        (status 130, the jobs back when their leases run out), and the program exits (status 3) if
+        the process that started it is gone. The signal handlers before are back when it returns.
+        """
+        if self.signals and not ProcessControl.active and threading.current_thread() is threading.main_thread():
+            with ProcessControl(self.log) as control:
+                control.attach(self)
+                return self._run(max_jobs)
+        return self._run(max_jobs)
+
+    def _run(self, max_jobs: int | None) -> WorkerStats:
         slots = (
             _Inline(self.handler, self._wants_lease)
             if self.concurrency == 1

@@ -1,0 +1,164 @@
+"""How a worker behaves as a process: SIGTERM finishes the jobs it holds and stops, a first Ctrl-C
+does the same and says which jobs it is finishing, a second quits at once, and a worker whose parent
+is gone exits.
+
+``leaselab worker`` and ``Worker.run()`` called on a program's main thread both run inside a
+``ProcessControl``, so a worker behaves the same whichever way it was started. The signals act on a
+relay thread, never inside the main thread's wait (``signals.Relay``), and the handlers that were in
+place before are back when the control ends: a worker may run inside a longer-lived program.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from .logline import stamp
+from .signals import Action, Relay
+
+if TYPE_CHECKING:
+    from .loop import Worker
+
+EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (128 + SIGINT)
+EXIT_ORPHANED = 3  # the process that started the worker is gone
+PARENT_CHECK = 0.5  # seconds between two looks at the parent
+
+
+def say(line: str) -> None:
+    """Write one line straight to stdout, past ``sys.stdout``'s buffer: said before an ``os._exit()``, it stays said."""
+    data = line.encode(errors="replace") + b"\n"
+    try:
+        while data:
+            data = data[os.write(sys.stdout.fileno(), data) :]
+    except (OSError, ValueError):  # output closed or gone: the stop itself matters more than saying so
+        pass
+
+
+def jobs_phrase(ids: list[int]) -> tuple[str, str]:
+    """("job 12", "it") or ("jobs 12, 13", "them")."""
+    if len(ids) == 1:
+        return f"job {ids[0]}", "it"
+    return "jobs " + ", ".join(map(str, ids)), "them"
+
+
+def watch_parent(parent: int, done: threading.Event, interval: float = PARENT_CHECK) -> None:
+    """Exit the moment the process that started us is gone, so no worker outlives a killed kernel;
+    return once ``done`` is set (the worker finished, and the program it ran in goes on)."""
+    while not done.wait(interval):
+        if os.getppid() != parent:
+            os._exit(EXIT_ORPHANED)
+
+
+class ProcessControl:
+    """SIGTERM, Ctrl-C (once, then again) and the parent's death, for one worker process.
+
+    Enter it before the worker exists (opening a queue takes a while, and a stop asked for then must
+    still be clean), then ``attach`` the worker. ``log`` gets the lines it says; with
+    ``ignore_sigint`` Ctrl-C is ignored (the lab's workers: a notebook's Interrupt reaches the whole
+    process group). Only the main thread can install signal handlers, so enter it there.
+    """
+
+    active = False  # one control per process: Worker.run() inside the command's control adds none
+
+    def __init__(self, log: Callable[[str], Any], *, ignore_sigint: bool = False, parent_watch: bool = True):
+        self.log = log
+        self.ignore_sigint = ignore_sigint or signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        self.parent_watch = parent_watch
+        self.stop_asked = threading.Event()
+        self.worker: Worker | None = None
+        self._interrupts = 0
+        self._held: list[int] | None = None  # the jobs being finished after a first Ctrl-C, once known
+        self._announcer: threading.Thread | None = None
+        # Held by interrupted() from its stop to the announcer's start, and by the run's end to look
+        # for that announcer: a run ended by this very stop always finds it (and joins it) then.
+        self._announcing = threading.Lock()
+        self._relay: Relay | None = None
+        self._done = threading.Event()
+        self._watcher: threading.Thread | None = None
+
+    def __enter__(self) -> ProcessControl:
+        actions: dict[int, Action] = {
+            signal.SIGINT: signal.SIG_IGN if self.ignore_sigint else self._interrupted,
+            signal.SIGTERM: self.stop,
+        }
+        self._relay = Relay(actions, name="worker-signals").__enter__()
+        ProcessControl.active = True
+        parent = os.getppid()
+        if self.parent_watch and parent > 1:  # a worker waiting for its server must not outlive who started it
+            self._watcher = threading.Thread(
+                target=watch_parent, args=(parent, self._done), daemon=True, name="parent-watch"
+            )
+            self._watcher.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.finish_announcing()
+        finally:
+            ProcessControl.active = False
+            self._done.set()
+            if self._watcher is not None:
+                self._watcher.join()
+            if self._relay is not None:
+                self._relay.__exit__(*exc)
+
+    def attach(self, worker: Worker) -> None:
+        """From now on a stop reaches ``worker``; one asked for before it existed reaches it at once."""
+        self.worker = worker
+        if self.stop_asked.is_set():
+            worker.stop()
+
+    def finish_announcing(self) -> None:
+        """Wait for the line that says which jobs are being finished: it reads the queue, so before it closes."""
+        with self._announcing:
+            started = self._announcer
+        if started is not None:
+            started.join()
+
+    @property
+    def how_to_stop(self) -> str:
+        return f"ignoring Ctrl-C; stop it with: kill {os.getpid()}" if self.ignore_sigint else "Ctrl-C to stop"
+
+    def stop(self) -> None:
+        self.stop_asked.set()
+        if self.worker is not None:
+            self.worker.stop()
+
+    def _announce(self) -> None:
+        # Asked of the queue, on a thread of its own: a busy file must not hold up a second Ctrl-C,
+        # and with several slots no single attribute knows every job this worker holds.
+        worker = self.worker
+        assert worker is not None
+        try:
+            ids = sorted(j.id for j in worker.queue.jobs(status="running", limit=100_000) if j.worker == worker.name)
+        except Exception:  # a busy file, or a worker that finished and closed it meanwhile
+            self.log("stopping, Ctrl-C again to quit at once")
+            return
+        self._held = ids
+        if ids:
+            what, pronoun = jobs_phrase(ids)
+            self.log(f"finishing {what}, Ctrl-C again to abandon {pronoun}")
+        else:
+            self.log("no job running: stopping")
+
+    def _interrupted(self) -> None:
+        self._interrupts += 1
+        if self._interrupts > 1:
+            if self._held:
+                what, _ = jobs_phrase(self._held)
+                say(f"{stamp(time.time())} abandoning {what}: back to the queue when the lease runs out")
+            else:
+                say(f"{stamp(time.time())} stopped at once")
+            os._exit(EXIT_INTERRUPTED)
+        with self._announcing:
+            self.stop()
+            if self.worker is None:
+                say(f"{stamp(time.time())} stopping before the first job, Ctrl-C again to quit at once")
+            else:
+                self._announcer = threading.Thread(target=self._announce, name="ctrl-c")
+                self._announcer.start()
