@@ -123,6 +123,19 @@ def scrub(message: str, target: str) -> str:
     return message
 
 
+# Openers of further backends, by the scheme that names them (``register_backend``).
+_REGISTERED: dict[str, Callable[..., Backend]] = {}
+
+
+def register_backend(scheme: str, opener: Callable[..., Backend]) -> None:
+    """Make targets that start with ``scheme:`` open with ``opener(target, busy_timeout=, backoff=, tracer=,
+    create=)``: how a backend outside this package (a test's, a plugin's) is given to ``Queue``. It need
+    only satisfy ``Backend``: the queue fills in the fast paths it lacks (``defaults.with_defaults``)."""
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme) or scheme in ("file", "postgres", "postgresql"):
+        raise ValueError(f"a backend's scheme must be a new lower-case URI scheme, got {scheme!r}")
+    _REGISTERED[scheme] = opener
+
+
 def open_backend(
     target: str | os.PathLike,
     *,
@@ -133,6 +146,9 @@ def open_backend(
 ) -> Backend:
     """Open the backend ``target`` names. Only the chosen backend's driver is imported."""
     target = os.fspath(target)
+    opener = _REGISTERED.get(target.partition(":")[0]) if ":" in target else None
+    if opener is not None:
+        return opener(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create)
     check_target(target)
     if is_server_url(target):
         try:

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 from ..errors import InvalidPayload, LeaselabError
 from ..job import Event, Job, Status
 from .contract import Claim, Claimed, Completing, Completion, NewJob, Outcome, Tracer, Unreadable
+from .defaults import BackendDefaults
 
 Run = Callable[..., Any]  # run(statement, params) -> the driver's cursor, inside a transaction
 
@@ -117,7 +118,7 @@ class _Transaction:
             raise backend._translate(exc) from exc
 
 
-class SqlBackend:
+class SqlBackend(BackendDefaults):
     """One connection, guarded by a lock so threads may share it, and the statements of one dialect."""
 
     statements: ModuleType

@@ -38,7 +38,7 @@ from ...errors import (
 )
 from .. import scrub
 from ..base import SqlBackend, claimed
-from ..contract import Backend, Claim, Claimed, Completion, Tracer
+from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
 SCHEMA_VERSION = 3
@@ -577,3 +577,4 @@ def _without_nul(params: dict, key: str, value: str) -> dict:
 
 # The type checker proves this class satisfies the contract (tests/test_types.py runs it).
 _CONTRACT: type[Backend] = PostgresBackend
+_FULL: type[FullBackend] = PostgresBackend  # with every fast path: its own, or a default from BackendDefaults
