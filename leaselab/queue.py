@@ -20,7 +20,6 @@ from typing import Any
 from .arguments import integer, number, positive, text
 from .backends import open_backend
 from .backends.contract import Claim, Claimed, Completion, FullBackend, NewJob, Refusals, Unreadable
-from .backends.defaults import with_defaults
 from .backoff import Backoff
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
@@ -79,14 +78,12 @@ class Queue:
         # wait for a sync, because losing one to a power cut only causes a retry.
         self._acknowledged = durability == "full"
         # The backend's own fast paths where it has them, the defaults built from its primitives where not.
-        self.backend: FullBackend = with_defaults(
-            open_backend(
-                self.path,
-                busy_timeout=positive("busy_timeout", busy_timeout),
-                backoff=self.backoff,
-                tracer=tracer,
-                create=create,
-            )
+        self.backend: FullBackend = open_backend(
+            self.path,
+            busy_timeout=positive("busy_timeout", busy_timeout),
+            backoff=self.backoff,
+            tracer=tracer,
+            create=create,
         )
         self.clock: Clock = clock or self.backend.clock or system_clock
         self.backend.use_clock(self.clock)
