@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import InvalidPayload
 
@@ -109,8 +110,9 @@ class Job:
         return (self.id, self.attempts)
 
     @classmethod
-    def from_row(cls, row: tuple) -> Job:
-        """Build a Job from a row selected with ``JOB_COLUMNS``."""
+    def from_row(cls, row: Iterable[Any]) -> Job:
+        """Build a Job from a row selected with ``JOB_COLUMNS``: a tuple, a ``JobRow`` or a ``sqlite3.Row``,
+        its values named here once, by the column list, in one unpacking (a worker's every claim)."""
         (
             id_,
             payload,
@@ -159,7 +161,7 @@ class Job:
         return job
 
     @classmethod
-    def from_row_or_damaged(cls, row: tuple) -> Job:
+    def from_row_or_damaged(cls, row: Iterable[Any]) -> Job:
         """Like ``from_row``, but a row that cannot be read in full gives a Job with ``damage`` set.
 
         Every field that can be read is kept; each one that cannot is None and named in ``damage``.
@@ -168,13 +170,14 @@ class Job:
             return cls.from_row(row)
         except (ValueError, TypeError, LookupError) as exc:
             first = str(exc)
+        named = JobRow._make(row)
         fields, problems = {}, []
         readers = {
-            "payload": lambda v: _load_json(row[0], "payload", v),
-            "result": lambda v: None if v is None else _load_json(row[0], "result", v),
+            "payload": lambda v: _load_json(named.id, "payload", v),
+            "result": lambda v: None if v is None else _load_json(named.id, "result", v),
             "status": lambda v: _STATUSES[v],
         }
-        for name, value in zip(_FIELD_NAMES, row, strict=False):
+        for name, value in zip(JobRow._fields, named, strict=True):
             kind = _FIELD_KINDS.get(name)
             try:
                 if name in readers:
@@ -191,12 +194,35 @@ class Job:
                 fields[name] = None
                 problems.append(str(exc) if isinstance(exc, InvalidPayload) else f"{name} is {value!r:.40}")
         job = object.__new__(cls)
-        job.__dict__.update(fields, damage=f"job {row[0]} is damaged: " + ("; ".join(problems) or first))
+        job.__dict__.update(fields, damage=f"job {named.id} is damaged: " + ("; ".join(problems) or first))
         return job
 
 
 _STATUSES = {s.value: s for s in Status}
-_FIELD_NAMES = tuple(JOB_COLUMNS.replace(" ", "").split(","))
+
+
+class JobRow(NamedTuple):
+    """A job's row (``JOB_COLUMNS``) with its columns named, as the driver stored them: read ``row.token``."""
+
+    id: int
+    payload: Any
+    status: Any
+    priority: Any
+    run_at: Any
+    attempts: Any
+    max_attempts: Any
+    lease_until: Any
+    worker: Any
+    token: Any
+    result: Any
+    last_error: Any
+    created_at: Any
+    started_at: Any
+    finished_at: Any
+
+
+if JobRow._fields != tuple(JOB_COLUMNS.replace(" ", "").split(",")):  # pragma: no cover  (an edit of one alone)
+    raise AssertionError("JobRow's fields must be JOB_COLUMNS, in order")
 _FIELD_KINDS = {
     "priority": int,
     "attempts": int,

@@ -2,7 +2,9 @@
 
 This module holds the queue's logic once: argument checks, the clock, tokens, telling a write
 that went through unseen from a refusal, and ``LeaseLost``. It speaks to its backend only through
-the ``Backend`` contract (``leaselab.backends.contract``); the SQL, the transactions and what an
+the contract (``leaselab.backends.contract``): the required ``Backend`` operations, and the optional
+``FastPaths``, the backend's own or the defaults built from its primitives
+(``leaselab.backends.defaults``); the SQL, the transactions and what an
 engine can fuse into one statement live in ``leaselab.backends``.
 """
 
@@ -17,7 +19,7 @@ from typing import Any
 
 from .arguments import integer, number, positive, text
 from .backends import open_backend
-from .backends.contract import Backend, Claim, Claimed, Completion, NewJob, Refusals, Unreadable
+from .backends.contract import Claim, Claimed, Completion, FullBackend, NewJob, Refusals, Unreadable
 from .backoff import Backoff
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost
@@ -75,7 +77,8 @@ class Queue:
         # Acknowledged writes (enqueues, completions) sync to disk at "full"; the rest never
         # wait for a sync, because losing one to a power cut only causes a retry.
         self._acknowledged = durability == "full"
-        self.backend: Backend = open_backend(
+        # The backend's own fast paths where it has them, the defaults built from its primitives where not.
+        self.backend: FullBackend = open_backend(
             self.path,
             busy_timeout=positive("busy_timeout", busy_timeout),
             backoff=self.backoff,

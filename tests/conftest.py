@@ -12,12 +12,15 @@ from pathlib import Path
 
 import pytest
 
+import minimal_backend
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
 from polling import pid_gone
 from procs import shut_down
 from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
+
+minimal_backend.register()  # minimal:<path> targets: the contract suite's backend of the required part alone
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
 # Every server the run starts, in any process below it, is named after the run (its cluster_name,
@@ -126,12 +129,15 @@ def target(request, db_path: Path) -> str:
     """Where a queue lives, once per backend: a file under tmp_path, or a new PostgreSQL database
     holding an empty queue (``pg_queue_url``);
     in a module that sets ``TARGETS = IN_PROCESS_BACKENDS``, also that file on a ``VolatileDisk``
-    (the APSW backend), cut at teardown, which ends the connections opened on it.
+    (the APSW backend), cut at teardown, which ends the connections opened on it, and that file
+    opened by the minimal backend (``tests/minimal_backend.py``: the required contract alone).
 
     A test of a SQLite-only fact narrows it with ``@pytest.mark.parametrize("target", ["sqlite"], indirect=True)``.
     """
     if request.param == "sqlite":
         return str(db_path)
+    if request.param == "minimal":
+        return f"{minimal_backend.SCHEME}:{db_path}"
     if request.param == "apsw":
         from leaselab.harness.powercut import VolatileDisk
 

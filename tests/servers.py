@@ -23,7 +23,9 @@ BACKENDS = ("sqlite", "postgresql")
 # With the APSW backend on the power-cut lesson's VolatileDisk, a file system registered in this
 # process only: for the modules whose queues all live in the test's process (the contract suite),
 # which say so with TARGETS = IN_PROCESS_BACKENDS. A worker process could not open it.
-IN_PROCESS_BACKENDS = BACKENDS + ("apsw",)
+# Also the minimal backend of tests/minimal_backend.py (registered in this process only: a
+# ``minimal:<path>`` target), which writes only the required contract and takes every fast path's default.
+IN_PROCESS_BACKENDS = BACKENDS + ("apsw", "minimal")
 
 
 # Memory, for what the suite writes and throws away: a crashed server's restart once waited a minute

@@ -238,7 +238,8 @@ def test_the_queue_names_no_dialect_no_statement_and_nothing_of_its_backend_outs
     }
     assert not {n for n in names if re.search(r"sqlite|postgres|psycopg|statements|_sql", n, re.I)}
     assert not names & {n for n in dir(sqlite_sql) if n.isupper()}
-    members = set(contract.Backend.__dict__) | set(contract.Backend.__annotations__)
+    # The contract: the required members, and the optional fast paths (the backend's own or the defaults).
+    members = set(contract.Backend.__dict__) | set(contract.Backend.__annotations__) | set(contract.FastPaths.__dict__)
     used = {
         n.attr
         for n in ast.walk(tree)
@@ -263,3 +264,48 @@ def test_a_file_uri_naming_a_vfs_is_the_apsw_backend_with_the_sqlite_backends_st
         q.enqueue("x")
     with Queue(tmp_path / "a.db") as q:  # the same file, through sqlite3
         assert type(q.backend) is SqliteBackend and [j.payload for j in q.jobs()] == ["x"]
+
+
+# -- the required part is enough: the minimal backend ------------------------------------------------
+
+
+def test_the_minimal_backend_writes_no_fast_path_so_the_suite_runs_it_on_the_defaults():
+    from leaselab.backends.defaults import BackendDefaults
+    from minimal_backend import MinimalBackend
+
+    optional = {name for name in contract.FastPaths.__dict__ if not name.startswith("_")}
+    assert optional == set(contract.FAST_PATHS)
+    assert not optional & set(MinimalBackend.__dict__)  # it defines none of them
+    assert all(getattr(MinimalBackend, name) is getattr(BackendDefaults, name) for name in optional)
+    required = {name for name in contract.Backend.__dict__ if not name.startswith("_")}
+    assert required - {"name", "kind", "clock", "use_clock"} <= set(MinimalBackend.__dict__)
+
+
+def test_a_backend_without_the_mixin_gets_the_defaults_it_lacks_and_keeps_its_own(tmp_path):
+    from leaselab.backends.defaults import BackendDefaults, with_defaults
+    from leaselab.backoff import Backoff
+    from minimal_backend import MinimalBackend
+
+    plain = type(
+        "Plain", (), {k: v for k, v in MinimalBackend.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    )
+    own = []
+    plain.complete_many = lambda self, done, now, *, durable: own.append(done) or []  # a fast path of its own
+    backend = plain(str(tmp_path / "p.db"), busy_timeout=5.0, backoff=Backoff(), tracer=None, create=True)
+    full = with_defaults(backend)
+    assert full is not backend and not isinstance(backend, BackendDefaults)
+    full.use_clock(lambda: 1000.0)
+    full.tracer = print  # set on the backend itself
+    assert backend.tracer is print
+    full.tracer = None
+    ids = full.enqueue_many([_job(), _job()], 1.0, durable=False)  # the default
+    completed, job = full.complete_and_claim(Completion(ids[0], "t", "1"), _claim("a"), durable=False)
+    assert (completed, job) == (False, None)
+    assert full.complete_many_and_claim([Completion(ids[0], "t", "1")], 1, _claim("b"), durable=False)[0] == []
+    assert own  # the backend's own complete_many, called by the default that builds on it
+    assert (
+        with_defaults(
+            MinimalBackend(str(tmp_path / "m.db"), busy_timeout=5.0, backoff=Backoff(), tracer=None, create=True)
+        ).__class__
+        is MinimalBackend
+    )

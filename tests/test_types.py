@@ -1,5 +1,6 @@
-"""The backend contract, checked by a type checker: the three backends satisfy ``Backend``, and the queue
-calls only what the contract names. Each backend module ends with ``_CONTRACT: type[Backend] = ...``,
+"""The backend contract, checked by a type checker: the three backends satisfy ``Backend`` (and, with the
+defaults they inherit, ``FullBackend``), the tests' minimal backend satisfies ``Backend`` alone, and the
+queue calls only what the contract names. Each backend module ends with ``_CONTRACT: type[Backend] = ...``,
 which mypy verifies; a class that misses a method or gets a signature wrong fails the same check."""
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ def test_the_backends_and_the_queue_type_check_and_every_backend_satisfies_the_c
     for backend in ("sqlite", "postgres", "apsw"):
         text = (ROOT / "leaselab/backends" / backend / "backend.py").read_text(encoding="utf-8")
         assert "\n_CONTRACT: type[Backend] = " in text  # the line mypy just verified
+
+
+def test_the_minimal_backend_satisfies_the_required_contract_alone(mypy_cache):
+    """tests/minimal_backend.py writes only ``Backend``'s members (the fast paths are the mixin's defaults):
+    its ``_CONTRACT: type[Backend] = MinimalBackend`` line type checks."""
+    text = (ROOT / "tests/minimal_backend.py").read_text(encoding="utf-8")
+    assert "\n_CONTRACT: type[Backend] = MinimalBackend" in text
+    out = mypy(mypy_cache, "tests/minimal_backend.py")
+    assert out.returncode == 0, out.stdout + out.stderr
 
 
 def _backend_copy(change=None) -> str:

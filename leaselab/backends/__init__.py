@@ -5,8 +5,9 @@ any case) is a server, a SQLite file path is a file, a SQLite ``file:`` URI that
 (``file:/path/jobs.db?vfs=NAME``) is a file opened through APSW, and anything that looks like neither (a
 libpq ``host=… dbname=…`` string, another scheme's URL) is refused with ``InvalidTarget``,
 whose message never repeats the target: it may hold a password. What every backend offers
-``leaselab.queue`` is written down as the ``Backend`` Protocol in ``contract.py``: one method
-per queue operation, typed values in and out; ``SqlBackend`` (``base.py``) is the plumbing the
+``leaselab.queue`` is written down in ``contract.py``: the ``Backend`` Protocol of the operations
+every backend must write and the optional ``FastPaths``, typed values in and out; ``defaults.py``
+builds each fast path from the required operations; ``SqlBackend`` (``base.py``) is the plumbing the
 SQL backends share, and ``sql.py`` the statements their dialects agree on.
 
 ``scrub(message, target)`` removes a target's password from any text; anything that builds
@@ -23,7 +24,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from ..backoff import Backoff
 from ..errors import InvalidTarget
-from .contract import Backend
+from .contract import Backend, FullBackend
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
 PSYCOPG = "psycopg[binary]>=3.2"  # pyproject.toml's postgres extra, which a test keeps equal to this
@@ -123,6 +124,19 @@ def scrub(message: str, target: str) -> str:
     return message
 
 
+# Openers of further backends, by the scheme that names them (``register_backend``).
+_REGISTERED: dict[str, Callable[..., Backend]] = {}
+
+
+def register_backend(scheme: str, opener: Callable[..., Backend]) -> None:
+    """Make targets that start with ``scheme:`` open with ``opener(target, busy_timeout=, backoff=, tracer=,
+    create=)``: how a backend outside this package (a test's, a plugin's) is given to ``Queue``. It need
+    only satisfy ``Backend``: the queue fills in the fast paths it lacks (``defaults.with_defaults``)."""
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", scheme) or scheme in ("file", "postgres", "postgresql"):
+        raise ValueError(f"a backend's scheme must be a new lower-case URI scheme, got {scheme!r}")
+    _REGISTERED[scheme] = opener
+
+
 def open_backend(
     target: str | os.PathLike,
     *,
@@ -130,9 +144,16 @@ def open_backend(
     backoff: Backoff,
     tracer: Callable[[str, Any], None] | None = None,
     create: bool = True,
-) -> Backend:
-    """Open the backend ``target`` names. Only the chosen backend's driver is imported."""
+) -> FullBackend:
+    """Open the backend ``target`` names, with every fast path: its own, or the default built from its
+    primitives (``defaults.with_defaults``; the package's backends derive from ``BackendDefaults``).
+    Only the chosen backend's driver is imported."""
     target = os.fspath(target)
+    opener = _REGISTERED.get(target.partition(":")[0]) if ":" in target else None
+    if opener is not None:
+        from .defaults import with_defaults  # here, not at the top: no module that only checks a file loads it
+
+        return with_defaults(opener(target, busy_timeout=busy_timeout, backoff=backoff, tracer=tracer, create=create))
     check_target(target)
     if is_server_url(target):
         try:

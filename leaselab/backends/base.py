@@ -17,17 +17,17 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..errors import InvalidPayload, LeaselabError
-from ..job import Event, Job, Status
+from ..job import Event, Job, JobRow, Status
 from .contract import Claim, Claimed, Completing, Completion, NewJob, Outcome, Tracer, Unreadable
+from .defaults import BackendDefaults
 
 Run = Callable[..., Any]  # run(statement, params) -> the driver's cursor, inside a transaction
 
 _UNBOUNDED: AbstractContextManager[None] = nullcontext()
 T = TypeVar("T")
-_TOKEN = 9  # the token's place in JOB_COLUMNS
 
 
 def claimed(rows: Iterable[Sequence[Any]]) -> list[Claimed]:
@@ -35,10 +35,32 @@ def claimed(rows: Iterable[Sequence[Any]]) -> list[Claimed]:
     jobs: list[Claimed] = []
     for row in rows:
         try:
-            jobs.append(Job.from_row(tuple(row)))
+            jobs.append(Job.from_row(row))
         except InvalidPayload as exc:
-            jobs.append(Unreadable(row[0], row[_TOKEN], str(exc)))
+            named = JobRow._make(row)
+            jobs.append(Unreadable(named.id, named.token, str(exc)))
     return jobs
+
+
+class Renewal(NamedTuple):
+    """A row of ``HEARTBEAT_MANY``: the job and its new lease."""
+
+    id: int
+    lease_until: float
+
+
+class Recorded(NamedTuple):
+    """The row of ``RECORD_LEASE_LOST``: the refusal's event and the job's status."""
+
+    event_id: int
+    status: str
+
+
+class Count(NamedTuple):
+    """A row of ``STATS``."""
+
+    status: str
+    jobs: int
 
 
 class _Refused(Exception):
@@ -53,10 +75,11 @@ class SqlRefusals:
 
     def outcome(self, job_id: int) -> Outcome | None:
         rows = self._run(self._sql.OUTCOME, {"id": job_id}).fetchall()
-        return Outcome(*rows[0]) if rows else None
+        return Outcome._make(rows[0]) if rows else None  # its fields are the statement's columns
 
     def failed(self, job_id: int, token: str, error: str) -> bool:
-        return self._run(self._sql.FAILED_BY, {"id": job_id, "token": token, "error": error}).fetchone()[0] > 0
+        (count,) = self._run(self._sql.FAILED_BY, {"id": job_id, "token": token, "error": error}).fetchone()
+        return count > 0
 
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
         rows = self._run(
@@ -64,9 +87,9 @@ class SqlRefusals:
         ).fetchall()
         if not rows:
             return None
-        event_id, status = rows[0]
-        self._run(self._sql.LINK_EVENT, {"event_id": event_id, "id": job_id})
-        return status
+        recorded = Recorded._make(rows[0])
+        self._run(self._sql.LINK_EVENT, {"event_id": recorded.event_id, "id": job_id})
+        return recorded.status
 
 
 class _Transaction:
@@ -117,7 +140,7 @@ class _Transaction:
             raise backend._translate(exc) from exc
 
 
-class SqlBackend:
+class SqlBackend(BackendDefaults):
     """One connection, guarded by a lock so threads may share it, and the statements of one dialect."""
 
     statements: ModuleType
@@ -234,7 +257,8 @@ class SqlBackend:
     # -- the operations that are one statement in every dialect ----------------------------
 
     def enqueue(self, job: NewJob, now: float, *, durable: bool) -> int:
-        return self.run(self.statements.ENQUEUE, _enqueued(job, now), durable=durable)[0][0]
+        ((job_id,),) = self.run(self.statements.ENQUEUE, _enqueued(job, now), durable=durable)  # RETURNING id
+        return job_id
 
     def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
         with self.transaction(durable) as run:
@@ -242,7 +266,7 @@ class SqlBackend:
 
     def _ids_of_each(self, run: Run, statement: str, each: list[dict[str, Any]]) -> list[int]:
         """Inside an open transaction, ``statement`` once per parameter set; the id each one returned."""
-        return [run(statement, params).fetchone()[0] for params in each]
+        return [job_id for params in each for (job_id,) in [run(statement, params).fetchone()]]
 
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
         rows = self.run(self.statements.CLAIM, _claiming(claim), durable=durable)
@@ -261,14 +285,16 @@ class SqlBackend:
 
     def heartbeat(self, job_id: int, token: str, lease: float, now: float | None) -> float | None:
         rows = self.run(self.statements.HEARTBEAT, {"id": job_id, "token": token, "now": now, "lease": lease})
-        return rows[0][0] if rows else None
+        for (lease_until,) in rows:  # RETURNING lease_until: one row, or none if fenced off
+            return lease_until
+        return None
 
     def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
         self._check_tokens(tokens)
         rows = self.run(
             self.statements.HEARTBEAT_MANY, {"tokens": json.dumps(list(tokens)), "now": now, "lease": lease}
         )
-        return {job_id: until for job_id, until in rows}
+        return {renewal.id: renewal.lease_until for renewal in map(Renewal._make, rows)}
 
     def complete(self, done: Completion, now: float, *, durable: bool) -> bool:
         return self._changed(self.statements.COMPLETE, _completing(done, now), durable) > 0
@@ -290,12 +316,14 @@ class SqlBackend:
         rows = self.run(
             self.statements.FAIL, {"id": job_id, "token": token, "error": error, "now": now, **self.backoff_params}
         )
-        return rows[0][0] if rows else None
+        for (status,) in rows:  # RETURNING status: one row, or none if fenced off
+            return status
+        return None
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:
         self._check_tokens(keep)
         rows = self.run(self.statements.REAP, {"now": now, "keep": json.dumps(list(keep)), **self.backoff_params})
-        return [row[0] for row in rows]
+        return [job_id for (job_id,) in rows]  # RETURNING id
 
     @contextmanager
     def refusals(self) -> Iterator[SqlRefusals]:
@@ -304,7 +332,7 @@ class SqlBackend:
 
     def get(self, job_id: int) -> Job | None:
         rows = self.run(self.statements.GET, {"id": job_id})
-        return Job.from_row(rows[0]) if rows else None
+        return Job.from_row(rows[0]) if rows else None  # JOB_COLUMNS, named by Job.from_row
 
     def jobs(self, status: Status | None, limit: int, newest_first: bool) -> list[Job]:
         sql = self.statements
@@ -318,7 +346,7 @@ class SqlBackend:
         return [Job.from_row_or_damaged(row) for row in rows]
 
     def stats(self) -> dict[str, int]:
-        return dict(self.run(self.statements.STATS))
+        return {count.status: count.jobs for count in map(Count._make, self.run(self.statements.STATS))}
 
     def events(self, job_id: int | None, after: int) -> list[Event]:
         if job_id is None:
@@ -328,7 +356,8 @@ class SqlBackend:
         return [Event.from_row(row) for row in rows]
 
     def next_run_at(self) -> float | None:
-        return self.run(self.statements.NEXT_RUN_AT)[0][0]
+        ((run_at,),) = self.run(self.statements.NEXT_RUN_AT)  # SELECT min(run_at): one row, None if none pending
+        return run_at
 
 
 def _enqueued(job: NewJob, now: float) -> dict[str, Any]:

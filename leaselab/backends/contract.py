@@ -1,17 +1,24 @@
-"""What a backend must provide: the ``Backend`` Protocol, one method per queue operation, and the
-typed values that cross it.
+"""What a backend must provide, and what it may: the ``Backend`` Protocol of the required
+operations, the ``FastPaths`` Protocol of the optional fused ones, and the typed values that cross them.
 
 ``leaselab.queue`` holds the queue's logic once (argument checks, the clock, tokens, telling a write
-that went through unseen from a refusal, ``LeaseLost``) and calls only these methods. Each backend
-owns its strategy behind them: its statements, its transactions, and what its engine can fuse into
-one statement. A new engine is a new folder whose class satisfies ``Backend``; the type checker run
-in the suite (``tests/test_types.py``) proves that it does.
+that went through unseen from a refusal, ``LeaseLost``) and calls only these methods. A new engine
+writes the few primitive operations of ``Backend``: enqueue one job, claim one (or a batch, whose
+tokens name each job), renew one lease, complete or fail one job, reap, the fenced completion inside
+the caller's transaction (``completing``), the refusals' transaction, and the reads. Each is what the
+queue cannot build from the others. The fused fast paths of ``FastPaths`` (complete-and-claim, batch
+enqueues, completions and renewals, waiting for work) are optional: ``leaselab.backends.defaults``
+builds each from the primitives (``BackendDefaults``, a mixin; ``with_defaults`` for a backend that
+does not derive from it), and a backend that can do one in fewer statements or round trips overrides
+it. The type checker run in the suite (``tests/test_types.py``) proves each backend satisfies
+``Backend``, and the SQL ones ``FullBackend`` too.
 
 The values that cross it are named tuples (typed, immutable, and cheap to make on a worker's hot
 path); times are unix seconds from the queue's clock; payloads, results and errors arrive already encoded
 (JSON text, checked by the queue). ``durable`` asks for the write to reach the disk before the call
-returns (the queue's ``durability="full"``). A fenced write that changed no row reports it (``False``,
-``None``, or an id left out of a list); deciding what that means is the queue's job.
+returns (the queue's ``durability="full"``). A fenced write (``WHERE status = 'running' AND token = ?``)
+that changed no row reports it (``False``, ``None``, or an id left out of a list); deciding what that
+means (a write that went through unseen, or ``LeaseLost``) is the queue's job.
 """
 
 from __future__ import annotations
@@ -104,7 +111,8 @@ class Refusals(Protocol):
 
 
 class Backend(Protocol):
-    """A place to keep a queue's jobs. See the module's docstring for the conventions."""
+    """What every backend must write: the primitive operations, each one statement or one transaction.
+    See the module's docstring for the conventions; ``FastPaths`` for what it may add."""
 
     # A name for messages (a server's URL without its password), and the engine ("sqlite", "postgresql").
     @property
@@ -126,24 +134,19 @@ class Backend(Protocol):
 
     def close(self) -> None: ...
 
-    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
-        """Block until a job may have arrived, ``stop`` is set, or ``timeout`` seconds pass."""
-        ...
-
     # -- writes ---------------------------------------------------------------
 
     def enqueue(self, job: NewJob, now: float, *, durable: bool) -> int: ...
-
-    def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
-        """All in one transaction; the ids in order."""
-        ...
 
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
         """Lease the next runnable job in one statement; None when none is runnable."""
         ...
 
     def claim_many(self, n: int, claim: Claim, *, durable: bool) -> list[Claimed]:
-        """Lease up to ``n`` runnable jobs in one statement, each token ``claim.token`` + '-' + its id; any order."""
+        """Lease up to ``n`` runnable jobs in one statement, each token ``claim.token`` + '-' + its id; any order.
+
+        Required, not built from ``claim``: each token names the job it leases, which no claim knows
+        before its statement has picked the job."""
         ...
 
     def heartbeat(self, job_id: int, token: str, lease: float, now: float | None) -> float | None:
@@ -152,27 +155,8 @@ class Backend(Protocol):
         ``now`` None: read the time from the backend's own clock as the statement runs."""
         ...
 
-    def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
-        """Renew every lease these tokens hold, in one statement: {job id: new lease_until}."""
-        ...
-
     def complete(self, done: Completion, now: float, *, durable: bool) -> bool:
         """The fenced completion; False when it changed no row."""
-        ...
-
-    def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
-        """Complete ``done`` and, only if that changed its row, claim as ``claim`` does, in one transaction.
-        Returns (whether it completed, the claimed job or None)."""
-        ...
-
-    def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
-        """Every completion in one transaction, each fenced on its own; the ids that completed."""
-        ...
-
-    def complete_many_and_claim(
-        self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
-    ) -> tuple[list[int], list[Claimed]]:
-        """``complete_many`` and ``claim_many`` in one transaction; the claim does not wait on the completions."""
         ...
 
     def completing(
@@ -217,3 +201,52 @@ class Backend(Protocol):
     def next_run_at(self) -> float | None:
         """When the earliest pending job becomes claimable; None if none is pending."""
         ...
+
+
+class FastPaths(Protocol):
+    """What a backend may add: fused operations, each with a correct default built from ``Backend``'s
+    primitives (``leaselab.backends.defaults``). A backend overrides one to do it in one transaction,
+    one statement or one round trip; the queue calls the backend's own when it has it. Each override
+    keeps the default's answers, and each default's docstring says what atomicity it gives up."""
+
+    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
+        """Block until a job may have arrived, ``stop`` is set, or ``timeout`` seconds pass."""
+        ...
+
+    def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
+        """All in one transaction; the ids in order."""
+        ...
+
+    def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
+        """Renew every lease these tokens hold, in one statement: {job id: new lease_until}."""
+        ...
+
+    def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
+        """Complete ``done`` and, only if that changed its row, claim as ``claim`` does, in one transaction.
+        Returns (whether it completed, the claimed job or None)."""
+        ...
+
+    def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
+        """Every completion in one transaction, each fenced on its own; the ids that completed."""
+        ...
+
+    def complete_many_and_claim(
+        self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
+    ) -> tuple[list[int], list[Claimed]]:
+        """``complete_many`` and ``claim_many`` in one transaction; the claim does not wait on the completions."""
+        ...
+
+
+class FullBackend(Backend, FastPaths, Protocol):
+    """A backend with every fast path, its own or a default: what the queue holds."""
+
+
+# The optional members, by name: what ``with_defaults`` fills in where a backend lacks them.
+FAST_PATHS = (
+    "wait_for_work",
+    "enqueue_many",
+    "heartbeat_many",
+    "complete_and_claim",
+    "complete_many",
+    "complete_many_and_claim",
+)

@@ -19,7 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import apsw
 
 from ...errors import DatabaseMissing, LeaselabError
-from ..contract import Backend
+from ..contract import Backend, FullBackend
 from ..sqlite.backend import SqliteBackend, prepare, translate
 
 _OPEN = apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_URI
@@ -116,3 +116,4 @@ class ApswBackend(SqliteBackend):
 
 # The type checker proves this class satisfies the contract (tests/test_types.py runs it).
 _CONTRACT: type[Backend] = ApswBackend
+_FULL: type[FullBackend] = ApswBackend  # with every fast path: its own, or a default from BackendDefaults

@@ -38,7 +38,7 @@ from ...errors import (
 )
 from .. import scrub
 from ..base import SqlBackend, claimed
-from ..contract import Backend, Claim, Claimed, Completion, Tracer
+from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
 SCHEMA_VERSION = 3
@@ -402,7 +402,7 @@ class PostgresBackend(SqlBackend):
         base = self._clock_base
         if base is None or time.monotonic() - base[1] > CLOCK_RESYNC:
             sent = time.monotonic()
-            server = self.run(sql.SERVER_NOW)[0][0]
+            ((server,),) = self.run(sql.SERVER_NOW)
             base = self._clock_base = (server, (sent + time.monotonic()) / 2)
         return base[0] + (time.monotonic() - base[1])
 
@@ -452,14 +452,14 @@ class PostgresBackend(SqlBackend):
         cursor.executemany(statement, each, returning=True)
         ids: list[int] = []
         while True:
-            ids.extend(row[0] for row in cursor.fetchall())
+            ids.extend(job_id for (job_id,) in cursor.fetchall())  # RETURNING id
             if not cursor.nextset():
                 return ids
 
     # -- the server's own strategy: what SQLite does in a transaction, here one statement, one round trip
 
     def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
-        ((completed, *row),) = self.run(
+        ((completed, job_id, *rest),) = self.run(  # whether it completed, then the claimed job's JOB_COLUMNS
             sql.COMPLETE_AND_CLAIM,
             {
                 "id": done.id,
@@ -474,11 +474,11 @@ class PostgresBackend(SqlBackend):
         )
         if not completed:
             return False, None
-        return True, (None if row[0] is None else claimed([row])[0])
+        return True, (None if job_id is None else claimed([(job_id, *rest)])[0])
 
     def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
         rows = self.run(sql.COMPLETE_MANY, {"done": self._done(done), "now": now}, durable=durable)
-        return [row[0] for row in rows]
+        return [job_id for (job_id,) in rows]  # RETURNING id
 
     def complete_many_and_claim(
         self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
@@ -497,7 +497,10 @@ class PostgresBackend(SqlBackend):
                 {**claiming, "done": self._done(done), "token": claim.token},
                 durable=durable,
             )
-        return rows[0][0] or [], claimed(row[1:] for row in rows if row[1] is not None)
+        # Each row: the ids that completed (the same on every row), then a claimed job's JOB_COLUMNS (all
+        # NULL when nothing was claimed).
+        completed = next((ids for ids, *_ in rows), None) or []
+        return completed, claimed((job_id, *rest) for _, job_id, *rest in rows if job_id is not None)
 
     def _done(self, done: Sequence[Completion]) -> str:
         """The completions as the JSON array COMPLETE_MANY reads."""
@@ -577,3 +580,4 @@ def _without_nul(params: dict, key: str, value: str) -> dict:
 
 # The type checker proves this class satisfies the contract (tests/test_types.py runs it).
 _CONTRACT: type[Backend] = PostgresBackend
+_FULL: type[FullBackend] = PostgresBackend  # with every fast path: its own, or a default from BackendDefaults

@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import os
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Sequence
 from importlib import resources
@@ -30,7 +29,7 @@ from ...errors import (
     UnsupportedSQLite,
 )
 from ..base import SqlBackend, claimed
-from ..contract import Backend, Claim, Claimed, Completion, Tracer
+from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
 SCHEMA_VERSION = 3
@@ -131,13 +130,6 @@ class SqliteBackend(SqlBackend):
     def close(self) -> None:
         with self._lock:
             self._conn.close()
-
-    def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
-        """Sleep ``timeout`` seconds, or until ``stop`` is set: a file has no way to announce a new job."""
-        if stop is not None:
-            stop.wait(timeout)
-        else:
-            time.sleep(timeout)
 
     def _open(self, path: str, busy_timeout: float, create: bool) -> sqlite3.Connection:
         """The driver's connection to ``path``, ready for the queue (``prepare``): the one step another
@@ -415,3 +407,4 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
 
 # The type checker proves this class satisfies the contract (tests/test_types.py runs it).
 _CONTRACT: type[Backend] = SqliteBackend
+_FULL: type[FullBackend] = SqliteBackend  # with every fast path: its own, or a default from BackendDefaults
