@@ -15,9 +15,9 @@ import pytest
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
-from polling import pid_gone
-from procs import shut_down
-from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
+from tests.support.polling import pid_gone
+from tests.support.procs import shut_down
+from tests.support.servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
 
 # -- no PostgreSQL server outlives the run ---------------------------------------------------------
 # Every server the run starts, in any process below it, is named after the run (its cluster_name,

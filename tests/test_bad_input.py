@@ -24,8 +24,8 @@ import pytest
 
 from leaselab import InvalidPayload, LeaseLost, Queue
 from leaselab.errors import DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew
-from procs import as_nobody
-from sqlite_marks import integrity, marks
+from tests.support.procs import as_nobody
+from tests.support.sqlite_marks import integrity, marks
 
 
 @pytest.fixture

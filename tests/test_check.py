@@ -33,7 +33,7 @@ from leaselab.cli import EXIT_ANOMALY, EXIT_BAD_INPUT, main
 from leaselab.errors import DatabaseMissing, InvalidTarget, NotALeaselabDatabase, ServerRefused
 from leaselab.harness.demo import task
 from leaselab.harness.effects import Ledger, deposit
-from servers import fresh_database
+from tests.support.servers import fresh_database
 
 LEASE = 5.0
 T0 = 1_000.0

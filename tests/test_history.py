@@ -11,10 +11,10 @@ import copy
 
 import pytest
 
-import history
 from leaselab import LeaseLost, ManualClock, Queue
 from leaselab.check import History, check_history, load
 from leaselab.harness.demo import task
+from tests.support import history
 
 
 @pytest.fixture

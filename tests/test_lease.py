@@ -9,8 +9,8 @@ import pytest
 from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
 from leaselab.fencing import FencedStore
 from leaselab.worker.lease import wants_lease
-from polling import process_state, wait_until
-from procs import log_of
+from tests.support.polling import process_state, wait_until
+from tests.support.procs import log_of
 
 
 def test_check_raises_lease_lost_only_once_lost_is_set(queue):

@@ -7,7 +7,7 @@ import sqlite3
 from leaselab import ManualClock, Queue, Status
 from leaselab.worker.lease import Lease, Leases
 from leaselab.worker.pulse import Pulse
-from polling import wait_until
+from tests.support.polling import wait_until
 
 
 def test_a_worker_whose_beat_failed_does_not_reap_its_own_expired_lease_and_the_next_beat_renews_it(tmp_path):

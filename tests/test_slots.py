@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-import history
 from leaselab import Queue, Status, Worker
-from polling import wait_until
-from procs import log_of
+from tests.support import history
+from tests.support.polling import wait_until
+from tests.support.procs import log_of
 
 
 def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queue(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from leaselab import Backoff, HandlerError, Job, LeaselabError, ManualClock, Queue, Status, Worker
 from leaselab.worker import load_handler
-from polling import wait_until
+from tests.support.polling import wait_until
 
 
 class RecordingStop:
