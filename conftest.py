@@ -15,12 +15,17 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
-# The suite's helpers (tests/binder_env.py here) are top-level modules of tests/, as its test modules import them.
-sys.path.insert(0, str(Path(__file__).resolve().parent / "tests"))
+from tests.support import binder_env, polling, servers
+
+# The suite's helpers are one package, tests.support, imported by that name (this folder is on sys.path:
+# pyproject.toml's pythonpath). notebooks/conftest.py still imports three of them by their old bare names
+# (binder_env, polling, servers) from tests/: they are registered here under those names too, as the
+# same module objects, so the lessons' conftest and the suite share one binder environment and one state.
+for _module in (binder_env, polling, servers):
+    sys.modules.setdefault(_module.__name__.rsplit(".", 1)[1], _module)
 
 # Markers and files, longest first: what a worker should take before anything else. A test's tier is
 # the first entry that matches it; everything else keeps its place after them.
@@ -75,17 +80,17 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     # The run's first process names the run: its xdist workers inherit the variable, and what they share
-    # (the binder's environment: tests/binder_env.py) is named by it. A pytest run inside a test is a
+    # (the binder's environment: tests/support/binder_env.py) is named by it. A pytest run inside a test is a
     # run of its own.
     if not hasattr(config, "workerinput"):
-        from binder_env import RUN_OWNER
+        from tests.support.binder_env import RUN_OWNER
 
         os.environ[RUN_OWNER] = str(os.getpid())
 
 
 def pytest_unconfigure(config):
     if not hasattr(config, "workerinput"):
-        from binder_env import remove_own
+        from tests.support.binder_env import remove_own
 
         remove_own()
 

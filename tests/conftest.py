@@ -16,9 +16,9 @@ import minimal_backend
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
-from polling import pid_gone
-from procs import shut_down
-from servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
+from tests.support.polling import pid_gone
+from tests.support.procs import shut_down
+from tests.support.servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
 
 minimal_backend.register()  # minimal:<path> targets: the contract suite's backend of the required part alone
 

@@ -24,8 +24,11 @@ import pytest
 
 from leaselab import InvalidPayload, LeaseLost, Queue
 from leaselab.errors import DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew
-from procs import as_nobody
-from sqlite_marks import integrity, marks
+from tests.support.procs import as_nobody
+from tests.support.servers import IN_PROCESS_BACKENDS
+from tests.support.sqlite_marks import integrity, marks
+
+TARGETS = IN_PROCESS_BACKENDS  # payloads that look like SQL: on every backend, APSW too
 
 
 @pytest.fixture
@@ -299,8 +302,15 @@ INJECTIONS = [
 
 
 @pytest.mark.parametrize("text", INJECTIONS)
-def test_sql_looking_payloads_worker_names_and_errors_are_stored_literally(tmp_path, text):
-    with Queue(tmp_path / "q.db") as q:
+def test_sql_looking_payloads_worker_names_and_errors_are_stored_literally(request, tmp_path, target, text):
+    if "\x00" in text and request.node.callspec.params["target"] == "postgresql":
+        # A finding of the move to every backend: PostgreSQL text cannot hold NUL. The payload (jsonb) keeps it,
+        # but claim() refuses such a worker name with ValueError ("worker contains a NUL character"), and
+        # fail() stores such an error with the NUL turned into the two characters backslash and 0.
+        request.applymarker(
+            pytest.mark.xfail(strict=True, raises=ValueError, reason="PostgreSQL text holds no NUL: the worker name")
+        )
+    with Queue(target) as q:
         other = q.enqueue({"keep": "me"}, priority=-1)
         job_id = q.enqueue({"text": text, text: [text]})
         job = q.claim(text, lease=60)

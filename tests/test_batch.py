@@ -7,9 +7,9 @@ import sqlite3
 
 import pytest
 
-import history
 from leaselab import InvalidPayload, LeaseLost, Status
-from servers import IN_PROCESS_BACKENDS
+from tests.support import history
+from tests.support.servers import IN_PROCESS_BACKENDS
 
 TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too
 

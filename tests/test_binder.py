@@ -18,7 +18,7 @@ import pytest
 import tomllib
 from nbclient import NotebookClient
 
-import binder_env
+from tests.support import binder_env
 
 ROOT = Path(__file__).resolve().parents[1]
 BINDER = ROOT / "binder"

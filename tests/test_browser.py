@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from browser_support import (
+from leaselab.check.texts import REPORT
+from leaselab.lab.i18n import t
+from tests.support.browser_support import (
     CHROMIUM_ARGS,
     CHROMIUM_CANDIDATES,
     LabServer,
@@ -34,8 +36,6 @@ from browser_support import (
     process_state,
     wait_for,
 )
-from leaselab.check.texts import REPORT
-from leaselab.lab.i18n import t
 
 pytestmark = pytest.mark.browser
 

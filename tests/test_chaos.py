@@ -10,7 +10,7 @@ the server itself: a server of the test's own, whose WAL writer is lazy
 prints ``chaos seed: N``; ``LEASELAB_CHAOS_SEED=N pytest -m chaos`` replays the same
 workload and the same fault schedule (process timing still varies: it is a real machine).
 Beside ``leaselab.check``'s verdict, the handlers' own record of every run is checked
-against the history (``tests/history.py``).
+against the history (``tests/support/history.py``).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ import secrets
 
 import pytest
 
-import history
 from leaselab.chaos import run
-from servers import BACKENDS, fresh_database
+from tests.support import history
+from tests.support.servers import BACKENDS, fresh_database
 
 pytestmark = pytest.mark.chaos
 

@@ -22,11 +22,10 @@ from leaselab.chaos.jumps import LAUNCHER, environment, jump
 from leaselab.chaos.run import ProgressLines
 from leaselab.chaos.texts import STRINGS
 from leaselab.harness.pgserver import PgServer
-from polling import pid_gone, wait_until
-from servers import fresh_database, in_memory, needs_postgres
+from tests.support.polling import pid_gone, wait_until
+from tests.support.servers import fresh_database, in_memory, needs_postgres
 
 REPO = Path(__file__).resolve().parents[1]
-TESTS = Path(__file__).resolve().parent
 
 
 def memory_tmpdir() -> dict[str, str]:
@@ -38,7 +37,7 @@ def memory_tmpdir() -> dict[str, str]:
 
 def chaos(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """``python -m leaselab chaos ARGS`` in ``tmp_path``, with the tests' handlers importable."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(TESTS)]), **memory_tmpdir())
+    env = dict(os.environ, PYTHONPATH=str(REPO), **memory_tmpdir())
     return subprocess.run(
         [sys.executable, "-m", "leaselab", "chaos", *args],
         cwd=tmp_path,
@@ -153,7 +152,7 @@ def test_a_handler_whose_outside_effect_repeats_under_pauses_is_caught_with_exit
         "--db",
         str(tmp_path / "q.db"),
         "--handler",
-        "chaos_handlers:transfer",
+        "tests.support.chaos_handlers:transfer",
         "--workers",
         "2",
         "--jobs",
@@ -181,7 +180,7 @@ def test_the_same_handler_kept_to_one_effect_by_its_key_passes_the_same_run(tmp_
         "--db",
         str(tmp_path / "q.db"),
         "--handler",
-        "chaos_handlers:transfer_once",
+        "tests.support.chaos_handlers:transfer_once",
         "--workers",
         "2",
         "--jobs",

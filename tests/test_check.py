@@ -33,7 +33,7 @@ from leaselab.cli import EXIT_ANOMALY, EXIT_BAD_INPUT, main
 from leaselab.errors import DatabaseMissing, InvalidTarget, NotALeaselabDatabase, ServerRefused
 from leaselab.harness.demo import task
 from leaselab.harness.effects import Ledger, deposit
-from servers import fresh_database
+from tests.support.servers import fresh_database
 
 LEASE = 5.0
 T0 = 1_000.0
@@ -453,8 +453,9 @@ def test_a_status_changed_behind_the_triggers_back_is_a_history_that_disagrees(r
     assert "the status is done, the jobs table says dead" in report.anomalies[0].sentence()
 
 
-def test_a_job_abandoned_by_a_killed_worker_is_stuck_once_its_lease_ran_out(tmp_path):
-    db, clock = tmp_path / "q.db", ManualClock()
+def test_a_job_abandoned_by_a_killed_worker_is_stuck_once_its_lease_ran_out(target):
+    # On SQLite and PostgreSQL (check reads a file or a server, not the APSW backend's in-process disk).
+    db, clock = target, ManualClock()
     with Queue(db, clock=clock) as q:
         q.enqueue(1)
         q.claim("w1", lease=LEASE)  # and w1 dies here
@@ -516,8 +517,8 @@ def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effect
     assert report.counts["effects"] == 3
 
 
-def test_a_worker_run_in_process_leaves_a_clean_history(tmp_path):
-    db, effects = tmp_path / "q.db", tmp_path / "effects.jsonl"
+def test_a_worker_run_in_process_leaves_a_clean_history(tmp_path, target):
+    db, effects = target, tmp_path / "effects.jsonl"
     with Queue(db) as q:
         q.enqueue_many([{"effects": str(effects)}] * 5 + [{"effects": str(effects), "fail": 1}])
         Worker(q, task, name="w1", lease=LEASE, exit_when_idle=True, poll=0.01).run()

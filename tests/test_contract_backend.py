@@ -16,7 +16,7 @@ from leaselab import Job, Queue
 from leaselab.backends import contract, sql
 from leaselab.backends.contract import Claim, Completion, NewJob, Outcome, Unreadable
 from leaselab.backends.sqlite import statements as sqlite_sql
-from servers import IN_PROCESS_BACKENDS
+from tests.support.servers import IN_PROCESS_BACKENDS
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = IN_PROCESS_BACKENDS  # the contract on the third backend too: a new folder, nothing else

@@ -26,8 +26,8 @@ from leaselab import (
     Worker,
     load_handler,
 )
-from servers import IN_PROCESS_BACKENDS
-from sqlite_marks import integrity, marks
+from tests.support.servers import IN_PROCESS_BACKENDS
+from tests.support.sqlite_marks import integrity, marks
 
 TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too
 

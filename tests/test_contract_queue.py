@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from leaselab import Backoff, InvalidPayload, Job, JobNotFound, LeaselabError, LeaseLost, Queue, Status
-from servers import IN_PROCESS_BACKENDS
+from tests.support.servers import IN_PROCESS_BACKENDS
 
 TARGETS = IN_PROCESS_BACKENDS  # the contract suite: on the APSW backend too
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from browser_support import descendants, free_port, kill_all, wait_for
+from tests.support.browser_support import descendants, free_port, kill_all, wait_for
 
 REPO = Path(__file__).resolve().parent.parent
 

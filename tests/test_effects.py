@@ -53,7 +53,7 @@ def test_a_zombie_completing_gets_lease_lost_and_its_effect_is_rolled_back(tmp_p
 
 
 def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_path, fleet_on):
-    from polling import wait_until
+    from tests.support.polling import wait_until
 
     q = Queue(tmp_path / "q.db")
     ledger_file = str(tmp_path / "ledger.db")

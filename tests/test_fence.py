@@ -11,8 +11,10 @@ import sqlite3
 
 import pytest
 
-from leaselab import ManualClock, Queue
 from leaselab.fencing import FencedStore
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+TARGETS = IN_PROCESS_BACKENDS  # a real queue's fences, on every backend
 
 
 def test_a_write_with_an_older_fence_is_refused(tmp_path):
@@ -61,11 +63,11 @@ def test_an_older_fence_is_refused_whatever_its_token(tmp_path):
         assert store.read("k") == ("new", (7, 4))
 
 
-def test_two_claims_of_one_job_from_a_real_queue_write_in_fence_order(tmp_path, zombie):
-    clock = ManualClock()
-    with Queue(tmp_path / "q.db", clock=clock) as q, FencedStore(tmp_path / "s.db") as store:
-        q.enqueue("page")
-        stale, holder = zombie(lease=10, holder="w1", successor="w2", queue=q)
+def test_two_claims_of_one_job_from_a_real_queue_write_in_fence_order(tmp_path, queue, zombie):
+    # The fences come from the queue, on every backend; the store is a SQLite file of its own.
+    with FencedStore(tmp_path / "s.db") as store:
+        queue.enqueue("page")
+        stale, holder = zombie(lease=10, holder="w1", successor="w2")
         assert store.write("page", "w2", fence=holder.fence, token=holder.token)
         assert store.write("page", "w2 again", fence=holder.fence, token=holder.token)
         assert store.write("page", "w1", fence=stale.fence, token=stale.token) is False

@@ -15,7 +15,7 @@ from leaselab import HandlerError, LeaselabError, Queue, Status
 from leaselab.harness.errors import SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
 from leaselab.harness.fleet import faults_path, read_actions
 from leaselab.worker import STARTED
-from polling import pid_gone, process_state, wait_until
+from tests.support.polling import pid_gone, process_state, wait_until
 
 # How far a server's clock, carried forward by a worker, and this process's may disagree in a test:
 # a round trip and then some (0.15 s seen under load).

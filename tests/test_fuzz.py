@@ -28,12 +28,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import history
 from leaselab import Queue
 from leaselab.cli import main as cli_main
 from leaselab.harness.fleet import Fleet
-from procs import log_of, shut_down
-from test_hostile import version_2_file
+from tests.support import history
+from tests.support.procs import log_of, shut_down
+from tests.test_hostile import version_2_file
 
 JOB_COLUMNS = (
     "payload",

@@ -11,17 +11,20 @@ import copy
 
 import pytest
 
-import history
 from leaselab import LeaseLost, ManualClock, Queue
 from leaselab.check import History, check_history, load
 from leaselab.harness.demo import task
+from tests.support import history
 
 
 @pytest.fixture
-def clean(tmp_path):
+def clean(tmp_path, target):
     """A real three-job history made with a manual clock (leases of 5 s): one plain, whose completion is retried
-    as after a lost reply; one reaped, redone, and its zombie's late completion refused; one failing to death."""
-    db, effects = str(tmp_path / "q.db"), str(tmp_path / "effects.jsonl")
+    as after a lost reply; one reaped, redone, and its zombie's late completion refused; one failing to death.
+    Made on SQLite and PostgreSQL: each must record the same history, which each rule then judges. Not on the
+    APSW backend's VolatileDisk: ``load`` reads a file or a server, and the disk lives in this process only
+    (its ``file:...?vfs=`` target is a DatabaseMissing to ``load``)."""
+    db, effects = target, str(tmp_path / "effects.jsonl")
     clock = ManualClock()
     with Queue(db, clock=clock) as q:
         plain = q.enqueue({"effects": effects})

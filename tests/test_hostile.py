@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-import history
 from leaselab import InvalidPayload, Job, Queue, Status, Worker
 from leaselab.backends.sqlite import SCHEMA_VERSION
 from leaselab.job import MAX_JSON_DEPTH
-from sqlite_marks import old_file
+from tests.support import history
+from tests.support.sqlite_marks import old_file
 
 DEEP = "[" * 200_000 + "]" * 200_000  # the payload of the issue: Python's decoder recursed into a RecursionError
 

@@ -9,8 +9,8 @@ import pytest
 from leaselab.lab.dashboard import Lab
 from leaselab.lab.i18n import STRINGS, t
 from leaselab.worker import STARTED
-from polling import pid_gone, process_state, wait_until
-from procs import log_of, shut_down
+from tests.support.polling import pid_gone, process_state, wait_until
+from tests.support.procs import log_of, shut_down
 
 HOSTILE = "<img src=x onerror=alert(1)>"
 

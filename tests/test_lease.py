@@ -9,8 +9,12 @@ import pytest
 from leaselab import Lease, LeaseLost, ManualClock, Queue, Worker
 from leaselab.fencing import FencedStore
 from leaselab.worker.lease import wants_lease
-from polling import process_state, wait_until
-from procs import log_of
+from tests.support.polling import process_state, wait_until
+from tests.support.procs import log_of
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+# A lease's heartbeats refused by the queue: on every backend, APSW too (the worker runs in this process).
+TARGETS = IN_PROCESS_BACKENDS
 
 
 def test_check_raises_lease_lost_only_once_lost_is_set(queue):
@@ -38,9 +42,9 @@ def test_in_a_worker_a_one_argument_handler_still_runs_and_a_two_argument_one_ge
     assert seen == ["a", (2, False)]
 
 
-def test_a_refused_heartbeat_sets_lost_while_the_handler_still_runs(tmp_path):
+def test_a_refused_heartbeat_sets_lost_while_the_handler_still_runs(target):
     clock = ManualClock()
-    with Queue(tmp_path / "q.db", clock=clock) as q:
+    with Queue(target, clock=clock) as q:
         job_id = q.enqueue("x")
         told = []
 
@@ -98,11 +102,11 @@ def test_a_frozen_worker_that_checks_its_lease_writes_nothing_outside_the_queue(
         assert fleet.wait(a, timeout=60) == 0, log_of(fleet, a)
 
 
-def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats_set_them(tmp_path):
+def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats_set_them(target):
     import threading
 
     clock = ManualClock()
-    with Queue(tmp_path / "q.db", clock=clock) as q:
+    with Queue(target, clock=clock) as q:
         q.enqueue_many(["a", "b"])
         both = threading.Barrier(2)
         told = {}

@@ -9,7 +9,7 @@ import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, lessons
 from leaselab.harness import demo
-from polling import pid_gone, wait_until
+from tests.support.polling import pid_gone, wait_until
 
 
 def test_scratch_makes_a_fresh_folder_and_cleanup_removes_it():

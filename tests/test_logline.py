@@ -9,6 +9,9 @@ import threading
 from leaselab import Queue, Worker
 from leaselab.worker.faults import WAITING
 from leaselab.worker.logline import LineLog
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+TARGETS = IN_PROCESS_BACKENDS  # the worker in this process, on every backend; the held lock is SQLite's
 
 STAMP = r"\d\d:\d\d:\d\d\.\d\d\d "
 

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import pytest
 
-from browser_support import descendants, free_port, kill_all, wait_for
-from procs import RUN_NOTEBOOK
+from tests.support.browser_support import descendants, free_port, kill_all, wait_for
+from tests.support.procs import RUN_NOTEBOOK
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"

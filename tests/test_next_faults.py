@@ -17,8 +17,8 @@ import pytest
 from leaselab import Backoff, LeaseLost, Queue, Status, Worker
 from leaselab.errors import DatabaseUnreachable
 from leaselab.harness.proxy import Proxy, server_address, through
-from polling import wait_until
-from servers import fresh_database
+from tests.support.polling import wait_until
+from tests.support.servers import fresh_database
 
 QUICK = Backoff(base=0.01, cap=0.05)
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from browser_support import descendants
 from leaselab.harness.pgserver import LABEL_VARIABLE, PgNotRunning, PgServer, PgStartFailed
-from polling import pid_gone, wait_until
-from servers import labelled_servers, server_leftovers, servers_left_running, wait_nothing_left
+from tests.support.browser_support import descendants
+from tests.support.polling import pid_gone, wait_until
+from tests.support.servers import labelled_servers, server_leftovers, servers_left_running, wait_nothing_left
 
 # What an owner does: start a server, make a database (a connection's backend), say where it all is.
 OWNER = r"""
@@ -77,7 +77,7 @@ def left_by(server: dict) -> list[str]:
 
 def kill_tree(root: int) -> None:
     """SIGKILL ``root`` and every process below it at once, as a test's teardown that tracks a kernel's
-    descendants does (tests/browser_support.py), or psutil's ``children(recursive=True)``."""
+    descendants does (tests/support/browser_support.py), or psutil's ``children(recursive=True)``."""
     for pid in [root, *descendants(root)]:
         try:
             os.kill(pid, signal.SIGKILL)

@@ -13,7 +13,7 @@ import pytest
 from leaselab import Status
 from leaselab.harness.demo import read_effects
 from leaselab.harness.errors import PartitionUnsupported, UnknownWorker, WorkerNotRunning
-from polling import wait_until
+from tests.support.polling import wait_until
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-import history
 from leaselab import Queue, Status, Worker
-from servers import open_at_once
+from tests.support import history
+from tests.support.servers import open_at_once
 
 try:
     import psycopg

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from leaselab.harness.pgserver import LAZY_WAL_WRITER, PgNotRunning, PgServer, PgUnavailable, find_bin_dir
-from polling import wait_until
+from tests.support.polling import wait_until
 
 
 def _postmaster_alive(folder) -> bool:

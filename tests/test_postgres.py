@@ -34,8 +34,8 @@ from leaselab.backends.postgres import statements as sql  # after the psycopg ch
 from leaselab.harness.pgserver import free_port
 from leaselab.harness.skew import SKEWED_WORKER
 from leaselab.lessons.race import NAIVE_CLAIM  # the article's claim, as lesson 6 shows it
-from polling import wait_until
-from servers import open_at_once
+from tests.support.polling import wait_until
+from tests.support.servers import open_at_once
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
@@ -519,7 +519,7 @@ def test_a_workers_batches_write_their_own_history_and_every_other_write_still_g
     """A worker with slots claims, completes and refills in statements that link their events themselves
     (no plpgsql call per row): with the history trigger off, the jobs' whole histories are still written,
     linked and in order. Another program's write, and the one-job statements, still get theirs from it."""
-    import history
+    from tests.support import history
 
     with Queue(pg_url) as q:
         q.enqueue_many(list(range(8)))
@@ -598,7 +598,7 @@ def test_complete_many_is_one_statement_on_a_server_and_a_job_given_twice_is_ref
         assert q.complete_many([(c.id, c.token, "first"), (c.id, c.token, "second")]) == [c.id]
         assert q.get(c.id).result == "first"
         assert [e.kind for e in q.events(c.id)][-1] == "lease_lost"
-    import history
+    from tests.support import history
 
     # One completion, one event: the second is no orphan 'completed' event outside the job's linked history.
     jobs, events, _ = history.load(pg_url)

@@ -19,8 +19,8 @@ import pytest
 
 from leaselab import Queue, Status
 from leaselab.worker import STARTED
-from polling import pid_gone, process_state, wait_until
-from procs import log_of
+from tests.support.polling import pid_gone, process_state, wait_until
+from tests.support.procs import log_of
 
 HEAVY = ("pandas", "ipywidgets", "matplotlib", "numpy", "IPython")
 

@@ -12,7 +12,7 @@ import pytest
 from leaselab import Queue
 from leaselab.chaos import proof
 from leaselab.chaos.texts import text
-from polling import process_state, wait_until
+from tests.support.polling import process_state, wait_until
 
 PLAIN = """
 from leaselab.harness import effects, gates

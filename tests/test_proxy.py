@@ -12,7 +12,7 @@ import pytest
 
 from leaselab.harness.errors import ProxyError
 from leaselab.harness.proxy import Proxy, server_address, through
-from polling import wait_until
+from tests.support.polling import wait_until
 
 
 class Echo(socketserver.BaseRequestHandler):

@@ -1,4 +1,7 @@
-"""The pulse, stepped by hand on a real file: its heartbeat, its reaper, and the order between them."""
+"""The pulse, stepped by hand on a real queue: its heartbeat, its reaper, and the order between them.
+
+On every backend (APSW too), but for a beat failing under another program's lock on the SQLite file.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +10,10 @@ import sqlite3
 from leaselab import ManualClock, Queue, Status
 from leaselab.worker.lease import Lease, Leases
 from leaselab.worker.pulse import Pulse
-from polling import wait_until
+from tests.support.polling import wait_until
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+TARGETS = IN_PROCESS_BACKENDS
 
 
 def test_a_worker_whose_beat_failed_does_not_reap_its_own_expired_lease_and_the_next_beat_renews_it(tmp_path):
@@ -41,9 +47,9 @@ def test_a_worker_whose_beat_failed_does_not_reap_its_own_expired_lease_and_the_
         q.close()
 
 
-def test_a_worker_holding_nothing_reaps_on_its_cadence(tmp_path):
+def test_a_worker_holding_nothing_reaps_on_its_cadence(target):
     clock = ManualClock()
-    with Queue(tmp_path / "q.db", clock=clock) as q:
+    with Queue(target, clock=clock) as q:
         q.enqueue("x")
         crashed = q.claim("dead", lease=1)
         leases = Leases()
@@ -62,10 +68,10 @@ def test_a_worker_holding_nothing_reaps_on_its_cadence(tmp_path):
             leases.close()
 
 
-def test_a_worker_never_reaps_its_own_jobs_whatever_their_leases_say_but_another_workers_reaper_does(tmp_path):
+def test_a_worker_never_reaps_its_own_jobs_whatever_their_leases_say_but_another_workers_reaper_does(target):
     """A freeze can let a live worker's leases run out anywhere between a beat and its reap."""
     clock = ManualClock()
-    with Queue(tmp_path / "q.db", clock=clock) as q:
+    with Queue(target, clock=clock) as q:
         q.enqueue_many(["mine", "a dead worker's"])
         [mine], theirs = q.claim_many(1, "w1", lease=10), q.claim("w2", lease=10)  # a batch's token too
         leases = Leases()
@@ -80,7 +86,7 @@ def test_a_worker_never_reaps_its_own_jobs_whatever_their_leases_say_but_another
             leases.close()
 
 
-def test_a_round_that_fails_for_any_reason_does_not_end_the_heartbeat(tmp_path):
+def test_a_round_that_fails_for_any_reason_does_not_end_the_heartbeat(target):
     """A bug in one round (here, once, in reading the held leases) is logged, and the next round beats."""
 
     class FailsOnce(Leases):
@@ -93,7 +99,7 @@ def test_a_round_that_fails_for_any_reason_does_not_end_the_heartbeat(tmp_path):
             return super().renewable()
 
     lines: list[str] = []
-    with Queue(tmp_path / "q.db") as q:
+    with Queue(target) as q:
         q.enqueue("x")
         job = q.claim("w1", lease=0.6)
         leases = FailsOnce()
@@ -108,7 +114,7 @@ def test_a_round_that_fails_for_any_reason_does_not_end_the_heartbeat(tmp_path):
         finally:
             leases.close()
     assert any("pulse failed, trying again: RuntimeError: one bad round" in line for line in lines)
-    assert q_status_running(tmp_path / "q.db", job.id)
+    assert q_status_running(target, job.id)
 
 
 def q_status_running(db, job_id) -> bool:

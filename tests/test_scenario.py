@@ -18,7 +18,7 @@ from leaselab.lab.scenario import (
     wait_running,
 )
 from leaselab.lab.timeline import timeline_data
-from polling import wait_until
+from tests.support.polling import wait_until
 
 ZOMBIE = """
     # w1 freezes holding a job, w2 reaps it and does it again, w1 wakes (only once w2 is done,

@@ -19,7 +19,7 @@ import pytest
 from leaselab import LeaseLost, Queue, Status
 from leaselab.harness import skew
 from leaselab.lessons import exercises
-from polling import wait_until
+from tests.support.polling import wait_until
 
 pytest.importorskip("psycopg")
 

@@ -11,7 +11,7 @@ import pytest
 
 from leaselab import Queue
 from leaselab.harness.fleet import faults_path, logs_path
-from polling import wait_until
+from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parent.parent
 PG_URL = "postgresql://app@db.example:5432/jobs"  # docs/postgres.md's example server; nothing connects to it

@@ -7,13 +7,17 @@ import time
 
 import pytest
 
-import history
 from leaselab import Queue, Status, Worker
-from polling import wait_until
-from procs import log_of
+from tests.support import history
+from tests.support.polling import wait_until
+from tests.support.procs import log_of
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+# The slots run in this process: on a queue of every backend, APSW too. The fleets' tests take a file.
+TARGETS = IN_PROCESS_BACKENDS
 
 
-def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queue(tmp_path):
+def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queue(target):
     running, most = set(), [0]
     lock = threading.Lock()
 
@@ -26,7 +30,7 @@ def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queu
             running.discard(job.id)
         return job.payload * 2
 
-    with Queue(tmp_path / "q.db") as q:
+    with Queue(target) as q:
         ids = q.enqueue_many(range(12))
         stats = Worker(q, handler, name="w1", concurrency=4, exit_when_idle=True, poll=0.01).run()
         assert most[0] == 4
@@ -34,10 +38,10 @@ def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queu
         assert [q.get(i).result for i in ids] == [i * 2 for i in range(12)]
 
 
-def test_a_worker_never_holds_more_jobs_than_it_has_slots(tmp_path):
+def test_a_worker_never_holds_more_jobs_than_it_has_slots(target):
     seen = []
 
-    with Queue(tmp_path / "q.db") as q:
+    with Queue(target) as q:
         q.enqueue_many([0.1] * 10)
 
         def handler(job):
@@ -49,13 +53,13 @@ def test_a_worker_never_holds_more_jobs_than_it_has_slots(tmp_path):
     assert max(seen) <= 2
 
 
-def test_a_slot_whose_handler_raises_fails_that_job_alone(tmp_path):
+def test_a_slot_whose_handler_raises_fails_that_job_alone(target):
     def handler(job):
         if job.payload == "bad":
             raise ValueError("no")
         return "ok"
 
-    with Queue(tmp_path / "q.db") as q:
+    with Queue(target) as q:
         good = q.enqueue_many(["a", "b", "c"])
         bad = q.enqueue("bad", max_attempts=1)
         not_json = q.enqueue("set", max_attempts=1)
@@ -70,7 +74,7 @@ def test_a_slot_whose_handler_raises_fails_that_job_alone(tmp_path):
         assert (stats.completed, stats.failed, stats.lost) == (3, 2, 0)
 
 
-def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_the_next(tmp_path):
+def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_the_next(target):
     """SystemExit is no Exception: a slot thread still reports it as the attempt's failure (as a Future
     did), instead of dying with the job held and leaving the worker waiting for it."""
 
@@ -79,7 +83,7 @@ def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_th
             raise SystemExit(3)
         return job.payload
 
-    with Queue(tmp_path / "q.db") as q:
+    with Queue(target) as q:
         first = q.enqueue("exit", max_attempts=1)
         rest = q.enqueue_many(list("abcde"))
         worker = Worker(q, handler, name="w1", concurrency=2, exit_when_idle=True, poll=0.01)
@@ -94,8 +98,8 @@ def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_th
 
 
 @pytest.mark.parametrize("value", [0, -1, 1.5, "4", True])
-def test_concurrency_must_be_a_positive_int(tmp_path, value):
-    with Queue(tmp_path / "q.db") as q:
+def test_concurrency_must_be_a_positive_int(target, value):
+    with Queue(target) as q:
         with pytest.raises((TypeError, ValueError), match="concurrency"):
             Worker(q, "leaselab.harness.demo:echo", concurrency=value)
 

@@ -19,8 +19,8 @@ import pytest
 from leaselab import DatabaseMissing, LeaselabError, LeaseLost, Queue
 from leaselab.backends.sqlite import SCHEMA_VERSION, require_sqlite
 from leaselab.errors import DatabaseBusy, DatabaseUnwritable, NotALeaselabDatabase, SchemaTooNew, UnsupportedSQLite
-from procs import as_nobody
-from sqlite_marks import old_file
+from tests.support.procs import as_nobody
+from tests.support.sqlite_marks import old_file
 
 # -- a new file, an old file -------------------------------------------------------------
 

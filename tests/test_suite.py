@@ -89,7 +89,7 @@ def test_the_stall_injector_stops_and_continues_a_kernel_below_its_command_and_k
     done = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "tests" / "stall.py"),
+            str(ROOT / "tests" / "support" / "stall.py"),
             "--stall",
             "1",
             "--every",

@@ -22,13 +22,13 @@ from pathlib import Path
 
 import pytest
 
-import history
 from leaselab import LeaselabError, Queue, TransientError
 from leaselab.errors import DatabaseBusy, DiskFull
 from leaselab.worker.faults import CLEARED as FAULT_CLEARED
 from leaselab.worker.faults import WAITING as FAULT_WAITING
-from polling import wait_until
-from procs import log_of
+from tests.support import history
+from tests.support.polling import wait_until
+from tests.support.procs import log_of
 
 # A fleet's worker as these tests start it: quick polls, and it exits once the queue is empty.
 FAST = dict(lease=5.0, name="w1", poll=0.01, max_poll=0.1, exit_when_idle=True)

@@ -9,7 +9,11 @@ import pytest
 
 from leaselab import Backoff, HandlerError, Job, LeaselabError, ManualClock, Queue, Status, Worker
 from leaselab.worker import load_handler
-from polling import wait_until
+from tests.support.polling import wait_until
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+# The worker runs in this process, on a queue of any backend: APSW's VolatileDisk too.
+TARGETS = IN_PROCESS_BACKENDS
 
 
 class RecordingStop:
@@ -142,8 +146,8 @@ def test_a_bad_worker_lease_is_refused(queue):
         Worker(queue, "leaselab.harness.demo:echo", lease=0)
 
 
-def test_a_worker_opened_by_path_uses_the_same_file(tmp_path):
-    path = tmp_path / "jobs.db"
+def test_a_worker_opened_by_path_uses_the_same_file(target):
+    path = target
     with Queue(path) as q:
         job_id = q.enqueue("by path")
     with Worker(path, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True) as worker:
@@ -152,8 +156,25 @@ def test_a_worker_opened_by_path_uses_the_same_file(tmp_path):
         assert q.get(job_id).result == "by path"
 
 
-def test_a_worker_closes_the_queue_it_opened_and_leaves_a_queue_it_was_given_open(tmp_path):
-    path = tmp_path / "jobs.db"
+# A finding of the move to every backend: on PostgreSQL a closed queue is not closed to its caller. Queue.close()
+# drops the backend's connection, and the next call reconnects as after a dropped connection (the backend's
+# _connection), so stats() and enqueue() after close() succeed there; SQLite and APSW raise LeaselabError.
+@pytest.mark.parametrize(
+    "target",
+    [
+        "sqlite",
+        "apsw",
+        pytest.param(
+            "postgresql",
+            marks=pytest.mark.xfail(
+                strict=True, reason="a PostgreSQL queue reconnects when used after close(): it raises nothing"
+            ),
+        ),
+    ],
+    indirect=True,
+)
+def test_a_worker_closes_the_queue_it_opened_and_leaves_a_queue_it_was_given_open(target):
+    path = target
     with Queue(path) as q:
         q.enqueue("one")
         given = Worker(q, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
@@ -162,13 +183,14 @@ def test_a_worker_closes_the_queue_it_opened_and_leaves_a_queue_it_was_given_ope
         assert q.stats()["done"] == 1  # still open: the caller's to close
         with Worker(path, "leaselab.harness.demo:echo", name="w2") as own:
             pass
-        with pytest.raises(LeaselabError, match="closed database"):
+        # SQLite: "Cannot operate on a closed database."; APSW: "The connection has been closed".
+        with pytest.raises(LeaselabError, match="closed"):
             own.queue.stats()
 
 
-def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(tmp_path):
+def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(target):
     # Real time on purpose: the heartbeat is a thread on a real timer.
-    path = tmp_path / "jobs.db"
+    path = target
     q = Queue(path)
     job_id = q.enqueue({"seconds": 2})
     reaper_q = Queue(path)
@@ -196,10 +218,10 @@ def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(tmp
     q.close()
 
 
-def test_a_worker_that_loses_its_lease_mid_job_does_not_overwrite_and_carries_on(db_path):
+def test_a_worker_that_loses_its_lease_mid_job_does_not_overwrite_and_carries_on(target):
     clock = ManualClock()
-    q = Queue(db_path, clock=clock, backoff=Backoff(base=0))
-    other = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    q = Queue(target, clock=clock, backoff=Backoff(base=0))
+    other = Queue(target, clock=clock, backoff=Backoff(base=0))
     first = q.enqueue("stolen", priority=1)  # so B's claim takes it back, not the other job
     second = q.enqueue("normal")
     stolen_by: list[Job] = []
@@ -223,11 +245,11 @@ def test_a_worker_that_loses_its_lease_mid_job_does_not_overwrite_and_carries_on
     q.close()
 
 
-def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(db_path):
+def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(target):
     # The heartbeat fires on a real timer (lease/3); the queue's clock is manual.
     clock = ManualClock()
-    q = Queue(db_path, clock=clock, backoff=Backoff(base=0))
-    other = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    q = Queue(target, clock=clock, backoff=Backoff(base=0))
+    other = Queue(target, clock=clock, backoff=Backoff(base=0))
     job_id = q.enqueue("x")
     taken: list[Job] = []
 
@@ -259,9 +281,9 @@ def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(db_path):
     q.close()
 
 
-def test_a_worker_reaps_expired_leases_in_its_loop(db_path):
+def test_a_worker_reaps_expired_leases_in_its_loop(target):
     clock = ManualClock()
-    q = Queue(db_path, clock=clock, backoff=Backoff(base=0))
+    q = Queue(target, clock=clock, backoff=Backoff(base=0))
     job_id = q.enqueue("abandoned")
     q.claim("crashed", lease=5)
     clock.advance(6)
@@ -356,8 +378,8 @@ def test_process_called_by_hand_handles_exactly_one_job(queue):
 
 
 @pytest.mark.parametrize("name", ["w1\nclaimed job 9", "w\x1b[2J", "w\x00"])
-def test_a_worker_name_with_control_characters_is_refused_naming_the_argument(db_path, name):
-    with Queue(db_path) as q:
+def test_a_worker_name_with_control_characters_is_refused_naming_the_argument(target, name):
+    with Queue(target) as q:
         with pytest.raises(ValueError, match="name must not hold control characters"):
             Worker(q, lambda job: None, name=name)
 
@@ -371,7 +393,7 @@ def test_a_worker_bounds_every_call_of_its_queue_below_its_lease_unless_the_queu
         assert Worker(q, lambda job: None, lease=10).queue.call_timeout == 3.0
 
 
-def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_own_fresh_claim(tmp_path):
+def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_own_fresh_claim(target):
     """Lesson 0's exercise 1 once ended at attempt 2: SIGSTOP landed after the claim committed and
     before the worker recorded its lease, so on waking, its own reaper (keeping only recorded
     leases) took the expired claim, and the same worker ran the job again."""
@@ -392,7 +414,7 @@ def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_ow
             reaped_at.append(now)
             return moved
 
-    q = FreezesAfterTheClaim(tmp_path / "q.db", clock=clock)
+    q = FreezesAfterTheClaim(target, clock=clock)
     job_id = q.enqueue("x")
     worker = Worker(q, lambda job: "done", name="w1", lease=30, reap_every=0.05)
     thread = threading.Thread(target=worker.run, kwargs={"max_jobs": 1})
@@ -411,7 +433,7 @@ def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_ow
 
 
 @pytest.mark.parametrize("outcome", ["completes", "fails"])
-def test_a_worker_does_not_reap_a_job_it_is_finishing_though_its_lease_ran_out_meanwhile(tmp_path, outcome):
+def test_a_worker_does_not_reap_a_job_it_is_finishing_though_its_lease_ran_out_meanwhile(target, outcome):
     """The worker stops renewing a lease when its handler returns, before it writes the outcome. A
     freeze just then (or a loaded machine: the suite once met it) let the lease run out, and the
     worker's own reaper, keeping only the leases it renewed, took the job from under its outcome."""
@@ -442,7 +464,7 @@ def test_a_worker_does_not_reap_a_job_it_is_finishing_though_its_lease_ran_out_m
             raise RuntimeError("no")
         return "done"
 
-    with FreezesBeforeTheOutcome(tmp_path / "q.db", clock=clock, backoff=Backoff(base=0, jitter=0)) as q:
+    with FreezesBeforeTheOutcome(target, clock=clock, backoff=Backoff(base=0, jitter=0)) as q:
         job_id = q.enqueue("x", max_attempts=1)
         stats = Worker(q, handler, name="w1", lease=30, reap_every=0.05).run(max_jobs=1)
         kinds = [e.kind for e in q.events(job_id)]

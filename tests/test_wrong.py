@@ -98,7 +98,7 @@ def test_an_unknown_transaction_is_refused_by_name(tmp_path):
 def test_a_crash_forgets_a_forgetful_claim_and_the_next_claim_gets_its_fence_while_a_durable_one_is_kept(
     crashable_server,
 ):
-    from servers import fresh_database
+    from tests.support.servers import fresh_database
 
     url = fresh_database(crashable_server, "forgetful")
     first, rounds = wrong.claim_until_a_crash_forgets(crashable_server, url, worker="A")
@@ -140,7 +140,7 @@ def test_when_no_crash_forgets_the_claim_the_error_names_the_setting_that_makes_
         def recover(self):
             pass
 
-    from servers import fresh_database
+    from tests.support.servers import fresh_database
 
     with pytest.raises(CrashKeptTheClaim, match="none of 2 crashes forgot the claim.*LAZY_WAL_WRITER"):
         wrong.claim_until_a_crash_forgets(Survives(), fresh_database(pg_server, "kept"), rounds=2)

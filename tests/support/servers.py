@@ -1,7 +1,7 @@
 """Throw-away PostgreSQL servers for the tests, where a queue lives, and what a server left behind.
 
-A module of its own, not conftest: ``notebooks/conftest.py`` shares that module name, and a
-test module's ``from conftest import ...`` may get the lessons' one.
+A module of tests.support, not conftest: ``notebooks/conftest.py`` shares that module name, so a bare
+``from conftest import ...`` could get the lessons' one; ``tests.support.servers`` is this one only.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from polling import pid_gone, wait_until
+from tests.support.polling import pid_gone, wait_until
 
 BACKENDS = ("sqlite", "postgresql")
 # With the APSW backend on the power-cut lesson's VolatileDisk, a file system registered in this

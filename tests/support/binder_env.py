@@ -24,10 +24,10 @@ import tempfile
 from pathlib import Path
 from typing import NoReturn
 
-from polling import pid_gone
-from servers import in_memory
+from tests.support.polling import pid_gone
+from tests.support.servers import in_memory
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = "binder/requirements.txt"  # as repo2docker reads it: from the repository root
 KERNEL = "leaselab-binder"  # the kernel nbval starts (addopts in pyproject.toml)
 RUN_OWNER = "LEASELAB_TEST_RUN_OWNER"  # the pid of the run's first process, inherited by its workers

@@ -1,8 +1,7 @@
 """Polling and /proc helpers the process tests share (procs.py starts the processes).
 
-A module of its own, not conftest.py: notebooks/ has a conftest.py too, and pytest keeps only
-the last one it imported as ``conftest`` in sys.modules, so ``from conftest import`` could get
-the wrong one."""
+A module of tests.support, not conftest.py: fixtures are pytest's to hand out, and a helper is imported
+by its package name, ``from tests.support.polling import wait_until``, which nothing else can shadow."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Run a command while a stall injector freezes its lesson kernels at random: the lessons' checked
 outputs must not depend on a kernel reacting within a few seconds.
 
-    python tests/stall.py [--stall 2.5] [--every 4] [--seed 1] -- python -m pytest -n 0 notebooks/en
+    python tests/support/stall.py [--stall 2.5] [--every 4] [--seed 1] -- python -m pytest -n 0 notebooks/en
 
 Every ``--every`` seconds on average (exponentially spaced, seeded) one live Jupyter kernel below the
 command is stopped with SIGSTOP for ``--stall`` seconds, then continued: a machine that stops

@@ -8,7 +8,7 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from polling import pid_gone
+from tests.support.polling import pid_gone
 
 # A program, run by the Python of another environment (a fresh clone's): one notebook, Run All.
 RUN_NOTEBOOK = Path(__file__).resolve().parent / "run_notebook.py"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from leaselab.backends.sqlite import APPLICATION_ID
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def marks(path: str) -> tuple[int, int]:
