@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-import minimal_backend
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
+from tests.support import minimal_backend
 from tests.support.polling import pid_gone
 from tests.support.procs import shut_down
 from tests.support.servers import BACKENDS, DatabasePool, pg_bin_dir, servers_left_running, start_pg_server
@@ -130,7 +130,7 @@ def target(request, db_path: Path) -> str:
     holding an empty queue (``pg_queue_url``);
     in a module that sets ``TARGETS = IN_PROCESS_BACKENDS``, also that file on a ``VolatileDisk``
     (the APSW backend), cut at teardown, which ends the connections opened on it, and that file
-    opened by the minimal backend (``tests/minimal_backend.py``: the required contract alone).
+    opened by the minimal backend (``tests/support/minimal_backend.py``: the required contract alone).
 
     A test of a SQLite-only fact narrows it with ``@pytest.mark.parametrize("target", ["sqlite"], indirect=True)``.
     """

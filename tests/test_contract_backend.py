@@ -271,7 +271,7 @@ def test_a_file_uri_naming_a_vfs_is_the_apsw_backend_with_the_sqlite_backends_st
 
 def test_the_minimal_backend_writes_no_fast_path_so_the_suite_runs_it_on_the_defaults():
     from leaselab.backends.defaults import BackendDefaults
-    from minimal_backend import MinimalBackend
+    from tests.support.minimal_backend import MinimalBackend
 
     optional = {name for name in contract.FastPaths.__dict__ if not name.startswith("_")}
     assert optional == set(contract.FAST_PATHS)
@@ -284,7 +284,7 @@ def test_the_minimal_backend_writes_no_fast_path_so_the_suite_runs_it_on_the_def
 def test_a_backend_without_the_mixin_gets_the_defaults_it_lacks_and_keeps_its_own(tmp_path):
     from leaselab.backends.defaults import BackendDefaults, with_defaults
     from leaselab.backoff import Backoff
-    from minimal_backend import MinimalBackend
+    from tests.support.minimal_backend import MinimalBackend
 
     plain = type(
         "Plain", (), {k: v for k, v in MinimalBackend.__dict__.items() if k not in ("__dict__", "__weakref__")}

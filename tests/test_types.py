@@ -56,11 +56,11 @@ def test_the_backends_and_the_queue_type_check_and_every_backend_satisfies_the_c
 
 
 def test_the_minimal_backend_satisfies_the_required_contract_alone(mypy_cache):
-    """tests/minimal_backend.py writes only ``Backend``'s members (the fast paths are the mixin's defaults):
+    """tests/support/minimal_backend.py writes only ``Backend``'s members (the fast paths are the mixin's defaults):
     its ``_CONTRACT: type[Backend] = MinimalBackend`` line type checks."""
-    text = (ROOT / "tests/minimal_backend.py").read_text(encoding="utf-8")
+    text = (ROOT / "tests/support/minimal_backend.py").read_text(encoding="utf-8")
     assert "\n_CONTRACT: type[Backend] = MinimalBackend" in text
-    out = mypy(mypy_cache, "tests/minimal_backend.py")
+    out = mypy(mypy_cache, "tests/support/minimal_backend.py")
     assert out.returncode == 0, out.stdout + out.stderr
 
 

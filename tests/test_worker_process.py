@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 from leaselab import Queue, Status
-from polling import pid_gone, wait_until
+from tests.support.polling import pid_gone, wait_until
 
 # A program that runs one Worker on the main thread. Its handler holds job 1 until the worker has
 # been asked to stop (so no clock decides what is seen), then returns; the program prints what
