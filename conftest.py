@@ -14,18 +14,8 @@ Without xdist (``pytest -n 0``, or pytest alone) the order is the same.
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
-
-from tests.support import binder_env, polling, servers
-
-# The suite's helpers are one package, tests.support, imported by that name (this folder is on sys.path:
-# pyproject.toml's pythonpath). notebooks/conftest.py still imports three of them by their old bare names
-# (binder_env, polling, servers) from tests/: they are registered here under those names too, as the
-# same module objects, so the lessons' conftest and the suite share one binder environment and one state.
-for _module in (binder_env, polling, servers):
-    sys.modules.setdefault(_module.__name__.rsplit(".", 1)[1], _module)
 
 # Markers and files, longest first: what a worker should take before anything else. A test's tier is
 # the first entry that matches it; everything else keeps its place after them.

@@ -1,7 +1,7 @@
 """nbval runs the lessons as tests, each in a kernel of the environment binder/ installs.
 
 - The kernel (``binder_env.KERNEL``, named in ``addopts``) is the Python of the fresh environment
-  ``tests/binder_env.py`` makes once per run from ``binder/requirements.txt``: a lesson that passes
+  ``tests/support/binder_env.py`` makes once per run from ``binder/requirements.txt``: a lesson that passes
   here runs on what mybinder.org installs, and on nothing the tests installed beside it.
 - Each lesson's kernel gets a TMPDIR of its own. Once the kernel has stopped, no scratch folder may
   be left in it and no process may name it (a worker, or lesson 6's server, whose data folder is
@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the suite's helpers
-import binder_env
-from polling import wait_until
-from servers import processes_naming
+from tests.support import binder_env
+from tests.support.polling import wait_until
+from tests.support.servers import processes_naming
 
 # A lesson's janitor (lessons.cleanup_at_exit) outlives its kernel by 2 s on purpose.
 LEFT_BEHIND_WAIT = 10
