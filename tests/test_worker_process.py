@@ -19,14 +19,23 @@ PROGRAM = textwrap.dedent("""
     import signal, sys, time
     from leaselab import Worker
 
+    said = []
+
+    def log(line):
+        said.append(line)
+        print(line, flush=True)
+
     def handle(job):
         print("holding", job.id, flush=True)
-        while not worker.stopping:
+        # After a Ctrl-C, hold the job until the worker has said which jobs it finishes: it reads
+        # that from the queue, and a job already done by then would not be named.
+        told = lambda: any("stopping" in line or "finishing" in line for line in said)
+        while not worker.stopping or (sys.argv[2] == "int" and not told()):
             time.sleep(0.01)
         return "done"
 
     before = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
-    with Worker(sys.argv[1], handle, name="py", lease=30, log=lambda line: print(line, flush=True)) as worker:
+    with Worker(sys.argv[1], handle, name="py", lease=30, log=log) as worker:
         stats = worker.run()
     print("returned", stats.completed, flush=True)
     print("handlers back", (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)) == before, flush=True)
@@ -43,12 +52,12 @@ def _read_until(stream, text: str) -> str:
     raise AssertionError(f"{text!r} never came; the output was:\n{seen}")
 
 
-def _start(tmp_path, jobs: int = 2) -> tuple[subprocess.Popen, str]:
+def _start(tmp_path, mode: str, jobs: int = 2) -> tuple[subprocess.Popen, str]:
     db = str(tmp_path / "q.db")
     with Queue(db) as q:
         for n in range(jobs):
             q.enqueue(n)
-    proc = subprocess.Popen([sys.executable, "-c", PROGRAM, db], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", PROGRAM, db, mode], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     _read_until(proc.stdout, "holding 1")
     return proc, db
@@ -60,7 +69,7 @@ def _statuses(db: str) -> list[Status]:
 
 
 def test_sigterm_finishes_the_job_held_claims_no_other_and_puts_the_handlers_back(tmp_path):
-    proc, db = _start(tmp_path)
+    proc, db = _start(tmp_path, "term")
     try:
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=60)
@@ -72,7 +81,7 @@ def test_sigterm_finishes_the_job_held_claims_no_other_and_puts_the_handlers_bac
 
 
 def test_a_first_ctrl_c_says_which_job_it_finishes_and_returns(tmp_path):
-    proc, db = _start(tmp_path)
+    proc, db = _start(tmp_path, "int")
     try:
         proc.send_signal(signal.SIGINT)
         out, _ = proc.communicate(timeout=60)
@@ -85,14 +94,14 @@ def test_a_first_ctrl_c_says_which_job_it_finishes_and_returns(tmp_path):
 
 
 # The same program, but its handler never lets go: only a second Ctrl-C ends it.
-STUCK = PROGRAM.replace("while not worker.stopping:", "while True:")
+STUCK = PROGRAM.replace("while not worker.stopping or", "while True or")
 
 
 def test_a_second_ctrl_c_exits_at_once_and_leaves_the_job_to_its_lease(tmp_path):
     db = str(tmp_path / "q.db")
     with Queue(db) as q:
         q.enqueue(0)
-    proc = subprocess.Popen([sys.executable, "-c", STUCK, db], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", STUCK, db, "int"], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         _read_until(proc.stdout, "holding 1")
@@ -114,7 +123,7 @@ def test_a_worker_run_from_python_exits_when_its_parent_is_gone(tmp_path, kill_a
         q.enqueue(0)
     parent_code = textwrap.dedent(f"""
         import subprocess, sys, time
-        p = subprocess.Popen([sys.executable, "-c", {STUCK!r}, {db!r}], stdout=subprocess.PIPE, text=True)
+        p = subprocess.Popen([sys.executable, "-c", {STUCK!r}, {db!r}, "int"], stdout=subprocess.PIPE, text=True)
         print(p.pid, flush=True)
         for line in p.stdout:
             if "holding 1" in line:
