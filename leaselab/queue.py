@@ -49,7 +49,8 @@ class Queue:
     lose the last transactions on power loss; on PostgreSQL (``synchronous_commit`` off) a server
     crash may lose the last acknowledged commits and hand a claim's fence out again. On PostgreSQL
     ``busy_timeout`` bounds the wait for another transaction's lock (``lock_timeout``) and for the
-    connection.
+    connection. ``call_timeout`` sets the property of that name: on a server, a queue given to a
+    ``Worker`` needs one below the worker's lease.
     """
 
     def __init__(
@@ -63,6 +64,7 @@ class Queue:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         tracer: Tracer | None = None,
         create: bool = True,
+        call_timeout: float | None = None,
     ):
         if durability not in DURABILITIES:
             raise ValueError(f"durability must be 'full' or 'normal', got {durability!r}")
@@ -70,6 +72,7 @@ class Queue:
             raise TypeError(f"clock must be a callable returning unix seconds, got {clock!r}")
         if backoff is not None and not isinstance(backoff, Backoff):
             raise TypeError(f"backoff must be a leaselab.Backoff, got {backoff!r}")
+        call_timeout = None if call_timeout is None else positive("call_timeout", call_timeout)
         self.path = os.fspath(path)
         self.durability = durability
         self.backoff = backoff or Backoff()
@@ -87,6 +90,10 @@ class Queue:
         )
         self.clock: Clock = clock or self.backend.clock or system_clock
         self.backend.use_clock(self.clock)
+        if call_timeout is not None:
+            # Only now, past the schema check: opening may upgrade a big table, which takes longer
+            # than any one call of a worker should, and that is no call the worker's lease waits on.
+            self.backend.call_timeout = call_timeout
 
     @property
     def tracer(self) -> Tracer | None:
@@ -103,14 +110,22 @@ class Queue:
     def call_timeout(self) -> float | None:
         """The longest one call may wait for a server that does not answer, in seconds (None: no bound).
 
-        On PostgreSQL such a call raises ``DatabaseUnreachable`` and the next one reconnects;
-        a worker sets it below its lease. A file queue ignores it: its busy timeout bounds every wait.
+        On PostgreSQL such a call raises ``DatabaseUnreachable`` and the next one reconnects; a
+        ``Worker`` refuses a queue whose calls could outlast its lease (``bounds_calls``, and no
+        ``call_timeout`` below the lease), and never sets it on a queue it is given. A file queue
+        ignores it: its busy timeout bounds every wait.
         """
         return self.backend.call_timeout
 
     @call_timeout.setter
     def call_timeout(self, seconds: float | None) -> None:
         self.backend.call_timeout = None if seconds is None else positive("call_timeout", seconds)
+
+    @property
+    def bounds_calls(self) -> bool:
+        """Whether ``call_timeout`` bounds this queue's calls: True on a server, False on a file, which
+        ignores it."""
+        return self.backend.bounds_calls
 
     # -- life cycle -------------------------------------------------------
 

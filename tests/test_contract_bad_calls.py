@@ -154,6 +154,20 @@ BAD_CALLS: list[tuple[str, Call, type, str, tuple[str, ...]]] = [
     ("an unknown status filter", lambda q, s: q.jobs(status="lost"), ValueError, "status", ()),
     ("an unknown durability", lambda q, s: Queue(s.target, durability="fast"), ValueError, "durability", ()),
     (
+        "a call timeout of zero",
+        lambda q, s: Queue(s.target, call_timeout=0),
+        ValueError,
+        "call_timeout must be > 0",
+        (),
+    ),
+    (
+        "a call timeout that is not a number",
+        lambda q, s: Queue(s.target, call_timeout="27"),
+        TypeError,
+        "call_timeout must be a number",
+        (),
+    ),
+    (
         "a handler module that does not import",
         lambda q, s: load_handler("no_such_module_xyz:run"),
         HandlerError,

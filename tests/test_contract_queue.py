@@ -465,6 +465,19 @@ def test_both_durabilities_run_a_job_through_and_survive_reopening(target, clock
         assert again.get(job_id).result == durability
 
 
+# -- the call timeout --------------------------------------------------------------------------------
+
+
+def test_a_queue_opened_with_a_call_timeout_holds_it_and_only_a_server_bounds_its_calls_by_it(target):
+    with Queue(target, call_timeout=2.5) as q:
+        assert q.call_timeout == 2.5
+        assert q.bounds_calls is (q.backend.kind == "postgresql")  # a file's busy timeout bounds every wait
+        q.enqueue("x")
+        assert q.claim("w").payload == "x"
+    with Queue(target) as q:
+        assert q.call_timeout is None
+
+
 # -- complete_and_claim: the worker's hot path, one transaction ------------------------------------
 
 

@@ -673,6 +673,12 @@ def test_a_heartbeat_through_a_cut_link_raises_unreachable_within_the_call_timeo
         assert q.get(job_id).status is Status.RUNNING and q.get(job_id).token == job.token
 
 
+def test_a_queue_opened_with_a_call_timeout_sets_its_server_limits_from_its_first_call(pg_url):
+    with Queue(pg_url, call_timeout=2.0) as q:
+        limits = q.backend.run("SELECT current_setting('lock_timeout'), current_setting('statement_timeout')")[0]
+        assert limits == ("1500ms", "1500ms")  # half a second before the call timeout, as the setter gives them
+
+
 def test_the_call_timeout_is_checked_and_its_server_limits_end_a_lock_wait_before_the_client_cuts(pg_url):
     with Queue(pg_url, busy_timeout=30) as q, Queue(pg_url) as other:
         assert q.call_timeout is None

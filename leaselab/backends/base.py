@@ -155,7 +155,7 @@ class SqlBackend(BackendDefaults):
         # A call pays only for the hooks its dialect fills in: SQLite bounds no call and adapts no
         # parameter, and a worker's every statement would otherwise go through both for nothing.
         dialect = type(self)
-        self._bounds_calls = dialect._bounded is not SqlBackend._bounded
+        self.bounds_calls = dialect._bounded is not SqlBackend._bounded
         self._adapts_params = dialect._prepare is not SqlBackend._prepare
 
     # -- the dialect's hooks (the caller holds the lock) ------------------------------------
@@ -217,7 +217,7 @@ class SqlBackend(BackendDefaults):
         with self._lock:
             conn = self._connection()
             try:
-                if not self._bounds_calls:
+                if not self.bounds_calls:
                     self._sync(conn, durable)
                     return read(conn.execute(statement, params))
                 with self._bounded(conn):
@@ -228,7 +228,7 @@ class SqlBackend(BackendDefaults):
 
     def transaction(self, durable: bool) -> AbstractContextManager[Run]:
         """One transaction under the lock; yields run(statement, params) -> the driver's cursor."""
-        if self._bounds_calls:
+        if self.bounds_calls:
             return self._bounded_transaction(durable)
         return _Transaction(self, durable)
 

@@ -128,6 +128,10 @@ class Backend(Protocol):
     tracer: Tracer | None  # called with (statement, params) before each statement runs
     call_timeout: float | None  # the longest one call may wait for a server; ignored where every wait is bounded
 
+    # Whether ``call_timeout`` bounds its calls (a server's); False where it is ignored.
+    @property
+    def bounds_calls(self) -> bool: ...
+
     def use_clock(self, clock: Callable[[], float]) -> None:
         """The queue's clock, for statements that read the time once they hold their locks."""
         ...

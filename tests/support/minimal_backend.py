@@ -51,6 +51,7 @@ class MinimalBackend(BackendDefaults):
     statements = sql  # which statements it runs (the tests' tracer looks them up); not a contract member
     clock = None  # the queue's clock
     call_timeout: float | None = None  # no server to wait for
+    bounds_calls = False  # so call_timeout is kept and ignored
 
     def __init__(self, path: str, *, busy_timeout: float, backoff: Backoff, tracer: Tracer | None, create: bool):
         if not create and not Path(path).exists():
