@@ -305,7 +305,7 @@ def leaselab_two_calls(url: str, slots: int, ready, go) -> list:
 
 def leaselab_worker(url: str, slots: int, ready, go) -> list:
     got: list = []
-    with Queue(url, durability="full") as q:
+    with Queue(url, durability="full", call_timeout=27) as q:  # below the worker's lease (30 s)
         worker = Worker(
             q,
             lambda job: got.append(job.payload),
@@ -316,8 +316,8 @@ def leaselab_worker(url: str, slots: int, ready, go) -> list:
             max_poll=0.05,
             log=lambda line: None,
         )
-        # Setting the worker's call timeout closed the queue's connection, so that the next call opens one
-        # with the timeout's limits: open it now, as every other contender is connected before the start.
+        # Setting the call timeout closed the connection the queue opened with, so that the next call opens
+        # one with the timeout's limits: open it now, as every other contender is connected before the start.
         q.stats()
         _ready(ready, go)
         worker.run()

@@ -102,7 +102,7 @@ def queue_batch_of_one(url: str) -> None:
 
 
 def worker(url: str) -> None:
-    with Queue(url, durability="full") as q:
+    with Queue(url, durability="full", call_timeout=27) as q:  # below the worker's lease (30 s)
         Worker(q, lambda job: None, name="w", exit_when_idle=True, poll=0.01, max_poll=0.05, log=None).run()
 
 
@@ -122,7 +122,7 @@ def queue_calls_k(url: str, k: int) -> None:
 
 
 def worker_k(url: str, k: int) -> None:
-    with Queue(url, durability="full") as q:
+    with Queue(url, durability="full", call_timeout=27) as q:  # below the worker's lease (30 s)
         Worker(
             q, lambda job: None, name="w", exit_when_idle=True, poll=0.01, max_poll=0.05, log=None, concurrency=k
         ).run()

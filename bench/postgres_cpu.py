@@ -49,7 +49,7 @@ DEFAULT = "leaselab-hand,leaselab-hand-threads,leaselab-worker,two-loops,pgqueue
 def two_loops(url: str, slots: int, ready, go) -> list:
     """Two Workers of slots // 2 on two connections, run side by side in this process."""
     got: list = []
-    queues = [Queue(url, durability="full") for _ in range(2)]
+    queues = [Queue(url, durability="full", call_timeout=27) for _ in range(2)]  # below the workers' lease (30 s)
     try:
         workers = [
             Worker(

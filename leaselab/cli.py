@@ -38,11 +38,17 @@ def _short(value: object, width: int, as_json: bool = False) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _open(args: argparse.Namespace, create: bool = False) -> Queue:
+def _open(args: argparse.Namespace, create: bool = False, call_timeout: float | None = None) -> Queue:
     # Only enqueue makes a queue: any other command given a mistyped --db must say so, not
     # answer from a fresh empty file it just left behind.
     create = create or is_server_url(args.db)  # a server URL names no file to look for
-    return Queue(args.db, durability=getattr(args, "durability", "full"), create=create, busy_timeout=args.busy_timeout)
+    return Queue(
+        args.db,
+        durability=getattr(args, "durability", "full"),
+        create=create,
+        busy_timeout=args.busy_timeout,
+        call_timeout=call_timeout,
+    )
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -59,7 +65,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from .worker import STARTED, STOPPED, Worker, load_handler, outlast
+    from .worker import CALL_TIMEOUT_SHARE, STARTED, STOPPED, Worker, load_handler, outlast
     from .worker.process import ProcessControl
 
     log = LineLog()  # the worker hands it each turn's lines at once (LineLog.lines)
@@ -78,7 +84,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
         opened = outlast(
             "open the queue",
-            lambda: _open(args),
+            lambda: _open(args, call_timeout=CALL_TIMEOUT_SHARE * args.lease),  # as a worker opens its own
             stop=control.stop_asked,
             log=lambda message: log(f"{named}: {message}"),
         )

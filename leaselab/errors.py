@@ -95,5 +95,10 @@ class UnsupportedSQLite(LeaselabError):
     """Raised when the linked SQLite library is older than 3.37 and so has no STRICT tables."""
 
 
+class CallTimeoutTooLong(LeaselabError, ValueError):
+    """Raised when a worker is given a queue on a server whose calls may outlast the worker's lease: no
+    ``call_timeout``, or one not below the lease."""
+
+
 class HandlerError(LeaselabError):
     """Raised when a handler path like ``module:function`` cannot be imported or is not callable."""

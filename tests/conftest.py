@@ -15,6 +15,8 @@ import pytest
 from leaselab import ManualClock, Queue
 from leaselab.harness.fleet import Fleet
 from leaselab.harness.pgserver import LABEL_VARIABLE
+from leaselab.queue import DEFAULT_LEASE
+from leaselab.worker import CALL_TIMEOUT_SHARE
 from tests.support import minimal_backend
 from tests.support.polling import pid_gone
 from tests.support.procs import shut_down
@@ -165,6 +167,15 @@ def pytest_generate_tests(metafunc):
 def queue(target: str, clock: ManualClock):
     """A fresh queue on each backend whose time moves only when the test calls ``clock.advance``."""
     q = Queue(target, clock=clock)
+    yield q
+    q.close()
+
+
+@pytest.fixture
+def worker_queue(target: str, clock: ManualClock):
+    """``queue``, opened as a worker opens its own: its calls end before the default lease. A ``Worker``
+    refuses a server's queue whose calls could outlast its lease, and never changes a queue it is given."""
+    q = Queue(target, clock=clock, call_timeout=CALL_TIMEOUT_SHARE * DEFAULT_LEASE)
     yield q
     q.close()
 

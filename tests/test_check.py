@@ -519,7 +519,7 @@ def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effect
 
 def test_a_worker_run_in_process_leaves_a_clean_history(tmp_path, target):
     db, effects = target, tmp_path / "effects.jsonl"
-    with Queue(db) as q:
+    with Queue(db, call_timeout=0.9 * LEASE) as q:
         q.enqueue_many([{"effects": str(effects)}] * 5 + [{"effects": str(effects), "fail": 1}])
         Worker(q, task, name="w1", lease=LEASE, exit_when_idle=True, poll=0.01).run()
     report = check(db, effects=effects, lease=LEASE, runs_recorded=True)

@@ -34,17 +34,17 @@ def test_a_handler_with_two_arguments_is_given_the_lease_and_one_with_one_argume
     assert (wants_lease(one), wants_lease(two), wants_lease(defaulted), wants_lease(len)) == (False, True, True, False)
 
 
-def test_in_a_worker_a_one_argument_handler_still_runs_and_a_two_argument_one_gets_a_live_lease(queue):
-    queue.enqueue_many(["a", "b"])
+def test_in_a_worker_a_one_argument_handler_still_runs_and_a_two_argument_one_gets_a_live_lease(worker_queue):
+    worker_queue.enqueue_many(["a", "b"])
     seen = []
-    Worker(queue, lambda job: seen.append(job.payload), name="w1").run(max_jobs=1)
-    Worker(queue, lambda job, lease: seen.append((lease.job.id, lease.lost.is_set())), name="w1").run(max_jobs=1)
+    Worker(worker_queue, lambda job: seen.append(job.payload), name="w1").run(max_jobs=1)
+    Worker(worker_queue, lambda job, lease: seen.append((lease.job.id, lease.lost.is_set())), name="w1").run(max_jobs=1)
     assert seen == ["a", (2, False)]
 
 
 def test_a_refused_heartbeat_sets_lost_while_the_handler_still_runs(target):
     clock = ManualClock()
-    with Queue(target, clock=clock) as q:
+    with Queue(target, clock=clock, call_timeout=0.9) as q:  # below the worker's lease
         job_id = q.enqueue("x")
         told = []
 
@@ -106,7 +106,7 @@ def test_with_concurrency_each_handler_gets_its_own_lease_and_refused_heartbeats
     import threading
 
     clock = ManualClock()
-    with Queue(target, clock=clock) as q:
+    with Queue(target, clock=clock, call_timeout=0.9) as q:  # below the worker's lease
         q.enqueue_many(["a", "b"])
         both = threading.Barrier(2)
         told = {}

@@ -36,10 +36,10 @@ class Writes:
         return [line for text in self.writes for line in text.splitlines()]
 
 
-def test_a_one_slot_worker_writes_each_completion_with_the_claim_made_in_the_same_transaction(queue):
-    ids = queue.enqueue_many([{"n": n} for n in range(4)])
+def test_a_one_slot_worker_writes_each_completion_with_the_claim_made_in_the_same_transaction(worker_queue):
+    ids = worker_queue.enqueue_many([{"n": n} for n in range(4)])
     out = Writes()
-    Worker(queue, lambda job: job.payload, name="w1", exit_when_idle=True, log=LineLog(out)).run()
+    Worker(worker_queue, lambda job: job.payload, name="w1", exit_when_idle=True, log=LineLog(out)).run()
     jobs = [[re.sub(STAMP, "", line) for line in text.splitlines()] for text in out.writes]
     a, b, c, d = ids
     assert jobs == [
@@ -54,11 +54,17 @@ def test_a_one_slot_worker_writes_each_completion_with_the_claim_made_in_the_sam
         assert len(set(re.findall(STAMP, text))) == 1
 
 
-def test_a_worker_with_slots_writes_a_turns_lines_together_and_each_job_claimed_before_completed(queue):
-    ids = queue.enqueue_many([{"n": n} for n in range(40)])
+def test_a_worker_with_slots_writes_a_turns_lines_together_and_each_job_claimed_before_completed(worker_queue):
+    ids = worker_queue.enqueue_many([{"n": n} for n in range(40)])
     out = Writes()
     stats = Worker(
-        queue, lambda job: job.payload, name="w1", concurrency=4, exit_when_idle=True, poll=0.01, log=LineLog(out)
+        worker_queue,
+        lambda job: job.payload,
+        name="w1",
+        concurrency=4,
+        exit_when_idle=True,
+        poll=0.01,
+        log=LineLog(out),
     ).run()
     lines = out.lines()
     assert stats.completed == 40

@@ -158,7 +158,7 @@ def test_a_worker_whose_completion_reply_is_lost_counts_it_done_and_runs_the_job
             proxy.drop_next_reply()  # the next request is this job's completion (the lease is long)
         return job.id
 
-    with Queue(url) as q:
+    with Queue(url, call_timeout=27) as q:
         worker = Worker(
             q, handler, name="w1", lease=30, concurrency=concurrency, exit_when_idle=True, poll=0.01, log=lines.append
         )
@@ -204,7 +204,7 @@ def test_a_heartbeat_that_waited_on_a_lock_under_the_busy_timeout_writes_a_whole
     lines: list[str] = []
     with Queue(target, busy_timeout=BUSY) as setup:
         job_id = setup.enqueue("slow")
-    queue = Queue(target, busy_timeout=BUSY)
+    queue = Queue(target, busy_timeout=BUSY, call_timeout=0.9 * LEASE)
     worker = Worker(
         queue,
         lambda job: time.sleep(LOCK_HELD + 3) or "ok",
@@ -258,7 +258,7 @@ def test_a_worker_with_slots_behind_a_slow_link_never_takes_a_finished_job_for_a
         return job.payload["n"]
 
     proxy.delay(0.02)  # 40 ms a round trip: a beat is in flight while handlers finish
-    with Queue(url) as q:
+    with Queue(url, call_timeout=0.8) as q:
         stats = Worker(
             q, handler, name="w1", lease=0.9, concurrency=4, exit_when_idle=True, poll=0.01, log=lines.append
         ).run()

@@ -139,7 +139,7 @@ def test_the_server_refuses_each_value_that_would_stick_a_job_or_stop_the_claim_
 def test_a_pending_job_past_the_32_bit_limit_is_claimed_and_ends_and_the_other_jobs_still_run(pg_url):
     """attempts is bigint, as max_attempts is: a job at attempt 2**31 is only a job (version 1
     stored attempts as integer, and its claim's attempts + 1 failed every claim)."""
-    with Queue(pg_url) as q:
+    with Queue(pg_url, call_timeout=27) as q:  # below the worker's lease (30 s)
         big, *others = q.enqueue_many([{"n": n} for n in range(4)], max_attempts=BIGINT_MAX)
         raw(pg_url, "UPDATE jobs SET attempts = %s WHERE id = %s", (INT_MAX, big))
         last, _ = q.enqueue_many([{"fail": True}, "x"], max_attempts=BIGINT_MAX)
@@ -200,7 +200,7 @@ def test_a_version_1_database_holding_rows_that_stick_jobs_is_upgraded_and_those
     # A job at attempt 2147483647 that has attempts left: on version 1 its claim stopped the fleet.
     raw(pg_url, "UPDATE jobs SET attempts = 2147483647, max_attempts = %s WHERE id = 8", (BIGINT_MAX,))
     events_before = events_of(pg_url)
-    with Queue(pg_url) as q:
+    with Queue(pg_url, call_timeout=27) as q:  # below the worker's lease (30 s); the upgrade is not bounded by it
         jobs = {j.id: j for j in q.jobs()}
         for job_id, (_, reason) in HOSTILE_V1.items():
             assert jobs[job_id].status is Status.DEAD, job_id

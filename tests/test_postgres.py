@@ -173,7 +173,7 @@ def test_a_worker_whose_clock_runs_ten_minutes_slow_still_reaps_an_expired_lease
 
 
 def test_an_idle_postgresql_worker_wakes_on_notify_long_before_its_poll(pg_url):
-    with Queue(pg_url) as q, Queue(pg_url) as producer:
+    with Queue(pg_url, call_timeout=27) as q, Queue(pg_url) as producer:
         worker = Worker(q, lambda job: job.payload, name="w", poll=60, max_poll=60)
         runner = threading.Thread(target=worker.run)
         runner.start()

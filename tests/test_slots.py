@@ -15,6 +15,7 @@ from tests.support.servers import IN_PROCESS_BACKENDS
 
 # The slots run in this process: on a queue of every backend, APSW too. The fleets' tests take a file.
 TARGETS = IN_PROCESS_BACKENDS
+# A queue given to a worker bounds its calls below the worker's lease (30 s): call_timeout=27.
 
 
 def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queue(target):
@@ -30,7 +31,7 @@ def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queu
             running.discard(job.id)
         return job.payload * 2
 
-    with Queue(target) as q:
+    with Queue(target, call_timeout=27) as q:
         ids = q.enqueue_many(range(12))
         stats = Worker(q, handler, name="w1", concurrency=4, exit_when_idle=True, poll=0.01).run()
         assert most[0] == 4
@@ -41,7 +42,7 @@ def test_a_worker_with_four_slots_runs_four_handlers_at_once_and_drains_the_queu
 def test_a_worker_never_holds_more_jobs_than_it_has_slots(target):
     seen = []
 
-    with Queue(target) as q:
+    with Queue(target, call_timeout=27) as q:
         q.enqueue_many([0.1] * 10)
 
         def handler(job):
@@ -59,7 +60,7 @@ def test_a_slot_whose_handler_raises_fails_that_job_alone(target):
             raise ValueError("no")
         return "ok"
 
-    with Queue(target) as q:
+    with Queue(target, call_timeout=27) as q:
         good = q.enqueue_many(["a", "b", "c"])
         bad = q.enqueue("bad", max_attempts=1)
         not_json = q.enqueue("set", max_attempts=1)
@@ -83,7 +84,7 @@ def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_th
             raise SystemExit(3)
         return job.payload
 
-    with Queue(target) as q:
+    with Queue(target, call_timeout=27) as q:
         first = q.enqueue("exit", max_attempts=1)
         rest = q.enqueue_many(list("abcde"))
         worker = Worker(q, handler, name="w1", concurrency=2, exit_when_idle=True, poll=0.01)

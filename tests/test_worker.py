@@ -8,12 +8,19 @@ import threading
 import pytest
 
 from leaselab import Backoff, HandlerError, Job, LeaselabError, ManualClock, Queue, Status, Worker
+from leaselab.errors import CallTimeoutTooLong
 from leaselab.worker import load_handler
 from tests.support.polling import wait_until
 from tests.support.servers import IN_PROCESS_BACKENDS
 
 # The worker runs in this process, on a queue of any backend: APSW's VolatileDisk too.
 TARGETS = IN_PROCESS_BACKENDS
+
+
+@pytest.fixture
+def queue(worker_queue):
+    """The tests here hand their ``queue`` to a ``Worker``: it is opened as a worker's own is."""
+    return worker_queue
 
 
 class RecordingStop:
@@ -175,7 +182,7 @@ def test_a_worker_opened_by_path_uses_the_same_file(target):
 )
 def test_a_worker_closes_the_queue_it_opened_and_leaves_a_queue_it_was_given_open(target):
     path = target
-    with Queue(path) as q:
+    with Queue(path, call_timeout=27) as q:
         q.enqueue("one")
         given = Worker(q, "leaselab.harness.demo:echo", name="w1", exit_when_idle=True)
         given.run()
@@ -191,7 +198,7 @@ def test_a_worker_closes_the_queue_it_opened_and_leaves_a_queue_it_was_given_ope
 def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(target):
     # Real time on purpose: the heartbeat is a thread on a real timer.
     path = target
-    q = Queue(path)
+    q = Queue(path, call_timeout=0.5)  # below the worker's lease
     job_id = q.enqueue({"seconds": 2})
     reaper_q = Queue(path)
     reaped: list[int] = []
@@ -220,7 +227,7 @@ def test_the_heartbeat_thread_keeps_a_long_job_alive_against_an_eager_reaper(tar
 
 def test_a_worker_that_loses_its_lease_mid_job_does_not_overwrite_and_carries_on(target):
     clock = ManualClock()
-    q = Queue(target, clock=clock, backoff=Backoff(base=0))
+    q = Queue(target, clock=clock, backoff=Backoff(base=0), call_timeout=27)
     other = Queue(target, clock=clock, backoff=Backoff(base=0))
     first = q.enqueue("stolen", priority=1)  # so B's claim takes it back, not the other job
     second = q.enqueue("normal")
@@ -248,7 +255,7 @@ def test_a_worker_that_loses_its_lease_mid_job_does_not_overwrite_and_carries_on
 def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(target):
     # The heartbeat fires on a real timer (lease/3); the queue's clock is manual.
     clock = ManualClock()
-    q = Queue(target, clock=clock, backoff=Backoff(base=0))
+    q = Queue(target, clock=clock, backoff=Backoff(base=0), call_timeout=0.25)  # below the worker's lease
     other = Queue(target, clock=clock, backoff=Backoff(base=0))
     job_id = q.enqueue("x")
     taken: list[Job] = []
@@ -283,7 +290,7 @@ def test_a_refused_heartbeat_drops_the_job_without_writing_a_result(target):
 
 def test_a_worker_reaps_expired_leases_in_its_loop(target):
     clock = ManualClock()
-    q = Queue(target, clock=clock, backoff=Backoff(base=0))
+    q = Queue(target, clock=clock, backoff=Backoff(base=0), call_timeout=27)
     job_id = q.enqueue("abandoned")
     q.claim("crashed", lease=5)
     clock.advance(6)
@@ -384,13 +391,33 @@ def test_a_worker_name_with_control_characters_is_refused_naming_the_argument(ta
             Worker(q, lambda job: None, name=name)
 
 
+def test_a_worker_made_from_a_path_bounds_every_call_of_its_own_queue_below_its_lease(target):
+    with Worker(target, lambda job: None, lease=10) as worker:
+        assert worker.queue.call_timeout == pytest.approx(9.0)
+
+
+@pytest.mark.parametrize("target", ["sqlite", "apsw", "minimal"], indirect=True)
+def test_a_worker_given_a_file_queue_needs_no_call_timeout_and_leaves_the_queue_as_it_was(target):
+    with Queue(target) as q:
+        assert Worker(q, lambda job: None, lease=10).queue is q
+        assert q.call_timeout is None  # a file ignores it: every wait there is bounded by the busy timeout
+
+
 @pytest.mark.parametrize("target", ["postgresql"], indirect=True)
-def test_a_worker_bounds_every_call_of_its_queue_below_its_lease_unless_the_queue_already_has_a_bound(target):
+def test_a_worker_refuses_a_server_queue_whose_calls_could_outlast_its_lease_and_never_changes_it(target):
     with Queue(target) as q:
-        assert Worker(q, lambda job: None, lease=10).queue.call_timeout == pytest.approx(9.0)
-    with Queue(target) as q:
-        q.call_timeout = 3.0
-        assert Worker(q, lambda job: None, lease=10).queue.call_timeout == 3.0
+        conn = q.backend.connection
+        with pytest.raises(CallTimeoutTooLong, match=r"Queue\(url, call_timeout=9\) \(below the lease of 10s\)"):
+            Worker(q, lambda job: None, lease=10)
+        # Setting it would have reconnected the caller's connection, under whatever the caller was doing.
+        assert q.call_timeout is None and q.backend.connection is conn
+        q.call_timeout = 10.0
+        with pytest.raises(ValueError, match="call_timeout is 10s, not below the lease"):
+            Worker(q, lambda job: None, lease=10)
+    with Queue(target, call_timeout=3.0) as q:
+        conn = q.backend.connection
+        assert Worker(q, lambda job: None, lease=10).queue is q
+        assert q.call_timeout == 3.0 and q.backend.connection is conn
 
 
 def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_own_fresh_claim(target):
@@ -414,7 +441,7 @@ def test_a_worker_frozen_between_its_claim_and_recording_it_does_not_reap_its_ow
             reaped_at.append(now)
             return moved
 
-    q = FreezesAfterTheClaim(target, clock=clock)
+    q = FreezesAfterTheClaim(target, clock=clock, call_timeout=27)
     job_id = q.enqueue("x")
     worker = Worker(q, lambda job: "done", name="w1", lease=30, reap_every=0.05)
     thread = threading.Thread(target=worker.run, kwargs={"max_jobs": 1})
@@ -464,7 +491,7 @@ def test_a_worker_does_not_reap_a_job_it_is_finishing_though_its_lease_ran_out_m
             raise RuntimeError("no")
         return "done"
 
-    with FreezesBeforeTheOutcome(target, clock=clock, backoff=Backoff(base=0, jitter=0)) as q:
+    with FreezesBeforeTheOutcome(target, clock=clock, backoff=Backoff(base=0, jitter=0), call_timeout=27) as q:
         job_id = q.enqueue("x", max_attempts=1)
         stats = Worker(q, handler, name="w1", lease=30, reap_every=0.05).run(max_jobs=1)
         kinds = [e.kind for e in q.events(job_id)]

@@ -12,6 +12,16 @@ It imports only the standard library and leaselab's core, so a worker process st
 """
 
 from .lease import Lease
-from .loop import STARTED, STOPPED, Worker, WorkerStats, handler_path, load_handler, outlast
+from .loop import CALL_TIMEOUT_SHARE, STARTED, STOPPED, Worker, WorkerStats, handler_path, load_handler, outlast
 
-__all__ = ["Lease", "STARTED", "STOPPED", "Worker", "WorkerStats", "handler_path", "load_handler", "outlast"]
+__all__ = [
+    "CALL_TIMEOUT_SHARE",
+    "Lease",
+    "STARTED",
+    "STOPPED",
+    "Worker",
+    "WorkerStats",
+    "handler_path",
+    "load_handler",
+    "outlast",
+]

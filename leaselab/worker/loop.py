@@ -25,7 +25,7 @@ from time import monotonic as _monotonic
 from typing import Any, Final, TypeVar
 
 from ..arguments import integer, positive
-from ..errors import HandlerError, InvalidPayload, LeaseLost, TransientError
+from ..errors import CallTimeoutTooLong, HandlerError, InvalidPayload, LeaseLost, TransientError
 from ..job import Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
@@ -39,6 +39,9 @@ STOPPED: Final = faults.STOPPED  # what outlast returns when a stop came while i
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
 # handlers are in place): whoever waits for a worker to start (the lab's Fleet, the tests) looks for it.
 STARTED = "started (pid "
+# The call timeout of a queue a worker opens for itself, as a share of its lease: every call ends
+# before the lease could (habit 25).
+CALL_TIMEOUT_SHARE: Final = 0.9
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
@@ -106,6 +109,20 @@ def _refuse_coroutine(handler: Callable[..., Any], name: str) -> None:
             f"functions, on its own threads; call it from one, e.g. "
             f"def run(job): return asyncio.run({call}(job))"
         )
+
+
+def _refuse_calls_past(queue: Queue, lease: float) -> None:
+    """``CallTimeoutTooLong`` for a queue given to a worker whose calls to a server could outlast its lease:
+    a call still waiting when the lease ran out would act on a job that may be another worker's by then."""
+    bound = queue.call_timeout
+    if not queue.bounds_calls or (bound is not None and bound < lease):
+        return
+    now = "None (no bound)" if bound is None else f"{bound:g}s, not below the lease"
+    raise CallTimeoutTooLong(
+        f"a worker's calls must end before its lease, but the queue's call_timeout is {now}: open the "
+        f"queue with Queue(url, call_timeout={CALL_TIMEOUT_SHARE * lease:g}) (below the lease of {lease:g}s), "
+        "or give the Worker the URL and it opens its own"
+    )
 
 
 def _folders() -> list[str]:
@@ -295,9 +312,11 @@ class Worker:
     ``log`` gets each line, prefixed with the worker's name, as it is made; a ``LineLog``
     (the ``leaselab worker`` command's) gets the lines of one turn of the loop together
     (its completions, then the claims made with them), unless one says a wait begins.
-    A worker made from a path opens its own queue and closes it in ``close()`` (or a ``with``
-    block); a queue passed in stays the caller's. ``run()`` on the main thread handles SIGTERM,
-    Ctrl-C and the parent's death as the ``leaselab worker`` command does, unless ``signals=False``.
+    A worker made from a path opens its own queue, with a ``call_timeout`` below the lease, and closes
+    it in ``close()`` (or a ``with`` block); a queue passed in stays the caller's, settings and all, and
+    on a server must come with a ``call_timeout`` below the lease (``CallTimeoutTooLong`` if not).
+    ``run()`` on the main thread handles SIGTERM, Ctrl-C and the parent's death as the ``leaselab
+    worker`` command does, unless ``signals=False``.
     """
 
     def __init__(
@@ -328,11 +347,14 @@ class Worker:
         if name is not None and has_unprintable(name):  # it goes into every log line and row: one line each
             raise ValueError(f"name must not hold control characters, got {name!r}")
         # A queue the worker opened from a path is its own to close (close(), or ``with``); a
-        # queue it was given stays the caller's.
+        # queue it was given stays the caller's: changing its call timeout would reconnect it, under
+        # whatever the caller was doing with it.
         self._owns_queue = not isinstance(queue_or_path, Queue)
-        self.queue = queue_or_path if isinstance(queue_or_path, Queue) else Queue(queue_or_path)
-        if self.queue.call_timeout is None:  # every call ends before the lease could: habit 25
-            self.queue.call_timeout = 0.9 * self.lease
+        if isinstance(queue_or_path, Queue):
+            self.queue = queue_or_path
+            _refuse_calls_past(self.queue, self.lease)
+        else:
+            self.queue = Queue(queue_or_path, call_timeout=CALL_TIMEOUT_SHARE * self.lease)
         self.name = name or f"worker-{os.getpid()}"
         self._prefix = f"{self.name}: "  # every line the worker writes begins with its name
         self.exit_when_idle = exit_when_idle
