@@ -2,9 +2,11 @@
 
 It prints the seed and the schedule first, then progress on stderr every couple of seconds,
 then what the run did and the checker's report; exit 0 when clean, 1 when something broke,
-2 on bad input. ``--db postgresql`` (no host) runs on a throw-away server started here, the
-only kind ``server-crash`` may crash, removed at the end whatever happens: an error, Ctrl-C
-or SIGTERM (and, should this process be SIGKILLed, by the server's own watchdog).
+2 on bad input. A clean run none of whose faults hit a running attempt exits 0 too (nothing
+broke), but its verdict says it proved nothing about faults. ``--db postgresql`` (no host)
+runs on a throw-away server started here, the only kind ``server-crash`` may crash, removed
+at the end whatever happens: an error, Ctrl-C or SIGTERM (and, should this process be
+SIGKILLed, by the server's own watchdog).
 """
 
 from __future__ import annotations

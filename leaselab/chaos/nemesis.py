@@ -15,7 +15,7 @@ import heapq
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,18 @@ SETTLE_TIMEOUT = 30.0  # seconds a recovered server gets to take the fleet's own
 
 @dataclass(frozen=True)
 class Applied:
-    """A step as it really happened: when (seconds from the start), to which process, or why not."""
+    """A step as it really happened: when (seconds from the start), to which process, or why not.
+
+    ``until`` is when a lasting fault really ended (a server crash: when the server was back),
+    which may be sooner than ``at + step.lasts`` (a step that began late is cut short by the
+    next on its slot) or later; None for an instant fault.
+    """
 
     step: Step
     at: float
     process: str | None
     missed: str | None = None
+    until: float | None = None
 
 
 class Slots:
@@ -119,15 +125,17 @@ class Nemesis:
         self.server, self.server_lock = server, server_lock or threading.Lock()
         self.clock = clock
         self.applied: list[Applied] = []
+        self.started: float | None = None  # the ``clock`` reading every ``Applied.at`` counts from
         self._stop = threading.Event()
         self._open: dict[str, tuple[Step, str]] = {}  # slot -> the lasting step on it and the process hit
+        self._open_applied: dict[str, int] = {}  # slot -> the index in ``applied`` of the step open on it
 
     def stop(self) -> None:
         self._stop.set()
 
     def run(self) -> list[Applied]:
         """Apply every step at its offset from now (late, if the one before took longer); return the record."""
-        start = self.clock()
+        start = self.started = self.clock()
         # (due, 1, order, step) begins a step; (due, 0, order, step) ends one, first when both are due.
         agenda = [(s.at, 1, i, s) for i, s in enumerate(self.schedule.steps)]
         heapq.heapify(agenda)
@@ -144,8 +152,11 @@ class Nemesis:
                 if step.worker in self._open:  # the one before on this slot began late: it ends now
                     self._end(step.worker)
                 applied = self._begin(step, self.clock() - start)
+                if step.worker is None and applied.missed is None:  # the server is back: its crash is over
+                    applied = replace(applied, until=self.clock() - start)
                 self.applied.append(applied)
                 if step.worker in self._open:
+                    self._open_applied[step.worker] = len(self.applied) - 1
                     order += 1
                     heapq.heappush(agenda, (applied.at + step.lasts, 0, order, step))
         finally:
@@ -196,6 +207,9 @@ class Nemesis:
         if slot not in self._open or (step is not None and self._open[slot][0] is not step):
             return
         step, name = self._open.pop(slot)
+        index = self._open_applied.pop(slot, None)
+        if index is not None and self.started is not None:
+            self.applied[index] = replace(self.applied[index], until=self.clock() - self.started)
         try:
             if step.fault == "pause":
                 self.fleet.resume(name)

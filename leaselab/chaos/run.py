@@ -5,6 +5,7 @@
     result = run("chaos.db", "leaselab.harness.demo:task", workers=4, jobs=500, seconds=30, seed=7)
     print(result.render())            # the faults applied, then the checker's report
     result.clean                      # no anomaly, the queue drained, no acknowledged job missing
+    result.faults_overlapping_attempts  # the faults that hit a running attempt: 0, and it proved nothing
 
 A quarter of the jobs go in before the workers start, the rest in batches over the first
 eight tenths of the faults, so the faults hit a busy queue throughout. Everything the run
@@ -28,11 +29,12 @@ from typing import Any
 
 from ..arguments import integer, positive
 from ..backends import is_server_url
-from ..check import Report, check
+from ..check import Report, check_history, load
 from ..errors import TransientError
 from ..harness.fleet import DEFAULT_HANDLER, Fleet, WorkerStatus, files_prefix
 from ..queue import Queue
 from ..worker import load_handler
+from . import overlap
 from .errors import QueueNotEmpty, ServerNotRecovered
 from .nemesis import Applied, Nemesis, Slots, run_in_thread
 from .schedule import FAULTS, Schedule, applicable, plan, slots
@@ -103,6 +105,7 @@ class ChaosResult:
     schedule: Schedule
     report: Report
     applied: list[Applied]
+    hits: list[int]  # for each applied fault, how many running attempts it hit (``overlap.hit``)
     drained: bool
     drain_timeout: float
     missing: int  # acknowledged enqueues that are not in the jobs table
@@ -124,22 +127,37 @@ class ChaosResult:
         return {f: n for f in FAULTS if (n := done.count(f))}
 
     @property
+    def faults_overlapping_attempts(self) -> int:
+        """How many of the faults applied hit a running attempt: with none, a clean run proved nothing about faults."""
+        return sum(1 for n in self.hits if n)
+
+    @property
     def replies_dropped(self) -> int:
         return sum(w.replies_dropped for w in self.workers)
+
+    def verdict(self, lang: str = "en") -> str:
+        """The report's headline, unless every promise held while no fault hit a running attempt: then that, said."""
+        if not self.report.clean or self.faults_overlapping_attempts:
+            return self.report.headline(lang)
+        key = "toothless" if self.fault_counts() else "toothless_no_faults"
+        return text(key, lang, tally=self.report.tally(lang))
 
     def render(self, lang: str = "en") -> str:
         counts = self.fault_counts()
         detail = "".join(f", {text('label_' + f, lang)} {n}" for f, n in counts.items())
+        faults = sum(counts.values())
         lines = [
             text(
                 "summary",
                 lang,
-                faults=sum(counts.values()),
+                faults=faults,
                 detail=f" ({detail[2:]})" if detail else "",
                 workers=len(self.workers),
                 dropped=self.replies_dropped,
             )
         ]
+        if faults:
+            lines.append(text("hits", lang, faults=faults, hit=self.faults_overlapping_attempts))
         lines += [
             text("missed", lang, at=a.at, fault=a.step.fault, worker=a.step.worker or "", why=a.missed)
             for a in self.applied
@@ -157,7 +175,8 @@ class ChaosResult:
             )
         if self.missing:
             lines.append(text("missing", lang, n=self.missing))
-        lines.append(self.report.render(lang))
+        # The report's first line is its headline: the verdict takes its place.
+        lines += [self.verdict(lang), *self.report.render(lang).split("\n")[1:]]
         return "\n".join(lines)
 
     def to_json(self) -> dict:
@@ -172,10 +191,13 @@ class ChaosResult:
                     "worker": a.step.worker,
                     "process": a.process,
                     "missed": a.missed,
+                    "until": None if a.until is None else round(a.until, 3),
+                    "attempts_hit": n,
                 }
-                for a in self.applied
+                for a, n in zip(self.applied, self.hits, strict=True)
             ],
             "faults": self.fault_counts(),
+            "faults_overlapping_attempts": self.faults_overlapping_attempts,
             "replies_dropped": self.replies_dropped,
             "drained": self.drained,
             "missing": self.missing,
@@ -313,6 +335,9 @@ def run(
     stop = threading.Event()
     watch = Queue(target)
     try:
+        # The queue's clock minus this one: the events are on the queue's clock (the server's, on a
+        # server), the faults on this process's monotonic clock, counted from when the nemesis began.
+        queue_minus_monotonic = watch.clock() - time.monotonic()
         enqueued[0] += _enqueue(fleet.queue, first)
         for slot in pool.names:
             pool.fill(slot)
@@ -400,12 +425,18 @@ def run(
     final = fleet.status()
     stats = fleet.queue.stats()
     fleet.queue.close()
-    report = check(target, effects=effects, lease=lease, idle=drained)
+    history = load(target, effects=effects)
+    report = check_history(history, lease=lease, idle=drained)
     missing = max(0, enqueued[0] - sum(stats.values()))
+    applied = list(nemesis.applied)
+    running = overlap.attempts(history.events)
+    origin = queue_minus_monotonic + (nemesis.started or 0.0)  # no start: nothing was applied
+    hits = [len(overlap.hit(a, origin, running)) for a in applied]
     return ChaosResult(
         schedule=schedule,
         report=report,
-        applied=list(nemesis.applied),
+        applied=applied,
+        hits=hits,
         drained=drained,
         drain_timeout=drain_timeout,
         missing=missing,

@@ -19,6 +19,11 @@ STRINGS: dict[str, dict[str, str]] = {
         "missing": "{n} acknowledged {n|enqueue is|enqueues are} missing from the jobs table",
         "summary": "{faults} {faults|fault|faults} applied{detail}; {workers} worker {workers|process|processes} in "
         "all, {dropped} {dropped|reply|replies} dropped",
+        "hits": "of {faults} {faults|fault|faults}, {hit} hit a running attempt",
+        "toothless": "every promise held, but no fault hit a running attempt: this run proved nothing about faults "
+        "({tally})",
+        "toothless_no_faults": "every promise held, but no fault was applied: this run proved nothing about faults "
+        "({tally})",
         "missed": "{at:6.2f}s  {fault} {worker}: not applied ({why})",
         "interrupted": "interrupted: every worker stopped, the throw-away server removed",
         "kill": "kill {worker} (SIGKILL; a new worker takes its place)",
@@ -54,6 +59,11 @@ STRINGS: dict[str, dict[str, str]] = {
         "not_drained": "очередь не опустела за {seconds:g} с: ожидают {pending}, выполняются {running}",
         "missing": "в таблице jobs нет подтверждённых постановок в очередь: {n}",
         "summary": "применено сбоев: {faults}{detail}; всего процессов-воркеров {workers}, потеряно ответов {dropped}",
+        "hits": "из {faults} {faults|сбоя|сбоев|сбоев} на выполняющуюся попытку {hit|пришёлся|пришлись|пришлось} {hit}",
+        "toothless": "все обещания сдержаны, но ни один сбой не пришёлся на выполняющуюся попытку: о сбоях этот "
+        "прогон ничего не доказал ({tally})",
+        "toothless_no_faults": "все обещания сдержаны, но не было применено ни одного сбоя: о сбоях этот прогон "
+        "ничего не доказал ({tally})",
         "missed": "{at:6.2f} с  {fault} {worker}: не применён ({why})",
         "interrupted": "прервано: все воркеры остановлены, одноразовый сервер удалён",
         "kill": "убить {worker} (SIGKILL; его место займёт новый воркер)",

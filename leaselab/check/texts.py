@@ -235,7 +235,8 @@ COUNTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
 # The report's own lines.
 REPORT: dict[str, dict[str, str]] = {
     "en": {
-        "clean": "every promise held: {jobs}, {repeated_runs}, {refused_zombies}",
+        "clean": "every promise held: {tally}",
+        "tally": "{jobs}, {repeated_runs}, {refused_zombies}",
         "broken": "{anomalies} in {jobs}",
         "counts": "attempts {attempts}, reaps {reaps}, refused writes {refused_writes}, effects {effects}",
         "absorbed": "repeated runs whose effect happened once: {repeats_absorbed}",
@@ -245,7 +246,8 @@ REPORT: dict[str, dict[str, str]] = {
         "job_none": "no job",
     },
     "ru": {
-        "clean": "все обещания сдержаны: {jobs}, {repeated_runs}, {refused_zombies}",
+        "clean": "все обещания сдержаны: {tally}",
+        "tally": "{jobs}, {repeated_runs}, {refused_zombies}",
         "broken": "найдено аномалий: {anomalies_n} (всего {jobs})",
         "counts": "попыток: {attempts}, возвратов в очередь: {reaps}, отклонённых записей: {refused_writes}, "
         "записанных действий: {effects}",
