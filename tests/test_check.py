@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue, Worker
+from leaselab.backends import is_server_url
 from leaselab.check import (
     KINDS,
     LANGS,
@@ -354,6 +355,8 @@ def test_a_running_jobs_lease_end_tells_the_checker_its_workers_lease():
 
 
 # -- real queues, with "another program" writing rows ---------------------------------------------
+# On SQLite and PostgreSQL (the target fixture): check reads a file with sqlite3 and a server with
+# psycopg, never through Queue, and sqlite3 cannot open the APSW backend's in-process disk.
 
 
 def refused_zombie(q: Queue, clock: ManualClock, result, late) -> tuple:
@@ -372,9 +375,9 @@ def refused_zombie(q: Queue, clock: ManualClock, result, late) -> tuple:
 
 
 @pytest.fixture
-def real(tmp_path):
-    """A SQLite queue on a manual clock with one zombie refused; returns (path, clock, the zombie's first Job)."""
-    db, clock = tmp_path / "q.db", ManualClock()
+def real(target, clock):
+    """A queue on a manual clock with one zombie refused; returns (target, clock, the zombie's first Job)."""
+    db = target
     with Queue(db, clock=clock) as q:
         first, _ = refused_zombie(q, clock, {"ok": True}, lambda z: q.complete(z.id, z.token, {"late": True}))
         q.enqueue({"n": 2})
@@ -383,7 +386,15 @@ def real(tmp_path):
     return db, clock, first
 
 
-def other_program(db: Path, sql: str, *params) -> None:
+def other_program(db: str | Path, sql: str, *params) -> None:
+    """Run ``sql`` (``?`` parameters) as another program would, with the raw driver: psycopg on a
+    server, sqlite3 on a file."""
+    if is_server_url(db):
+        import psycopg
+
+        with psycopg.connect(str(db), autocommit=True) as server:
+            server.execute(sql.replace("?", "%s"), params)
+        return
     conn = sqlite3.connect(db, isolation_level=None)
     try:
         conn.execute(sql, params)
@@ -413,8 +424,8 @@ def test_a_real_clean_run_keeps_every_promise_and_counts_its_zombie(real):
     )
 
 
-def test_a_stale_completion_written_by_another_program_is_caught_with_the_triggers_own_event(tmp_path, zombie):
-    db, clock = tmp_path / "q.db", ManualClock()
+def test_a_stale_completion_written_by_another_program_is_caught_with_the_triggers_own_event(target, clock, zombie):
+    db = target
     with Queue(db, clock=clock) as q:
         q.enqueue(1)
         zombie_job, holder = zombie(lease=LEASE, holder="w1", successor="w2", queue=q)
@@ -466,10 +477,8 @@ def test_a_job_abandoned_by_a_killed_worker_is_stuck_once_its_lease_ran_out(targ
     assert "истекла 1,0 с назад" in report.anomalies[0].sentence("ru")  # a decimal comma in Russian
 
 
-def _ledger_run(tmp_path, keyed: bool):
+def _ledger_run(db: str, clock: ManualClock, ledger_path: Path, keyed: bool) -> Ledger:
     """One deposit job run twice (its first worker stalls past the lease): the lessons' ledger as the store."""
-    tmp_path.mkdir()
-    db, ledger_path, clock = tmp_path / "q.db", tmp_path / "ledger.db", ManualClock()
     with Queue(db, clock=clock) as q:
         q.enqueue({"ledger": str(ledger_path), "amount": 10, "keyed": keyed})
         first = q.claim("w1", lease=LEASE)
@@ -479,24 +488,25 @@ def _ledger_run(tmp_path, keyed: bool):
         clock.advance(60)
         second = q.claim("w2", lease=LEASE)
         q.complete(second.id, second.token, deposit(second))
-    return db, Ledger(ledger_path), clock
+    return Ledger(ledger_path)
 
 
-def test_the_lessons_ledger_through_the_callable_form_tells_a_double_deposit_from_a_keyed_one(tmp_path):
-    db, ledger, clock = _ledger_run(tmp_path / "plain", keyed=False)
-    with ledger:
+def test_the_lessons_ledger_through_the_callable_form_tells_a_double_deposit_from_a_keyed_one(tmp_path, target, clock):
+    # Both runs in one queue, each with a ledger of its own: the keyed run's check sees the plain
+    # run's job too, which ran twice and has no effect in the keyed ledger (no anomaly, none absorbed).
+    db = target
+    with _ledger_run(db, clock, tmp_path / "plain.db", keyed=False) as ledger:
         report = check(db, effects=ledger.effects, now=clock())
     assert [(a.kind, a.job) for a in report.anomalies] == [("effect_repeated", 1)]
     assert report.anomalies[0].sentence() == "job 1: its effect happened 2 times (attempts 1, 2)"
     assert report.anomalies[0].sentence("ru") == "задача 1: её действие выполнено 2 раза (попытки 1, 2)"
-    db, ledger, clock = _ledger_run(tmp_path / "keyed", keyed=True)
-    with ledger:
+    with _ledger_run(db, clock, tmp_path / "keyed.db", keyed=True) as ledger:
         report = check(db, effects=ledger.effects, now=clock())
     assert report.clean and report.counts["repeats_absorbed"] == 1 and report.counts["effects"] == 1
 
 
-def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effects_names(tmp_path, fleet_on):
-    db, effects = tmp_path / "q.db", tmp_path / "effects.jsonl"
+def test_a_real_worker_process_records_its_effects_into_the_file_leaselab_effects_names(tmp_path, target, fleet_on):
+    db, effects = target, tmp_path / "effects.jsonl"
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0}] * 3)
     fleet = fleet_on(db)
@@ -695,8 +705,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def test_check_prints_the_report_and_exits_0_when_clean_1_on_an_anomaly(capsys, tmp_path):
-    db = tmp_path / "lab.db"
+def test_check_prints_the_report_and_exits_0_when_clean_1_on_an_anomaly(capsys, target):
+    db = target
     with Queue(db) as q:
         q.enqueue(1)
         job = q.claim("w1")
@@ -723,8 +733,8 @@ def test_check_json_is_for_programs(capsys, real):
     assert code == EXIT_ANOMALY and [(a["kind"], a["job"]) for a in data["anomalies"]] == [("history_disagrees", 2)]
 
 
-def test_check_with_an_effects_file_finds_the_repeated_effect(capsys, tmp_path):
-    db, effects = tmp_path / "q.db", tmp_path / "effects.jsonl"
+def test_check_with_an_effects_file_finds_the_repeated_effect(capsys, tmp_path, target):
+    db, effects = target, tmp_path / "effects.jsonl"
     with Queue(db) as q:
         q.enqueue({"effects": str(effects)})
         job = q.claim("w1")

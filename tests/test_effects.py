@@ -15,6 +15,11 @@ def test_plain_deposits_all_count_and_keyed_ones_count_once(tmp_path):
         assert (ledger.balance("a"), ledger.balance("b"), ledger.balance("nobody")) == (30, 10, 0)
 
 
+# The lessons' ledger is a table in a SQLite file (effects.Ledger opens it with sqlite3, record_deposit
+# writes SQLite's :name parameters), so completing with it runs on a SQLite queue file: on PostgreSQL
+# record_deposit is a syntax error, and sqlite3 cannot open the APSW backend's in-process disk. What the
+# queue itself promises here (queue.completing: the caller's statements and the fenced completion in one
+# transaction) is pinned on every backend in test_contract_queue.py.
 def _queue_with_job(tmp_path):
     clock = ManualClock()
     q = Queue(tmp_path / "q.db", clock=clock)
@@ -52,10 +57,11 @@ def test_a_zombie_completing_gets_lease_lost_and_its_effect_is_rolled_back(tmp_p
     assert [e.worker for e in q.events(job_id) if e.kind == "lease_lost"] == ["w1"]
 
 
-def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_path, fleet_on):
+def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_path, target, fleet_on):
+    """At-least-once with real processes: the queue on a file or a server, the ledger in a file of its own."""
     from tests.support.polling import wait_until
 
-    q = Queue(tmp_path / "q.db")
+    q = Queue(target)
     ledger_file = str(tmp_path / "ledger.db")
     plain = q.enqueue({"ledger": ledger_file, "account": "a", "amount": 10, "crash": 1})
     keyed = q.enqueue({"ledger": ledger_file, "account": "b", "amount": 10, "keyed": True, "crash": 1})

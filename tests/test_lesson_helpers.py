@@ -10,6 +10,11 @@ import pytest
 from leaselab import LeaseLost, ManualClock, Queue, lessons
 from leaselab.harness import demo
 from tests.support.polling import pid_gone, wait_until
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+# The history tables and the held demo job read a queue in this process: on every backend, APSW too.
+# The claim's plan and its step count are SQLite's (EXPLAIN QUERY PLAN, its virtual machine's steps).
+TARGETS = IN_PROCESS_BACKENDS
 
 
 def test_scratch_makes_a_fresh_folder_and_cleanup_removes_it():
@@ -43,17 +48,14 @@ def test_a_russian_lessons_wait_times_out_wholly_in_russian(tmp_path, monkeypatc
         lessons.wait_until(lambda: False, timeout=0.05, interval=0.01, what=what)
 
 
-def test_history_shows_seconds_since_the_first_event_kind_attempt_and_worker(tmp_path):
-    clock = ManualClock()
-    q = Queue(tmp_path / "h.db", clock=clock)
-    job_id = q.enqueue("x")
+def test_history_shows_seconds_since_the_first_event_kind_attempt_and_worker(queue, clock):
+    job_id = queue.enqueue("x")
     clock.advance(2.5)
-    q.claim("w1")
-    lines = lessons.history(q.events(job_id)).splitlines()
+    queue.claim("w1")
+    lines = lessons.history(queue.events(job_id)).splitlines()
     assert lines[0].split() == ["0.00s", "job", "1", "enqueued", "attempt", "0", "-"]
     assert lines[1].split() == ["2.50s", "job", "1", "claimed", "attempt", "1", "w1"]
     assert lessons.history([]) == "(no events)"
-    q.close()
 
 
 def test_claim_plan_uses_the_partial_index_without_a_sort(tmp_path):
@@ -127,11 +129,10 @@ def test_claim_steps_counts_the_work_of_one_real_claim(tmp_path):
     assert nothing is None and 0 < empty_steps < steps  # finding nothing is less work than a claim
 
 
-def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp_path, zombie):
-    clock = ManualClock()
-    q = Queue(tmp_path / "h.db", clock=clock)
+def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(queue, zombie):
+    q = queue
     job_id = q.enqueue("x")
-    old, _ = zombie(holder="w1", retake=False, queue=q)
+    old, _ = zombie(holder="w1", retake=False)
     with pytest.raises(LeaseLost):
         q.complete(old.id, old.token)
     lines = lessons.history(q.events(job_id), lang="ru").splitlines()
@@ -143,13 +144,14 @@ def test_history_in_russian_says_its_words_and_the_stored_details_in_russian(tmp
     assert lessons.history([], lang="ru") == "(событий нет)"
     with pytest.raises(ValueError, match="lang must be one of en, ru"):
         lessons.history([], lang="fr")
-    q.close()
 
 
-def test_a_held_demo_job_finishes_its_first_attempt_only_once_the_gate_file_exists_and_later_ones_at_once(tmp_path):
+def test_a_held_demo_job_finishes_its_first_attempt_only_once_the_gate_file_exists_and_later_ones_at_once(
+    tmp_path, target, clock
+):
     """What lets a lesson freeze, kill or cut off the first worker however late it gets to it."""
-    gate, clock = tmp_path / "gate", ManualClock()
-    with Queue(tmp_path / "q.db", clock=clock) as q:
+    gate = tmp_path / "gate"
+    with Queue(target, clock=clock) as q:
         job_id = q.enqueue({"seconds": 0, "hold": str(gate)})
         first, results = q.claim("w1", lease=5), []
         thread = threading.Thread(target=lambda: results.append(demo.task(first)))

@@ -12,17 +12,19 @@ import pytest
 from leaselab import LeaseLost, ManualClock, Queue
 from leaselab.harness.fleet import Action, faults_path
 from leaselab.lab.timeline import Bar, Fault, Mark, draw, load, timeline_data
+from tests.support.servers import IN_PROCESS_BACKENDS
 
 matplotlib.use("Agg")
 
+# The timeline is drawn from the events a queue recorded: on every backend, APSW too.
+TARGETS = IN_PROCESS_BACKENDS
+
 
 @pytest.fixture
-def history(tmp_path):
+def history(target, clock):
     """A zombie story on a manual clock: w1 claims job 1 and freezes; w2 works on; w1's lease is
-    reaped; w1 wakes, and its late complete is refused. Returns (path, queue, t0, actions)."""
-    clock = ManualClock()
-    path = tmp_path / "history.db"
-    q = Queue(path, clock=clock)
+    reaped; w1 wakes, and its late complete is refused. Returns (target, queue, t0, actions)."""
+    q = Queue(target, clock=clock)
     t0 = clock()
     q.enqueue_many([{"n": 1}, {"n": 2}, {"n": 3}])
     a = q.claim("w1", lease=5)  # t0: job 1 to w1
@@ -38,7 +40,7 @@ def history(tmp_path):
     with pytest.raises(LeaseLost):
         q.complete(a.id, a.token, "late")  # t0+12: the zombie's write is refused
     actions = [Action(t0 + 0.5, "w1", "pause", 111), Action(t0 + 11.5, "w1", "resume", 111)]
-    yield path, q, t0, actions
+    yield target, q, t0, actions
     q.close()
 
 
@@ -74,7 +76,11 @@ def test_without_a_fleet_record_the_silence_before_a_reap_is_shaded(history):
     assert [(f.worker, f.kind, f.start - t0, f.end - t0) for f in faults] == [("w1", "silent", 0.0, 10.0)]
 
 
-def test_a_file_alone_gives_the_same_timeline_with_the_fault_record_beside_it(history):
+# Where a fleet can run (a file, or a server: its record goes to the current folder); a fleet's
+# workers are other processes, which cannot open the APSW backend's in-process disk.
+@pytest.mark.parametrize("target", ["sqlite", "postgresql"], indirect=True)
+def test_a_file_alone_gives_the_same_timeline_with_the_fault_record_beside_it(history, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     path, q, t0, actions = history
     with open(faults_path(path), "w") as fh:
         for a in actions:
@@ -86,25 +92,26 @@ def test_a_file_alone_gives_the_same_timeline_with_the_fault_record_beside_it(hi
     assert len(data.bars) == 3 and len(data.marks) == 2
 
 
-def test_a_killed_holders_attempt_ends_at_the_kill_and_the_down_time_is_shaded():
-    events_q = Queue(":memory:", clock=ManualClock(100.0))
-    clock = events_q.clock
-    events_q.enqueue({"n": 1})
-    job = events_q.claim("w1", lease=5)
-    clock.advance(8)
-    events_q.reap()
+def test_a_killed_holders_attempt_ends_at_the_kill_and_the_down_time_is_shaded(target):
+    clock = ManualClock(100.0)
+    with Queue(target, clock=clock) as q:
+        q.enqueue({"n": 1})
+        job = q.claim("w1", lease=5)
+        clock.advance(8)
+        q.reap()
+        events = q.events()
     actions = [Action(102.0, "w1", "kill", 1), Action(104.0, "w1", "spawn", 2)]
-    data = timeline_data(events_q.events(), actions)
+    data = timeline_data(events, actions)
     assert data.bars == [Bar("w1", job.id, 1, 100.0, 102.0, "reaped")]
     assert data.faults == [Fault("w1", "kill", 102.0, 104.0)]
     assert data.marks == [Mark("w1", 108.0, "reaped", job.id)]
 
 
-def test_an_attempt_still_running_reaches_now():
-    q = Queue(":memory:", clock=ManualClock(100.0))
-    q.enqueue({"n": 1})
-    q.claim("w1", lease=5)
-    assert timeline_data(q.events(), now=103.0).bars[0].end == 103.0
+def test_an_attempt_still_running_reaches_now(target):
+    with Queue(target, clock=ManualClock(100.0)) as q:
+        q.enqueue({"n": 1})
+        q.claim("w1", lease=5)
+        assert timeline_data(q.events(), now=103.0).bars[0].end == 103.0
 
 
 def test_the_picture_has_a_lane_per_worker_and_a_legend_for_what_it_shows(history):
@@ -132,18 +139,19 @@ def test_the_russian_picture_has_russian_labels(history):
     assert "отклонённая запись зомби" in [text.get_text() for text in ax.get_legend().get_texts()]
 
 
-def test_an_empty_file_draws_an_empty_picture_that_says_so(tmp_path):
-    Queue(tmp_path / "empty.db").close()
-    fig = draw(path=tmp_path / "empty.db")
+def test_an_empty_queue_draws_an_empty_picture_that_says_so(target):
+    Queue(target).close()
+    fig = draw(path=target)
     assert "No attempts recorded yet." in [t.get_text() for t in fig.axes[0].texts]
 
 
-def test_a_cut_network_is_shaded_like_a_pause_from_partition_to_heal():
-    q = Queue(":memory:", clock=ManualClock(100.0))
-    q.enqueue({"n": 1})
-    q.claim("w1", lease=5)
+def test_a_cut_network_is_shaded_like_a_pause_from_partition_to_heal(target):
+    with Queue(target, clock=ManualClock(100.0)) as q:
+        q.enqueue({"n": 1})
+        q.claim("w1", lease=5)
+        events = q.events()
     actions = [Action(101.0, "w1", "partition", 1), Action(109.0, "w1", "heal", 1), Action(110.0, "w2", "partition", 2)]
-    data = timeline_data(q.events(), actions, now=112.0)
+    data = timeline_data(events, actions, now=112.0)
     assert Fault("w1", "partition", 101.0, 109.0) in data.faults
     assert Fault("w2", "partition", 110.0, 112.0) in data.faults  # still cut off: shaded up to now
 

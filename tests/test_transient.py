@@ -2,9 +2,11 @@
 
 The second table of issue 15. A worker must log the fault, keep its job and token,
 retry with a capped backoff and carry on once the fault passes; nothing acknowledged
-(an enqueue that returned an id, a completion that was logged) may be lost. The full
-disk is a real one: a 2 MiB tmpfs mounted for the test (which needs root; elsewhere
-the test is skipped).
+(an enqueue that returned an id, a completion that was logged) may be lost. The held
+lock is another program's on every backend (``tests/support/locks.py``): on a file or a
+server for a fleet, the APSW backend too for a worker in this process. The full disk is
+a SQLite file's, a real one: a 2 MiB tmpfs mounted for the test (which needs root;
+elsewhere the test is skipped).
 """
 
 from __future__ import annotations
@@ -23,12 +25,15 @@ from pathlib import Path
 import pytest
 
 from leaselab import LeaselabError, Queue, TransientError
+from leaselab.backends import is_server_url
 from leaselab.errors import DatabaseBusy, DiskFull
 from leaselab.worker.faults import CLEARED as FAULT_CLEARED
 from leaselab.worker.faults import WAITING as FAULT_WAITING
 from tests.support import history
+from tests.support.locks import BUSY_WORDS, WriteLock, hold_write_lock
 from tests.support.polling import wait_until
 from tests.support.procs import log_of
+from tests.support.servers import IN_PROCESS_BACKENDS
 
 # A fleet's worker as these tests start it: quick polls, and it exits once the queue is empty.
 FAST = dict(lease=5.0, name="w1", poll=0.01, max_poll=0.1, exit_when_idle=True)
@@ -75,7 +80,7 @@ def finish(proc: subprocess.Popen, timeout: float = WORKER_EXITS_WITHIN) -> int:
         pytest.fail("the worker did not exit by itself")
 
 
-def assert_history_holds(db: Path) -> None:
+def assert_history_holds(db: Path | str) -> None:
     jobs, events, _ = history.load(str(db))
     assert history.check_final_states(jobs) == []
     assert history.check_fencing(events) == []
@@ -90,24 +95,16 @@ def test_the_transient_errors_share_one_base_and_a_full_disk_is_its_own():
 
 
 # -- a write lock held past the busy timeout ----------------------------------------------------
-
-
-def hold_write_lock(db: Path, seconds: float) -> None:
-    """Another process's long write: what a worker frozen mid-commit in the lab does to everyone else."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        time.sleep(seconds)
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
+# Another program's long write (what a worker frozen mid-commit in the lab does to everyone else),
+# on every backend (tests/support/locks.py): a fleet's on a file or a server, the in-process worker's
+# on the APSW backend too.
 
 
 @pytest.mark.parametrize("concurrency", [1, 3], ids=["one job at a time", "three at once"])
 def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_every_job(
-    tmp_path, fleet_on, concurrency
+    target, fleet_on, concurrency
 ):
-    db = tmp_path / "q.db"
+    db = target
     with Queue(db) as q:
         ids = q.enqueue_many([{"seconds": 0.05}] * 30)
     fleet = fleet_on(db)
@@ -121,7 +118,7 @@ def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_
     text = log_of(fleet, name)
     assert code == 0, text
     assert "Traceback" not in text and "error:" not in text
-    assert FAULT_WAITING in text and "write lock" in text and FAULT_CLEARED in text
+    assert FAULT_WAITING in text and BUSY_WORDS in text and FAULT_CLEARED in text
     waits = [float(w) for w in re.findall(r"retrying in ([0-9.e+-]+)s", text)]
     assert waits and max(waits) <= 2.0  # a capped backoff
     with Queue(db) as q:
@@ -129,10 +126,10 @@ def test_a_worker_outlives_a_write_lock_held_past_its_busy_timeout_and_finishes_
     assert_history_holds(db)
 
 
-def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(tmp_path, fleet_on):
+def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(target, fleet_on):
     from leaselab.lab.dashboard import worker_row_html
 
-    db = tmp_path / "lab.db"
+    db = target
     with Queue(db) as q:
         q.enqueue_many([{"seconds": 0.05}] * 200)
     fleet = fleet_on(db)
@@ -143,7 +140,7 @@ def test_the_lab_shows_a_worker_waiting_on_a_held_lock_and_running_again_after(t
         waiting = wait_until(
             lambda: next((w for w in fleet.status() if w.badge == "waiting"), None), message="the waiting badge"
         )
-        assert waiting.name == name and "write lock" in waiting.fault
+        assert waiting.name == name and BUSY_WORDS in waiting.fault
         assert "leaselab-state-waiting" in worker_row_html(waiting, "en")
         assert "ждёт" in worker_row_html(waiting, "ru")
     finally:
@@ -249,17 +246,18 @@ def test_a_worker_waits_out_a_full_disk_and_no_acknowledged_enqueue_or_completio
     assert_history_holds(db)
 
 
-def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_job_stays_its_to_reap(tmp_path):
+@pytest.mark.parametrize("target", IN_PROCESS_BACKENDS, indirect=True)  # the worker runs in this process
+def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_job_stays_its_to_reap(target):
     from leaselab import Worker
 
-    db = tmp_path / "q.db"
+    db = target
     with Queue(db) as q:
         job_id = q.enqueue(1)
-    holder = sqlite3.connect(db, isolation_level=None)
+    holder = WriteLock(db)
     lines: list[str] = []
 
     def handler(job):
-        holder.execute("BEGIN IMMEDIATE")  # from now on every write of the worker times out
+        holder.take()  # from now on every write of the worker times out
         return "done"
 
     def log(line: str) -> None:
@@ -270,7 +268,7 @@ def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_
     with Queue(db, busy_timeout=0.05) as q:
         worker = Worker(q, handler, name="w", lease=30, log=log)
         stats = worker.run()
-    holder.execute("ROLLBACK")
+    holder.release()
     holder.close()
     assert (stats.claimed, stats.completed, stats.lost) == (1, 0, 1)
     assert "stopped with job 1's outcome unwritten" in lines[-1]
@@ -281,27 +279,40 @@ def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_
         assert job.status.value == "running" and job.worker == "w"  # its lease runs out; a reaper brings it back
 
 
-def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(tmp_path, fleet_on):
-    db = tmp_path / "q.db"
+def rename_the_jobs_table(db: str) -> None:
+    """What another program may do to a queue: afterwards it is no longer one the worker can use."""
+    if is_server_url(db):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as server:
+            server.execute("ALTER TABLE jobs RENAME TO not_jobs")
+        return
+    conn = sqlite3.connect(db)
+    conn.execute("ALTER TABLE jobs RENAME TO not_jobs")
+    conn.commit()
+    conn.close()
+
+
+def test_an_error_retrying_cannot_fix_ends_the_worker_with_a_one_line_reason(target, fleet_on):
+    db = target
     with Queue(db) as q:
         q.enqueue(1, delay=3600)  # pending for an hour: the worker polls, and --exit-when-idle keeps it
     fleet = fleet_on(db)
     name = fleet.spawn(**FAST)  # returns once the worker has started
-    conn = sqlite3.connect(db)
-    conn.execute("ALTER TABLE jobs RENAME TO not_jobs")  # the file is no longer a queue it can use
-    conn.commit()
-    conn.close()
+    rename_the_jobs_table(db)
     code = fleet.wait(name, WORKER_EXITS_WITHIN)
     text = log_of(fleet, name)
     assert code == 2
+    # What each backend says of the table that is gone (a server adds the statement after it).
+    gone = 'relation "jobs" does not exist' if is_server_url(db) else "no such table: jobs"
     # The pulse reaps at once when the worker starts, and spawn returns at the start line: the rename
     # may come before that first reap, whose failure the pulse logs and shrugs off. It is not the reason.
     errors = [
         line
         for line in text.splitlines()
-        if "error:" in line and not re.search(rf" {FAST['name']}: reap failed: .*no such table: jobs$", line)
+        if "error:" in line and not re.search(rf" {FAST['name']}: reap failed: .*{re.escape(gone)}", line)
     ]
-    assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and "no such table" in errors[0]
+    assert len(errors) == 1 and errors[0].startswith("leaselab worker: error:") and gone in errors[0]
     assert "Traceback" not in text and FAULT_WAITING not in text
 
 
