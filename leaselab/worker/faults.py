@@ -12,8 +12,8 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-FIRST_WAIT = 0.05
-MAX_WAIT = 2.0
+from .decisions import FIRST_WAIT, MAX_WAIT  # noqa: F401  (the waits are the worker's decisions; named here too)
+
 WAITING = "waiting on a transient fault"
 CLEARED = "fault cleared"
 

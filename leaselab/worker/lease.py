@@ -22,8 +22,8 @@ from typing import Any
 
 from ..errors import LeaseLost
 from ..job import Job
-
-MARGIN = 0.1  # of the lease: how long before the database could reap a job the worker gives it up
+from . import decisions
+from .decisions import MARGIN  # noqa: F401  (named here too: what a handler's lease gives up early)
 # Taken when a lease's ``lost`` is first made, set, or found due, so that whoever finds the deadline
 # passed first announces it, once. One for every lease: those moments are rare, and a worker makes a
 # Lease for every job it claims.
@@ -59,12 +59,12 @@ class Lease:
         self._lost: threading.Event | None = None
         self.refused = False  # the database itself said the token no longer holds the job
         self.seconds = seconds
-        self.margin = (MARGIN * seconds if margin is None else margin) if seconds is not None else 0.0
+        self.margin = (decisions.margin(seconds) if margin is None else margin) if seconds is not None else 0.0
         self._clock = clock
         self._on_expired: Callable[[Lease], None] | None = None  # set by the Leases that hold it
         self.deadline: float | None = None
         if seconds is not None:
-            self.deadline = (clock() if sent is None else sent) + seconds - self.margin
+            self.deadline = decisions.own_deadline(clock() if sent is None else sent, seconds, self.margin)
 
     @property
     def lost(self) -> threading.Event:
@@ -89,7 +89,7 @@ class Lease:
     def renewed(self, sent: float) -> None:
         """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
         if self.seconds is not None and self.deadline is not None and not self._is_lost():  # set together
-            self.deadline = max(self.deadline, sent + self.seconds - self.margin)
+            self.deadline = decisions.renewed_deadline(self.deadline, sent, self.seconds, self.margin)
 
     def refuse(self) -> None:
         """The database refused this token: the job is no longer this attempt's."""
@@ -199,7 +199,7 @@ class Leases:
         """The tokens this worker's reaper must not reap: its renewable leases', its claims' in flight
         (a batch claim's token keeps every job it took, ``Queue.reap``) and its outcomes' in flight."""
         with self._lock:
-            return [lease.token for lease in self._held.values() if not lease.refused] + self._kept
+            return decisions.keep_from_reaper([lease.token for lease in self._held.values() if not lease.refused], self._kept)
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
         # No wake: a renewal only moves deadlines later, and a watcher that wakes early looks again.

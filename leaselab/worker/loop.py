@@ -29,7 +29,7 @@ from ..errors import CallTimeoutTooLong, HandlerError, InvalidPayload, LeaseLost
 from ..job import Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
-from . import faults
+from . import decisions, faults
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
 from .process import ProcessControl
@@ -196,7 +196,7 @@ def outlast(
     such as the lab. Returns
     ``faults.STOPPED`` if ``stop`` is set while waiting; any other error goes to the caller.
     """
-    wait_for = faults.FIRST_WAIT
+    wait_for = decisions.retry_wait(None)
     attempt, waited = call, False
     while True:
         try:
@@ -207,7 +207,7 @@ def outlast(
             log(f"{faults.WAITING} ({what}), retrying in {wait_for:g}s: {exc}")
             if stop.wait(wait_for):
                 return STOPPED
-            wait_for = min(wait_for * 2, faults.MAX_WAIT)
+            wait_for = decisions.retry_wait(wait_for)
             attempt, waited = again or call, True
             continue
         if waited:
@@ -524,12 +524,7 @@ class Worker:
 
     def _free(self, running: int, max_jobs: int | None) -> int:
         """How many jobs to claim now: the free slots, within ``max_jobs``, none once stopping."""
-        if self._stop.is_set():
-            return 0
-        free = self.concurrency - running
-        if max_jobs is not None:
-            free = min(free, max_jobs - self.stats.claimed)
-        return max(free, 0)
+        return decisions.claims_to_make(self.concurrency, running, self.stats.claimed, max_jobs, self._stop.is_set())
 
     def _claim(self, n: int) -> list[Lease]:
         token, sent = new_token(), _monotonic()
@@ -541,9 +536,7 @@ class Worker:
                     jobs = self.outlast(
                         "claim",
                         lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
-                        again=lambda: (
-                            self.queue.held_by(token) or self.queue.claim_many(n, self.name, self.lease, token=token)
-                        ),
+                        again=lambda: decisions.recover_claim(self.queue, token, n, self.name, self.lease),
                     )
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
@@ -587,12 +580,13 @@ class Worker:
         completions: list[tuple[Lease, Any]] = []
         for lease, result, error in finished:
             job = lease.job
-            if lease.refused or isinstance(error, LeaseLost):
+            what = decisions.verdict(lease.refused, error)
+            if what is decisions.Verdict.DROP:
                 self.stats.lost += 1
                 why = f"{type(error).__name__}: {error}" if error is not None else "result not written"
                 self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {why}")
                 outcomes[id(lease)] = "lost"
-            elif error is None:
+            elif what is decisions.Verdict.COMPLETE:
                 completions.append((lease, result))
             else:
                 outcomes[id(lease)] = self._fail(lease, f"{type(error).__name__}: {error}")
@@ -627,7 +621,7 @@ class Worker:
         def again():
             # The first try may have committed unseen: completions already written under their own
             # tokens count as done (the queue tells), and jobs that try claimed are found by token.
-            return self.queue.complete_many(items), self.queue.held_by(token)
+            return decisions.recover_completion(self.queue, items, token)
 
         outcomes: dict[int, str] = {}
         try:

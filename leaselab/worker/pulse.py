@@ -20,7 +20,7 @@ from contextlib import AbstractContextManager
 
 from ..errors import LeaselabError, TransientError
 from ..queue import Queue
-from . import faults
+from . import decisions
 from .lease import Lease, Leases
 
 Log = Callable[[str], None]
@@ -72,7 +72,7 @@ class Pulse:
                 wait = self.tick()
             except Exception as exc:  # a bug in one round must not end every later beat
                 self.log(f"pulse failed, trying again: {type(exc).__name__}: {exc}")
-                wait = min(self.lease / 3, faults.MAX_WAIT)
+                wait = min(decisions.beat_every(self.lease), decisions.MAX_WAIT)
 
     def tick(self) -> float:
         """One round: beat if a beat is due, then reap if a reap is due; the seconds until the next.
@@ -80,13 +80,12 @@ class Pulse:
         A beat that waited past its interval is followed by the next at once; a failed one is
         tried again soon, since each missed beat eats into the lease.
         """
-        every = self.lease / 3
         now = self._clock()
         if self._next_beat is None:  # the first round: reap at once, beat a third of a lease on
-            self._next_beat, self._next_reap = now + every, now
+            self._next_beat, self._next_reap = now + decisions.beat_every(self.lease), now
         if now >= self._next_beat:
             reached = self.beat()
-            self._next_beat = now + every if reached else self._clock() + min(every, faults.MAX_WAIT)
+            self._next_beat = decisions.next_beat(now, self.lease, reached, self._clock())
         if self._clock() >= self._next_reap:
             self.reap()
             self._next_reap = self._clock() + self.reap_every
@@ -106,11 +105,11 @@ class Pulse:
                 return False
             kept = []
             for lease in held:
-                if lease.job.id in renewed:  # the statement matched by token: this very claim was renewed
-                    kept.append(lease)
-                else:
+                if decisions.beat_refused(lease.job.id, renewed):
                     lease.refuse()
                     self.log(f"lease lost on job {lease.job.id} (attempt {lease.job.attempts}): heartbeat refused")
+                else:  # the statement matched by token: this very claim was renewed
+                    kept.append(lease)
             self.leases.renewed(kept, sent)
             return True
 
