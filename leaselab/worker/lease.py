@@ -24,6 +24,7 @@ from ..errors import LeaseLost
 from ..job import Job
 from . import decisions
 from .decisions import MARGIN  # noqa: F401  (named here too: what a handler's lease gives up early)
+
 # Taken when a lease's ``lost`` is first made, set, or found due, so that whoever finds the deadline
 # passed first announces it, once. One for every lease: those moments are rare, and a worker makes a
 # Lease for every job it claims.
@@ -199,7 +200,9 @@ class Leases:
         """The tokens this worker's reaper must not reap: its renewable leases', its claims' in flight
         (a batch claim's token keeps every job it took, ``Queue.reap``) and its outcomes' in flight."""
         with self._lock:
-            return decisions.keep_from_reaper([lease.token for lease in self._held.values() if not lease.refused], self._kept)
+            return decisions.keep_from_reaper(
+                [lease.token for lease in self._held.values() if not lease.refused], self._kept
+            )
 
     def renewed(self, leases: Iterable[Lease], sent: float) -> None:
         # No wake: a renewal only moves deadlines later, and a watcher that wakes early looks again.
