@@ -48,6 +48,7 @@ QUICK = (
     "tests/test_batch.py",
     "tests/test_worker.py",
     "tests/test_pulse.py",
+    "tests/test_decisions.py",
     "tests/test_backoff.py",
     "tests/test_fence.py",
     "tests/test_effects.py",

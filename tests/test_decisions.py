@@ -1,0 +1,91 @@
+"""The worker's decisions (``leaselab.worker.decisions``): each rule, and that the real worker runs
+them from that module, so a change there (a simulator's planted bug, a fix) changes the real worker."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from leaselab import Job, Lease, LeaseLost, Queue, Worker
+from leaselab.worker import decisions
+from leaselab.worker.decisions import Verdict
+
+
+def test_a_lease_is_given_up_a_margin_before_the_database_could_reap_it_counted_from_the_send():
+    assert decisions.own_deadline(100.0, 30.0, decisions.margin(30.0)) == pytest.approx(127.0)
+    # A renewal sent earlier than the deadline it would give never moves the deadline back.
+    assert decisions.renewed_deadline(127.0, 90.0, 30.0, 3.0) == 127.0
+    assert decisions.renewed_deadline(127.0, 110.0, 30.0, 3.0) == pytest.approx(137.0)
+
+
+def test_the_beat_comes_every_third_of_a_lease_and_soon_after_one_that_failed():
+    assert decisions.beat_every(30.0) == 10.0
+    assert decisions.next_beat(50.0, 30.0, True, 51.0) == 60.0
+    assert decisions.next_beat(50.0, 30.0, False, 51.0) == 51.0 + decisions.MAX_WAIT
+
+
+def test_retry_waits_double_from_the_first_up_to_the_cap():
+    waits = [decisions.retry_wait(None)]
+    for _ in range(10):
+        waits.append(decisions.retry_wait(waits[-1]))
+    assert waits[0] == decisions.FIRST_WAIT and waits[1] == 2 * decisions.FIRST_WAIT
+    assert max(waits) == decisions.MAX_WAIT == waits[-1]
+
+
+def test_claims_fill_the_free_slots_within_max_jobs_and_none_once_stopping():
+    assert decisions.claims_to_make(4, 1, 0, None, False) == 3
+    assert decisions.claims_to_make(4, 1, 9, 10, False) == 1
+    assert decisions.claims_to_make(4, 0, 0, None, True) == 0
+    assert decisions.claims_to_make(2, 3, 0, None, False) == 0
+
+
+def test_the_verdict_drops_a_lost_lease_completes_a_return_and_fails_an_exception():
+    assert decisions.verdict(False, None) is Verdict.COMPLETE
+    assert decisions.verdict(False, ValueError("x")) is Verdict.FAIL
+    assert decisions.verdict(False, SystemExit(3)) is Verdict.FAIL
+    assert decisions.verdict(True, None) is Verdict.DROP
+    assert decisions.verdict(False, LeaseLost(1, "t")) is Verdict.DROP
+
+
+def test_the_reaper_keeps_the_renewed_leases_and_the_calls_in_flight():
+    assert decisions.keep_from_reaper(["a"], ["b", "c"]) == ["a", "b", "c"]
+
+
+def test_a_refusal_is_a_job_missing_from_the_heartbeats_answer():
+    assert decisions.beat_refused(3, {1: 0.0, 2: 0.0})
+    assert not decisions.beat_refused(1, {1: 0.0})
+
+
+def test_a_claim_recovered_after_a_lost_reply_finds_its_jobs_by_token_and_claims_nothing_more(tmp_path):
+    with Queue(tmp_path / "q.db") as queue:
+        queue.enqueue({"n": 1})
+        queue.enqueue({"n": 2})
+        [first] = queue.claim_many(1, "w", 30, token="tok")  # went through; its reply "was lost"
+        assert [j.id for j in decisions.recover_claim(queue, "tok", 1, "w", 30)] == [first.id]
+        assert queue.stats()["running"] == 1
+
+
+def test_a_decision_changed_in_its_module_changes_the_real_worker(tmp_path, monkeypatch):
+    def handler(job: Job) -> None:
+        raise RuntimeError("boom")
+
+    def run() -> str:
+        with Queue(tmp_path / f"q{len(list(tmp_path.iterdir()))}.db") as queue:
+            job_id = queue.enqueue({}, max_attempts=1)
+            Worker(queue, handler, lease=5, exit_when_idle=True, signals=False).run()
+            return str(queue.get(job_id).status)
+
+    assert run() == "dead"
+    monkeypatch.setattr(decisions, "verdict", lambda refused, error: Verdict.COMPLETE)
+    assert run() == "done"
+
+
+def test_the_own_deadline_in_the_module_is_the_one_a_lease_uses(tmp_path, monkeypatch):
+    with Queue(tmp_path / "q.db") as queue:
+        queue.enqueue({})
+        job = queue.claim("w", 1.0)
+    assert job is not None
+    assert Lease(job, 1.0, sent=0.0).deadline == pytest.approx(0.9)
+    monkeypatch.setattr(decisions, "own_deadline", lambda sent, seconds, margin: math.inf)
+    assert Lease(job, 1.0, sent=0.0).deadline == math.inf
