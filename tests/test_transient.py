@@ -265,7 +265,7 @@ def test_a_stop_while_a_completion_waits_on_a_held_lock_ends_the_worker_and_the_
         if FAULT_WAITING in line and len([x for x in lines if FAULT_WAITING in x]) == 3:
             worker.stop()  # SIGTERM, in the CLI
 
-    with Queue(db, busy_timeout=0.05) as q:
+    with Queue(db, busy_timeout=0.05, call_timeout=27) as q:
         worker = Worker(q, handler, name="w", lease=30, log=log)
         stats = worker.run()
     holder.release()
