@@ -62,8 +62,24 @@ def test_a_claim_recovered_after_a_lost_reply_finds_its_jobs_by_token_and_claims
         queue.enqueue({"n": 1})
         queue.enqueue({"n": 2})
         [first] = queue.claim_many(1, "w", 30, token="tok")  # went through; its reply "was lost"
-        assert [j.id for j in decisions.recover_claim(queue, "tok", 1, "w", 30)] == [first.id]
+        assert [j.id for j in decisions.recover_claim(queue, ["tok"], "tok2", 1, "w", 30)] == [first.id]
         assert queue.stats()["running"] == 1
+        assert queue.held_by("tok2") == []
+
+
+def test_a_claim_recovered_after_its_unseen_job_was_reaped_claims_under_a_fresh_token(tmp_path):
+    # The simulator found this: the first try committed, the reply was lost, the lease ran out and the
+    # job was reaped before the retry. Sent again under the first token, one token would fence two claims.
+    now = [1000.0]
+    with Queue(tmp_path / "q.db", clock=lambda: now[0]) as queue:
+        queue.enqueue({"n": 1})
+        [first] = queue.claim_many(1, "w", 1, token="tok")
+        now[0] += 5
+        assert queue.reap() == [first.id]
+        now[0] += 5  # past the backoff
+        [again] = decisions.recover_claim(queue, ["tok"], "tok2", 1, "w", 30)
+        assert (again.id, again.token, again.attempts) == (first.id, "tok2-1", 2)
+        assert queue.held_by("tok") == []
 
 
 def test_a_decision_changed_in_its_module_changes_the_real_worker(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ here (a planted bug, a test's patch) changes the real worker and the simulator a
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LeaseLost
@@ -116,11 +116,16 @@ def beat_refused(held: int, renewed: Iterable[int]) -> bool:
 # -- after a reply that never came -------------------------------------------------------------
 
 
-def recover_claim(queue: Queue, token: str, n: int, worker: str, lease: float) -> list[Job]:
-    """A claim retried after a transient fault: the first try may have committed unseen, so the jobs
-    held under its token (made by the worker before it asked) are the claim's; only if none are is
-    the claim sent again, under the same token."""
-    return queue.held_by(token) or queue.claim_many(n, worker, lease, token=token)
+def recover_claim(queue: Queue, tried: Sequence[str], token: str, n: int, worker: str, lease: float) -> list[Job]:
+    """A claim retried after a transient fault: any try may have committed unseen, so the jobs held
+    under a token already ``tried`` are the claim's; only if none are is the claim sent again, under
+    the fresh ``token``. Never under one tried: a claim that committed unseen and whose job was
+    reaped meanwhile would write that token a second time, and a fence is one claim's alone."""
+    for old in tried:
+        held = queue.held_by(old)
+        if held:
+            return held
+    return queue.claim_many(n, worker, lease, token=token)
 
 
 def recover_completion(queue: Queue, items: list[tuple[int, str, Any]], refill: str) -> tuple[list[int], list[Job]]:

@@ -530,13 +530,22 @@ class Worker:
         token, sent = new_token(), _monotonic()
         assert self._leases is not None  # made by run(), the only caller
         self._begin_turn()
+        tried = [token]  # every token this claim was sent under: a retry takes a fresh one
+        retries: list[Any] = []  # what keeps a retry's token, let go with the first's
+
+        def again() -> list[Job]:
+            fresh = new_token()
+            retries.append(leases.keeping(fresh))
+            done = list(tried)
+            tried.append(fresh)
+            return decisions.recover_claim(self.queue, done, fresh, n, self.name, self.lease)
+
+        leases = self._leases
         try:
-            with self._leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
+            with leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
                 try:
                     jobs = self.outlast(
-                        "claim",
-                        lambda: self.queue.claim_many(n, self.name, self.lease, token=token),
-                        again=lambda: decisions.recover_claim(self.queue, token, n, self.name, self.lease),
+                        "claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token), again=again
                     )
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
@@ -545,6 +554,8 @@ class Worker:
                     return []
                 return self._hold(jobs, sent)
         finally:
+            for keeping in retries:
+                keeping.__exit__(None, None, None)
             self._write_turn()
 
     def _hold(self, jobs: list[Job], sent: float | None) -> list[Lease]:
