@@ -50,7 +50,7 @@ def _choose(world: World, rng: random.Random, enabled: list[Action]) -> Action:
 def _drain(world: World, taken: list[Action]) -> None:
     limit = world.t + DRAIN_LEASES * world.scenario.lease
     while not world.settled() or any(w.loop or w.pulse for w in world.workers.values() if w.alive):
-        if world.t > limit:
+        if world.t > limit or len(taken) > 100 * MAX_STEPS:
             break
         enabled = [a for a in world.enabled() if not world.is_fault(a)]
         if not enabled:

@@ -111,6 +111,7 @@ class SimWorker:
         self.paused_until = -math.inf
         self.cut_until = -math.inf
         self.armed: str | None = None  # "delay" or "lose": what happens to the next call
+        self.empty_at = -math.inf  # when a claim last came back empty: the next waits for time to move
         self.alive = True
 
     def clock(self) -> float:
@@ -172,7 +173,7 @@ class World:
             if w.loop is None:
                 if any(end <= self.t for end in w.ends.values()):
                     actions.append(("finish", w.name))
-                elif self._claims(w) and self.model.pending():
+                elif self._claims(w) and self.model.pending() and w.empty_at < self.t:
                     actions.append(("claim", w.name))
             elif w.loop.retry_at is not None and w.loop.retry_at <= self.t:
                 actions.append(("retry", w.name))
@@ -310,6 +311,8 @@ class World:
 
         def reply(jobs: list[Job]) -> None:
             w.kept.remove(token)
+            if not jobs:
+                w.empty_at = self.t
             self._hold(w, jobs, sent)
 
         self._send(w, "loop", Call("claim", apply, reply, self._loop_fault(w), again=again))
