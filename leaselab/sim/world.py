@@ -1,0 +1,695 @@
+"""The simulated world: the real ``Queue`` on real SQLite, workers that make the real worker's decisions,
+and faults, all on virtual time, in one process, one step at a time.
+
+A step is one action, named by a tuple that replays it: a worker claims, a handler finishes and its
+outcome is sent, the pulse beats or reaps, a call held in the network arrives, the clock moves to the
+next moment anything is due, or a fault strikes (a crash, a pause, a cut link, a call held in flight,
+a reply lost). Every queue call goes to the real statements at the calling worker's "now" and to the
+specification (``model.Model``); the first disagreement, or a broken promise about the workers (an
+effect made without the lease, a job taken back from a live worker, a job run again for no fault),
+is a ``Violation``. What each worker decides (when its lease is gone on its own clock, when to beat,
+what to write for a finished attempt, what to ask after a lost reply, what its reaper keeps) is
+``leaselab.worker.decisions``, the code the real ``Worker`` runs; the world supplies only the time,
+the network and the faults.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..backoff import Backoff
+from ..errors import LeaseLost, TransientError
+from ..job import Job
+from ..queue import Queue
+from ..worker import decisions
+from ..worker.lease import Lease
+from .model import Model, Violation
+
+EPOCH = 1_767_225_600.0  # the queue's clock at virtual time 0: 2026-01-01T00:00:00Z
+FAULTS = ("crash", "pause", "cut", "delay", "lose")  # every fault the world can strike, by name
+TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
+Action = tuple[Any, ...]
+
+
+class HandlerFailed(Exception):
+    """A simulated handler's planned failure."""
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What is simulated: how many workers and jobs, the lease, each handler's running time, the faults."""
+
+    workers: int = 2
+    jobs: int = 2
+    lease: float = 1.0
+    slots: int = 1  # each worker's concurrency
+    work: float = 0.4  # a handler's running time, in lease-seconds of virtual time
+    max_attempts: int = 3
+    faults: tuple[str, ...] = FAULTS
+    max_faults: int = 2  # at most this many faults in one schedule
+    skew: float = 0.0  # each worker's clock runs up to this fraction fast or slow
+    backoff: float = 0.2  # the queue's backoff base, seconds
+
+    def job_specs(self) -> list[dict[str, Any]]:
+        """The jobs, the same for every schedule: every third delayed, every second fails once, priorities mixed."""
+        return [
+            {
+                "priority": i % 2,
+                "delay": 0.5 * self.lease if i % 3 == 2 else 0.0,
+                "fails": 1 if i % 2 == 1 else 0,
+                "work": self.work * self.lease * (1 + 0.25 * (i % 3)),
+            }
+            for i in range(self.jobs)
+        ]
+
+
+@dataclass
+class Attempt:
+    """One claim of one job, as the world saw it: who held it, what its handler did, what faults hit it."""
+
+    job: int
+    number: int
+    token: str
+    worker: str
+    start: float
+    ended: str | None = None  # "returned", "raised", "lost"
+    faults: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Call:
+    """A call a worker sent: ``apply`` runs it on the queue; ``reply`` or ``fault`` tells the worker."""
+
+    what: str
+    apply: Any
+    reply: Any
+    fault: Any
+    again: Any = None  # the call to make instead on a retry (a recovery), if not ``apply``
+    held: bool = False  # held in the network, applied by a later "deliver" step
+    lose: bool = False  # applied, but the answer is lost
+    retry_at: float | None = None  # waiting out a transient fault until this virtual time
+    wait: float | None = None  # the last retry wait, on the worker's clock
+
+
+class SimWorker:
+    """One worker's state: its leases (real ``Lease`` objects on its own clock), its running handlers, its calls."""
+
+    def __init__(self, world: World, name: str, rate: float):
+        self.world, self.name, self.rate = world, name, rate
+        self.offset = world.t * (1 - rate)  # its clock starts at the world's time
+        self.leases: dict[str, Lease] = {}  # held: renewed by the pulse until handed in
+        self.ends: dict[str, float] = {}  # token -> virtual time its handler returns
+        self.kept: list[str] = []  # tokens of claims and outcomes in flight: see decisions.keep_from_reaper
+        self.loop: Call | None = None
+        self.pulse: Call | None = None
+        self.next_beat = self.clock() + decisions.beat_every(world.scenario.lease)
+        self.next_reap = self.clock()
+        self.paused_until = -math.inf
+        self.cut_until = -math.inf
+        self.armed: str | None = None  # "delay" or "lose": what happens to the next call
+        self.empty_at = -math.inf  # when a claim last came back empty: the next waits for time to move
+        self.alive = True
+
+    def clock(self) -> float:
+        """The worker's monotonic clock: the world's time, running at its own rate."""
+        return self.world.t * self.rate + self.offset
+
+    def at(self, clock: float) -> float:
+        """The world's time when the worker's clock reads ``clock``."""
+        return (clock - self.offset) / self.rate
+
+    def paused(self) -> bool:
+        return self.world.t < self.paused_until
+
+    def running(self) -> int:
+        return len(self.ends)
+
+    def renewable(self) -> list[Lease]:
+        return [lease for lease in self.leases.values() if not lease.refused]
+
+
+class World:
+    """One schedule's world. ``step(action)`` takes one enabled action; ``enabled()`` lists them."""
+
+    def __init__(self, scenario: Scenario, *, handler: Any = None, seed: int = 0):
+        self.scenario = scenario
+        self.t = 0.0
+        self.db_now = EPOCH
+        self.backoff = Backoff(base=scenario.backoff, cap=60.0)
+        self.queue = Queue(":memory:", clock=lambda: self.db_now, backoff=self.backoff)
+        self.model = Model(self.backoff)
+        self.workers: dict[str, SimWorker] = {}
+        self.attempts: dict[str, Attempt] = {}
+        self.trace: list[str] = []
+        self.faults = 0
+        self.started = 0
+        self.handler = handler
+        self.effects: list[tuple[int, str, float]] = []
+        self._tokens = random.Random(f"tokens-{seed}")  # deterministic tokens: the same seed, the same trace
+        skews = random.Random(f"skew-{seed}")
+        for spec in scenario.job_specs():
+            job_id = self.queue.enqueue(
+                {"work": spec["work"], "fails": spec["fails"]},
+                priority=spec["priority"],
+                delay=spec["delay"],
+                max_attempts=scenario.max_attempts,
+            )
+            self.model.enqueue(job_id, spec["priority"], EPOCH + spec["delay"], scenario.max_attempts)
+        for _ in range(scenario.workers):
+            self._start(1 + skews.uniform(-scenario.skew, scenario.skew))
+
+    # -- what can happen next -----------------------------------------------------------------
+
+    def enabled(self) -> list[Action]:
+        """Every action that can be taken now, in a fixed order."""
+        actions: list[Action] = []
+        for w in self.live():
+            if w.paused():
+                continue
+            if w.loop is None:
+                if any(end <= self.t for end in w.ends.values()):
+                    actions.append(("finish", w.name))
+                elif self._claims(w) and self.model.pending() and w.empty_at < self.t:
+                    actions.append(("claim", w.name))
+            elif w.loop.retry_at is not None and w.loop.retry_at <= self.t:
+                actions.append(("retry", w.name))
+            if w.pulse is None:
+                if w.at(w.next_beat) <= self.t and w.renewable():
+                    actions.append(("beat", w.name))
+                elif w.at(w.next_reap) <= self.t and self._running_jobs():
+                    actions.append(("reap", w.name))
+        for w in self.workers.values():
+            for slot in ("loop", "pulse"):
+                call = getattr(w, slot)
+                if call is not None and call.held:
+                    actions.append(("deliver", w.name, slot))
+        if self.faults < self.scenario.max_faults:
+            for w in self.live():
+                for kind in self.scenario.faults:
+                    if kind in ("delay", "lose") and w.armed is not None:
+                        continue
+                    if kind == "pause":
+                        for length in (0.5, 1.5):
+                            actions.append(("pause", w.name, length))
+                    elif kind == "cut":
+                        actions.append(("cut", w.name, 1.5))
+                    else:
+                        actions.append((kind, w.name))
+        if len(self.live()) < self.scenario.workers:
+            actions.append(("start",))
+        if self.next_time() is not None:
+            actions.append(("tick",))
+        return actions
+
+    def is_fault(self, action: Action) -> bool:
+        return action[0] in FAULTS
+
+    def live(self) -> list[SimWorker]:
+        return [w for w in self.workers.values() if w.alive]
+
+    def next_time(self) -> float | None:
+        """The next virtual time anything is due: a handler, a beat, a reap, a retry, a lease's end, a delay's end."""
+        times = []
+        for w in self.live():
+            times.append(w.paused_until)
+            times.append(w.cut_until)
+            times.extend(w.ends.values())
+            if w.renewable():
+                times.append(w.at(w.next_beat))
+            if self._running_jobs():
+                times.append(w.at(w.next_reap))
+            if w.loop is not None and w.loop.retry_at is not None:
+                times.append(w.loop.retry_at)
+            for lease in w.leases.values():
+                if lease.deadline is not None:
+                    times.append(w.at(lease.deadline) + TICK)
+        for job in self.model.jobs.values():
+            if job.status == "running" and job.lease_until is not None:
+                times.append(job.lease_until - EPOCH + TICK)
+            elif job.status == "pending":
+                times.append(job.run_at - EPOCH + TICK)
+        later = [t for t in times if t > self.t and math.isfinite(t)]
+        return min(later) if later else None
+
+    def idle(self) -> bool:
+        """True when no call is in flight or waiting to be retried."""
+        return not any(w.loop or w.pulse for w in self.workers.values())
+
+    def settled(self) -> bool:
+        """True when every job is done or dead."""
+        return all(j.status in ("done", "dead") for j in self.model.jobs.values())
+
+    # -- taking one action ----------------------------------------------------------------------
+
+    def step(self, action: Action) -> None:
+        kind = action[0]
+        if kind == "tick":
+            later = self.next_time()
+            assert later is not None
+            self.t = later
+            return
+        if kind == "start":
+            self._start(1.0)
+            return
+        w = self.workers[action[1]]
+        if self.is_fault(action):
+            self.faults += 1
+            self._strike(w, action)
+            return
+        if kind == "deliver":
+            self._deliver(w, action[2])
+        elif kind == "claim":
+            self._claim(w)
+        elif kind == "finish":
+            self._finish(w)
+        elif kind == "retry":
+            self._retry(w)
+        elif kind == "beat":
+            self._beat(w)
+        elif kind == "reap":
+            self._reap(w)
+
+    def note(self, line: str) -> None:
+        self.trace.append(f"{self.t:8.3f}  {line}")
+
+    # -- the workers' actions (their decisions are decisions.*) ---------------------------------
+
+    def _start(self, rate: float) -> None:
+        self.started += 1
+        name = f"w{self.started}"
+        self.workers[name] = SimWorker(self, name, rate)
+        self.note(f"{name} starts")
+
+    def _claims(self, w: SimWorker) -> int:
+        return decisions.claims_to_make(self.scenario.slots, w.running(), 0, None, False)
+
+    def _running_jobs(self) -> bool:
+        return any(j.status == "running" for j in self.model.jobs.values())
+
+    def _token(self) -> str:
+        return "%016x" % self._tokens.getrandbits(64)
+
+    def _claim(self, w: SimWorker) -> None:
+        n, token, sent = self._claims(w), self._token(), w.clock()
+        lease = self.scenario.lease
+        w.kept.append(token)
+
+        def apply() -> list[Job]:
+            return self._op(w, f"claim {n}", lambda: self.queue.claim_many(n, w.name, lease, token=token), claim=(n, token))
+
+        def again() -> list[Job]:
+            return self._op(
+                w,
+                f"claim {n} again",
+                lambda: decisions.recover_claim(self.queue, token, n, w.name, lease),
+                claim=(n, token),
+            )
+
+        def reply(jobs: list[Job]) -> None:
+            w.kept.remove(token)
+            if not jobs:
+                w.empty_at = self.t
+            self._hold(w, jobs, sent)
+
+        self._send(w, "loop", Call("claim", apply, reply, self._loop_fault(w), again=again))
+
+    def _hold(self, w: SimWorker, jobs: list[Job], sent: float) -> None:
+        for job in jobs:
+            lease = Lease(job, self.scenario.lease, sent=sent, clock=w.clock)
+            w.leases[job.token] = lease  # type: ignore[index]
+            w.ends[lease.token] = self.t + job.payload["work"] / w.rate
+            self.attempts[lease.token] = Attempt(job.id, job.attempts, lease.token, w.name, self.t)
+            self.note(f"{w.name} holds job {job.id} (attempt {job.attempts})")
+
+    def _finish(self, w: SimWorker) -> None:
+        finished = [token for token, end in w.ends.items() if end <= self.t]
+        outcomes = []
+        for token in finished:
+            del w.ends[token]
+            lease = w.leases.pop(token)
+            result, error = self._run_handler(w, lease)
+            outcomes.append((lease, result, error))
+            w.kept.append(token)  # handed in: kept from the reaper until its outcome is written
+        completions, failures = [], []
+        for lease, result, error in outcomes:
+            verdict = decisions.verdict(lease.refused, error)
+            if verdict is decisions.Verdict.DROP:
+                self.note(f"{w.name} drops job {lease.job.id}'s outcome: its lease is lost")
+                w.kept.remove(lease.token)
+            elif verdict is decisions.Verdict.COMPLETE:
+                completions.append((lease, result))
+            else:
+                failures.append((lease, f"{type(error).__name__}: {error}"))
+        if failures:
+            self._send_failures(w, failures, completions)
+        elif completions:
+            self._send_completions(w, completions)
+
+    def _run_handler(self, w: SimWorker, lease: Lease) -> tuple[Any, BaseException | None]:
+        attempt = self.attempts[lease.token]
+        try:
+            lease.check()
+        except LeaseLost as exc:
+            attempt.ended = "lost"
+            self.note(f"{w.name}'s handler of job {lease.job.id} finds its lease gone on its own clock")
+            return None, exc
+        self._effect(w, lease)
+        if self.handler is not None:
+            try:
+                result = self.handler(lease.job)
+            except Exception as exc:
+                attempt.ended = "raised"
+                return None, exc
+            attempt.ended = "returned"
+            return result, None
+        if lease.job.attempts <= lease.job.payload["fails"]:
+            attempt.ended = "raised"
+            self.note(f"{w.name}'s handler of job {lease.job.id} raises")
+            return None, HandlerFailed("planned failure")
+        attempt.ended = "returned"
+        self.note(f"{w.name}'s handler of job {lease.job.id} returns")
+        return {"job": lease.job.id, "attempt": lease.job.attempts}, None
+
+    def _effect(self, w: SimWorker, lease: Lease) -> None:
+        """The handler's write to an outside store that checks no fence: it is right only while the
+        attempt still holds the job on the queue's own clock."""
+        job = self.model.jobs[lease.job.id]
+        now = self._queue_now(w)
+        self.effects.append((lease.job.id, lease.token, self.t))
+        if job.status != "running" or job.token != lease.token or self.model.expired_at(job.id, now):
+            raise Violation(
+                "effect_without_lease",
+                f"{w.name}'s handler of job {lease.job.id} (attempt {lease.job.attempts}) wrote its effect at "
+                f"{self.t:.3f} after its lease had ended (the job is {job.status}, attempt {job.attempts}): "
+                f"its lease.check() passed, on the worker's own clock",
+            )
+
+    def _send_completions(self, w: SimWorker, completions: list[tuple[Lease, Any]]) -> None:
+        items = [(lease.job.id, lease.token, result) for lease, result in completions]
+        refill, sent = self._token(), w.clock()
+        free = self._claims(w)
+        lease_s = self.scenario.lease
+        w.kept.append(refill)
+
+        def apply() -> tuple[list[int], list[Job]]:
+            return self._op(
+                w,
+                f"complete {[i for i, _, _ in items]} and claim {free}",
+                lambda: self.queue.complete_many_and_claim(items, free, w.name, lease_s, token=refill),
+                done=items,
+                claim=(free, refill) if free else None,
+            )
+
+        def again() -> tuple[list[int], list[Job]]:
+            return self._op(
+                w,
+                f"complete {[i for i, _, _ in items]} again",
+                lambda: decisions.recover_completion(self.queue, items, refill),
+                done=items,
+                claim=None,
+            )
+
+        def reply(answer: tuple[list[int], list[Job]]) -> None:
+            refused, jobs = answer
+            for lease, _ in completions:
+                w.kept.remove(lease.token)
+                self.note(f"{w.name}: job {lease.job.id} " + ("refused: lease lost" if lease.job.id in refused else "completed"))
+            w.kept.remove(refill)
+            self._hold(w, jobs, sent)
+
+        self._send(w, "loop", Call("complete", apply, reply, self._loop_fault(w), again=again))
+
+    def _send_failures(self, w: SimWorker, failures: list[tuple[Lease, str]], completions: list[tuple[Lease, Any]]) -> None:
+        lease, error = failures[0]
+
+        def apply() -> str:
+            return self._op(w, f"fail {lease.job.id}", lambda: self.queue.fail(lease.job.id, lease.token, error), fail=lease)
+
+        def reply(status: Any) -> None:
+            w.kept.remove(lease.token)
+            self.note(f"{w.name}: job {lease.job.id} failed -> {status}")
+            if len(failures) > 1:
+                self._send_failures(w, failures[1:], completions)
+            elif completions:
+                self._send_completions(w, completions)
+
+        def fault(exc: Exception) -> None:
+            if isinstance(exc, LeaseLost):
+                w.kept.remove(lease.token)
+                self.note(f"{w.name}: job {lease.job.id}'s failure refused: lease lost")
+                reply_rest()
+            else:
+                self._loop_fault(w)(exc)
+
+        def reply_rest() -> None:
+            w.loop = None
+            if len(failures) > 1:
+                self._send_failures(w, failures[1:], completions)
+            elif completions:
+                self._send_completions(w, completions)
+
+        self._send(w, "loop", Call("fail", apply, reply, fault))
+
+    def _beat(self, w: SimWorker) -> None:
+        held = w.renewable()
+        sent, lease_s = w.clock(), self.scenario.lease
+        pairs = [(lease.job.id, lease.token) for lease in held]
+
+        def apply() -> dict[int, float]:
+            return self._op(w, f"heartbeat {[i for i, _ in pairs]}", lambda: self.queue.heartbeat_many(pairs, lease_s), beat=pairs)
+
+        def reply(renewed: dict[int, float]) -> None:
+            for lease in held:
+                if decisions.beat_refused(lease.job.id, renewed):
+                    lease.refuse()
+                    self.note(f"{w.name}: heartbeat refused for job {lease.job.id}")
+                else:
+                    lease.renewed(sent)
+            w.next_beat = decisions.next_beat(sent, lease_s, True, w.clock())
+
+        def fault(exc: Exception) -> None:
+            w.next_beat = decisions.next_beat(sent, lease_s, False, w.clock())
+            self.note(f"{w.name}: heartbeat failed: {exc}")
+
+        self._send(w, "pulse", Call("beat", apply, reply, fault))
+
+    def _reap(self, w: SimWorker) -> None:
+        keep = decisions.keep_from_reaper([lease.token for lease in w.renewable()], w.kept)
+        mine = set(w.leases) | set(w.kept)
+
+        def apply() -> list[int]:
+            before = {j.id: j.token for j in self.model.jobs.values()}
+            moved = self._op(w, "reap", lambda: self.queue.reap(keep=keep), reap=keep)
+            for job_id in moved:
+                token = before[job_id] or ""
+                if w.alive and (token in mine or token.split("-")[0] in mine):
+                    raise Violation(
+                        "reaped_own_job",
+                        f"{w.name}'s reaper took back job {job_id}, which {w.name} itself still holds: a live "
+                        f"worker's jobs are no crashed worker's",
+                    )
+            return moved
+
+        def reply(moved: list[int]) -> None:
+            w.next_reap = w.clock() + min(self.scenario.lease, 1.0)
+            if moved:
+                self.note(f"{w.name} reaped jobs {sorted(moved)}")
+
+        def fault(exc: Exception) -> None:
+            w.next_reap = w.clock() + min(self.scenario.lease, 1.0)
+
+        self._send(w, "pulse", Call("reap", apply, reply, fault))
+
+    # -- the network ------------------------------------------------------------------------------
+
+    def _loop_fault(self, w: SimWorker) -> Any:
+        def fault(exc: Exception) -> None:
+            call = w.loop
+            assert call is not None
+            call.wait = decisions.retry_wait(call.wait)
+            call.retry_at = self.t + call.wait / w.rate
+            self.note(f"{w.name}: {call.what} met a transient fault, retrying in {call.wait:g}s")
+
+        return fault
+
+    def _send(self, w: SimWorker, slot: str, call: Call) -> None:
+        setattr(w, slot, call)
+        if self.t < w.cut_until:
+            self._failed(w, slot, call, TransientError("link cut"))
+            return
+        if w.armed == "delay":
+            w.armed, call.held = None, True
+            self.note(f"{w.name}: {call.what} sent; held in the network")
+            return
+        if w.armed == "lose":
+            w.armed, call.lose = None, True
+        self._arrive(w, slot, call)
+
+    def _arrive(self, w: SimWorker, slot: str, call: Call) -> None:
+        run = call.again if call.again is not None and call.wait is not None else call.apply
+        try:
+            answer = run()
+        except (TransientError, LeaseLost) as exc:
+            if w.alive:
+                self._failed(w, slot, call, exc)
+            return
+        if not w.alive:
+            return
+        if call.lose:
+            call.lose = False
+            self.note(f"{w.name}: the reply to {call.what} is lost")
+            self._failed(w, slot, call, TransientError("reply lost"))
+            return
+        setattr(w, slot, None)
+        call.reply(answer)
+
+    def _failed(self, w: SimWorker, slot: str, call: Call, exc: Exception) -> None:
+        if slot == "pulse" or isinstance(exc, LeaseLost):
+            setattr(w, slot, None)
+        call.fault(exc)
+
+    def _retry(self, w: SimWorker) -> None:
+        call = w.loop
+        assert call is not None
+        call.retry_at = None
+        self._send(w, "loop", call)
+
+    def _deliver(self, w: SimWorker, slot: str) -> None:
+        call = getattr(w, slot)
+        call.held = False
+        self.note(f"{w.name}: {call.what} arrives")
+        self._arrive(w, slot, call)
+
+    # -- faults -----------------------------------------------------------------------------------
+
+    def _strike(self, w: SimWorker, action: Action) -> None:
+        kind = action[0]
+        for token in list(w.leases) + list(w.kept):
+            if token in self.attempts:
+                self.attempts[token].faults.add(kind)
+        if kind == "crash":
+            w.alive = False
+            for token in w.leases:
+                self.attempts[token].faults.add("crash")
+            self.note(f"{w.name} crashes")
+        elif kind == "pause":
+            w.paused_until = self.t + action[2] * self.scenario.lease
+            self.note(f"{w.name} pauses for {action[2] * self.scenario.lease:g}s")
+        elif kind == "cut":
+            w.cut_until = self.t + action[2] * self.scenario.lease
+            self.note(f"{w.name}'s link is cut for {action[2] * self.scenario.lease:g}s")
+        else:
+            w.armed = kind
+            self.note(f"{w.name}'s next call will be " + ("held in flight" if kind == "delay" else "answered into the void"))
+
+    # -- every call, on the queue and on the specification ---------------------------------------------
+
+    def _queue_now(self, w: SimWorker) -> float:
+        return EPOCH + self.t
+
+    def _op(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
+        self.db_now = now = self._queue_now(w)
+        before = dict(self.model.jobs)
+        after = f"{w.name}'s {what} at {self.t:.3f}"
+        try:
+            answer = call()
+        except LeaseLost:
+            if "fail" in expect:  # refused: the specification must refuse it too
+                held: Lease = expect["fail"]
+                status = self.model.fail(held.job.id, held.token, now)
+                if status is not None:
+                    raise Violation(
+                        "refused_failure", f"{after}: the failure of job {held.job.id} was refused, though its token held it"
+                    ) from None
+            self.model.compare(self._rows(), after)
+            raise
+        self._judge(w, answer, now, after, before, **expect)
+        self.model.compare(self._rows(), after)
+        return answer
+
+    def _judge(self, w: SimWorker, answer: Any, now: float, after: str, before: dict, **expect: Any) -> None:
+        m, lease = self.model, self.scenario.lease
+        done, claim = expect.get("done"), expect.get("claim")
+        if done is not None:
+            refused = answer[0]
+            for job_id, token, result in done:
+                ok = m.complete(job_id, token, json.loads(json.dumps(result)))
+                if ok == (job_id in refused):
+                    raise Violation(
+                        "fence" if ok is False else "refused_completion",
+                        f"{after}: the completion of job {job_id} under token {token} was "
+                        + ("accepted, though that token no longer held the job" if not ok else "refused, though its token held the job"),
+                    )
+                if ok and self.attempts.get(token) is not None and self.attempts[token].ended != "returned":
+                    raise Violation("wrong_outcome", f"{after}: job {job_id} completed by an attempt whose handler did not return")
+        if claim is not None:
+            n, token = claim
+            jobs = answer if done is None else answer[1]
+            mine = {j.id for j in before.values() if j.token in (token, f"{token}-{j.id}") and j.status == "running"}
+            if mine:  # a retry that found the first try's claims by their token: no new claim
+                if {j.id for j in jobs} != mine:
+                    raise Violation("held_by", f"{after}: the claim's token holds jobs {sorted(mine)}, found {sorted(j.id for j in jobs)}")
+            else:
+                m.claim(n, w.name, lease, token, now, {j.id: j.token for j in jobs})
+                for job in jobs:
+                    self._rerun(job, before)
+        if "beat" in expect:
+            want = m.heartbeat(expect["beat"], lease, now)
+            if set(answer) != want:
+                raise Violation(
+                    "fence" if set(answer) - want else "refused_heartbeat",
+                    f"{after}: the heartbeat renewed jobs {sorted(answer)}; only {sorted(want)} were held by their tokens",
+                )
+        if "fail" in expect:
+            held: Lease = expect["fail"]
+            status = m.fail(held.job.id, held.token, now)
+            if status is None:
+                raise Violation("fence", f"{after}: the failure of job {held.job.id} was accepted, though its token no longer held it")
+            if str(answer) != status:
+                raise Violation("wrong_status", f"{after}: job {held.job.id} failed to {answer}, the specification says {status}")
+        if "reap" in expect:
+            want = m.reap(expect["reap"], now)
+            if set(answer) != want:
+                raise Violation(
+                    "reap",
+                    f"{after}: the reaper took back jobs {sorted(answer)}; the leases that had ended were those of {sorted(want)}",
+                )
+
+    def _rerun(self, job: Job, before: dict) -> None:
+        """A job claimed again after an attempt whose handler returned: that attempt must have met a fault
+        that could cost it the lease (its worker crashed, paused, was cut off, or its call was held in flight)."""
+        old = before[job.id]
+        if old.attempts == 0:
+            return
+        last = self.attempts.get(old.token or "")
+        if last is not None and last.ended == "returned" and not (last.faults & {"crash", "pause", "cut", "delay"}):
+            raise Violation(
+                "needless_rerun",
+                f"job {job.id} is claimed again (attempt {job.attempts}) though attempt {last.number}'s handler returned "
+                f"and no crash, pause, cut or delay hit {last.worker}: only "
+                + (", ".join(sorted(last.faults)) or "nothing")
+                + " did",
+            )
+
+    def _rows(self) -> dict[int, dict[str, Any]]:
+        return {
+            job.id: {
+                "status": str(job.status),
+                "attempts": job.attempts,
+                "token": job.token,
+                "worker": job.worker,
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "run_at": job.run_at,
+                "lease_until": job.lease_until,
+                "result": job.result,
+            }
+            for job in self.queue.jobs(limit=10_000)
+        }
+
+    def close(self) -> None:
+        self.queue.close()
