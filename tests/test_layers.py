@@ -102,7 +102,7 @@ def _imports(path: Path, top_level_only: bool = False) -> set[str]:
 
 # The package's layers below the top: each a folder; the command line is one of its own. Every
 # other module is the core.
-LAYERS = ("backends", "worker", "harness", "lab", "lessons", "check", "chaos")
+LAYERS = ("backends", "worker", "harness", "lab", "lessons", "check", "chaos", "sim")
 
 
 def _layer(module: str) -> str:
@@ -122,7 +122,8 @@ def _layer(module: str) -> str:
 # connection, so a bug there cannot hide itself from the checker. The lab is a view over the
 # harness's fleet; chaos drives the harness and calls the checker. The lessons show the statements
 # of both dialects and pay into the harness's ledger. Nothing imports the lessons: only notebooks
-# do. The command line reaches every command.
+# do. The simulator drives the real SQLite statements and the worker's decisions on virtual time, with
+# no process, thread or network of its own. The command line reaches every command.
 ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract", "leaselab.worker"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
@@ -138,6 +139,15 @@ ALLOWED = {
         "leaselab.queue",
         "leaselab.worker",
         "leaselab.worker.faults",
+        "leaselab.worker.lease",
+    },
+    "sim": {
+        "leaselab.backends.sqlite.statements",
+        "leaselab.backoff",
+        "leaselab.errors",
+        "leaselab.job",
+        "leaselab.queue",
+        "leaselab.worker.decisions",
         "leaselab.worker.lease",
     },
     "lessons": {

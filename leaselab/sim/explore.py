@@ -195,9 +195,9 @@ def exhaustive(
             result = run(scenario, 0, actions=prefix, handler=handler)
             return result if result.failed else None
         for action in enabled:
-            found = explore([*prefix, action])
-            if found is not None:
-                return found
+            deeper = explore([*prefix, action])
+            if deeper is not None:
+                return deeper
         return None
 
     found = explore([])

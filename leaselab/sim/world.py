@@ -301,16 +301,23 @@ class World:
         def apply() -> list[Job]:
             return self._op(w, f"claim {n}", lambda: self.queue.claim_many(n, w.name, lease, token=token), claim=(n, token))
 
+        tried = [token]
+
         def again() -> list[Job]:
+            fresh, done = self._token(), list(tried)
+            tried.append(fresh)
+            w.kept.append(fresh)
             return self._op(
                 w,
                 f"claim {n} again",
-                lambda: decisions.recover_claim(self.queue, token, n, w.name, lease),
-                claim=(n, token),
+                lambda: decisions.recover_claim(self.queue, done, fresh, n, w.name, lease),
+                claim=(n, fresh),
+                tried=done,
             )
 
         def reply(jobs: list[Job]) -> None:
-            w.kept.remove(token)
+            for t in tried:
+                w.kept.remove(t)
             if not jobs:
                 w.empty_at = self.t
             self._hold(w, jobs, sent)
@@ -322,7 +329,11 @@ class World:
             lease = Lease(job, self.scenario.lease, sent=sent, clock=w.clock)
             w.leases[job.token] = lease  # type: ignore[index]
             w.ends[lease.token] = self.t + job.payload["work"] / w.rate
-            self.attempts[lease.token] = Attempt(job.id, job.attempts, lease.token, w.name, self.t)
+            attempt = self.attempts[lease.token] = Attempt(job.id, job.attempts, lease.token, w.name, self.t)
+            if w.cut_until > self.t:  # a fault still under way hits the attempt that starts in it
+                attempt.faults.add("cut")
+            if w.paused():
+                attempt.faults.add("pause")
             self.note(f"{w.name} holds job {job.id} (attempt {job.attempts})")
 
     def _finish(self, w: SimWorker) -> None:
@@ -629,8 +640,11 @@ class World:
         if claim is not None:
             n, token = claim
             jobs = answer if done is None else answer[1]
-            mine = {j.id for j in before.values() if j.token in (token, f"{token}-{j.id}") and j.status == "running"}
-            if mine:  # a retry that found the first try's claims by their token: no new claim
+            tried = expect.get("tried", ())  # a retry's earlier tokens: jobs held under one are the claim's
+            mine = {
+                j.id for j in before.values() if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
+            }
+            if mine:  # a retry that found an earlier try's claims by their token: no new claim
                 if {j.id for j in jobs} != mine:
                     raise Violation("held_by", f"{after}: the claim's token holds jobs {sorted(mine)}, found {sorted(j.id for j in jobs)}")
             else:
