@@ -75,25 +75,30 @@ def test_a_slot_whose_handler_raises_fails_that_job_alone(target):
         assert (stats.completed, stats.failed, stats.lost) == (3, 2, 0)
 
 
-def test_a_slot_whose_handler_calls_sys_exit_fails_that_job_and_the_slot_runs_the_next(target):
-    """SystemExit is no Exception: a slot thread still reports it as the attempt's failure (as a Future
-    did), instead of dying with the job held and leaving the worker waiting for it."""
+@pytest.mark.parametrize("concurrency", [1, 2], ids=["one slot", "two slots"])
+@pytest.mark.parametrize(
+    "error", [SystemExit(3), KeyboardInterrupt("3"), GeneratorExit("3")], ids=lambda e: type(e).__name__
+)
+def test_a_slot_whose_handler_raises_a_base_exception_fails_that_job_and_runs_the_next(target, concurrency, error):
+    """SystemExit, KeyboardInterrupt and GeneratorExit are no Exception: either slot kind reports them as
+    the attempt's failure, instead of dying with the job held (and, with one slot, the worker with it)."""
 
     def handler(job):
         if job.payload == "exit":
-            raise SystemExit(3)
+            raise error
         return job.payload
 
     with Queue(target, call_timeout=27) as q:
         first = q.enqueue("exit", max_attempts=1)
         rest = q.enqueue_many(list("abcde"))
-        worker = Worker(q, handler, name="w1", concurrency=2, exit_when_idle=True, poll=0.01)
+        worker = Worker(q, handler, name="w1", concurrency=concurrency, exit_when_idle=True, poll=0.01)
         runs = threading.Thread(target=worker.run, daemon=True)  # a slot lost with its job would hang run()
         runs.start()
         runs.join(60)
-        assert not runs.is_alive(), "the worker is still waiting for the slot that ran sys.exit()"
+        assert not runs.is_alive(), "the worker is still waiting for the slot whose handler raised"
         stats = worker.stats
-        assert q.get(first).status is Status.DEAD and q.get(first).last_error.startswith("SystemExit: 3")
+        assert q.get(first).status is Status.DEAD
+        assert q.get(first).last_error.startswith(f"{type(error).__name__}: 3")
         assert [q.get(i).result for i in rest] == list("abcde")
         assert (stats.completed, stats.failed, stats.lost) == (5, 1, 0)
 

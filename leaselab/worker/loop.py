@@ -235,7 +235,7 @@ class _Inline:
     def start(self, lease: Lease) -> None:
         try:
             result = self._handler(lease.job, lease) if self._with_lease else self._handler(lease.job)
-        except Exception as exc:  # the attempt's failure, as a slot thread reports it
+        except BaseException as exc:  # sys.exit(), KeyboardInterrupt too: as a slot thread, the attempt's failure
             self._finished.append((lease, None, exc))
         else:
             self._finished.append((lease, result, None))
