@@ -217,6 +217,20 @@ def outlast(
         return result
 
 
+# This process's id, kept current by a hook that runs in the child of every os.fork(): read after
+# each handler at the cost of a list index, where os.getpid() is a system call on every job.
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def _leave_if_forked(owner: int) -> None:
+    """End a process that a handler forked and that returned from the handler: it is no worker. It
+    must not write the outcome through its copy of the parent's connection, nor claim, nor wait for a
+    loop thread that fork() did not copy. ``os._exit``, so nothing of the parent's is flushed or run."""
+    if _PID[0] != owner:
+        os._exit(0)
+
+
 # A finished attempt: its lease, the handler's return value, and the exception it raised (or None).
 Finished = tuple[Lease, Any, "BaseException | None"]
 _LEASE = itemgetter(0)  # a finished attempt's lease
@@ -231,13 +245,16 @@ class _Inline:
     def __init__(self, handler: Callable[..., Any], with_lease: bool):
         self._handler, self._with_lease = handler, with_lease
         self._finished: list[Finished] = []
+        self._pid = _PID[0]
 
     def start(self, lease: Lease) -> None:
         try:
             result = self._handler(lease.job, lease) if self._with_lease else self._handler(lease.job)
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt too: as a slot thread, the attempt's failure
+            _leave_if_forked(self._pid)
             self._finished.append((lease, None, exc))
         else:
+            _leave_if_forked(self._pid)
             self._finished.append((lease, result, None))
 
     def finished(self, timeout: float | None) -> list[Finished]:
@@ -265,13 +282,15 @@ class _Threads:
             thread.start()
 
     def _serve(self) -> None:
-        handler, with_lease = self._handler, self._with_lease
+        handler, with_lease, pid = self._handler, self._with_lease, _PID[0]
         while (lease := self._todo.get()) is not None:
             try:
                 result = handler(lease.job, lease) if with_lease else handler(lease.job)
             except BaseException as exc:  # sys.exit() too: the attempt's failure, never a lost slot
+                _leave_if_forked(pid)
                 self._done.put((lease, None, exc))
             else:
+                _leave_if_forked(pid)
                 self._done.put((lease, result, None))
 
     def start(self, lease: Lease) -> None:
