@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
-from .errors import DatabaseMissing, LeaselabError
+from .errors import DatabaseMissing, LeaselabError, QueueFileGone
 from .job import Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
@@ -66,7 +66,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     from .worker import CALL_TIMEOUT_SHARE, STARTED, STOPPED, Worker, load_handler, outlast
-    from .worker.process import ProcessControl
+    from .worker.process import EXIT_FILE_GONE, ProcessControl
 
     log = LineLog()  # the worker hands it each turn's lines at once (LineLog.lines)
 
@@ -111,6 +111,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         log(f"{STARTED}{os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {control.how_to_stop}")
         try:
             stats = worker.run()
+        except QueueFileGone as exc:  # nothing more can be written: a supervisor should look, not retry blindly
+            log(f"exiting: {exc}")
+            return EXIT_FILE_GONE
         finally:
             control.finish_announcing()  # it reads the queue: say which jobs are finishing before closing it
             opened.close()

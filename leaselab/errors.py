@@ -60,6 +60,17 @@ class DatabaseMissing(LeaselabError, FileNotFoundError):
         super().__init__(f"no queue file at {path}{hint}")
 
 
+class QueueFileGone(LeaselabError):
+    """Raised when the queue file a queue opened is no longer at its path: deleted, renamed away, or
+    replaced by another file. Writes would go on into a file no one can open again, so the queue
+    stops writing; a worker exits (``leaselab worker``: exit status 4)."""
+
+    def __init__(self, path: str, replaced: bool):
+        self.path, self.replaced = path, replaced
+        what = "was replaced by another file" if replaced else "was deleted or renamed"
+        super().__init__(f"the queue file {path} {what} while this queue had it open: nothing more is written to it")
+
+
 class SchemaTooNew(LeaselabError):
     """Raised when the file was written by a newer leaselab whose schema this version does not know."""
 

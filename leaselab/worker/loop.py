@@ -25,7 +25,7 @@ from time import monotonic as _monotonic
 from typing import Any, Final, TypeVar
 
 from ..arguments import integer, positive
-from ..errors import CallTimeoutTooLong, HandlerError, InvalidPayload, LeaseLost, TransientError
+from ..errors import CallTimeoutTooLong, HandlerError, InvalidPayload, LeaseLost, QueueFileGone, TransientError
 from ..job import Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
@@ -389,6 +389,10 @@ class Worker:
         self._leases: Leases | None = None
         self._pulse: Pulse | None = None
         self.fault: str | None = None  # the transient fault the worker is waiting out, if any
+        # Called (on the pulse's thread) when a heartbeat or a reap finds the queue file gone, while a
+        # handler may still run: ``leaselab worker`` exits there and then (status 4). None: the worker
+        # says so, claims no more, and run() raises QueueFileGone at its next call on the queue.
+        self.on_file_gone: Callable[[QueueFileGone], None] | None = None
 
     def close(self) -> None:
         """Close the queue the worker opened from a path; a queue passed in is left open for its owner."""
@@ -534,7 +538,13 @@ class Worker:
         self._leases = Leases(on_expired=self._gave_up)
         try:
             with Pulse(
-                self.queue, self._leases, self.lease, self.reap_every, self.log, on_reaped=self._reaped
+                self.queue,
+                self._leases,
+                self.lease,
+                self.reap_every,
+                self.log,
+                on_reaped=self._reaped,
+                on_gone=self._file_gone,
             ) as self._pulse:
                 yield
         finally:
@@ -716,6 +726,13 @@ class Worker:
             f"lease of job {lease.job.id} (attempt {lease.job.attempts}) may have run out: no heartbeat "
             f"acknowledged for {lease.seconds - lease.margin:g}s; its handler's lease.check() now raises"
         )
+
+    def _file_gone(self, exc: QueueFileGone) -> None:  # on the pulse's thread
+        if self.on_file_gone is not None:
+            self.on_file_gone(exc)
+            return
+        self.log(str(exc))
+        self._stop.set()
 
     def _reaped(self, moved: list[int]) -> None:
         self.stats.reaped += len(moved)

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (128 + SIGINT)
 EXIT_ORPHANED = 3  # the process that started the worker is gone
+EXIT_FILE_GONE = 4  # the queue file was deleted, renamed or replaced under the worker
 PARENT_CHECK = 0.5  # seconds between two looks at the parent
 
 
@@ -110,6 +111,7 @@ class ProcessControl:
     def attach(self, worker: Worker) -> None:
         """From now on a stop reaches ``worker``; one asked for before it existed reaches it at once."""
         self.worker = worker
+        worker.on_file_gone = self.file_gone
         if self.stop_asked.is_set():
             worker.stop()
 
@@ -145,6 +147,12 @@ class ProcessControl:
             self.log(f"finishing {what}, Ctrl-C again to abandon {pronoun}")
         else:
             self.log("no job running: stopping")
+
+    def file_gone(self, exc: Exception) -> None:
+        """The queue file is gone (deleted, renamed or replaced): nothing the worker holds can be written
+        any more, and a handler may run for ever, so the process ends now, saying why (status 4)."""
+        say(f"{stamp(time.time())} exiting: {exc}")
+        os._exit(EXIT_FILE_GONE)
 
     def _interrupted(self) -> None:
         self._interrupts += 1

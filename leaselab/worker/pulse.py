@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
-from ..errors import LeaselabError, TransientError
+from ..errors import LeaselabError, QueueFileGone, TransientError
 from ..queue import Queue
 from . import decisions
 from .lease import Lease, Leases
@@ -37,12 +37,14 @@ class Pulse:
         reap_every: float,
         log: Log,
         on_reaped: Callable[[list[int]], None] | None = None,
+        on_gone: Callable[[QueueFileGone], None] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
     ):
         self.queue, self.leases, self.lease, self.reap_every = queue, leases, lease, reap_every
         self.log = log
         self.on_reaped = on_reaped
+        self.on_gone = on_gone
         self._clock = clock  # monotonic seconds; a test steps it and calls tick() itself
         self._next_beat: float | None = None
         self._next_reap = 0.0
@@ -100,6 +102,9 @@ class Pulse:
             sent = self._clock()
             try:
                 renewed = self.queue.heartbeat_many([(lease.job.id, lease.token) for lease in held], self.lease)
+            except QueueFileGone as exc:
+                self._gone(exc)
+                return False
             except LeaselabError as exc:  # a busy file or a lost server: the next beat tries again
                 self.log(f"heartbeat failed: {exc}")
                 return False
@@ -113,6 +118,15 @@ class Pulse:
             self.leases.renewed(kept, sent)
             return True
 
+    def _gone(self, exc: QueueFileGone) -> None:
+        """The queue's file is gone: tell the worker (or say so) once, and beat no more (the queue
+        refuses every call now; the worker's loop meets the same error at its next call and ends)."""
+        self._stop.set()
+        if self.on_gone is not None:
+            self.on_gone(exc)
+        else:
+            self.log(str(exc))
+
     def reap(self) -> list[int]:
         """Reap expired leases once, except this worker's own; a transient fault skips this round.
 
@@ -124,6 +138,9 @@ class Pulse:
         try:
             moved = self.queue.reap(keep=self.leases.keep())
         except TransientError:
+            return []
+        except QueueFileGone as exc:
+            self._gone(exc)
             return []
         except LeaselabError as exc:
             self.log(f"reap failed: {exc}")

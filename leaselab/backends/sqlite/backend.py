@@ -25,6 +25,7 @@ from ...errors import (
     DiskFull,
     LeaselabError,
     NotALeaselabDatabase,
+    QueueFileGone,
     SchemaTooNew,
     UnsupportedSQLite,
 )
@@ -76,6 +77,18 @@ def _code(statement: str) -> str:
     return "\n".join(line for line in statement.splitlines() if not line.lstrip().startswith("--")).lstrip()
 
 
+def file_identity(path: str) -> tuple[int, int] | None:
+    """The (device, inode) of the file at ``path``; None for a database with no file of its own to
+    watch (``:memory:``, a ``file:`` URI, which may name a VFS) or one that cannot be looked at."""
+    if path == ":memory:" or path.startswith("file:"):
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def nearest_queue_file(path: str) -> str | None:
     """The existing ``.db`` file in ``path``'s folder whose name is closest to it, if any is close."""
     p = Path(path)
@@ -118,6 +131,8 @@ class SqliteBackend(SqlBackend):
         if not create and path != ":memory:" and not path.startswith("file:") and not Path(path).exists():
             raise DatabaseMissing(path, nearest_queue_file(path))
         self._conn = self._open(path, busy_timeout, create)
+        self._identity = file_identity(path)  # what _still_there() compares; None: nothing to watch
+        self._gone: QueueFileGone | None = None  # once found, every later call raises it
         self._immediate = _Immediate(self._conn)  # the one connection's transaction, made once
         self._synchronous_full = False  # prepare() leaves the connection at synchronous = NORMAL
         self._conn.create_function("leaselab_backoff", 1, backoff.delay, deterministic=not backoff.jitter)
@@ -145,7 +160,44 @@ class SqliteBackend(SqlBackend):
     # -- the hooks of SqlBackend -----------------------------------------------------------
 
     def _connection(self) -> sqlite3.Connection:
+        if self._gone is not None:
+            raise self._gone
         return self._conn
+
+    def _still_there(self) -> None:
+        """Raise ``QueueFileGone`` (now and on every later call) if the file at ``path`` is no longer
+        the one opened: deleted, renamed away, or another file moved into its place. SQLite goes on
+        writing to the open file either way, into pages no one can open again (SQLite's "How To
+        Corrupt" page, 2.4 and 2.5). A ``stat`` of the path: asked at each heartbeat, each reap and
+        each claim that found nothing (a busy worker is told within a third of a lease, an idle one
+        within a poll), not on every write."""
+        if self._identity is None or self._gone is not None:
+            return
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            now = None
+        except OSError:  # cannot tell (a folder it may no longer search): not a reason to stop
+            return
+        else:
+            now = (st.st_dev, st.st_ino)
+        if now != self._identity:
+            self._gone = QueueFileGone(self.path, replaced=now is not None)
+            raise self._gone
+
+    def claim_many(self, n: int, claim: Claim, *, durable: bool) -> list[Claimed]:
+        jobs = super().claim_many(n, claim, durable=durable)
+        if not jobs:
+            self._still_there()
+        return jobs
+
+    def heartbeat_many(self, tokens: Sequence[str], lease: float, now: float | None) -> dict[int, float]:
+        self._still_there()
+        return super().heartbeat_many(tokens, lease, now)
+
+    def reap(self, now: float, keep: Sequence[str]) -> list[int]:
+        self._still_there()
+        return super().reap(now, keep)
 
     def _sync(self, conn: sqlite3.Connection, durable: bool) -> None:
         """Make the next commit sync to disk if it is ``durable``; caller holds the lock.
