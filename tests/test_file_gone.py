@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -112,3 +113,26 @@ def test_a_worker_whose_file_is_gone_exits_with_status_4_and_says_why(tmp_path, 
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_worker_in_a_program_stops_claiming_and_run_raises_once_its_file_is_gone(tmp_path):
+    from leaselab import Worker
+
+    path = tmp_path / "q.db"
+    with Queue(path) as q:
+        q.enqueue_many(["first", "second"])
+    said: list[str] = []
+
+    def handler(job):
+        _remove(path)
+        for _ in range(6000):  # until the pulse has told the worker (a third of the 1 s lease, unloaded)
+            if worker.stopping:
+                break
+            time.sleep(0.01)
+        return "done"
+
+    worker = Worker(str(path), handler, name="py", lease=1, log=said.append, signals=False)
+    with worker, pytest.raises(QueueFileGone):
+        worker.run()
+    assert worker.stopping and worker.stats.claimed == 1  # the second job was never claimed
+    assert sum("was deleted or renamed" in line for line in said) == 1, said
