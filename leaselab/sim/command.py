@@ -22,7 +22,7 @@ from typing import Any
 from . import explore, mutants, report
 from .errors import BadOption, SimulateUsageError
 from .explore import Run
-from .handlers import recorded
+from .handlers import load, recorded
 from .texts import text
 from .world import FAULTS, Scenario
 
@@ -170,6 +170,8 @@ def _main(args: argparse.Namespace, lang: str) -> int:
     jobs = _whole("--jobs", args.jobs, 1, Scenario.jobs)
     faults = _faults(args.faults)
     _check_mutant(args.mutant)
+    if args.handler is not None:
+        load(args.handler)  # a bad --handler is said before anything is printed
     scenario = Scenario(workers=workers, jobs=jobs, faults=faults, max_faults=Scenario.max_faults if faults else 0)
     if not args.json:
         _preamble(scenario, seed, args, lang)
@@ -180,7 +182,7 @@ def _main(args: argparse.Namespace, lang: str) -> int:
             limit = DEFAULT_STATES if schedules is None else schedules
             found, states, tried = explore.exhaustive(scenario, handler=handler, limit=limit)
             covered = Covered(found, tried)
-            result.update(states=states, complete=found is not None or states < limit, limit=limit)
+            result.update(states=states, complete=states < limit, limit=limit)
         else:
             budget = DEFAULT_SECONDS if seconds is None and schedules is None else seconds
             covered = hunt(scenario, seed=seed, schedules=schedules, seconds=budget, handler=handler, progress=progress)
