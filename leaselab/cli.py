@@ -1,4 +1,4 @@
-"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check, chaos."""
+"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check, chaos, simulate."""
 
 from __future__ import annotations
 
@@ -200,6 +200,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     report = check(args.db, effects=args.effects, lease=args.lease, idle=not args.still_running)
     print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang))
     return 0 if report.clean else EXIT_ANOMALY
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    # Imported here: a worker's start must not load the simulator.
+    from .sim.command import main as simulate
+
+    return simulate(args)
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -448,6 +455,52 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--payload", default="{}", help="every job's JSON payload (default {})")
     p.add_argument("--out", default=None, help="the run's folder: logs, effects (default: beside the queue)")
     p.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")
+    p.add_argument("--lang", choices=LANGS, default="en", help="the language it speaks (default en)")
+
+    # Its numbers are checked by the command, not by argparse, so a bad one is said in --lang's language.
+    p = sub.add_parser(
+        "simulate",
+        help="run this leaselab's queue and worker decisions on virtual time under many fault schedules "
+        "(exit 0 clean, 1 with a shrunk witness, 2 on a usage error)",
+        description="Run this leaselab's real queue statements and worker decisions on virtual time under "
+        "seeded or exhaustive fault schedules, checking every step against the specification. Exit 0 when "
+        "every promise held, 1 with the shortest schedule found that breaks one, 2 on a usage error.",
+    )
+    p.set_defaults(func=cmd_simulate)
+    p.add_argument("--seed", default=None, metavar="N", help="the first schedule's seed (default 0)")
+    p.add_argument(
+        "--seconds", default=None, metavar="S", help="search for this many seconds (default 10 when no --schedules)"
+    )
+    p.add_argument(
+        "--schedules",
+        default=None,
+        metavar="N",
+        help="run this many schedules; with --exhaustive, explore at most this many distinct states (default 500)",
+    )
+    p.add_argument("--exhaustive", action="store_true", help="every schedule of the scope, states already seen skipped")
+    p.add_argument("--workers", default=None, metavar="N", help="workers in the scenario (default 2)")
+    p.add_argument("--jobs", default=None, metavar="N", help="jobs in the scenario (default 2)")
+    p.add_argument(
+        "--faults",
+        default=None,
+        metavar="LIST",
+        help="comma-separated faults to strike, of crash, pause, cut, delay, lose (default: all; '' for none)",
+    )
+    p.add_argument("--replay", default=None, metavar="FILE", help="run a saved witness again, step for step")
+    p.add_argument(
+        "--save", default=None, metavar="FILE", help="where to save a witness (default leaselab-witness.json)"
+    )
+    p.add_argument(
+        "--handler",
+        default=None,
+        metavar="MODULE:FUNCTION",
+        help="run your handler in the simulated world and report effect_repeated if it is not idempotent",
+    )
+    p.add_argument(
+        "--mutant", default=None, metavar="NAME", help="plant one shipped bug, to see it caught ('list' lists them)"
+    )
+    p.add_argument("--list-mutants", action="store_true", help="list the shipped mutants and exit")
+    p.add_argument("--json", action="store_true", help="the result as one JSON object on stdout")
     p.add_argument("--lang", choices=LANGS, default="en", help="the language it speaks (default en)")
     return parser
 

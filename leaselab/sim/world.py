@@ -148,6 +148,8 @@ class World:
         self.faults = 0
         self.started = 0
         self.handler = handler
+        if hasattr(handler, "start"):  # a recorded handler (sim.handlers): an empty outside world per schedule
+            handler.start()
         self.effects: list[tuple[int, str, float]] = []
         self._tokens = random.Random(f"tokens-{seed}")  # deterministic tokens: the same seed, the same trace
         skews = random.Random(f"skew-{seed}")
@@ -372,10 +374,14 @@ class World:
         if self.handler is not None:
             try:
                 result = self.handler(lease.job)
+            except Violation:  # its effects broke a promise (sim.handlers): the finding, not the handler's failure
+                raise
             except Exception as exc:
                 attempt.ended = "raised"
+                self.note(f"{w.name}'s handler of job {lease.job.id} raises")
                 return None, exc
             attempt.ended = "returned"
+            self.note(f"{w.name}'s handler of job {lease.job.id} returns")
             return result, None
         if lease.job.attempts <= lease.job.payload["fails"]:
             attempt.ended = "raised"
