@@ -110,7 +110,11 @@ def run(
 def state_of(world: World) -> str:
     """A digest of what matters for what can happen next: the jobs' rows and every worker's state,
     times relative to now, so two schedules that reach the same situation by different paths meet."""
-    parts = [repr(sorted((j.id, j.status, j.attempts, _rel(j.lease_until, world), j.token) for j in world.model.jobs.values()))]
+    parts = [
+        repr(
+            sorted((j.id, j.status, j.attempts, _rel(j.lease_until, world), j.token) for j in world.model.jobs.values())
+        )
+    ]
     for w in world.workers.values():
         parts.append(
             repr(
@@ -118,7 +122,10 @@ def state_of(world: World) -> str:
                     w.name,
                     w.alive,
                     sorted((t, round(e - world.t, 6)) for t, e in w.ends.items()),
-                    sorted((t, lease.refused, round(w.at(lease.deadline or 0) - world.t, 6)) for t, lease in w.leases.items()),
+                    sorted(
+                        (t, lease.refused, round(w.at(lease.deadline or 0) - world.t, 6))
+                        for t, lease in w.leases.items()
+                    ),
                     w.loop and (w.loop.what, w.loop.held),
                     w.pulse and (w.pulse.what, w.pulse.held),
                     w.armed,

@@ -291,7 +291,7 @@ class World:
         return any(j.status == "running" for j in self.model.jobs.values())
 
     def _token(self) -> str:
-        return "%016x" % self._tokens.getrandbits(64)
+        return f"{self._tokens.getrandbits(64):016x}"
 
     def _claim(self, w: SimWorker) -> None:
         n, token, sent = self._claims(w), self._token(), w.clock()
@@ -299,7 +299,9 @@ class World:
         w.kept.append(token)
 
         def apply() -> list[Job]:
-            return self._op(w, f"claim {n}", lambda: self.queue.claim_many(n, w.name, lease, token=token), claim=(n, token))
+            return self._op(
+                w, f"claim {n}", lambda: self.queue.claim_many(n, w.name, lease, token=token), claim=(n, token)
+            )
 
         tried = [token]
 
@@ -428,17 +430,24 @@ class World:
             refused, jobs = answer
             for lease, _ in completions:
                 w.kept.remove(lease.token)
-                self.note(f"{w.name}: job {lease.job.id} " + ("refused: lease lost" if lease.job.id in refused else "completed"))
+                self.note(
+                    f"{w.name}: job {lease.job.id} "
+                    + ("refused: lease lost" if lease.job.id in refused else "completed")
+                )
             w.kept.remove(refill)
             self._hold(w, jobs, sent)
 
         self._send(w, "loop", Call("complete", apply, reply, self._loop_fault(w), again=again))
 
-    def _send_failures(self, w: SimWorker, failures: list[tuple[Lease, str]], completions: list[tuple[Lease, Any]]) -> None:
+    def _send_failures(
+        self, w: SimWorker, failures: list[tuple[Lease, str]], completions: list[tuple[Lease, Any]]
+    ) -> None:
         lease, error = failures[0]
 
         def apply() -> str:
-            return self._op(w, f"fail {lease.job.id}", lambda: self.queue.fail(lease.job.id, lease.token, error), fail=lease)
+            return self._op(
+                w, f"fail {lease.job.id}", lambda: self.queue.fail(lease.job.id, lease.token, error), fail=lease
+            )
 
         def reply(status: Any) -> None:
             w.kept.remove(lease.token)
@@ -471,7 +480,9 @@ class World:
         pairs = [(lease.job.id, lease.token) for lease in held]
 
         def apply() -> dict[int, float]:
-            return self._op(w, f"heartbeat {[i for i, _ in pairs]}", lambda: self.queue.heartbeat_many(pairs, lease_s), beat=pairs)
+            return self._op(
+                w, f"heartbeat {[i for i, _ in pairs]}", lambda: self.queue.heartbeat_many(pairs, lease_s), beat=pairs
+            )
 
         def reply(renewed: dict[int, float]) -> None:
             for lease in held:
@@ -595,7 +606,9 @@ class World:
             self.note(f"{w.name}'s link is cut for {action[2] * self.scenario.lease:g}s")
         else:
             w.armed = kind
-            self.note(f"{w.name}'s next call will be " + ("held in flight" if kind == "delay" else "answered into the void"))
+            self.note(
+                f"{w.name}'s next call will be " + ("held in flight" if kind == "delay" else "answered into the void")
+            )
 
     # -- every call, on the queue and on the specification ---------------------------------------------
 
@@ -614,7 +627,8 @@ class World:
                 status = self.model.fail(held.job.id, held.token, now)
                 if status is not None:
                     raise Violation(
-                        "refused_failure", f"{after}: the failure of job {held.job.id} was refused, though its token held it"
+                        "refused_failure",
+                        f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
             self.model.compare(self._rows(), after)
             raise
@@ -633,20 +647,31 @@ class World:
                     raise Violation(
                         "fence" if ok is False else "refused_completion",
                         f"{after}: the completion of job {job_id} under token {token} was "
-                        + ("accepted, though that token no longer held the job" if not ok else "refused, though its token held the job"),
+                        + (
+                            "accepted, though that token no longer held the job"
+                            if not ok
+                            else "refused, though its token held the job"
+                        ),
                     )
                 if ok and self.attempts.get(token) is not None and self.attempts[token].ended != "returned":
-                    raise Violation("wrong_outcome", f"{after}: job {job_id} completed by an attempt whose handler did not return")
+                    raise Violation(
+                        "wrong_outcome", f"{after}: job {job_id} completed by an attempt whose handler did not return"
+                    )
         if claim is not None:
             n, token = claim
             jobs = answer if done is None else answer[1]
             tried = expect.get("tried", ())  # a retry's earlier tokens: jobs held under one are the claim's
             mine = {
-                j.id for j in before.values() if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
+                j.id
+                for j in before.values()
+                if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
             }
             if mine:  # a retry that found an earlier try's claims by their token: no new claim
                 if {j.id for j in jobs} != mine:
-                    raise Violation("held_by", f"{after}: the claim's token holds jobs {sorted(mine)}, found {sorted(j.id for j in jobs)}")
+                    raise Violation(
+                        "held_by",
+                        f"{after}: the claim's token holds jobs {sorted(mine)}, found {sorted(j.id for j in jobs)}",
+                    )
             else:
                 m.claim(n, w.name, lease, token, now, {j.id: j.token for j in jobs})
                 for job in jobs:
@@ -656,21 +681,28 @@ class World:
             if set(answer) != want:
                 raise Violation(
                     "fence" if set(answer) - want else "refused_heartbeat",
-                    f"{after}: the heartbeat renewed jobs {sorted(answer)}; only {sorted(want)} were held by their tokens",
+                    f"{after}: the heartbeat renewed jobs {sorted(answer)}; "
+                    f"only {sorted(want)} were held by their tokens",
                 )
         if "fail" in expect:
             held: Lease = expect["fail"]
             status = m.fail(held.job.id, held.token, now)
             if status is None:
-                raise Violation("fence", f"{after}: the failure of job {held.job.id} was accepted, though its token no longer held it")
+                raise Violation(
+                    "fence",
+                    f"{after}: the failure of job {held.job.id} was accepted, though its token no longer held it",
+                )
             if str(answer) != status:
-                raise Violation("wrong_status", f"{after}: job {held.job.id} failed to {answer}, the specification says {status}")
+                raise Violation(
+                    "wrong_status", f"{after}: job {held.job.id} failed to {answer}, the specification says {status}"
+                )
         if "reap" in expect:
             want = m.reap(expect["reap"], now)
             if set(answer) != want:
                 raise Violation(
                     "reap",
-                    f"{after}: the reaper took back jobs {sorted(answer)}; the leases that had ended were those of {sorted(want)}",
+                    f"{after}: the reaper took back jobs {sorted(answer)}; "
+                    f"the leases that had ended were those of {sorted(want)}",
                 )
 
     def _rerun(self, job: Job, before: dict) -> None:
@@ -683,7 +715,8 @@ class World:
         if last is not None and last.ended == "returned" and not (last.faults & {"crash", "pause", "cut", "delay"}):
             raise Violation(
                 "needless_rerun",
-                f"job {job.id} is claimed again (attempt {job.attempts}) though attempt {last.number}'s handler returned "
+                f"job {job.id} is claimed again (attempt {job.attempts}) "
+                f"though attempt {last.number}'s handler returned "
                 f"and no crash, pause, cut or delay hit {last.worker}: only "
                 + (", ".join(sorted(last.faults)) or "nothing")
                 + " did",
