@@ -35,6 +35,19 @@ FAULTS = ("crash", "pause", "cut", "delay", "lose")  # every fault the world can
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
+ROW_COLUMNS = (
+    "id",
+    "status",
+    "attempts",
+    "token",
+    "worker",
+    "priority",
+    "max_attempts",
+    "run_at",
+    "lease_until",
+    "result",
+)
+ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with, after every call
 
 
 class HandlerFailed(Exception):
@@ -820,20 +833,15 @@ class World:
             )
 
     def _rows(self) -> dict[int, dict[str, Any]]:
-        return {
-            job.id: {
-                "status": str(job.status),
-                "attempts": job.attempts,
-                "token": job.token,
-                "worker": job.worker,
-                "priority": job.priority,
-                "max_attempts": job.max_attempts,
-                "run_at": job.run_at,
-                "lease_until": job.lease_until,
-                "result": job.result,
-            }
-            for job in self.queue.jobs(limit=10_000)
-        }
+        """Every job's row as the statements left it, read straight from the table (the model is checked
+        against the rows, not against what the queue's own readers make of them)."""
+        rows = {}
+        for row in self.queue.backend.run(ROWS):  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+            job = dict(zip(ROW_COLUMNS, row, strict=True))
+            if job["result"] is not None:
+                job["result"] = json.loads(job["result"])
+            rows[job["id"]] = job
+        return rows
 
     def close(self) -> None:
         self.queue.close()
