@@ -3,8 +3,10 @@
 A schedule is the list of actions taken, each named by a tuple (``("claim", "w1")``, ``("pause",
 "w2", 1.5)``, ``("tick",)``). After its last action the world is *drained*: no more faults, and each
 step the first enabled action in a fixed order, until every job is done or dead; a job that never
-gets there is ``stuck``. Replaying a schedule skips an action that is not enabled when its turn
-comes, so any sub-list of a schedule is a schedule too: that is what shrinking tries.
+gets there is ``stuck``. Replaying a schedule lets time move on to an action that is not enabled yet
+(a handler still running, a beat not yet due: "tick" after "tick", at most ``WAIT_LEASES`` leases of
+virtual time), and skips one that does not become enabled, so any sub-list of a schedule is a schedule
+too: that is what shrinking tries, and why a shrunk schedule rarely needs a "tick" of its own.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Violation
-from .world import Action, Scenario, World
+from .world import FAULTS, Action, Scenario, World
 
 DRAIN_ORDER = ("deliver", "retry", "finish", "beat", "claim", "reap", "start", "tick")
 MAX_STEPS = 400  # a random schedule's length at most, before the drain
 DRAIN_LEASES = 200  # a drain gives up (the job is stuck) after this many leases of virtual time
+WAIT_LEASES = 3.0  # a replayed action not yet enabled waits this many leases of virtual time, at most
 
 
 @dataclass
@@ -56,8 +59,8 @@ def _drain(world: World, taken: list[Action]) -> None:
         if not enabled:
             break
         action = min(enabled, key=lambda a: DRAIN_ORDER.index(a[0]))
-        world.step(action)
         taken.append(action)
+        world.step(action)
     if not world.settled():
         stuck = sorted(j.id for j in world.model.jobs.values() if j.status not in ("done", "dead"))
         raise Violation(
@@ -80,7 +83,7 @@ def run(
     rng = random.Random(seed)
     taken: list[Action] = []
     states: set[str] = set()
-    violation = None
+    violation, chosen = None, None
     try:
         todo = iter(actions) if actions is not None else None
         for _ in range(MAX_STEPS if todo is None else len(actions or ())):
@@ -88,29 +91,48 @@ def run(
             if todo is not None:
                 action = next(todo)
                 if action not in enabled:
-                    continue
+                    enabled = _wait_for(world, action)
+                    if action not in enabled:
+                        continue
             else:
                 if not enabled or (world.settled() and world.idle()):
                     break
                 action = _choose(world, rng, enabled)
+            taken.append(action)  # before it is taken: the action that breaks a promise is the schedule's last
             world.step(action)
-            taken.append(action)
             if fingerprint:
                 states.add(state_of(world))
         chosen = len(taken)
         _drain(world, taken)
-        del taken[chosen:]  # the drain is implied by the schedule: replay runs it again
     except Violation as found:
         violation = found
     finally:
         world.close()
-    return Run(scenario, seed, taken, world.trace, violation, len(world.trace), world.t, states)
+    steps = len(taken)
+    if chosen is not None:
+        del taken[chosen:]  # the drain is implied by the schedule: replay runs it again
+    return Run(scenario, seed, taken, world.trace, violation, steps, world.t, states)
+
+
+def _wait_for(world: World, action: Action) -> list[Action]:
+    """Let time move ("tick" after "tick") until ``action`` is enabled or ``WAIT_LEASES`` leases passed;
+    what is enabled then. Only time moves: no worker acts meanwhile."""
+    limit = world.t + WAIT_LEASES * world.scenario.lease
+    enabled = world.enabled()
+    while action not in enabled and ("tick",) in enabled and world.t < limit:
+        world.step(("tick",))
+        enabled = world.enabled()
+    return enabled
 
 
 def state_of(world: World) -> str:
     """A digest of what matters for what can happen next: the jobs' rows and every worker's state,
     times relative to now, so two schedules that reach the same situation by different paths meet."""
-    parts = [repr(sorted((j.id, j.status, j.attempts, _rel(j.lease_until, world), j.token) for j in world.model.jobs.values()))]
+    parts = [
+        repr(
+            sorted((j.id, j.status, j.attempts, _rel(j.lease_until, world), j.token) for j in world.model.jobs.values())
+        )
+    ]
     for w in world.workers.values():
         parts.append(
             repr(
@@ -118,8 +140,11 @@ def state_of(world: World) -> str:
                     w.name,
                     w.alive,
                     sorted((t, round(e - world.t, 6)) for t, e in w.ends.items()),
-                    sorted((t, lease.refused, round(w.at(lease.deadline or 0) - world.t, 6)) for t, lease in w.leases.items()),
-                    w.loop and (w.loop.what, w.loop.held),
+                    sorted(
+                        (t, lease.refused, round(w.at(lease.deadline or 0) - world.t, 6))
+                        for t, lease in w.leases.items()
+                    ),
+                    w.loop and (w.loop.what, w.loop.held, w.loop.rest is not None, w.loop.retry_at is not None),
                     w.pulse and (w.pulse.what, w.pulse.held),
                     w.armed,
                     round(w.at(w.next_beat) - world.t, 6),
@@ -182,7 +207,7 @@ def exhaustive(
             enabled = world.enabled()
             key = state_of(world)
         except Violation as found:
-            return Run(scenario, 0, prefix, world.trace, found, len(world.trace), world.t)
+            return Run(scenario, 0, prefix, world.trace, found, len(prefix), world.t)
         finally:
             world.close()
         if key in seen:
@@ -204,31 +229,137 @@ def exhaustive(
     return found, len(seen), schedules
 
 
-def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0) -> Run:
-    """The fewest actions (and faults) of ``failing``'s schedule that still break the same promise."""
+def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0, tries: int | None = None) -> Run:
+    """The fewest actions (and faults) of ``failing``'s schedule that still break the same promise.
+
+    Delta debugging over the actions (drop halves, then quarters, ... of the schedule), then each action
+    alone, then each fault made milder (a shorter pause); a candidate is kept when it breaks the promise
+    of the same kind with fewer actions, or as many and milder faults. ``budget`` bounds the seconds,
+    ``tries`` (if given) the schedules replayed: with it and a large ``budget`` the result is the same on
+    any machine."""
     kind = failing.violation.kind if failing.violation else None
     best = failing
     deadline = time.monotonic() + budget
+    spent = 0
 
-    def fails(actions: list[Action]) -> Run | None:
+    def out() -> bool:
+        return time.monotonic() >= deadline or (tries is not None and spent >= tries)
+
+    def better(actions: list[Action]) -> bool:
+        nonlocal best, spent
+        if out():
+            return False
+        spent += 1
         result = run(failing.scenario, failing.seed, actions=actions, handler=handler)
-        return result if result.violation is not None and result.violation.kind == kind else None
+        if result.violation is None or result.violation.kind != kind or _size(result) >= _size(best):
+            return False
+        best = result
+        return True
 
+    if kind is None:
+        return best
+    parts = 2
+    while len(best.actions) >= 2 and not out():
+        actions = best.actions
+        size = -(-len(actions) // parts)
+        chunks = [actions[i : i + size] for i in range(0, len(actions), size)]
+        for i in range(len(chunks)):
+            if better([a for chunk in chunks[:i] + chunks[i + 1 :] for a in chunk]):
+                parts = max(parts - 1, 2)
+                break
+        else:
+            if size == 1:
+                break
+            parts = min(parts * 2, len(actions))
     changed = True
-    while changed and time.monotonic() < deadline:
+    while changed and not out():
         changed = False
-        chunk = max(1, len(best.actions) // 2)
-        while chunk >= 1 and time.monotonic() < deadline:
-            i = 0
-            while i < len(best.actions) and time.monotonic() < deadline:
-                candidate = best.actions[:i] + best.actions[i + chunk :]
-                result = fails(candidate)
-                if result is not None and len(result.actions) < len(best.actions):
-                    best, changed = result, True
-                else:
-                    i += chunk
-            chunk //= 2
+        for i in range(len(best.actions) - 1, -1, -1):
+            if i < len(best.actions) and better(best.actions[:i] + best.actions[i + 1 :]):
+                changed = True
+        for i, action in enumerate(best.actions):
+            for milder in MILDER.get(action[0], ()):
+                if i < len(best.actions) and len(action) > 2 and milder < action[2]:
+                    if better([*best.actions[:i], (*action[:2], milder), *best.actions[i + 1 :]]):
+                        changed = True
     return best
+
+
+CANDIDATES = 4  # failing schedules ``hunt`` shrinks, keeping the smallest witness
+MILDER = {"pause": (0.5,)}  # a fault's milder forms, for shrinking
+
+
+def _size(result: Run) -> tuple[int, int, float]:
+    """How big a witness is: its actions, then its faults, then how long they last."""
+    faults = [a for a in result.actions if a[0] in FAULTS]
+    return len(result.actions), len(faults), sum(a[2] for a in faults if len(a) > 2)
+
+
+# The scenarios ``hunt`` takes turns with: one and two slots, two and three workers, clocks that run a
+# little fast or slow (within the worker's margin), a job that fails every attempt. Chosen from what the
+# specification promises (claim order, leases, fences, retries, the dead), not from any planted bug.
+PORTFOLIO: tuple[Scenario, ...] = (
+    Scenario(workers=2, jobs=3),
+    Scenario(workers=2, jobs=3, slots=2),
+    Scenario(workers=3, jobs=3, skew=0.03),
+    Scenario(workers=2, jobs=4, slots=2, skew=0.03),
+)
+
+
+@dataclass
+class Hunt:
+    """What ``hunt`` found: the shrunk failing run (None: every promise held), as found, and the effort."""
+
+    run: Run | None
+    found: Run | None
+    schedules: int
+    steps: int
+    scenarios: tuple[Scenario, ...]  # the scenarios it took turns with, in order
+    seconds: float
+
+
+def hunt(
+    *,
+    seed: int = 0,
+    seconds: float | None = 60.0,
+    schedules: int | None = None,
+    handler: Any = None,
+    progress: Callable[[int, int], None] | None = None,
+    portfolio: tuple[Scenario, ...] = PORTFOLIO,
+    shrink_seconds: float = 30.0,
+    shrink_tries: int | None = None,
+) -> Hunt:
+    """Random schedules of each scenario of ``portfolio`` in turn (schedule ``i``: scenario ``i`` modulo
+    their number, seed ``seed + i``) until one fails, ``schedules`` ran or ``seconds`` passed; the failure
+    shrunk (``shrink``, with ``shrink_seconds`` and ``shrink_tries``)."""
+    start, n, steps = time.monotonic(), 0, 0
+    found = None
+    while found is None:
+        if schedules is not None and n >= schedules:
+            break
+        if seconds is not None and time.monotonic() - start >= seconds:
+            break
+        result = run(portfolio[n % len(portfolio)], seed + n, handler=handler)
+        n, steps = n + 1, steps + result.steps
+        if progress is not None:
+            progress(n, steps)
+        if result.failed:
+            found = result
+    tried = tuple(portfolio[: min(n, len(portfolio))])
+    if found is None:
+        return Hunt(None, None, n, steps, tried, time.monotonic() - start)
+    # One failure may be a long way round: a few more of the same kind, each shrunk, and the smallest kept.
+    kind = found.violation.kind if found.violation else None
+    candidates, more = [found], 0
+    while len(candidates) < CANDIDATES and more < max(n, 20) * 2:
+        other = run(portfolio[(n + more) % len(portfolio)], seed + n + more, handler=handler)
+        more += 1
+        if other.violation is not None and other.violation.kind == kind:
+            candidates.append(other)
+    share = None if shrink_tries is None else shrink_tries // len(candidates)
+    shrunk = [shrink(c, handler=handler, budget=shrink_seconds / len(candidates), tries=share) for c in candidates]
+    best = min(shrunk, key=_size)
+    return Hunt(best, found, n, steps, tried, time.monotonic() - start)
 
 
 def numbered(result: Run) -> Iterator[str]:

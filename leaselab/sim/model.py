@@ -95,7 +95,9 @@ class Model:
             if written not in (token, f"{token}-{job.id}"):
                 raise Violation("token", f"job {job.id} claimed with token {written!r}, not the claim's own")
             if written in self.tokens:
-                raise Violation("token_reused", f"job {job.id} claimed with token {written!r}, written by an earlier claim")
+                raise Violation(
+                    "token_reused", f"job {job.id} claimed with token {written!r}, written by an earlier claim"
+                )
             self.tokens.add(written)
             self.jobs[job.id] = replace(
                 job,
@@ -164,7 +166,9 @@ class Model:
     def compare(self, rows: dict[int, dict[str, Any]], after: str) -> None:
         """Raise ``Violation`` at the first field where the queue's ``rows`` differ from the model."""
         if set(rows) != set(self.jobs):
-            raise Violation("rows", f"after {after}: the queue holds jobs {sorted(rows)}, the model {sorted(self.jobs)}")
+            raise Violation(
+                "rows", f"after {after}: the queue holds jobs {sorted(rows)}, the model {sorted(self.jobs)}"
+            )
         for job_id in sorted(self.jobs):
             want, got = self.jobs[job_id], rows[job_id]
             for name in ("status", "attempts", "token", "worker", "priority", "max_attempts"):
@@ -173,7 +177,8 @@ class Model:
                 if getattr(want, name) != got[name]:
                     raise Violation(
                         f"wrong_{name}",
-                        f"after {after}: job {job_id} has {name} {got[name]!r}, the specification says {getattr(want, name)!r}",
+                        f"after {after}: job {job_id} has {name} {got[name]!r}, "
+                        f"the specification says {getattr(want, name)!r}",
                     )
             for name in ("run_at", "lease_until"):
                 a, b = getattr(want, name), got[name]
@@ -186,7 +191,8 @@ class Model:
                     )
             if want.status == "done" and got["result"] != want.result:
                 raise Violation(
-                    "wrong_result", f"after {after}: job {job_id} holds result {got['result']!r}, written was {want.result!r}"
+                    "wrong_result",
+                    f"after {after}: job {job_id} holds result {got['result']!r}, written was {want.result!r}",
                 )
 
 

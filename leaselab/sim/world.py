@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..backoff import Backoff
-from ..errors import LeaseLost, TransientError
+from ..errors import LeaselabError, LeaseLost, TransientError
 from ..job import Job
 from ..queue import Queue
 from ..worker import decisions
@@ -32,11 +33,43 @@ from .model import Model, Violation
 EPOCH = 1_767_225_600.0  # the queue's clock at virtual time 0: 2026-01-01T00:00:00Z
 FAULTS = ("crash", "pause", "cut", "delay", "lose")  # every fault the world can strike, by name
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
+LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
+ROW_COLUMNS = (
+    "id",
+    "status",
+    "attempts",
+    "token",
+    "worker",
+    "priority",
+    "max_attempts",
+    "run_at",
+    "lease_until",
+    "result",
+)
+ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with, after every call
 
 
 class HandlerFailed(Exception):
     """A simulated handler's planned failure."""
+
+
+class Interleaved(Exception):
+    """Raised by ``between`` inside a simulated call: the operation's first transaction has run, and
+    ``rest`` (its next one) is left in flight for a later step, so another worker may act in between."""
+
+    def __init__(self, rest: Callable[[], Any]):
+        self.rest = rest
+        super().__init__("the rest of an operation in flight")
+
+
+def between(rest: Callable[[], Any]) -> Any:
+    """A boundary between two transactions of one queue operation (a planted two-step claim is one):
+    inside a simulated call the world holds ``rest`` back and lets any other action come first; anywhere
+    else ``rest`` runs at once."""
+    if World.driving:
+        raise Interleaved(rest)
+    return rest()
 
 
 @dataclass(frozen=True)
@@ -55,13 +88,15 @@ class Scenario:
     backoff: float = 0.2  # the queue's backoff base, seconds
 
     def job_specs(self) -> list[dict[str, Any]]:
-        """The jobs, the same for every schedule: every third delayed, every second fails once, priorities mixed."""
+        """The jobs, the same for every schedule: every third delayed, every second fails once, the third
+        of every four fails every attempt (so it must end dead, its attempts spent), the fourth of every
+        four runs longer than the lease (so it lives on heartbeats), priorities mixed."""
         return [
             {
                 "priority": i % 2,
                 "delay": 0.5 * self.lease if i % 3 == 2 else 0.0,
-                "fails": 1 if i % 2 == 1 else 0,
-                "work": self.work * self.lease * (1 + 0.25 * (i % 3)),
+                "fails": self.max_attempts if i % 4 == 2 else (1 if i % 2 == 1 else 0),
+                "work": self.lease * (1.6 if i % 4 == 3 else self.work * (1 + 0.25 * (i % 3))),
             }
             for i in range(self.jobs)
         ]
@@ -90,6 +125,8 @@ class Call:
     fault: Any
     again: Any = None  # the call to make instead on a retry (a recovery), if not ``apply``
     held: bool = False  # held in the network, applied by a later "deliver" step
+    rest: Any = None  # the rest of an operation whose first transaction ran (see ``between``)
+    faults: set[str] = field(default_factory=set)  # what hit it on the way: the attempts it starts count them
     lose: bool = False  # applied, but the answer is lost
     retry_at: float | None = None  # waiting out a transient fault until this virtual time
     wait: float | None = None  # the last retry wait, on the worker's clock
@@ -135,6 +172,8 @@ class SimWorker:
 class World:
     """One schedule's world. ``step(action)`` takes one enabled action; ``enabled()`` lists them."""
 
+    driving = False  # True while a world applies a call: ``between`` holds the rest of it back
+
     def __init__(self, scenario: Scenario, *, handler: Any = None, seed: int = 0):
         self.scenario = scenario
         self.t = 0.0
@@ -151,6 +190,7 @@ class World:
         if hasattr(handler, "start"):  # a recorded handler (sim.handlers): an empty outside world per schedule
             handler.start()
         self.effects: list[tuple[int, str, float]] = []
+        self.replying: Call | None = None  # the call whose answer is being taken in
         self._tokens = random.Random(f"tokens-{seed}")  # deterministic tokens: the same seed, the same trace
         skews = random.Random(f"skew-{seed}")
         for spec in scenario.job_specs():
@@ -252,7 +292,9 @@ class World:
         if kind == "tick":
             later = self.next_time()
             assert later is not None
+            self._late(later)
             self.t = later
+            self._watch()
             return
         if kind == "start":
             self._start(1.0)
@@ -275,6 +317,34 @@ class World:
         elif kind == "reap":
             self._reap(w)
 
+    def _late(self, later: float) -> None:
+        """Time moving to ``later`` past a step a worker could have taken long before (its handler done, a
+        beat or a retry due) is a slow worker, as after a pause: its attempts count that as a fault."""
+        for w in self.live():
+            if w.paused():
+                continue
+            due = []
+            if w.loop is None and w.ends:
+                due.append(min(w.ends.values()))
+            if w.pulse is None and w.renewable():
+                due.append(w.at(w.next_beat))
+            if w.loop is not None and w.loop.retry_at is not None:
+                due.append(w.loop.retry_at)
+            if any(later > d + LATE * self.scenario.lease for d in due):
+                for token in list(w.leases) + w.kept:
+                    if token in self.attempts:
+                        self.attempts[token].faults.add("late")
+
+    def _watch(self) -> None:
+        """The real worker's deadline watcher (``leaselab.worker.lease``): a lease past its own deadline is
+        lost as soon as the time comes, not only when the handler checks; a paused worker's watcher waits, and
+        the moment a pause ends its threads race: the pulse may beat before the watcher looks, so it looks at
+        the next moment."""
+        for w in self.live():
+            if not w.paused() and w.paused_until != self.t:
+                for lease in w.leases.values():
+                    lease.expired()
+
     def note(self, line: str) -> None:
         self.trace.append(f"{self.t:8.3f}  {line}")
 
@@ -293,7 +363,7 @@ class World:
         return any(j.status == "running" for j in self.model.jobs.values())
 
     def _token(self) -> str:
-        return "%016x" % self._tokens.getrandbits(64)
+        return f"{self._tokens.getrandbits(64):016x}"
 
     def _claim(self, w: SimWorker) -> None:
         n, token, sent = self._claims(w), self._token(), w.clock()
@@ -301,7 +371,9 @@ class World:
         w.kept.append(token)
 
         def apply() -> list[Job]:
-            return self._op(w, f"claim {n}", lambda: self.queue.claim_many(n, w.name, lease, token=token), claim=(n, token))
+            return self._op(
+                w, f"claim {n}", lambda: self.queue.claim_many(n, w.name, lease, token=token), claim=(n, token)
+            )
 
         tried = [token]
 
@@ -336,6 +408,13 @@ class World:
                 attempt.faults.add("cut")
             if w.paused():
                 attempt.faults.add("pause")
+            if self.replying is not None:  # a claim that met a fault on its way hands it to what it took
+                attempt.faults |= self.replying.faults
+            for call in (w.loop, w.pulse):  # a call still held back holds up the beat or the outcome
+                if call is not None and call.held:
+                    attempt.faults.add("delay")
+            if w.armed is not None:
+                attempt.faults.add(w.armed)
             self.note(f"{w.name} holds job {job.id} (attempt {job.attempts})")
 
     def _finish(self, w: SimWorker) -> None:
@@ -434,17 +513,24 @@ class World:
             refused, jobs = answer
             for lease, _ in completions:
                 w.kept.remove(lease.token)
-                self.note(f"{w.name}: job {lease.job.id} " + ("refused: lease lost" if lease.job.id in refused else "completed"))
+                self.note(
+                    f"{w.name}: job {lease.job.id} "
+                    + ("refused: lease lost" if lease.job.id in refused else "completed")
+                )
             w.kept.remove(refill)
             self._hold(w, jobs, sent)
 
         self._send(w, "loop", Call("complete", apply, reply, self._loop_fault(w), again=again))
 
-    def _send_failures(self, w: SimWorker, failures: list[tuple[Lease, str]], completions: list[tuple[Lease, Any]]) -> None:
+    def _send_failures(
+        self, w: SimWorker, failures: list[tuple[Lease, str]], completions: list[tuple[Lease, Any]]
+    ) -> None:
         lease, error = failures[0]
 
         def apply() -> str:
-            return self._op(w, f"fail {lease.job.id}", lambda: self.queue.fail(lease.job.id, lease.token, error), fail=lease)
+            return self._op(
+                w, f"fail {lease.job.id}", lambda: self.queue.fail(lease.job.id, lease.token, error), fail=lease
+            )
 
         def reply(status: Any) -> None:
             w.kept.remove(lease.token)
@@ -477,7 +563,9 @@ class World:
         pairs = [(lease.job.id, lease.token) for lease in held]
 
         def apply() -> dict[int, float]:
-            return self._op(w, f"heartbeat {[i for i, _ in pairs]}", lambda: self.queue.heartbeat_many(pairs, lease_s), beat=pairs)
+            return self._op(
+                w, f"heartbeat {[i for i, _ in pairs]}", lambda: self.queue.heartbeat_many(pairs, lease_s), beat=pairs
+            )
 
         def reply(renewed: dict[int, float]) -> None:
             for lease in held:
@@ -536,8 +624,11 @@ class World:
     def _send(self, w: SimWorker, slot: str, call: Call) -> None:
         setattr(w, slot, call)
         if self.t < w.cut_until:
+            call.faults.add("cut")
             self._failed(w, slot, call, TransientError("link cut"))
             return
+        if w.armed is not None:
+            call.faults.add(w.armed)
         if w.armed == "delay":
             w.armed, call.held = None, True
             self.note(f"{w.name}: {call.what} sent; held in the network")
@@ -547,13 +638,23 @@ class World:
         self._arrive(w, slot, call)
 
     def _arrive(self, w: SimWorker, slot: str, call: Call) -> None:
-        run = call.again if call.again is not None and call.wait is not None else call.apply
+        if call.rest is not None:
+            run, call.rest = call.rest, None
+        else:
+            run = call.again if call.again is not None and call.wait is not None else call.apply
+        World.driving = True
         try:
             answer = run()
+        except Interleaved as split:
+            call.rest, call.held = split.rest, True
+            self.note(f"{w.name}: {call.what}: its first transaction ran; the next is in flight")
+            return
         except (TransientError, LeaseLost) as exc:
             if w.alive:
                 self._failed(w, slot, call, exc)
             return
+        finally:
+            World.driving = False
         if not w.alive:
             return
         if call.lose:
@@ -562,7 +663,11 @@ class World:
             self._failed(w, slot, call, TransientError("reply lost"))
             return
         setattr(w, slot, None)
-        call.reply(answer)
+        self.replying = call
+        try:
+            call.reply(answer)
+        finally:
+            self.replying = None
 
     def _failed(self, w: SimWorker, slot: str, call: Call, exc: Exception) -> None:
         if slot == "pulse" or isinstance(exc, LeaseLost):
@@ -588,6 +693,9 @@ class World:
         for token in list(w.leases) + list(w.kept):
             if token in self.attempts:
                 self.attempts[token].faults.add(kind)
+        for call in (w.loop, w.pulse):
+            if call is not None:
+                call.faults.add(kind)
         if kind == "crash":
             w.alive = False
             for token in w.leases:
@@ -601,7 +709,9 @@ class World:
             self.note(f"{w.name}'s link is cut for {action[2] * self.scenario.lease:g}s")
         else:
             w.armed = kind
-            self.note(f"{w.name}'s next call will be " + ("held in flight" if kind == "delay" else "answered into the void"))
+            self.note(
+                f"{w.name}'s next call will be " + ("held in flight" if kind == "delay" else "answered into the void")
+            )
 
     # -- every call, on the queue and on the specification ---------------------------------------------
 
@@ -614,16 +724,24 @@ class World:
         after = f"{w.name}'s {what} at {self.t:.3f}"
         try:
             answer = call()
+        except Interleaved as split:  # judged when the rest has run: that is when it commits
+            rest = split.rest
+            raise Interleaved(lambda: self._op(w, what, rest, **expect)) from None
         except LeaseLost:
             if "fail" in expect:  # refused: the specification must refuse it too
                 held: Lease = expect["fail"]
                 status = self.model.fail(held.job.id, held.token, now)
                 if status is not None:
                     raise Violation(
-                        "refused_failure", f"{after}: the failure of job {held.job.id} was refused, though its token held it"
+                        "refused_failure",
+                        f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
             self.model.compare(self._rows(), after)
             raise
+        except TransientError:
+            raise
+        except LeaselabError as exc:  # the schema's own checks refused what the statement wrote
+            raise Violation("queue_error", f"{after}: the queue raised {type(exc).__name__}: {exc}") from None
         self._judge(w, answer, now, after, before, **expect)
         self.model.compare(self._rows(), after)
         return answer
@@ -639,20 +757,31 @@ class World:
                     raise Violation(
                         "fence" if ok is False else "refused_completion",
                         f"{after}: the completion of job {job_id} under token {token} was "
-                        + ("accepted, though that token no longer held the job" if not ok else "refused, though its token held the job"),
+                        + (
+                            "accepted, though that token no longer held the job"
+                            if not ok
+                            else "refused, though its token held the job"
+                        ),
                     )
                 if ok and self.attempts.get(token) is not None and self.attempts[token].ended != "returned":
-                    raise Violation("wrong_outcome", f"{after}: job {job_id} completed by an attempt whose handler did not return")
+                    raise Violation(
+                        "wrong_outcome", f"{after}: job {job_id} completed by an attempt whose handler did not return"
+                    )
         if claim is not None:
             n, token = claim
             jobs = answer if done is None else answer[1]
             tried = expect.get("tried", ())  # a retry's earlier tokens: jobs held under one are the claim's
             mine = {
-                j.id for j in before.values() if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
+                j.id
+                for j in before.values()
+                if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
             }
             if mine:  # a retry that found an earlier try's claims by their token: no new claim
                 if {j.id for j in jobs} != mine:
-                    raise Violation("held_by", f"{after}: the claim's token holds jobs {sorted(mine)}, found {sorted(j.id for j in jobs)}")
+                    raise Violation(
+                        "held_by",
+                        f"{after}: the claim's token holds jobs {sorted(mine)}, found {sorted(j.id for j in jobs)}",
+                    )
             else:
                 m.claim(n, w.name, lease, token, now, {j.id: j.token for j in jobs})
                 for job in jobs:
@@ -662,54 +791,63 @@ class World:
             if set(answer) != want:
                 raise Violation(
                     "fence" if set(answer) - want else "refused_heartbeat",
-                    f"{after}: the heartbeat renewed jobs {sorted(answer)}; only {sorted(want)} were held by their tokens",
+                    f"{after}: the heartbeat renewed jobs {sorted(answer)}; "
+                    f"only {sorted(want)} were held by their tokens",
                 )
         if "fail" in expect:
             held: Lease = expect["fail"]
             status = m.fail(held.job.id, held.token, now)
             if status is None:
-                raise Violation("fence", f"{after}: the failure of job {held.job.id} was accepted, though its token no longer held it")
+                raise Violation(
+                    "fence",
+                    f"{after}: the failure of job {held.job.id} was accepted, though its token no longer held it",
+                )
             if str(answer) != status:
-                raise Violation("wrong_status", f"{after}: job {held.job.id} failed to {answer}, the specification says {status}")
+                raise Violation(
+                    "wrong_status", f"{after}: job {held.job.id} failed to {answer}, the specification says {status}"
+                )
         if "reap" in expect:
             want = m.reap(expect["reap"], now)
             if set(answer) != want:
                 raise Violation(
                     "reap",
-                    f"{after}: the reaper took back jobs {sorted(answer)}; the leases that had ended were those of {sorted(want)}",
+                    f"{after}: the reaper took back jobs {sorted(answer)}; "
+                    f"the leases that had ended were those of {sorted(want)}",
                 )
 
     def _rerun(self, job: Job, before: dict) -> None:
-        """A job claimed again after an attempt whose handler returned: that attempt must have met a fault
-        that could cost it the lease (its worker crashed, paused, was cut off, or its call was held in flight)."""
+        """A job claimed again after an attempt whose handler returned (or gave its lease up): that attempt must
+        have met a fault that could cost it the lease (its worker crashed, paused, was cut off, or its call was
+        held in flight; or a reply was lost, for a lease given up)."""
         old = before[job.id]
         if old.attempts == 0:
             return
         last = self.attempts.get(old.token or "")
-        if last is not None and last.ended == "returned" and not (last.faults & {"crash", "pause", "cut", "delay"}):
+        if last is None or last.ended not in ("returned", "lost"):
+            return
+        # A handler that found its lease gone on its own clock had a heartbeat fail: a lost reply may do that.
+        excuses = {"crash", "pause", "cut", "delay", "late"} | ({"lose"} if last.ended == "lost" else set())
+        if not (last.faults & excuses):
             raise Violation(
                 "needless_rerun",
-                f"job {job.id} is claimed again (attempt {job.attempts}) though attempt {last.number}'s handler returned "
-                f"and no crash, pause, cut or delay hit {last.worker}: only "
+                f"job {job.id} is claimed again (attempt {job.attempts}) "
+                f"though attempt {last.number}'s handler "
+                + ("returned" if last.ended == "returned" else "gave the lease up on its own clock")
+                + f" and no {', '.join(sorted(excuses))} hit {last.worker}: only "
                 + (", ".join(sorted(last.faults)) or "nothing")
                 + " did",
             )
 
     def _rows(self) -> dict[int, dict[str, Any]]:
-        return {
-            job.id: {
-                "status": str(job.status),
-                "attempts": job.attempts,
-                "token": job.token,
-                "worker": job.worker,
-                "priority": job.priority,
-                "max_attempts": job.max_attempts,
-                "run_at": job.run_at,
-                "lease_until": job.lease_until,
-                "result": job.result,
-            }
-            for job in self.queue.jobs(limit=10_000)
-        }
+        """Every job's row as the statements left it, read straight from the table (the model is checked
+        against the rows, not against what the queue's own readers make of them)."""
+        rows = {}
+        for row in self.queue.backend.run(ROWS):  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+            job = dict(zip(ROW_COLUMNS, row, strict=True))
+            if job["result"] is not None:
+                job["result"] = json.loads(job["result"])
+            rows[job["id"]] = job
+        return rows
 
     def close(self) -> None:
         self.queue.close()

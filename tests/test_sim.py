@@ -1,0 +1,137 @@
+"""The simulator: deterministic runs, replays, shrinking, exhaustive exploration, and the worker's
+decisions shared with the real worker (a change there changes what the simulator sees)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from leaselab.sim import explore, mutants
+from leaselab.sim.errors import MutantStale, UnknownMutant
+from leaselab.sim.world import Scenario
+from leaselab.worker import decisions
+
+SCENARIO = Scenario(workers=3, jobs=4, slots=2, skew=0.03)
+
+_TRACE = """
+import json, sys
+from leaselab.sim import explore
+from leaselab.sim.world import Scenario
+run = explore.run(Scenario(workers=3, jobs=4, slots=2, skew=0.03), 11)
+print(json.dumps(run.trace))
+"""
+
+
+def test_the_same_seed_gives_a_byte_identical_trace_here_and_in_another_process():
+    first, second = explore.run(SCENARIO, 11), explore.run(SCENARIO, 11)
+    assert first.trace == second.trace and len(first.trace) > 10
+    other = subprocess.run([sys.executable, "-c", _TRACE], capture_output=True, text=True, check=True, timeout=120)
+    assert json.loads(other.stdout) == first.trace
+    assert explore.run(SCENARIO, 12).trace != first.trace
+
+
+def test_replaying_a_runs_actions_reproduces_its_trace():
+    for seed in range(5):
+        found = explore.run(SCENARIO, seed)
+        again = explore.run(SCENARIO, seed, actions=found.actions)
+        assert again.trace == found.trace and again.actions == found.actions
+
+
+def test_a_failing_run_replays_to_the_same_violation():
+    with mutants.planted("unfenced_complete"):
+        found, _, _ = explore.search(explore.PORTFOLIO[0], seed=0, schedules=500)
+        assert found is not None and found.violation is not None
+        again = explore.run(found.scenario, found.seed, actions=found.actions)
+    assert again.violation is not None and str(again.violation) == str(found.violation)
+    assert again.trace == found.trace
+
+
+def test_shrinking_keeps_the_kind_of_violation_and_never_grows():
+    with mutants.planted("unfenced_fail"):
+        found, _, _ = explore.search(explore.PORTFOLIO[0], seed=0, schedules=500)
+        assert found is not None and found.violation is not None
+        small = explore.shrink(found, budget=600, tries=300)
+        assert small.violation is not None and small.violation.kind == found.violation.kind
+        assert len(small.actions) < len(found.actions)
+        replayed = explore.run(small.scenario, small.seed, actions=small.actions)
+    assert replayed.violation is not None and replayed.violation.kind == found.violation.kind
+
+
+def test_numbered_prints_the_trace_as_numbered_steps():
+    lines = list(explore.numbered(explore.run(SCENARIO, 1)))
+    assert lines[0].startswith("  1. ") and "w1 starts" in lines[0]
+
+
+@pytest.mark.parametrize("scenario", explore.PORTFOLIO, ids=lambda s: f"{s.workers}w{s.jobs}j{s.slots}s")
+def test_the_real_code_keeps_every_promise_in_every_portfolio_scenario(scenario):
+    found, n, steps = explore.search(scenario, seed=1000, schedules=60)
+    assert found is None, "\n".join(explore.numbered(found))
+    assert n == 60 and steps > 60
+
+
+def test_hunt_rotates_through_the_portfolio_and_reports_the_effort():
+    clean = explore.hunt(seed=5, schedules=8, seconds=None)
+    assert clean.run is None and clean.found is None
+    assert clean.schedules == 8 and clean.steps > 8 and clean.scenarios == explore.PORTFOLIO
+    with mutants.planted("claim_takes_running"):
+        caught = explore.hunt(seed=5, schedules=200, seconds=None, shrink_tries=200, shrink_seconds=600)
+    assert caught.run is not None and caught.found is not None and caught.run.violation is not None
+    assert len(caught.run.actions) <= len(caught.found.actions)
+
+
+def test_an_always_failing_job_ends_dead_with_its_attempts_spent():
+    scenario = Scenario(workers=1, jobs=3, faults=(), max_faults=0)
+    assert scenario.job_specs()[2]["fails"] == scenario.max_attempts
+    run = explore.run(scenario, 0, actions=[])  # the drain alone: every step taken when it is due
+    assert run.violation is None
+    assert any("job 3 failed -> dead" in line for line in run.trace)
+
+
+# A scope small enough to cover in seconds: two workers, one job, one call held in flight.
+SMALL = Scenario(workers=2, jobs=1, faults=("delay",), max_faults=1)
+
+
+def test_exhaustive_exploration_covers_a_small_scope_and_the_real_code_holds():
+    found, states, schedules = explore.exhaustive(SMALL, depth=8)
+    assert found is None
+    assert states > 100 and schedules > 50 and states >= schedules
+
+
+def test_exhaustive_exploration_finds_the_zombies_unfenced_completion():
+    with mutants.planted("unfenced_complete"):
+        found, states, schedules = explore.exhaustive(SMALL, depth=9)
+    assert found is not None and found.violation is not None and found.violation.kind == "fence"
+    assert ("delay", "w1") in found.actions or ("delay", "w2") in found.actions
+    assert states > 0 and schedules > 0
+
+
+def test_a_change_to_a_worker_decision_changes_what_the_simulator_sees(monkeypatch):
+    frozen = [("claim", "w1"), ("pause", "w1", 1.5)]
+    assert explore.run(SMALL, 0, actions=frozen).violation is None
+    monkeypatch.setattr(decisions, "own_deadline", lambda sent, seconds, margin: float("inf"))
+    broken = explore.run(SMALL, 0, actions=frozen)
+    assert broken.violation is not None and broken.violation.kind == "effect_without_lease"
+
+
+def test_planted_takes_a_mutant_of_your_own_and_undoes_it():
+    from leaselab.backends.sqlite import statements
+
+    before = statements.COMPLETE
+    mine = mutants.Mutant("mine", "a completion without its fence", ((("COMPLETE",), " AND token = :token", ""),))
+    with mutants.planted(mine) as planted:
+        assert planted is mine and " AND token = :token" not in statements.COMPLETE
+    assert statements.COMPLETE == before
+
+
+def test_a_mutant_whose_text_is_gone_is_stale_and_names_it():
+    gone = mutants.Mutant("gone", "nothing", ((("COMPLETE",), "no such text", ""),))
+    with pytest.raises(MutantStale, match="no such text"), mutants.planted(gone):
+        pass
+    nowhere = mutants.Mutant("nowhere", "nothing", ((("NO_SUCH_STATEMENT",), "x", ""),))
+    with pytest.raises(MutantStale, match="NO_SUCH_STATEMENT"), mutants.planted(nowhere):
+        pass
+    with pytest.raises(UnknownMutant, match="no mutant named"):
+        mutants.find("no_such_mutant")
