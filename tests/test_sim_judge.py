@@ -108,3 +108,25 @@ def test_every_rule_the_judge_names_has_a_sentence_in_both_languages():
 
     for lang in ("en", "ru"):
         assert {f"spec.{rule}" for rule in RULES} <= set(SENTENCES[lang])
+
+
+def test_a_retried_job_whose_first_run_at_the_table_lost_is_not_judged_out_of_claim_order():
+    from tests.test_check import T0, Build
+
+    # Job 2 was enqueued before job 1's retry came due, so the queue rightly claims it first; the table
+    # keeps only job 2's last run_at, so the model cannot rank it, and must not call the claim wrong.
+    b = Build().enqueue(1, at=T0).enqueue(2, at=T0 + 0.5)
+    b.claim(1, "a" * 32, T0 + 1).fail(1, "a" * 32, T0 + 1.1)
+    b.claim(2, "b" * 32, T0 + 3).fail(2, "b" * 32, T0 + 3.1)
+    b.claim(1, "c" * 32, T0 + 3.2).complete(1, "c" * 32, T0 + 3.3)
+    b.claim(2, "d" * 32, T0 + 4.2).complete(2, "d" * 32, T0 + 4.3)
+    h = b.history()
+    assert judge(h.jobs, h.events, backoff=Backoff()) is None
+    # Known run_ats are still ranked: job 1's retry due at T0 + 2.1 passed over for a later job 3 is wrong.
+    b = Build().enqueue(1, at=T0).enqueue(3, at=T0 + 2.5)
+    b.claim(1, "a" * 32, T0 + 1).fail(1, "a" * 32, T0 + 1.1)
+    b.claim(3, "b" * 32, T0 + 3).complete(3, "b" * 32, T0 + 3.1)
+    b.claim(1, "c" * 32, T0 + 3.2).complete(1, "c" * 32, T0 + 3.3)
+    h = b.history()
+    found = judge(h.jobs, h.events, backoff=Backoff())
+    assert found is not None and found.rule == "claim_order" and found.facts == {"taken": [3], "passed": 1}

@@ -203,12 +203,21 @@ def _claim(
             raise _Found("claim_not_pending", e, job.id, status=job.status, attempt=e["attempt"])
         if e["attempt"] != job.attempts + 1:
             raise _Found("claim_attempt", e, job.id, attempt=e["attempt"], expected=job.attempts + 1)
-        if job.id in unknown_run_at:  # its run_at is not in the history: taken as come
-            model.jobs[job.id] = replace(job, run_at=now)
-        elif job.run_at > now + SLACK:
+        if job.id not in unknown_run_at and job.run_at > now + SLACK:
             raise _Found("claim_before_run_at", e, job.id, early=job.run_at - now, attempt=e["attempt"])
     got = {e["job_id"]: e["token"] for e in group if e["job_id"] in model.jobs}
     lease = lease_of(group[0].get("worker"))
+    # A job whose run_at the history lost has no place in claim order: a claim that took it is not
+    # judged on order (every other pending job is held back for it), only on the rest.
+    held_back: dict[int, float] = {}
+    if unknown_run_at & set(got):
+        for job in list(model.jobs.values()):
+            if job.status == "pending":
+                if job.id in got:
+                    model.jobs[job.id] = replace(job, run_at=now)
+                else:
+                    held_back[job.id] = job.run_at
+                    model.jobs[job.id] = replace(job, run_at=math.inf)
     try:
         model.claim(
             len(got),
@@ -230,6 +239,9 @@ def _claim(
             passed = next(j for j in want if j not in got)
             raise _Found("claim_order", first, first["job_id"], taken=sorted(got), passed=passed) from None
         raise _Found("token_reused", first, first["job_id"], token=_short(first["token"])) from None
+    finally:
+        for job_id, run_at in held_back.items():
+            model.jobs[job_id] = replace(model.jobs[job_id], run_at=run_at)
     for e in group:
         lease_known[e["token"]] = lease is not None
     for job_id in unknown_run_at & set(got):
