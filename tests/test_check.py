@@ -297,6 +297,24 @@ CASES = {
         "dead_unrun",
         1,
     ),
+    "specification: a job claimed before its run_at": (
+        lambda b: b.enqueue(1, run_at=T0 + 50).claim(1, "a" * 32, T0 + 1).complete(1, "a" * 32, T0 + 2),
+        lambda b: b.enqueue(1, run_at=T0 + 1).claim(1, "a" * 32, T0 + 1).complete(1, "a" * 32, T0 + 2),
+        {},
+        "specification",
+        1,
+    ),
+    "specification: a retry claimed before its backoff ended": (
+        lambda b: (
+            b.enqueue(1).claim(1, "a" * 32, T0 + 1).fail(1, "a" * 32, T0 + 2).claim(1, "b" * 32, T0 + 2.5)
+        ).complete(1, "b" * 32, T0 + 4),
+        lambda b: (
+            b.enqueue(1).claim(1, "a" * 32, T0 + 1).fail(1, "a" * 32, T0 + 2).claim(1, "b" * 32, T0 + 3)
+        ).complete(1, "b" * 32, T0 + 4),
+        {},
+        "specification",
+        1,
+    ),
 }
 
 

@@ -22,11 +22,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..arguments import positive
+from ..backoff import Backoff
 from ..words import LANGS
 from . import rules
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
 from .history import History, load
 from .report import KINDS, NOTES, Anomaly, Report
+
+# What a queue made without a backoff of its own uses, as every ``leaselab worker`` does.
+QUEUE_BACKOFF = Backoff()
 
 __all__ = [
     "Anomaly",
@@ -53,6 +57,7 @@ def check(
     now: float | None = None,
     runs_recorded: bool = False,
     vanished: Iterable[str] = (),
+    backoff: Backoff | None = QUEUE_BACKOFF,
 ) -> Report:
     """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
 
@@ -63,11 +68,18 @@ def check(
     ``now`` replaces the database's clock. ``runs_recorded``: the handler records an effect
     in every run (as ``leaselab.harness.demo:task`` does), so a done or dead job with no run
     of its own is an anomaly; ``vanished`` names the workers killed, whose claims may end
-    unrun. A missing file raises ``DatabaseMissing`` and is not created.
+    unrun. ``backoff``: the queue's, by which the specification judges when a retried job may run again
+    (default: a queue's own default, as ``leaselab worker`` has it; None: those delays are not judged).
+    A missing file raises ``DatabaseMissing`` and is not created.
     """
     _options(lease, idle, runs_recorded)
     return check_history(
-        load(target, effects=effects, now=now), lease=lease, idle=idle, runs_recorded=runs_recorded, vanished=vanished
+        load(target, effects=effects, now=now),
+        lease=lease,
+        idle=idle,
+        runs_recorded=runs_recorded,
+        vanished=vanished,
+        backoff=backoff,
     )
 
 
@@ -78,13 +90,22 @@ def check_history(
     idle: bool = True,
     runs_recorded: bool = False,
     vanished: Iterable[str] = (),
+    backoff: Backoff | None = QUEUE_BACKOFF,
 ) -> Report:
     """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
     _options(lease, idle, runs_recorded)
     names = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
     if names is None or not all(isinstance(name, str) for name in names):
         raise TypeError(f"vanished must be worker names (strs), got {names!r:.80}")
-    h = History(jobs=history.jobs, events=history.events, effects=effects_from(list(history.effects)), now=history.now)
+    if backoff is not None and not isinstance(backoff, Backoff):
+        raise TypeError(f"backoff must be a leaselab.Backoff or None, got {backoff!r:.60}")
+    h = History(
+        jobs=history.jobs,
+        events=history.events,
+        effects=effects_from(list(history.effects)),
+        now=history.now,
+        ordered=history.ordered,
+    )
     derived = rules.derived_leases(h)
 
     def lease_of(worker: str | None) -> float | None:
@@ -104,6 +125,10 @@ def check_history(
         + rules.effects_agree(h)
         + (rules.runs(h, names) if runs_recorded else [])
     )
+    # The model's verdict is the first event that breaks the specification; a job another rule has
+    # already named is not reported twice, so the model adds what the symptoms did not show.
+    named = {a.job for a in found}
+    found += [a for a in (rules.specification(h, backoff, lease_of) if h.ordered else []) if a.job not in named]
     found.sort(key=lambda a: (a.job if a.job is not None else -1, KINDS.index(a.kind)))
     notes = []
     reaped = any(e["kind"] == "reaped" for e in h.events)
@@ -111,6 +136,8 @@ def check_history(
         notes.append("lease_unknown")
     if not h.effects:
         notes.append("no_effects")
+    if not h.ordered:
+        notes.append("spec_unordered")
     return Report(anomalies=found, counts=rules.counts(h, idle), notes=notes)
 
 

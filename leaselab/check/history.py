@@ -49,6 +49,9 @@ class History:
     events: list[dict[str, Any]]
     effects: list[dict[str, Any]] = field(default_factory=list)
     now: float = 0.0
+    # The events' ids are the order the queue applied them in: true of a SQLite file (one writer at a
+    # time), not of a server, whose ids are handed out as rows are written, before their commits.
+    ordered: bool = True
 
 
 def load(target: str | os.PathLike, *, effects: EffectSource = None, now: float | None = None) -> History:
@@ -67,7 +70,13 @@ def load(target: str | os.PathLike, *, effects: EffectSource = None, now: float 
     for job in jobs:
         job["payload"] = _json(job["payload"])
         job["result"] = None if job["result"] is None else _json(job["result"])
-    return History(jobs=jobs, events=events, effects=effects_from(effects), now=clock if now is None else now)
+    return History(
+        jobs=jobs,
+        events=events,
+        effects=effects_from(effects),
+        now=clock if now is None else now,
+        ordered=not is_server_url(target),
+    )
 
 
 def _json(text: Any) -> Any:

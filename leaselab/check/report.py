@@ -17,7 +17,7 @@ from .texts import REPORT, SENTENCES, TITLES, fill
 KINDS = tuple(TITLES["en"])
 
 # Notes a report may carry: a check it could not make, and why.
-NOTES = ("lease_unknown", "no_effects")
+NOTES = ("lease_unknown", "no_effects", "spec_unordered")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
+from ..backoff import Backoff
+from ..sim.judge import judge
 from .history import History, effect_line, event_line, job_line
 from .report import Anomaly
 
@@ -570,3 +572,17 @@ def counts(h: History, idle: bool) -> dict[str, int]:
         "repeats_absorbed": absorbed,
         "events": len(h.events),
     }
+
+
+def specification(h: History, backoff: Backoff | None, lease_of: Callable[[str | None], float | None]) -> list[Anomaly]:
+    """specification: the history fed in order through the simulator's reference model (``leaselab.sim.judge``);
+    the first event where they disagree, with the job's events that led there. What the history cannot show
+    (a claim's size, reaps that changed nothing, results) is listed in that module."""
+    found = judge(h.jobs, h.events, backoff=backoff, lease_of=lease_of)
+    if found is None:
+        return []
+    by_id = {e["id"]: e for e in h.events}
+    witness = [event_line(by_id[i]) for i in found.led]
+    if found.event is None:
+        witness += [job_line(j) for j in h.jobs if j["id"] == found.job]
+    return [Anomaly("specification", found.job, witness, f"spec.{found.rule}", found.facts)]

@@ -28,6 +28,7 @@ TITLES: dict[str, dict[str, str]] = {
         "live_holder_reaped": "live holder reaped",
         "attempts_exceeded": "attempts exceeded",
         "dead_unrun": "dead, never run",
+        "specification": "specification broken",
     },
     "ru": {
         "lost": "задача потеряна",
@@ -43,6 +44,7 @@ TITLES: dict[str, dict[str, str]] = {
         "live_holder_reaped": "задачу отняли у живого владельца",
         "attempts_exceeded": "превышено число попыток",
         "dead_unrun": "задача умерла, так и не запустившись",
+        "specification": "нарушена спецификация",
     },
 }
 
@@ -174,6 +176,61 @@ SENTENCES: dict[str, dict[str, str]] = {
     },
 }
 
+# -- the specification's judge of the history (leaselab.sim.judge): one sentence per rule it names ----------
+
+SPEC_SENTENCES: dict[str, dict[str, str]] = {
+    "en": {
+        "spec.claim_not_pending": (
+            "job {job} was claimed (attempt {attempt}) while the specification has it {status}: only a pending "
+            "job may be claimed"
+        ),
+        "spec.claim_before_run_at": "job {job} was claimed (attempt {attempt}) {early} s before its run_at",
+        "spec.claim_order": (
+            "a claim took jobs {taken} but passed over job {passed}, runnable and ahead of them in claim order "
+            "(priority, then run_at, then id)"
+        ),
+        "spec.claim_attempt": "job {job} was claimed as attempt {attempt}; the specification says attempt {expected}",
+        "spec.token_reused": "job {job} was claimed under token {token}, which another claim had already written",
+        "spec.write_without_token": "job {job}: the queue accepted a {write} from token {token}, which did not hold it",
+        "spec.reap_unheld": "job {job} was taken back by the reaper under token {token}, which did not hold it",
+        "spec.reap_early": "job {job}: attempt {attempt} was taken back {early} s before its lease ran out",
+        "spec.not_dead": (
+            "job {job} used its last attempt ({attempts} of {max}) but went back to the queue instead of dying"
+        ),
+        "spec.dead_early": "job {job} died after attempt {attempts} of {max}, with attempts left",
+        "spec.refused_holder": "job {job}: a write from token {token} was refused while that token still held the job",
+        "spec.table": "job {job}: the jobs table says the {field} is {actual}, the specification says {expected}",
+    },
+    "ru": {
+        "spec.claim_not_pending": (
+            "задачу {job} захватили (попытка {attempt}), хотя по спецификации её статус — «{status}»: захватить "
+            "можно только ждущую задачу"
+        ),
+        "spec.claim_before_run_at": "задачу {job} захватили (попытка {attempt}) за {early} с до её времени запуска",
+        "spec.claim_order": (
+            "захват взял задачи {taken}, но пропустил задачу {passed}: она была готова к запуску и шла раньше них "
+            "в порядке захвата (приоритет, затем время запуска, затем номер)"
+        ),
+        "spec.claim_attempt": "задачу {job} захватили как попытку {attempt}, а по спецификации это попытка {expected}",
+        "spec.token_reused": "задачу {job} захватили с токеном {token}, который уже записал другой захват",
+        "spec.write_without_token": (
+            "задача {job}: очередь приняла {write} от токена {token}, хотя задача ему не принадлежала"
+        ),
+        "spec.reap_unheld": "задачу {job} вернули в очередь по токену {token}, хотя задача ему не принадлежала",
+        "spec.reap_early": "задача {job}: попытку {attempt} вернули в очередь за {early} с до конца её аренды",
+        "spec.not_dead": (
+            "задача {job} исчерпала попытки ({attempts} из {max}), но вместо того чтобы умереть, вернулась в очередь"
+        ),
+        "spec.dead_early": "задача {job} умерла после попытки {attempts} из {max}, хотя попытки ещё оставались",
+        "spec.refused_holder": (
+            "задача {job}: запись от токена {token} отклонена, хотя задача всё ещё принадлежала этому токену"
+        ),
+        "spec.table": "задача {job}: в таблице задач {field} — «{actual}», а по спецификации — «{expected}»",
+    },
+}
+for _lang, _sentences in SPEC_SENTENCES.items():
+    SENTENCES[_lang].update(_sentences)
+
 # Facts shown in the reader's language: fact name -> its value -> the words.
 WORDS: dict[str, dict[str, dict[str, str]]] = {
     "en": {
@@ -186,7 +243,13 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
         },
         "ended": {"completed": "done", "dead": "dead"},
         "finished": {"completed": "completed the job", "failed": "failed the job"},
-        "field": {"status": "status", "attempts": "attempt count", "token": "token", "worker": "worker"},
+        "field": {
+            "status": "status",
+            "attempts": "attempt count",
+            "token": "token",
+            "worker": "worker",
+            "run_at": "run_at",
+        },
         "status": {"pending": "pending", "running": "running", "done": "done", "dead": "dead"},
     },
     "ru": {
@@ -199,7 +262,13 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
         },
         "ended": {"completed": "была выполнена", "dead": "была признана мёртвой"},
         "finished": {"completed": "успешно завершила задачу", "failed": "сама закончила задачу сбоем"},
-        "field": {"status": "статус", "attempts": "число попыток", "token": "токен", "worker": "воркер"},
+        "field": {
+            "status": "статус",
+            "attempts": "число попыток",
+            "token": "токен",
+            "worker": "воркер",
+            "run_at": "время запуска",
+        },
         "status": {"pending": "ждёт", "running": "в работе", "done": "готово", "dead": "мёртвая"},
     },
 }
@@ -243,6 +312,10 @@ REPORT: dict[str, dict[str, str]] = {
         "waiting": "{waiting}",
         "lease_unknown": "reaps and overlapping leases were not timed: the lease the workers used is unknown",
         "no_effects": "no effects were recorded, so repeated effects were not looked for",
+        "spec_unordered": (
+            "the specification did not judge the history: a server numbers its events as they are written, not "
+            "as they commit"
+        ),
         "job_none": "no job",
     },
     "ru": {
@@ -258,6 +331,9 @@ REPORT: dict[str, dict[str, str]] = {
             "с какой арендой работали воркеры"
         ),
         "no_effects": "действия обработчиков не записывались, поэтому их повторы не искали",
+        "spec_unordered": (
+            "историю не сверяли со спецификацией: сервер нумерует события по мере записи, а не в порядке фиксации"
+        ),
         "job_none": "без задачи",
     },
 }

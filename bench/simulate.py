@@ -1,0 +1,151 @@
+"""How fast the simulator explores: schedules per minute and simulated time per real second, on one core.
+
+    ./dev bench simulate [--schedules 300] [--repeat 3] [--seed 0]
+
+The scenario is the speed target's (issue 39, item 8): four workers, fifty jobs, a one-second
+lease (``Scenario(workers=4, jobs=50, lease=1.0)``, every fault the world has), random schedules
+from ``--seed`` on, each drained to the end as ``leaselab simulate`` runs them. The process is
+pinned to one core where the system allows it, so the figure is what one core does.
+
+Beside it, in the same rounds, the *bare queue calls*: for each schedule the simulator ran, a fresh
+``Queue(":memory:")`` that enqueues as many jobs as that schedule claimed and drains them with
+``claim`` + ``complete``, in a loop, with nothing around them. The simulator makes those same calls
+on the same real statements (and heartbeats, failures, reaps besides), so simulator ÷ bare calls
+says what the simulator itself adds: the model it checks every step against, the rows it reads back
+after each call, the workers' decisions and the faults. Rounds interleave the two; each figure is
+the median of the rounds. The machines these run on are shared: the CPU-time row says what the
+process itself used, which another program's load on the same core moves less than the real time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from leaselab import Queue  # noqa: E402
+from leaselab.sim import explore  # noqa: E402
+from leaselab.sim.world import Scenario  # noqa: E402
+from progress import step  # noqa: E402
+from throughput import machine  # noqa: E402
+
+SCENARIO = Scenario(workers=4, jobs=50, lease=1.0)
+TARGET_PER_MINUTE = 1000.0  # schedules a minute on one core
+TARGET_SPEEDUP = 100.0  # simulated seconds per real second
+
+
+def one_core() -> str:
+    """Pin this process to one core, if the system lets a process choose; say which."""
+    if not hasattr(os, "sched_setaffinity"):
+        return "not pinned (no sched_setaffinity here)"
+    cores = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cores[0]})
+    return f"pinned to core {cores[0]}"
+
+
+def simulate(schedules: int, seed: int) -> tuple[float, float, float, list[int], int]:
+    """Run ``schedules`` schedules from ``seed``: (real seconds, CPU seconds, simulated seconds, claims per
+    schedule, steps).
+
+    A schedule that breaks a promise stops nothing here: on today's code none should, and a
+    broken one is counted like any other (its run ended at the violation)."""
+    claims, virtual, steps = [], 0.0, 0
+    start, cpu = time.perf_counter(), time.process_time()
+    for n in range(schedules):
+        run = explore.run(SCENARIO, seed + n)
+        virtual += run.virtual
+        steps += run.steps
+        claims.append(sum(1 for line in run.trace if " holds job " in line))
+        if run.failed:
+            print(f"note: seed {seed + n} broke a promise: {run.violation}", file=sys.stderr)
+    return time.perf_counter() - start, time.process_time() - cpu, virtual, claims, steps
+
+
+def bare_calls(claims: list[int]) -> float:
+    """The same claims as real ``Queue(":memory:")`` calls, claim + complete, one queue per schedule: seconds."""
+    start = time.perf_counter()
+    for count in claims:
+        queue = Queue(":memory:")
+        for _ in range(count):
+            queue.enqueue({"work": 0.4})
+        while (job := queue.claim("w1", 1.0)) is not None:
+            queue.complete(job.id, job.token, {"job": job.id})  # type: ignore[arg-type]  # a claimed job has a token
+        queue.close()
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--schedules", type=int, default=300, help="schedules per round (default 300)")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (default 3)")
+    parser.add_argument("--seed", type=int, default=0, help="the first schedule's seed (default 0)")
+    args = parser.parse_args()
+    if args.schedules < 1 or args.repeat < 1:
+        parser.error("--schedules and --repeat must be at least 1")
+    pinned = one_core()
+    rounds = []
+    for r in range(args.repeat):
+        step(f"round {r + 1}/{args.repeat}: {args.schedules} schedules of {SCENARIO}")
+        real, cpu, virtual, claims, steps = simulate(args.schedules, args.seed)
+        step(f"round {r + 1}/{args.repeat}: the bare queue calls, {sum(claims)} claims + completions")
+        bare = bare_calls(claims)
+        rounds.append(
+            {
+                "per_minute": args.schedules / real * 60,
+                "per_cpu_minute": args.schedules / cpu * 60,
+                "speedup": virtual / real,
+                "ratio": real / bare,
+                "steps_per_s": steps / real,
+                "claims": sum(claims) / args.schedules,
+                "virtual": virtual / args.schedules,
+                "bare_per_minute": args.schedules / bare * 60,
+            }
+        )
+
+    def med(key: str) -> float:
+        return statistics.median(r[key] for r in rounds)
+
+    def verdict(value: float, target: float) -> str:
+        return "**met**" if value >= target else f"not met ({value / target:.2f} of the target)"
+
+    print(f"machine: {machine()}, {pinned}")
+    print(
+        f"scenario: {SCENARIO.workers} workers, {SCENARIO.jobs} jobs, lease {SCENARIO.lease:g} s, "
+        f"faults {', '.join(SCENARIO.faults)} (at most {SCENARIO.max_faults} a schedule); "
+        f"{args.schedules} schedules a round from seed {args.seed}, {args.repeat} rounds, medians"
+    )
+    print(
+        f"a schedule: {med('virtual'):.1f} s simulated, {med('claims'):.0f} claims, "
+        f"{med('steps_per_s'):,.0f} steps a real second"
+    )
+    print()
+    print("| measure | target | measured | verdict |")
+    print("|---|---|---|---|")
+    print(
+        f"| schedules a minute, one core | ≥ {TARGET_PER_MINUTE:,.0f} | {med('per_minute'):,.0f} | "
+        f"{verdict(med('per_minute'), TARGET_PER_MINUTE)} |"
+    )
+    print(
+        f"| schedules a minute of this process's CPU time | ≥ {TARGET_PER_MINUTE:,.0f} | "
+        f"{med('per_cpu_minute'):,.0f} | "
+        f"{verdict(med('per_cpu_minute'), TARGET_PER_MINUTE)} |"
+    )
+    print(
+        f"| simulated seconds per real second | ≥ {TARGET_SPEEDUP:g} | {med('speedup'):.0f} | "
+        f"{verdict(med('speedup'), TARGET_SPEEDUP)} |"
+    )
+    print(
+        f'| the same claims + completions as bare `Queue(":memory:")` calls, schedules\' worth a minute | – | '
+        f"{med('bare_per_minute'):,.0f} | the floor under the first row |"
+    )
+    print(f"| simulator ÷ bare queue calls, real time | – | {med('ratio'):.1f}× | what the simulator adds |")
+
+
+if __name__ == "__main__":
+    main()
