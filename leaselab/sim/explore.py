@@ -316,6 +316,7 @@ class Hunt:
     steps: int
     scenarios: tuple[Scenario, ...]  # the scenarios it took turns with, in order
     seconds: float
+    virtual: float = 0.0  # seconds of virtual time the schedules searched simulated, together
 
 
 def hunt(
@@ -332,7 +333,7 @@ def hunt(
     """Random schedules of each scenario of ``portfolio`` in turn (schedule ``i``: scenario ``i`` modulo
     their number, seed ``seed + i``) until one fails, ``schedules`` ran or ``seconds`` passed; the failure
     shrunk (``shrink``, with ``shrink_seconds`` and ``shrink_tries``)."""
-    start, n, steps = time.monotonic(), 0, 0
+    start, n, steps, virtual = time.monotonic(), 0, 0, 0.0
     found = None
     while found is None:
         if schedules is not None and n >= schedules:
@@ -340,14 +341,14 @@ def hunt(
         if seconds is not None and time.monotonic() - start >= seconds:
             break
         result = run(portfolio[n % len(portfolio)], seed + n, handler=handler)
-        n, steps = n + 1, steps + result.steps
+        n, steps, virtual = n + 1, steps + result.steps, virtual + result.virtual
         if progress is not None:
             progress(n, steps)
         if result.failed:
             found = result
     tried = tuple(portfolio[: min(n, len(portfolio))])
     if found is None:
-        return Hunt(None, None, n, steps, tried, time.monotonic() - start)
+        return Hunt(None, None, n, steps, tried, time.monotonic() - start, virtual)
     # One failure may be a long way round: a few more of the same kind, each shrunk, and the smallest kept.
     kind = found.violation.kind if found.violation else None
     candidates, more = [found], 0
@@ -359,7 +360,7 @@ def hunt(
     share = None if shrink_tries is None else shrink_tries // len(candidates)
     shrunk = [shrink(c, handler=handler, budget=shrink_seconds / len(candidates), tries=share) for c in candidates]
     best = min(shrunk, key=_size)
-    return Hunt(best, found, n, steps, tried, time.monotonic() - start)
+    return Hunt(best, found, n, steps, tried, time.monotonic() - start, virtual)
 
 
 def numbered(result: Run) -> Iterator[str]:
