@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import inspect
 import json
 import os
 import signal
@@ -45,17 +44,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from leaselab.sim import explore, mutants  # noqa: E402
-from leaselab.sim.world import Scenario  # noqa: E402
+from leaselab.sim.world import FAULTS  # noqa: E402
 from progress import step  # noqa: E402
 from throughput import machine  # noqa: E402
 
-# The small worlds the simulator searches when explore has no hunt of its own: two workers and
-# two jobs (most bugs), batches of two (a batch's tokens), three workers over four jobs.
-SIM_SCENARIOS = (
-    Scenario(),
-    Scenario(workers=2, jobs=3, slots=2),
-    Scenario(workers=3, jobs=4),
-)
 SHRINK_BUDGET = 30.0
 CHAOS_WORKERS, CHAOS_JOBS, CHAOS_LEASE = 4, 200, 1.0
 # Every job sleeps a little and fails its first attempt, so retries, backoffs and deaths happen.
@@ -113,35 +105,23 @@ def prove_planting(folder: Path) -> None:
 
 
 def hunt_in_sim(name: str | None, seconds: float) -> dict[str, Any]:
-    """The simulator against mutant ``name`` (None: the code as it is): found or not, time, schedules, witness."""
+    """The simulator against mutant ``name`` (None: the code as it is): ``explore.hunt`` over its portfolio,
+    as ``leaselab simulate`` runs it; found or not, the time it took (shrinking included), schedules, witness."""
     start = time.monotonic()
-    found, schedules = None, 0
     try:
         with mutants.planted(name) if name is not None else contextlib.nullcontext():
-            hunt = getattr(explore, "hunt", None)
-            if hunt is not None and "seconds" in inspect.signature(hunt).parameters:
-                answer = hunt(seconds=seconds)
-                found, schedules = (answer[0], answer[1]) if isinstance(answer, tuple) else (answer, None)
-            else:
-                for scenario in SIM_SCENARIOS:
-                    left = seconds - (time.monotonic() - start)
-                    share = left / (len(SIM_SCENARIOS) - SIM_SCENARIOS.index(scenario))
-                    found, n, _ = explore.search(scenario, seed=0, seconds=share)
-                    schedules += n
-                    if found is not None:
-                        break
-            took = time.monotonic() - start
-            if found is None:
-                return {"caught": False, "seconds": took, "schedules": schedules}
-            shrunk = explore.shrink(found, budget=SHRINK_BUDGET)
-    except Exception as exc:  # a bug that breaks the world itself (a CHECK constraint, say) is a finding too
-        return {"caught": None, "seconds": time.monotonic() - start, "schedules": schedules, "error": repr(exc)[:120]}
-    faults = sum(1 for a in shrunk.actions if a[0] in ("crash", "pause", "cut", "delay", "lose"))
+            answer = explore.hunt(seconds=seconds, shrink_seconds=SHRINK_BUDGET)
+    except Exception as exc:  # a bug that breaks the world itself is a finding of its own
+        return {"caught": None, "seconds": time.monotonic() - start, "schedules": 0, "error": repr(exc)[:120]}
+    if answer.run is None or answer.found is None:
+        return {"caught": False, "seconds": answer.seconds, "schedules": answer.schedules}
+    shrunk = answer.run
+    faults = sum(1 for a in shrunk.actions if a[0] in FAULTS)
     return {
         "caught": True,
-        "seconds": took,
-        "schedules": schedules,
-        "kind": found.violation.kind if found.violation else "?",
+        "seconds": answer.seconds,
+        "schedules": answer.schedules,
+        "kind": shrunk.violation.kind if shrunk.violation else "?",
         "actions": len(shrunk.actions),
         "faults": faults,
         "lines": len(shrunk.trace),

@@ -160,7 +160,7 @@ def test_a_handler_that_is_not_idempotent_is_caught_with_a_short_witness(tmp_pat
     result = json.loads(out.stdout)
     assert result["violation"]["kind"] == "effect_repeated"
     assert "leaselab.sim.examples:pay is not idempotent" in result["violation"]["message"]
-    assert result["witness"]["faults"] <= 2 and len(result["witness"]["trace"]) <= 16
+    assert result["witness"]["faults"] <= 2 and len(result["witness"]["actions"]) <= 12
     replay = simulate("--replay", "w.json", cwd=tmp_path)  # the handler is named in the witness
     assert replay.returncode == 1 and "effect repeated (the handler is not idempotent)" in replay.stdout
 
@@ -225,3 +225,27 @@ def test_the_lab_timeline_draws_a_simulated_run():
     )
     assert timeline.bars and {b.worker for b in timeline.bars} <= set(timeline.lanes)
     assert draw(timeline, lang="ru") is not None
+
+
+def test_every_promise_the_simulator_can_name_has_a_title_in_both_languages():
+    from leaselab.sim.model import KINDS, Violation
+    from leaselab.sim.report import title
+    from leaselab.sim.texts import text
+
+    for kind in KINDS:
+        fallback = text("kind", "en", kind=kind)
+        en, ru = title(kind, "en"), title(kind, "ru")
+        assert en != fallback and ru != text("kind", "ru", kind=kind) and en != ru, kind
+    with pytest.raises(ValueError, match="no promise named"):
+        Violation("made_up", "a kind nobody can translate")
+
+
+def test_without_a_scenario_of_its_own_the_search_takes_turns_with_the_portfolio(tmp_path):
+    # Two jobs and one slot (the default Scenario) never spend a job's attempts: only the portfolio's
+    # job that fails every attempt shows a bug in how attempts run out.
+    out = simulate("--mutant", "attempt_too_many", "--schedules", "40", "--json", cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    result = json.loads(out.stdout)
+    assert len(result["scenarios"]) == len(explore.PORTFOLIO) and result["violation"]["kind"] == "queue_error"
+    mine = simulate("--workers", "2", "--jobs", "2", "--schedules", "5", "--json", cwd=tmp_path)
+    assert mine.returncode == 0 and [s["jobs"] for s in json.loads(mine.stdout)["scenarios"]] == [2, 2, 2]

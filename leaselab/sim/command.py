@@ -14,7 +14,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
@@ -60,34 +60,6 @@ class Progress:
             self.last = now
             line = text("progress", self.lang, elapsed=now, schedules=schedules, steps=steps)
             print(line, file=sys.stderr, flush=True)
-
-
-def hunt(
-    scenario: Scenario,
-    *,
-    seed: int,
-    schedules: int | None,
-    seconds: float | None,
-    handler: Any,
-    progress: Callable[[int, int], None],
-) -> Covered:
-    """Random schedules from ``seed`` on until one fails or the budget is spent: a small portfolio that gives every
-    other schedule a single fault, where the shortest witnesses are. (``explore.hunt``, once there, takes its place.)"""
-    covered, start = Covered(), time.monotonic()
-    single = replace(scenario, max_faults=min(1, scenario.max_faults))
-    while (schedules is None or covered.schedules < schedules) and (
-        seconds is None or time.monotonic() - start < seconds
-    ):
-        scope = single if covered.schedules % 2 else scenario
-        result = explore.run(scope, seed + covered.schedules, handler=handler)
-        covered.schedules += 1
-        covered.steps += result.steps
-        covered.virtual += result.virtual
-        progress(covered.schedules, covered.steps)
-        if result.failed:
-            covered.found = result
-            break
-    return covered
 
 
 def _whole(option: str, value: str | None, least: int, default: int) -> int:
@@ -173,8 +145,12 @@ def _main(args: argparse.Namespace, lang: str) -> int:
     if args.handler is not None:
         load(args.handler)  # a bad --handler is said before anything is printed
     scenario = Scenario(workers=workers, jobs=jobs, faults=faults, max_faults=Scenario.max_faults if faults else 0)
+    chosen = args.workers is not None or args.jobs is not None or args.faults is not None
+    portfolio = _portfolio(scenario) if chosen or args.exhaustive else explore.PORTFOLIO
+    if args.exhaustive:
+        portfolio = (scenario,)
     if not args.json:
-        _preamble(scenario, seed, args, lang)
+        _preamble(portfolio, seed, args, lang)
     progress = Progress(lang)
     result: dict[str, Any] = {"mode": "exhaustive" if args.exhaustive else "random"}
     with _planted(args.mutant, args.handler) as handler:
@@ -185,13 +161,27 @@ def _main(args: argparse.Namespace, lang: str) -> int:
             result.update(states=states, complete=states < limit, limit=limit)
         else:
             budget = DEFAULT_SECONDS if seconds is None and schedules is None else seconds
-            covered = hunt(scenario, seed=seed, schedules=schedules, seconds=budget, handler=handler, progress=progress)
+            hunted = explore.hunt(
+                seed=seed,
+                seconds=budget,
+                schedules=schedules,
+                handler=handler,
+                progress=progress,
+                portfolio=portfolio,
+                shrink_seconds=SHRINK_BUDGET,
+            )
+            covered = Covered(hunted.found, hunted.schedules, hunted.steps, hunted.virtual)
         elapsed = progress.elapsed()
         shrunk = None
         if covered.found is not None:
-            shrunk = explore.shrink(covered.found, handler=handler, budget=SHRINK_BUDGET)
+            shrunk = (
+                hunted.run
+                if not args.exhaustive
+                else explore.shrink(covered.found, handler=handler, budget=SHRINK_BUDGET)
+            )
     result.update(
         scenario=_scenario_json(scenario),
+        scenarios=[_scenario_json(one) for one in portfolio],
         seed=seed,
         mutant=args.mutant,
         handler=args.handler,
@@ -244,24 +234,35 @@ def _main(args: argparse.Namespace, lang: str) -> int:
     return EXIT_FOUND
 
 
-def _preamble(scenario: Scenario, seed: int, args: argparse.Namespace, lang: str) -> None:
-    faults = ", ".join(scenario.faults) or text("no_faults", lang)
-    print(
-        text(
-            "scenario",
-            lang,
-            workers=scenario.workers,
-            jobs=scenario.jobs,
-            lease=scenario.lease,
-            faults=faults,
-            most=scenario.max_faults,
-            seed=seed,
+def _portfolio(scenario: Scenario) -> tuple[Scenario, ...]:
+    """The scenarios a search of the reader's own takes turns with: theirs, with two slots a worker, and with
+    clocks that run a little apart (as ``explore.PORTFOLIO`` varies its own)."""
+    return (scenario, replace(scenario, slots=2), replace(scenario, skew=0.03))
+
+
+def _preamble(portfolio: tuple[Scenario, ...], seed: int, args: argparse.Namespace, lang: str) -> None:
+    if len(portfolio) > 1:
+        print(text("portfolio", lang, n=len(portfolio), seed=seed))
+    for scenario in portfolio:
+        faults = ", ".join(scenario.faults) or text("no_faults", lang)
+        print(
+            text(
+                "scenario" if len(portfolio) == 1 else "scenario_each",
+                lang,
+                workers=scenario.workers,
+                jobs=scenario.jobs,
+                slots=scenario.slots,
+                skew=scenario.skew * 100,
+                lease=scenario.lease,
+                faults=faults,
+                most=scenario.max_faults,
+                seed=seed,
+            )
         )
-    )
     if args.mutant is not None:
         print(text("mutant", lang, name=args.mutant))
     if args.handler is not None:
-        print(text("handler", lang, spec=args.handler, work=scenario.work))
+        print(text("handler", lang, spec=args.handler, work=portfolio[0].work))
 
 
 def _show(run: Run, lang: str) -> None:

@@ -32,10 +32,44 @@ STATUSES = ("pending", "running", "done", "dead")
 # same order as SQLite does (now + lease, now + backoff), so it gets the very same values.
 
 
+# Every promise a Violation can name: the queue's rows against the model (wrong_*), the answers of its
+# calls, and the world's own rules about workers, effects and progress.
+KINDS = (
+    "rows",
+    "wrong_status",
+    "wrong_attempts",
+    "wrong_token",
+    "wrong_worker",
+    "wrong_priority",
+    "wrong_max_attempts",
+    "wrong_run_at",
+    "wrong_lease_until",
+    "wrong_result",
+    "wrong_outcome",
+    "token",
+    "token_reused",
+    "claim_order",
+    "held_by",
+    "fence",
+    "refused_completion",
+    "refused_failure",
+    "refused_heartbeat",
+    "reap",
+    "queue_error",
+    "effect_without_lease",
+    "effect_repeated",
+    "needless_rerun",
+    "reaped_own_job",
+    "stuck",
+)
+
+
 class Violation(Exception):
-    """A promise broken: ``kind`` names which, ``message`` says how, for the step that broke it."""
+    """A promise broken: ``kind`` (one of ``KINDS``) names which, ``message`` says how, for the step that broke it."""
 
     def __init__(self, kind: str, message: str):
+        if kind not in KINDS:
+            raise ValueError(f"no promise named {kind!r}: a Violation's kind is one of model.KINDS")
         self.kind, self.message = kind, message
         super().__init__(f"{kind}: {message}")
 
