@@ -130,9 +130,11 @@ def find(name: str) -> Mutant:
 
 
 @contextmanager
-def planted(name: str) -> Iterator[Mutant]:
-    """Plant mutant ``name`` in this process until the block ends; every change is undone after."""
-    mutant = find(name)
+def planted(mutant: str | Mutant) -> Iterator[Mutant]:
+    """Plant a mutant (one of ``MUTANTS`` by name, or a ``Mutant`` of your own) in this process until the
+    block ends; every change is undone after."""
+    mutant = find(mutant) if isinstance(mutant, str) else mutant
+    name = mutant.name
     saved: dict[tuple[Any, str], Any] = {}
     try:
         for names, text, replacement in mutant.edits:
