@@ -26,7 +26,7 @@ from ..sim import explore
 from ..sim.model import Violation
 from ..sim.mutants import Mutant, planted
 from ..sim.world import Scenario, World
-from ..words import check_lang, number, render
+from ..words import check_lang, number
 from .texts import text
 from .wrong import NaiveClaimer
 
@@ -235,20 +235,42 @@ def trace_line(line: str, lang: str = "en") -> str:
 
 
 def steps(run: explore.Run, lang: str = "en") -> list[str]:
-    """A simulated run as numbered steps (``explore.numbered``) in ``lang``: number, virtual time, what happened."""
+    """A simulated run as numbered steps (``explore.numbered``) in ``lang``: number, virtual time in
+    milliseconds, what happened. Milliseconds, because «1,202» (seconds to three places) would read
+    as an English thousand in Russian prose, and both languages state the same numbers."""
     check_lang(lang)
     lines = []
     for line in explore.numbered(run):
         found = _NUMBERED.match(line)
-        if lang == "en" or found is None:
+        if found is None:
             lines.append(line)
             continue
-        t = number(float(found["t"]), "8.3f", lang)
-        lines.append(f"{found['i']}. {t}  {trace_line(found['line'], lang)}")
+        ms = number(float(found["t"]) * 1000, "6.0f", lang)
+        lines.append(f"{found['i']}. {ms} {text('l8_ms', lang)}  {trace_line(found['line'], lang)}")
     return lines
 
 
-# What each promise the simulator checks is, as Russian says it (the English is the simulator's own message).
+# What each promise the simulator checks is, in each language: the same words whatever the run, so the
+# two lessons state the same facts (the simulator's own message, with its times and tokens, is ``run.violation``).
+VIOLATIONS_EN = {
+    "fence": "a write was accepted, though the token it came under no longer held the job",
+    "refused_completion": "a completion was refused, though its token held the job",
+    "refused_failure": "a failure was refused, though its token held the job",
+    "refused_heartbeat": "a heartbeat was refused, though its token held the job",
+    "reap": "the reaper took back the wrong jobs: leases that had not ended (or left ones that had)",
+    "claim_order": "a claim took jobs out of the order the queue promises",
+    "token": "a claim wrote a token that is not its own",
+    "token_reused": "a claim wrote a token an earlier claim had written",
+    "held_by": "a retried claim found the wrong jobs by its token",
+    "wrong_status": "a job's status differs from the specification",
+    "wrong_outcome": "a job was completed by an attempt whose handler did not return",
+    "effect_without_lease": "a handler made its outside effect after its lease had ended",
+    "reaped_own_job": "a live worker's reaper took back that worker's own job",
+    "needless_rerun": "a job was run again though no fault hit its last attempt",
+    "stuck": "a job is neither done nor dead, though the faults are over and the workers run",
+    "effect_repeated": "a handler's outside effect was made twice",
+    "rows": "the queue holds other jobs than the specification",
+}
 VIOLATIONS_RU = {
     "fence": "запись принята, хотя токен, под которым она пришла, уже не держал задачу",
     "refused_completion": "завершение отклонено, хотя его токен держал задачу",
@@ -271,17 +293,16 @@ VIOLATIONS_RU = {
 
 
 def verdict(run: explore.Run, lang: str = "en") -> str:
-    """What a run found, in ``lang``: the promise it broke (and how), or that every promise held."""
+    """What a run found, in ``lang``: the promise it broke (its kind, and what it promises), or that every
+    promise held."""
     check_lang(lang)
     found = run.violation
     if found is None:
         return text("l8_held", lang, steps=run.steps)
-    if lang == "en":
-        return text("l8_broken", lang, kind=found.kind, how=found.message)
     kind = found.kind
-    how = VIOLATIONS_RU.get(kind)
+    how = (VIOLATIONS_EN if lang == "en" else VIOLATIONS_RU).get(kind)
     if how is None and kind.startswith("wrong_"):
-        how = render("поле {field} в строке задачи разошлось со спецификацией", lang, field=kind[len("wrong_") :])
+        how = text("l8_wrong_field", lang, field=kind[len("wrong_") :])
     return text("l8_broken", lang, kind=kind, how=how or text("l8_unnamed", lang))
 
 

@@ -242,8 +242,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         # lesson 8
         "l8_naive": "naive claim (SELECT, then UPDATE)",
         "l8_single": "single statement",
-        "l8_count": "{what}, {workers} workers, {jobs} {jobs|job|jobs}: {n} {n|interleaving|interleavings}, "
-        "{bad} of them give a job to two workers",
+        "l8_count": "{what}, {workers} {workers|worker|workers}, {jobs} {jobs|job|jobs}: "
+        "{n} {n|interleaving|interleavings}, {bad} of them give a job to two workers",
         "l8_first_bad": "the first interleaving that gives job {job} to two workers:",
         "l8_select": "{n}. {worker}: SELECT sees job {job}",
         "l8_select_none": "{n}. {worker}: SELECT sees no pending job",
@@ -253,17 +253,19 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l8_claim_none": "{n}. {worker}: the claim finds no job",
         "l8_real": "the real queue",
         "l8_planted": "with {name} planted",
-        "l8_clean": "{what}: {n:,} {n|schedule|schedules}, {steps:,} {steps|step|steps}, every promise held",
-        "l8_found": "{what}: schedule {n:,} broke a promise",
+        "l8_clean": "{what}: {n} {n|schedule|schedules}, {steps} {steps|step|steps}, every promise held",
+        "l8_found": "{what}: schedule {n} broke a promise",
         "l8_shrunk": "shrunk from {before} {before|action|actions} to {after}",
         "l8_held": "every promise held ({steps} {steps|step|steps})",
         "l8_broken": "broken promise {kind}: {how}",
         "l8_unnamed": "see leaselab.sim.model for what it promises",
+        "l8_wrong_field": "the job's {field} differs from the specification",
+        "l8_ms": "ms",
         "l8_ex_same": "your copy is the statement as it is: change something in it first",
         "l8_ex_unused": "the simulated workers never run {name}, so no schedule can catch a change to it: edit one "
         "they run",
-        "l8_ex_caught": "caught: schedule {n:,} of {of:,} broke a promise; the witness, shrunk to {k} {k|step|steps}:",
-        "l8_ex_missed": "not caught in {n:,} {n|schedule|schedules}: your change keeps every promise the "
+        "l8_ex_caught": "caught: schedule {n} of {of} broke a promise; the witness, shrunk to {k} {k|step|steps}:",
+        "l8_ex_missed": "not caught in {n} {n|schedule|schedules}: your change keeps every promise the "
         "specification states, or no schedule of this scope reaches it",
         "l8_ex_error": "the run failed: {error}",
     },
@@ -504,6 +506,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l8_held": "все обещания сдержаны (шагов: {steps})",
         "l8_broken": "нарушено обещание {kind}: {how}",
         "l8_unnamed": "что оно обещает, см. в leaselab.sim.model",
+        "l8_wrong_field": "поле {field} в строке задачи разошлось со спецификацией",
+        "l8_ms": "мс",
         "l8_ex_same": "ваша копия совпадает с оператором: сначала что-нибудь в ней измените",
         "l8_ex_unused": "симулированные воркеры не выполняют {name}, и изменение в нём не поймает ни одно "
         "расписание: правьте тот оператор, который они выполняют",

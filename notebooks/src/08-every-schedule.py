@@ -181,20 +181,22 @@ print("\n".join(schedules.steps(witness, lang)))
 print(schedules.verdict(witness, lang))
 
 # %% [markdown] tags=["en"]
-# Read it as a story. w2 holds job 1 and its handler returns at 0.4 s, well inside the lease,
-# and it sends the completion; the network holds it. The lease ends at 1.0 s, w1's reaper takes
-# the job back, and w1 claims it again. Then w2's completion arrives, and without the token in
-# its `WHERE` the queue takes it: a result from an attempt that no longer holds the job,
-# written over the live attempt. This is the in-flight write of Kleppmann's fencing argument:
+# Read it as a story (the times are milliseconds of virtual time). w2 holds job 1 and its
+# handler returns at 400 ms, well inside the lease, and it sends the completion; the network
+# holds it. The lease ends at 1000 ms, w1's reaper takes the job back, and w1 claims it again.
+# Then w2's completion arrives, and without the token in its `WHERE` the queue takes it: a
+# result from an attempt that no longer holds the job, written over the live attempt. This is
+# the in-flight write of Kleppmann's fencing argument:
 # sent while the lease was valid, applied after it was not. No check on the worker's side can
 # stop it, because the worker checked in time; only the receiver, comparing tokens, can.
 #
 # Now the very same schedule on the real queue, replayed action by action with `explore.run`:
 
 # %% [markdown] tags=["ru"]
-# Прочитаем это как историю. w2 держит задачу 1, его обработчик возвращает результат на 0,4 с,
-# задолго до конца аренды, и w2 отправляет завершение, а сеть его задерживает. На 1,0 с аренда
-# кончается, reaper воркера w1 возвращает задачу в очередь, и w1 захватывает её снова. Тут
+# Прочитаем это как историю (время здесь в миллисекундах виртуального времени). w2 держит
+# задачу 1, его обработчик возвращает результат на 400 мс, задолго до конца аренды, и w2
+# отправляет завершение, а сеть его задерживает. На 1000 мс аренда кончается, reaper воркера
+# w1 возвращает задачу в очередь, и w1 захватывает её снова. Тут
 # доходит завершение от w2, и очередь, у которой в `WHERE` нет токена, его принимает: результат
 # попытки, которой задача уже не принадлежит, записан поверх живой попытки. Это та самая
 # запись «в пути» из рассуждения Клеппмана о fencing: отправлена, пока аренда действовала,
