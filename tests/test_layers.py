@@ -121,9 +121,9 @@ def _layer(module: str) -> str:
 # their package (how a target is told apart and a password scrubbed): never a backend's own SQL or
 # connection, so a bug there cannot hide itself from the checker. The lab is a view over the
 # harness's fleet; chaos drives the harness and calls the checker. The lessons show the statements
-# of both dialects and pay into the harness's ledger. Nothing imports the lessons: only notebooks
-# do. The simulator drives the real SQLite statements and the worker's decisions on virtual time, with
-# no process, thread or network of its own. The command line reaches every command.
+# of both dialects, pay into the harness's ledger and run the simulator (lesson 8). Nothing imports
+# the lessons: only notebooks do. The simulator drives the real SQLite statements and the worker's
+# decisions on virtual time, with no process, thread or network of its own. The command line reaches every command.
 ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract", "leaselab.worker"},
     "backends": {"leaselab.backoff", "leaselab.errors", "leaselab.job"},
@@ -163,7 +163,12 @@ ALLOWED = {
         "leaselab.errors",
         "leaselab.harness.effects",
         "leaselab.job",
+        "leaselab.lab.timeline",  # lesson 8 draws a simulated run on the lab's timeline
         "leaselab.queue",
+        "leaselab.sim.explore",  # lesson 8 runs the simulator and plants the reader's mutant
+        "leaselab.sim.model",
+        "leaselab.sim.mutants",
+        "leaselab.sim.world",
         "leaselab.words",
     },
     "lab": {

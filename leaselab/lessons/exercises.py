@@ -18,6 +18,7 @@ from ..clock import ManualClock
 from ..harness.effects import Ledger
 from ..job import Event, Job
 from ..queue import Queue
+from ..sim.mutants import Mutant
 from .texts import text
 from .wrong import NAIVE_SELECT
 
@@ -513,3 +514,31 @@ def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: st
         got = None if got is None else set(got)
         results.append((got, expected, text(f"l7_ex_rule_{name}", lang, got=sorted(got or []), want=sorted(expected))))
     return _verdict(results, lang)
+
+
+def check_planted(mutant: Mutant, lang: str = "en", schedules: int | None = None, seed: int = 0) -> str:
+    """Lesson 8: hunt the reader's mutant (``lessons.schedules.edited``) with ``schedules`` random schedules of
+    the exercise's scope from ``seed`` on; the first failure, shrunk and numbered, or that none was found."""
+    from ..sim import explore
+    from ..sim.mutants import planted
+    from . import schedules as lesson8
+
+    n = lesson8.CHECK_SCHEDULES if schedules is None else schedules
+    if all(text_ == replacement for _, text_, replacement in mutant.edits) and mutant.decision is None:
+        return text("l8_ex_same", lang)
+    for names, _, _ in mutant.edits:
+        for name in names:
+            if not lesson8.runs_statement(name):
+                return text("l8_ex_unused", lang, name=name)
+    with planted(mutant):
+        try:
+            found, tried, _ = explore.search(lesson8.CHECK, seed=seed, schedules=n)
+            if found is None:
+                return text("l8_ex_missed", lang, n=tried)
+            witness = explore.shrink(found, budget=lesson8.SHRINK_BUDGET)
+        except Exception as exc:  # the reader's SQL may not even run: say so, in the lesson's language
+            return text("l8_ex_error", lang, error=f"{type(exc).__name__}: {exc}")
+    lines = [text("l8_ex_caught", lang, n=tried, of=n, k=len(witness.trace))]
+    lines += lesson8.steps(witness, lang)
+    lines.append(lesson8.verdict(witness, lang))
+    return "\n".join(lines)

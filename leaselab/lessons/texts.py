@@ -239,6 +239,35 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_race_single": "leaselab's claim (SKIP LOCKED)",
         "l6_race_facts": "duplicates with the claim of lesson 2 > 0: {naive} | duplicates with leaselab's claim: "
         "{single}",
+        # lesson 8
+        "l8_naive": "naive claim (SELECT, then UPDATE)",
+        "l8_single": "single statement",
+        "l8_count": "{what}, {workers} {workers|worker|workers}, {jobs} {jobs|job|jobs}: "
+        "{n} {n|interleaving|interleavings}, {bad} of them give a job to two workers",
+        "l8_first_bad": "the first interleaving that gives job {job} to two workers:",
+        "l8_select": "{n}. {worker}: SELECT sees job {job}",
+        "l8_select_none": "{n}. {worker}: SELECT sees no pending job",
+        "l8_update": "{n}. {worker}: UPDATE takes job {job}, attempt {attempt}",
+        "l8_update_none": "{n}. {worker}: nothing to take, no UPDATE",
+        "l8_claim": "{n}. {worker}: the claim takes job {job}, attempt {attempt}",
+        "l8_claim_none": "{n}. {worker}: the claim finds no job",
+        "l8_real": "the real queue",
+        "l8_planted": "with {name} planted",
+        "l8_clean": "{what}: {n} {n|schedule|schedules}, {steps} {steps|step|steps}, every promise held",
+        "l8_found": "{what}: schedule {n} broke a promise",
+        "l8_shrunk": "shrunk from {before} {before|action|actions} to {after}",
+        "l8_held": "every promise held ({steps} {steps|step|steps})",
+        "l8_broken": "broken promise {kind}: {how}",
+        "l8_unnamed": "see leaselab.sim.model for what it promises",
+        "l8_wrong_field": "the job's {field} differs from the specification",
+        "l8_ms": "ms",
+        "l8_ex_same": "your copy is the statement as it is: change something in it first",
+        "l8_ex_unused": "the simulated workers never run {name}, so no schedule can catch a change to it: edit one "
+        "they run",
+        "l8_ex_caught": "caught: schedule {n} of {of} broke a promise; the witness, shrunk to {k} {k|step|steps}:",
+        "l8_ex_missed": "not caught in {n} {n|schedule|schedules}: your change keeps every promise the "
+        "specification states, or no schedule of this scope reaches it",
+        "l8_ex_error": "the run failed: {error}",
     },
     "ru": {
         "l0_crashed": "w1: {state} | его задача: {status} | числится за {worker}",
@@ -457,6 +486,35 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_race_naive": "захват из урока 2",
         "l6_race_single": "захват leaselab (SKIP LOCKED)",
         "l6_race_facts": "дубли у захвата из урока 2 > 0: {naive} | дублей у захвата leaselab: {single}",
+        # урок 8
+        "l8_naive": "наивный захват (SELECT, потом UPDATE)",
+        "l8_single": "один оператор",
+        "l8_count": "{what}, воркеров: {workers}, задач: {jobs}: {n} {n|вариант|варианта|вариантов} чередования, "
+        "задача достаётся двоим в {bad} из них",
+        "l8_first_bad": "первый вариант, в котором задача {job} достаётся двоим:",
+        "l8_select": "{n}. {worker}: SELECT видит задачу {job}",
+        "l8_select_none": "{n}. {worker}: SELECT не находит задач в статусе pending",
+        "l8_update": "{n}. {worker}: UPDATE забирает задачу {job}, попытка {attempt}",
+        "l8_update_none": "{n}. {worker}: забирать нечего, UPDATE не выполняется",
+        "l8_claim": "{n}. {worker}: захват забирает задачу {job}, попытка {attempt}",
+        "l8_claim_none": "{n}. {worker}: захват не находит задачи",
+        "l8_real": "настоящая очередь",
+        "l8_planted": "с подброшенным мутантом {name}",
+        "l8_clean": "{what}: расписаний {n:,}, шагов {steps:,}, все обещания сдержаны",
+        "l8_found": "{what}: обещание нарушено в расписании {n:,}",
+        "l8_shrunk": "после сжатия: было действий {before}, осталось {after}",
+        "l8_held": "все обещания сдержаны (шагов: {steps})",
+        "l8_broken": "нарушено обещание {kind}: {how}",
+        "l8_unnamed": "что оно обещает, см. в leaselab.sim.model",
+        "l8_wrong_field": "поле {field} в строке задачи разошлось со спецификацией",
+        "l8_ms": "мс",
+        "l8_ex_same": "ваша копия совпадает с оператором: сначала что-нибудь в ней измените",
+        "l8_ex_unused": "симулированные воркеры не выполняют {name}, и изменение в нём не поймает ни одно "
+        "расписание: правьте тот оператор, который они выполняют",
+        "l8_ex_caught": "поймано: обещание нарушено в расписании {n:,} из {of:,}; пример после сжатия, шагов: {k}:",
+        "l8_ex_missed": "не поймано за {n:,} {n|расписание|расписания|расписаний}: либо ваше изменение не нарушает "
+        "ни одного обещания из спецификации, либо ни одно расписание этого масштаба до него не доходит",
+        "l8_ex_error": "прогон завершился ошибкой: {error}",
     },
 }
 

@@ -1,0 +1,444 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown] tags=["en"]
+# # Lesson 8. Every schedule
+#
+# Lessons 1–7 made bugs happen with real processes: a worker killed, frozen, cut off, its
+# clock moved. A real fault lands where the machine's timing puts it, so a run shows the
+# schedules it happened to hit, and says nothing of the others.
+#
+# This lesson turns the question around: not "what happened this time?" but "what can happen
+# in *any* order?". First we run every interleaving of lesson 2's two-statement claim, all of
+# them, and count the ones that give a job to two workers. Then we hand the real queue to a
+# simulator that plays thousands of schedules on virtual time, and watch it find the zombie of
+# lesson 3 the moment the fence is taken away, shrink what it found to a few steps, and draw
+# it. Then you plant a bug of your own and see whether it is caught. The lesson ends with what
+# a simulation cannot show, which is why the other lessons use real processes.
+
+# %% [markdown] tags=["ru"]
+# # Урок 8. Все расписания до одного
+#
+# В уроках 1–7 ошибки вызывали настоящие процессы: воркера убивали, замораживали, отрезали от
+# сети, сдвигали ему часы. Настоящий сбой попадает туда, куда его ставят тайминги машины,
+# поэтому прогон показывает те расписания, которые случились, и ничего не говорит об
+# остальных.
+#
+# В этом уроке вопрос ставится наоборот: не «что случилось на этот раз?», а «что может
+# случиться при *любом* порядке шагов?». Сначала переберём все варианты чередования шагов
+# двухоператорного захвата из урока 2, все до одного, и посчитаем те, в которых задача
+# достаётся двоим. Потом отдадим настоящую очередь симулятору, который проигрывает тысячи
+# расписаний на виртуальном времени, и посмотрим, как он находит зомби из урока 3, стоит
+# только убрать fencing, сжимает найденное до нескольких шагов и рисует его. Затем вы
+# подбросите собственную ошибку и проверите, поймают ли её. В конце — о том, чего симуляция
+# показать не может и почему остальные уроки работают с настоящими процессами.
+
+# %%
+from leaselab import lessons
+from leaselab.backends.sqlite import statements
+from leaselab.lab import timeline
+from leaselab.lessons import exercises, schedules
+from leaselab.sim import explore
+from leaselab.sim.mutants import planted
+
+lang = lessons.language()
+say = lessons.speaker(lang)
+work = lessons.scratch("08-every-schedule")
+
+# %% [markdown] tags=["en"]
+# ## Every interleaving of two claims
+#
+# Lesson 2's naive claim is two statements: a `SELECT` that finds a pending job, then an
+# `UPDATE` that marks it running. Two workers, A and B, each run their two statements in
+# order, but nothing orders A's statements against B's. With two steps each there are
+# 4! / (2!·2!) = 6 orders; with three workers, 6! / (2!·2!·2!) = 90.
+#
+# `schedules.every_schedule` runs each order for real: a fresh copy of one SQLite file per
+# order, one connection per worker, each step one statement in autocommit mode, and the queue's
+# clock standing still, so that only the order differs. Then it counts the orders in which
+# some job was claimed by two workers. The same is done for leaselab's claim, which is one
+# statement, so each worker has only one step to interleave.
+
+# %% [markdown] tags=["ru"]
+# ## Все варианты чередования двух захватов
+#
+# Наивный захват из урока 2 — это два оператора: `SELECT` находит задачу в статусе pending,
+# `UPDATE` помечает её как running. Два воркера, A и B, выполняют каждый свои два оператора
+# по порядку, но между операторами A и операторами B никакого порядка нет. При двух шагах у
+# каждого получается 4! / (2!·2!) = 6 вариантов, при трёх воркерах — 6! / (2!·2!·2!) = 90.
+#
+# `schedules.every_schedule` выполняет каждый вариант по-настоящему: для каждого берётся
+# свежая копия одного файла SQLite, у каждого воркера своё соединение, каждый шаг — один
+# оператор в режиме автофиксации, а часы очереди стоят на месте, так что варианты
+# различаются только порядком. Потом он считает варианты, в которых какую-то задачу
+# захватили двое. То же самое проделывается с захватом leaselab — это один оператор, так что
+# у каждого воркера в чередовании всего один шаг.
+
+# %% tags=["nbval-check-output"]
+for claim in schedules.CLAIMS:
+    for workers, jobs in ((2, 1), (3, 1), (3, 2)):
+        runs = schedules.every_schedule(work, claim, workers, jobs)
+        bad = sum(r.bad for r in runs)
+        say("l8_count", what=lessons.text(f"l8_{claim}", lang), workers=workers, jobs=jobs, n=len(runs), bad=bad)
+
+# %% [markdown] tags=["en"]
+# With two workers and one job, four of the six orders give the job to both: every order in
+# which both `SELECT`s come before the first `UPDATE`. With three workers and one job only 18
+# of 90 are safe, those that start with one worker's `SELECT` and its `UPDATE`. Here is the
+# first bad order, step by step; it is the order lesson 2 chose by hand.
+
+# %% [markdown] tags=["ru"]
+# При двух воркерах и одной задаче в четырёх вариантах из шести задача достаётся обоим: это
+# все варианты, где оба `SELECT` идут раньше первого `UPDATE`. При трёх воркерах и одной
+# задаче безопасны только 18 из 90 — те, что начинаются с `SELECT` одного воркера и его же
+# `UPDATE`. Вот первый плохой вариант по шагам; именно этот порядок урок 2 выбрал вручную.
+
+# %% tags=["nbval-check-output"]
+runs = schedules.every_schedule(work, "naive", 2, 1)
+first_bad = next(r for r in runs if r.bad)
+say("l8_first_bad", job=first_bad.doubled[0])
+print("\n".join(schedules.numbered_steps(first_bad, lang)))
+
+# %% [markdown] tags=["en"]
+# Counting every order is a proof for this scope, not a sample: no order of these statements
+# was left out. It interleaves whole statements and does not look inside one. That one
+# statement runs as a unit is SQLite's promise (one writer at a time, and a write that would act
+# on a stale read fails with "database is locked" instead), and lesson 2's race of real processes
+# put that promise to the test.
+
+# %% [markdown] tags=["ru"]
+# Перебор всех порядков для этого масштаба — доказательство, а не выборка: ни один порядок
+# этих операторов не пропущен. Чередуются целые операторы, внутрь одного оператора перебор
+# не заглядывает. То, что оператор выполняется как единое целое, обещает SQLite (пишет только
+# один, а запись по устаревшему чтению вместо того, чтобы выполниться, падает с «database is
+# locked»), и гонка настоящих процессов в уроке 2 это обещание проверила.
+
+# %% [markdown] tags=["en"]
+# ## The zombie, with the fence and without
+#
+# The simulator in `leaselab.sim` runs the real `Queue` on a real SQLite database (in memory),
+# with its real statements, and workers that make the real worker's decisions (when a lease is
+# lost on the worker's own clock, what to do with a finished attempt) by calling the very code
+# the real `Worker` calls. What it adds is virtual time, and faults as steps of a schedule: a
+# worker crashes, pauses, is cut off, or a call it sends is held in the network and arrives
+# later. After every step it compares the queue's rows with a specification: a small model, in
+# plain Python, of what the queue promises.
+#
+# Our scope is the zombie of lesson 3 at its smallest: two workers, one job, a lease of one
+# second, and at most one fault, a call held in flight. `explore.search` runs random schedules
+# from a seed: the same seed gives the same schedules, step for step. First the real queue:
+
+# %% [markdown] tags=["ru"]
+# ## Зомби с fencing и без него
+#
+# Симулятор из `leaselab.sim` запускает настоящий `Queue` на настоящей базе SQLite (в памяти)
+# с её настоящими операторами, а его воркеры принимают решения настоящего воркера (когда
+# аренда потеряна по собственным часам воркера, что делать с законченной попыткой),
+# вызывая тот самый код, который вызывает настоящий `Worker`. От себя симулятор добавляет
+# виртуальное время и сбои как шаги расписания: воркер падает, замирает, теряет связь, или
+# отправленный им вызов застревает в сети и доходит позже. После каждого шага он сверяет
+# строки очереди со спецификацией — небольшой моделью на обычном Python того, что очередь
+# обещает.
+#
+# Масштаб у нас — зомби из урока 3 в самом малом виде: два воркера, одна задача, аренда на
+# одну секунду и не больше одного сбоя — застрявшего в пути вызова. `explore.search`
+# прогоняет случайные расписания начиная с заданного seed: один и тот же seed даёт одни и те
+# же расписания, шаг в шаг. Сначала настоящая очередь:
+
+# %% tags=["nbval-check-output"]
+scope = schedules.ZOMBIE
+found, tried, steps = explore.search(scope, seed=0, schedules=3000)
+say("l8_clean", what=lessons.text("l8_real", lang), n=tried, steps=steps)
+
+# %% [markdown] tags=["en"]
+# Nothing in 3,000 schedules. Now the same search with a mutant planted: `unfenced_complete`
+# removes `AND token = :token` from the completion, for the length of the `with` block, in this
+# process only. The search stops at the first schedule that breaks a promise, and `explore.shrink`
+# then drops every action it can while the same promise still breaks.
+
+# %% [markdown] tags=["ru"]
+# За 3000 расписаний ничего. Теперь тот же поиск с подброшенным мутантом: `unfenced_complete`
+# убирает из завершения условие `AND token = :token` — только на время блока `with` и только в
+# этом процессе. Поиск останавливается на первом расписании, которое нарушает обещание, а
+# `explore.shrink` затем выбрасывает из него всё, без чего то же обещание всё равно
+# нарушается.
+
+# %% tags=["nbval-check-output"]
+with planted("unfenced_complete") as mutant:
+    found, tried, steps = explore.search(scope, seed=0, schedules=3000)
+    witness = explore.shrink(found, budget=schedules.SHRINK_BUDGET)
+    unfenced_picture = schedules.timeline_of(witness)
+say("l8_found", what=lessons.text("l8_planted", lang, name=mutant.name), n=tried)
+say("l8_shrunk", before=len(found.actions), after=len(witness.actions))
+print("\n".join(schedules.steps(witness, lang)))
+print(schedules.verdict(witness, lang))
+
+# %% [markdown] tags=["en"]
+# Read it as a story (the times are milliseconds of virtual time). w2 holds job 1 and its
+# handler returns at 400 ms, well inside the lease, and it sends the completion; the network
+# holds it. The lease ends at 1000 ms, w1's reaper takes the job back, and w1 claims it again.
+# Then w2's completion arrives, and without the token in its `WHERE` the queue takes it: a
+# result from an attempt that no longer holds the job, written over the live attempt. This is
+# the in-flight write of Kleppmann's fencing argument:
+# sent while the lease was valid, applied after it was not. No check on the worker's side can
+# stop it, because the worker checked in time; only the receiver, comparing tokens, can.
+#
+# Now the very same schedule on the real queue, replayed action by action with `explore.run`:
+
+# %% [markdown] tags=["ru"]
+# Прочитаем это как историю (время здесь в миллисекундах виртуального времени). w2 держит
+# задачу 1, его обработчик возвращает результат на 400 мс, задолго до конца аренды, и w2
+# отправляет завершение, а сеть его задерживает. На 1000 мс аренда кончается, reaper воркера
+# w1 возвращает задачу в очередь, и w1 захватывает её снова. Тут
+# доходит завершение от w2, и очередь, у которой в `WHERE` нет токена, его принимает: результат
+# попытки, которой задача уже не принадлежит, записан поверх живой попытки. Это та самая
+# запись «в пути» из рассуждения Клеппмана о fencing: отправлена, пока аренда действовала,
+# применена, когда аренды уже не было. Никакая проверка на стороне воркера её не остановит —
+# воркер проверил вовремя; остановить её может только получатель, сравнив токены.
+#
+# А теперь то же самое расписание на настоящей очереди — `explore.run` воспроизводит его
+# действие за действием:
+
+# %% tags=["nbval-check-output"]
+fenced = explore.run(scope, witness.seed, actions=witness.actions)
+print("\n".join(schedules.steps(fenced, lang)))
+print(schedules.verdict(fenced, lang))
+
+# %% [markdown] tags=["en"]
+# The same late completion arrives at the same instant and is refused (`LeaseLost`), and w1's
+# result stands. Both runs on the lab's timeline: without the fence on top, with it below. The
+# history of the first is the one the bug wrote, so it looks wrong in its own way: the row's
+# token is w1's when w2's completion lands, so the queue records that completion as w1's: w1's
+# attempt looks done the instant it began.
+
+# %% [markdown] tags=["ru"]
+# То же запоздалое завершение приходит в тот же момент и отклоняется (`LeaseLost`), а результат
+# w1 остаётся в силе. Оба прогона на временной шкале лаборатории: сверху без fencing, снизу с
+# ним. Историю первого записала сама ошибка, поэтому и выглядит она неправильно по-своему: когда
+# приходит завершение от w2, в строке задачи уже токен w1, и очередь записывает это завершение
+# на w1: попытка w1 выглядит завершённой в тот же миг, когда началась.
+
+# %% tags=["nbval-ignore-output"]
+import matplotlib.pyplot as plt
+
+fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 4.6), layout="constrained")
+timeline.draw(unfenced_picture, lang=lang, ax=top)
+timeline.draw(schedules.timeline_of(fenced), lang=lang, ax=bottom)
+plt.close(fig)
+fig
+
+# %% [markdown] tags=["en"]
+# Why did lesson 7's chaos not show this? On a SQLite file, chaos kills and freezes whole worker
+# processes; its network faults need a server between the worker and its queue. A killed worker
+# sends nothing. A frozen one, when it thaws, first asks its own clock (lesson 6) and drops a
+# result whose lease may be gone. To make this bug show, a freeze would have to land in the
+# microseconds between the worker's last look at its clock and its `COMPLETE` statement, and
+# stay past the lease: a window random faults almost never hit. The simulator has a fault for
+# exactly this (a call held in flight), and it tries it at every point of a schedule, as often as
+# it has schedules to try.
+
+# %% [markdown] tags=["ru"]
+# Почему хаос из урока 7 этого не показал? На файле SQLite хаос убивает и замораживает
+# процессы воркеров целиком, а его сетевым сбоям нужен сервер между воркером и очередью.
+# Убитый воркер ничего не отправит. Замороженный, оттаяв, сначала сверяется со своими часами
+# (урок 6) и отбрасывает результат, если аренда могла кончиться. Чтобы эта ошибка проявилась,
+# заморозка должна попасть в те микросекунды, что проходят между последним взглядом воркера на
+# часы и его оператором `COMPLETE`, и продлиться дольше аренды, — в окно, куда случайные сбои
+# почти никогда не попадают. У симулятора для этого есть отдельный сбой (вызов, застрявший в
+# пути), и он пробует его в каждой точке расписания — столько раз, сколько расписаний успеет
+# перебрать.
+
+# %% [markdown] tags=["en"]
+# ## Your turn: plant a bug of your own
+#
+# The statements are named constants in `leaselab.backends.sqlite.statements`. Here is the
+# completion:
+
+# %% [markdown] tags=["ru"]
+# ## Ваш ход: подбросьте свою ошибку
+#
+# Операторы — это именованные константы в `leaselab.backends.sqlite.statements`. Вот
+# завершение:
+
+# %% tags=["nbval-check-output"]
+print(statements.COMPLETE.strip())
+
+# %% [markdown] tags=["en"]
+# Edit a copy of one statement in the cell below: `schedules.edited(name, copy)` makes a
+# `Mutant` that puts your copy in place of the statement, and the check cell plants it and runs
+# 1,000 random schedules of a wider scope (two workers, two jobs, one of which fails once, and
+# up to two faults of every kind: crash, pause, cut link, call held in flight, reply lost). It
+# says caught, with the shrunk schedule, or not caught.
+#
+# The worked example keeps the token and drops only `status = 'running'`. The token is still
+# checked, so is that safe? Run the check before you read on.
+
+# %% [markdown] tags=["ru"]
+# Отредактируйте копию одного оператора в ячейке ниже: `schedules.edited(name, copy)` делает из
+# неё `Mutant`, который подставляет вашу копию на место оператора, а проверочная ячейка
+# подбрасывает его и прогоняет 1000 случайных расписаний более широкого масштаба (два
+# воркера, две задачи, одна из которых один раз падает, и до двух сбоев любого вида: падение,
+# пауза, разрыв связи, застрявший в пути вызов, потерянный ответ). Она скажет, поймана ошибка
+# — и покажет сжатое расписание — или нет.
+#
+# В готовом примере токен сохранён, а убрано только `status = 'running'`. Токен ведь
+# по-прежнему проверяется — значит, безопасно? Запустите проверку, прежде чем читать дальше.
+
+# %%
+MY_STATEMENT = "COMPLETE"
+MY_COPY = statements.COMPLETE.replace("status = 'running' AND ", "")
+
+# %% tags=["nbval-check-output"]
+print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
+
+# %% [markdown] tags=["en"]
+# Caught: the reaper sends a job back to `pending` but leaves its last token in the row until
+# the next claim writes a new one. A completion that arrives in between, late, finds its own
+# token and `status` no longer checked, and a job that is due to run again is marked done by an
+# attempt the queue had already given up on. The token alone is not the fence; the token *of a
+# running job* is.
+#
+# Try your own (replace the two lines above, run both cells): predict first, then check.
+#
+# - `REAP`: `lease_until < :now` becomes `lease_until <= :now`.
+# - `FAIL`: drop ` AND token = :token`.
+# - `FAIL`: `:now + leaselab_backoff(attempts)` becomes `:now`.
+# - `CLAIM_MANY_OF_ONE`: drop ` AND run_at <= :now`.
+# - `COMPLETE`: `finished_at = :now` becomes `finished_at = NULL`.
+# - `HEARTBEAT`: drop ` AND token = :token`.
+
+# %% [markdown] tags=["ru"]
+# Поймано: reaper возвращает задачу в `pending`, но оставляет в строке её последний токен, пока
+# следующий захват не запишет новый. Завершение, которое приходит в этот промежуток с
+# опозданием, находит в строке свой токен, `status` больше никто не проверяет, и задачу, которой
+# пора выполниться снова, помечает выполненной попытка, от которой очередь уже отказалась.
+# Fencing — это не просто токен, а токен *задачи в статусе running*.
+#
+# Попробуйте свои варианты (замените две строки выше и выполните обе ячейки); сначала
+# предскажите, потом проверьте.
+#
+# - `REAP`: `lease_until < :now` заменить на `lease_until <= :now`.
+# - `FAIL`: убрать ` AND token = :token`.
+# - `FAIL`: `:now + leaselab_backoff(attempts)` заменить на `:now`.
+# - `CLAIM_MANY_OF_ONE`: убрать ` AND run_at <= :now`.
+# - `COMPLETE`: `finished_at = :now` заменить на `finished_at = NULL`.
+# - `HEARTBEAT`: убрать ` AND token = :token`.
+
+# %% [markdown] tags=["en"]
+# <details><summary>What the check says</summary>
+#
+# - `<=` in `REAP`: caught. A reaper that runs at the very instant a lease ends takes the job,
+#   though by the letter of the lease it was still held (lesson 1's safety margin counts on it).
+# - `FAIL` without the token: caught. A zombie's failure sends back a job that another worker
+#   now holds.
+# - `FAIL` without the backoff: caught at once; the specification says when a failed job may run again.
+# - The claim without `run_at <= :now`: caught; a delayed job is taken before its time.
+# - `finished_at = NULL`: not caught. The specification says nothing of `finished_at`, so no
+#   schedule can break a promise about it. A simulator checks only what its model states.
+# - `HEARTBEAT`: the check says the simulated workers never run it. The worker renews every lease
+#   it holds in one statement, `HEARTBEAT_MANY`; break that one instead.
+# </details>
+
+# %% [markdown] tags=["ru"]
+# <details><summary>Что скажет проверка</summary>
+#
+# - `<=` в `REAP`: поймано. Reaper, запущенный ровно в момент конца аренды, забирает задачу,
+#   хотя по букве аренды она ещё занята (на это рассчитан запас прочности из урока 1).
+# - `FAIL` без токена: поймано. Отчёт об ошибке от зомби возвращает в очередь задачу, которую
+#   уже держит другой воркер.
+# - `FAIL` без отсрочки: поймано сразу; спецификация говорит, когда упавшая задача может
+#   выполниться снова.
+# - Захват без `run_at <= :now`: поймано; отложенную задачу берут раньше срока.
+# - `finished_at = NULL`: не поймано. Спецификация ничего не говорит о `finished_at`, значит,
+#   никакое расписание не нарушит связанного с ним обещания. Симулятор проверяет только то, что
+#   записано в его модели.
+# - `HEARTBEAT`: проверка ответит, что симулированные воркеры его не выполняют. Воркер продлевает
+#   все свои аренды одним оператором, `HEARTBEAT_MANY`; ломайте его.
+# </details>
+
+# %% [markdown] tags=["en"]
+# ## What a simulation cannot show
+#
+# The simulator runs the real statements and the real decisions, and nothing else that is real.
+#
+# - **The kernel.** Its workers are not processes: no scheduler preempts them, no signal arrives
+#   in the middle of a statement, no thread of the real worker (its heartbeat, its signal relay)
+#   runs. A bug in how the real worker's threads share a lease is out of its sight.
+# - **The disk.** The database is in memory. What an `fsync` makes durable, what a power cut
+#   loses and in what order writes reach the platter are lesson 5's subject, shown with a real
+#   file; the simulator knows none of it.
+# - **The network.** A held or lost call is the model's idea of a network: no TCP timeouts,
+#   no half-open connections, no PostgreSQL. The server's own locking (`SKIP LOCKED`, its
+#   isolation) is lesson 6's, on a real server.
+# - **The promises it is not told.** The specification is a second statement of the promises;
+#   a change that breaks none of them, like `finished_at`, passes.
+#
+# That is why lessons 1–7 use real processes: they test what the model leaves out. What the
+# simulator can do, they cannot: run every order of a small scope (as in the first part), play
+# thousands of schedules a minute, shrink a failure to the few steps that matter, and replay it
+# exactly from its seed and actions, every time.
+
+# %% [markdown] tags=["ru"]
+# ## Чего симуляция показать не может
+#
+# Симулятор выполняет настоящие операторы и настоящие решения — и больше ничего настоящего.
+#
+# - **Ядро.** Его воркеры — не процессы: их не вытесняет планировщик, сигнал не приходит
+#   посреди оператора, потоки настоящего воркера (heartbeat, пересылка сигналов) не работают.
+#   Ошибка в том, как потоки настоящего воркера делят аренду, ему не видна.
+# - **Диск.** База данных живёт в памяти. Что делает надёжным `fsync`, что теряется при
+#   отключении питания и в каком порядке записи доходят до носителя — предмет урока 5, где всё
+#   это показано на настоящем файле; симулятор ничего об этом не знает.
+# - **Сеть.** Застрявший или потерянный вызов — это сеть в представлении модели: ни тайм-аутов
+#   TCP, ни полуоткрытых соединений, ни PostgreSQL. Собственные блокировки сервера
+#   (`SKIP LOCKED`, его уровень изоляции) — предмет урока 6, на настоящем сервере.
+# - **Обещания, о которых ему не сказали.** Спецификация — это те же обещания, записанные ещё
+#   раз; изменение, которое ни одного из них не нарушает, как с `finished_at`, проходит.
+#
+# Вот почему уроки 1–7 работают с настоящими процессами: они проверяют то, что модель
+# оставляет за бортом. А симулятор умеет то, чего не умеют они: перебрать все порядки малого
+# масштаба (как в первой части), проиграть тысячи расписаний за минуту, сжать сбой до
+# нескольких шагов, которые действительно важны, и воспроизвести его точь-в-точь по seed и
+# действиям, сколько угодно раз.
+
+# %% [markdown] tags=["en"]
+# ## Summary
+#
+# - Lesson 2's claim in two statements interleaves in 6 ways between two workers, and in 4 of
+#   them both get the job. A claim in one statement has nothing to interleave.
+# - The simulator drives the real queue and the real worker's decisions on virtual time, and
+#   checks every step against a specification. A fixed seed gives the same schedules every time.
+# - With the fence removed, it finds the completion that was sent in time and applied too late,
+#   shrinks it to a handful of steps, and the same schedule on the real queue ends in `LeaseLost`.
+# - A fence is the token of a *running* job: check the token and the status together.
+# - A simulator checks only what its model states, and only in the world it models; the kernel,
+#   the disk and the network stay with real processes.
+#
+# Clean up: remove the temporary folder.
+
+# %% [markdown] tags=["ru"]
+# ## Итоги
+#
+# - Захват из урока 2, два оператора, у двух воркеров чередуется шестью способами, и в четырёх
+#   из них задача достаётся обоим. Захвату одним оператором чередоваться не с чем.
+# - Симулятор гоняет настоящую очередь и решения настоящего воркера на виртуальном времени и
+#   сверяет каждый шаг со спецификацией. Один и тот же seed каждый раз даёт одни и те же
+#   расписания.
+# - Без fencing он находит завершение, отправленное вовремя и применённое слишком поздно, и
+#   сжимает его до нескольких шагов, а то же расписание на настоящей очереди заканчивается
+#   `LeaseLost`.
+# - Fencing — это токен задачи *в статусе running*: проверяйте токен и статус вместе.
+# - Симулятор проверяет только то, что записано в его модели, и только в том мире, который
+#   она описывает; ядро, диск и сеть остаются за настоящими процессами.
+#
+# Уберём за собой: удалим временную папку.
+
+# %% tags=["nbval-check-output"]
+say("folder_removed", removed=lessons.cleanup(work))
