@@ -142,11 +142,13 @@ ALLOWED = {
         "leaselab.worker.lease",
     },
     "sim": {
+        "leaselab.backends.sqlite.backend",
         "leaselab.backends.sqlite.statements",
         "leaselab.backoff",
         "leaselab.check.effects",
         "leaselab.errors",
         "leaselab.harness.effects",
+        "leaselab.harness.powercut",
         "leaselab.job",
         "leaselab.queue",
         "leaselab.words",

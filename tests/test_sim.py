@@ -11,7 +11,7 @@ import pytest
 
 from leaselab.sim import explore, mutants
 from leaselab.sim.errors import MutantStale, UnknownMutant
-from leaselab.sim.world import Scenario
+from leaselab.sim.world import FAULTS, Scenario
 from leaselab.worker import decisions
 
 SCENARIO = Scenario(workers=3, jobs=4, slots=2, skew=0.03)
@@ -19,7 +19,7 @@ SCENARIO = Scenario(workers=3, jobs=4, slots=2, skew=0.03)
 _TRACE = """
 import json, sys
 from leaselab.sim import explore
-from leaselab.sim.world import Scenario
+from leaselab.sim.world import FAULTS, Scenario
 run = explore.run(Scenario(workers=3, jobs=4, slots=2, skew=0.03), 11)
 print(json.dumps(run.trace))
 """
@@ -135,3 +135,54 @@ def test_a_mutant_whose_text_is_gone_is_stale_and_names_it():
         pass
     with pytest.raises(UnknownMutant, match="no mutant named"):
         mutants.find("no_such_mutant")
+
+
+# -- a power cut: the queue on APSW's volatile disk, at durability "full" ------------------------------
+
+POWER = Scenario(workers=2, jobs=3, faults=FAULTS)
+
+
+def _claim_then_cut() -> list[str]:
+    from leaselab.sim.model import Violation
+    from leaselab.sim.world import World
+
+    world = World(POWER)
+    try:
+        world.step(("claim", "w1"))
+        world.step(("power",))
+        return [row["status"] for row in world._rows().values()]
+    except Violation as found:
+        return [found.kind]
+    finally:
+        world.close()
+
+
+def test_a_claim_acknowledged_at_durability_full_survives_a_power_cut_and_every_worker_dies_with_it():
+    assert _claim_then_cut() == ["pending", "running", "pending"]  # job 2 has the higher priority
+    world = __import__("leaselab.sim.world", fromlist=["World"]).World(POWER)
+    try:
+        world.step(("power",))
+        assert world.live() == [] and ("start",) in world.enabled()
+    finally:
+        world.close()
+
+
+def test_a_claim_that_is_not_synced_is_lost_in_the_cut_and_the_simulator_says_so():
+    with mutants.planted("non_durable_claim"):
+        assert _claim_then_cut() == ["lost_on_power_cut"]
+
+
+def test_the_power_scenario_keeps_every_promise_on_the_clean_code():
+    found, n, _ = explore.search(POWER, seed=0, schedules=120)
+    assert found is None and n == 120
+
+
+def test_only_a_scenario_that_names_the_power_cut_puts_its_queue_on_a_disk():
+    from leaselab.sim.world import DEFAULT_FAULTS, World
+
+    assert "power" not in DEFAULT_FAULTS and Scenario().faults == DEFAULT_FAULTS
+    world = World(Scenario())
+    try:
+        assert world.disk is None and ("power",) not in world.enabled()
+    finally:
+        world.close()

@@ -10,6 +10,7 @@ second once a run has gone on for a couple of seconds.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -24,7 +25,7 @@ from .errors import BadOption, SimulateUsageError
 from .explore import Run
 from .handlers import load, recorded
 from .texts import text
-from .world import FAULTS, Scenario
+from .world import DEFAULT_FAULTS, FAULTS, ON_DISK, Scenario
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_SECONDS = 10.0  # a random search's length when neither --seconds nor --schedules is given
@@ -88,11 +89,13 @@ def _seconds(value: str | None) -> float | None:
 
 def _faults(value: str | None) -> tuple[str, ...]:
     if value is None:
-        return FAULTS
+        return DEFAULT_FAULTS
     named = tuple(f.strip() for f in value.split(",") if f.strip())
     for fault in named:
         if fault not in FAULTS:
             raise BadOption("unknown_fault", fault=fault, known=", ".join(FAULTS))
+    if any(f in ON_DISK for f in named) and importlib.util.find_spec("apsw") is None:
+        raise BadOption("needs_apsw")
     return named
 
 

@@ -61,6 +61,7 @@ KINDS = (
     "needless_rerun",
     "reaped_own_job",
     "stuck",
+    "lost_on_power_cut",
 )
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..backends.sqlite import statements
+from ..backends.sqlite.backend import SqliteBackend
 from ..job import JOB_COLUMNS
 from ..queue import DEFAULT_LEASE, Queue, new_token
 from ..worker import decisions
@@ -99,6 +100,13 @@ def _two_step_claim_many(
     return between(take)
 
 
+_SQLITE_CLAIM_MANY = SqliteBackend.claim_many
+
+
+def _claim_many_unsynced(backend: SqliteBackend, n: int, claim: Any, *, durable: bool) -> list[Any]:
+    return _SQLITE_CLAIM_MANY(backend, n, claim, durable=False)
+
+
 _CLAIMS = ("CLAIM", "CLAIM_MANY", "CLAIM_MANY_OF_ONE")
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -172,6 +180,12 @@ MUTANTS: tuple[Mutant, ...] = (
         "a claim that reads the next job, then leases it by id in a second transaction without checking it is "
         "still pending: two workers take the same job",
         patches=((Queue, "claim_many", _two_step_claim_many),),
+    ),
+    Mutant(
+        "non_durable_claim",
+        "a claim committed without a sync even at durability='full': a power cut takes back a claim already "
+        "acknowledged, and the attempt it counted",
+        patches=((SqliteBackend, "claim_many", _claim_many_unsynced),),
     ),
     # Further protocol bugs, invented for the simulator, not from the list.
     Mutant(

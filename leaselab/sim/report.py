@@ -51,6 +51,7 @@ STEP_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("reply_lost", rf"{_W}: the reply to {_CALL} is lost"),
         ("arrives", rf"{_W}: {_CALL} arrives"),
         ("crash", rf"{_W} crashes"),
+        ("power", r"the power fails: every worker dies and the disk keeps only what was synced"),
         ("pause", rf"{_W} pauses for (?P<seconds>[\d.e+-]+)s"),
         ("cut", rf"{_W}'s link is cut for (?P<seconds>[\d.e+-]+)s"),
         ("armed_delay", rf"{_W}'s next call will be held in flight"),

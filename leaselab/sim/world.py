@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import shutil
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +34,11 @@ from ..worker.lease import Lease
 from .model import Model, Violation
 
 EPOCH = 1_767_225_600.0  # the queue's clock at virtual time 0: 2026-01-01T00:00:00Z
-FAULTS = ("crash", "pause", "cut", "delay", "lose")  # every fault the world can strike, by name
+FAULTS = ("crash", "pause", "cut", "delay", "lose", "power")  # every fault the world can strike, by name
+# Faults that need the queue on a disk that can lose power (APSW's volatile disk, leaselab.harness.powercut):
+# slower, and APSW is an extra, so a scenario strikes them only when it names them.
+ON_DISK = ("power",)
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK)
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
@@ -82,7 +89,7 @@ class Scenario:
     slots: int = 1  # each worker's concurrency
     work: float = 0.4  # a handler's running time, in lease-seconds of virtual time
     max_attempts: int = 3
-    faults: tuple[str, ...] = FAULTS
+    faults: tuple[str, ...] = DEFAULT_FAULTS
     max_faults: int = 2  # at most this many faults in one schedule
     skew: float = 0.0  # each worker's clock runs up to this fraction fast or slow
     backoff: float = 0.2  # the queue's backoff base, seconds
@@ -179,7 +186,9 @@ class World:
         self.t = 0.0
         self.db_now = EPOCH
         self.backoff = Backoff(base=scenario.backoff, cap=60.0)
-        self.queue = Queue(":memory:", clock=lambda: self.db_now, backoff=self.backoff)
+        self.disk: Any = None  # the volatile disk the queue is on, for a power cut; None: in memory
+        self._folder: str | None = None
+        self.queue = self._on_disk() if "power" in scenario.faults else self._in_memory()
         self.model = Model(self.backoff)
         self.workers: dict[str, SimWorker] = {}
         self.attempts: dict[str, Attempt] = {}
@@ -201,8 +210,29 @@ class World:
                 max_attempts=scenario.max_attempts,
             )
             self.model.enqueue(job_id, spec["priority"], EPOCH + spec["delay"], scenario.max_attempts)
+        self.synced = dict(self.model.jobs)  # the rows as of the disk's last sync (enqueues sync at "full")
         for _ in range(scenario.workers):
             self._start(1 + skews.uniform(-scenario.skew, scenario.skew))
+
+    def _in_memory(self) -> Queue:
+        return Queue(":memory:", clock=lambda: self.db_now, backoff=self.backoff)
+
+    def _on_disk(self) -> Queue:
+        """The queue on a file of a fresh volatile disk, at ``durability="full"``: the setting at which an
+        acknowledged enqueue, claim or completion is promised to survive a power cut."""
+        from ..harness.powercut import VolatileDisk  # APSW: only a scenario with a power cut needs it
+
+        if self._folder is None:
+            self._folder = tempfile.mkdtemp(prefix="leaselab-sim-")
+            Queue(os.path.join(self._folder, "q.db")).close()
+        self.disk = VolatileDisk()
+        return Queue(
+            self.disk.target(os.path.join(self._folder, "q.db")),
+            clock=lambda: self.db_now,
+            backoff=self.backoff,
+            durability="full",
+            create=False,
+        )
 
     # -- what can happen next -----------------------------------------------------------------
 
@@ -232,6 +262,8 @@ class World:
         if self.faults < self.scenario.max_faults:
             for w in self.live():
                 for kind in self.scenario.faults:
+                    if kind in ON_DISK:  # struck at the whole machine, below
+                        continue
                     if kind in ("delay", "lose") and w.armed is not None:
                         continue
                     if kind == "pause":
@@ -241,6 +273,8 @@ class World:
                         actions.append(("cut", w.name, 1.5))
                     else:
                         actions.append((kind, w.name))
+        if self.faults < self.scenario.max_faults and self.disk is not None and self.live():
+            actions.append(("power",))
         if len(self.live()) < self.scenario.workers:
             actions.append(("start",))
         if self.next_time() is not None:
@@ -298,6 +332,10 @@ class World:
             return
         if kind == "start":
             self._start(1.0)
+            return
+        if kind == "power":
+            self.faults += 1
+            self._power_cut()
             return
         w = self.workers[action[1]]
         if self.is_fault(action):
@@ -720,6 +758,7 @@ class World:
 
     def _op(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
         self.db_now = now = self._queue_now(w)
+        syncs = 0 if self.disk is None else self.disk.syncs
         before = dict(self.model.jobs)
         after = f"{w.name}'s {what} at {self.t:.3f}"
         try:
@@ -737,6 +776,7 @@ class World:
                         f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
             self.model.compare(self._rows(), after)
+            self._note_sync(syncs)
             raise
         except TransientError:
             raise
@@ -744,7 +784,33 @@ class World:
             raise Violation("queue_error", f"{after}: the queue raised {type(exc).__name__}: {exc}") from None
         self._judge(w, answer, now, after, before, **expect)
         self.model.compare(self._rows(), after)
+        # A claim or completion that wrote nothing (an empty claim) commits no page, so it syncs nothing.
+        self._note_sync(syncs, durable=("claim" in expect or "done" in expect) and self.model.jobs != before)
         return answer
+
+    def _note_sync(self, syncs: int, durable: bool = False) -> None:
+        """What a power cut must leave: the whole table as of the last call the durability rule says is on
+        disk when it returns (at "full": a claim, a completion; and with it every commit before it, the WAL
+        being written in order), or of any call that did sync (a checkpoint, say)."""
+        if self.disk is not None and (durable or self.disk.syncs != syncs):
+            self.synced = dict(self.model.jobs)
+
+    def _power_cut(self) -> None:
+        """The machine loses power: the queue's file keeps only what was synced, and every worker on it dies
+        (a SQLite queue and its workers share one machine). The rows read back must be the model's as of the
+        last sync: an acknowledged durable write that is gone is a broken promise."""
+        self.note("the power fails: every worker dies and the disk keeps only what was synced")
+        for w in self.live():
+            self._strike(w, ("crash", w.name))
+        self.disk.cut()
+        self.queue = self._on_disk()
+        self.model.jobs = dict(self.synced)
+        try:
+            self.model.compare(self._rows(), "the power cut")
+        except Violation as lost:
+            raise Violation(
+                "lost_on_power_cut", f"an acknowledged write did not survive the power cut: {lost.message}"
+            ) from None
 
     def _judge(self, w: SimWorker, answer: Any, now: float, after: str, before: dict, **expect: Any) -> None:
         m, lease = self.model, self.scenario.lease
@@ -851,3 +917,7 @@ class World:
 
     def close(self) -> None:
         self.queue.close()
+        if self.disk is not None and self.disk.powered:
+            self.disk.cut()  # a disk stays registered with SQLite until it is cut
+        if self._folder is not None:
+            shutil.rmtree(self._folder, ignore_errors=True)
