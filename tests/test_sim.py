@@ -135,3 +135,19 @@ def test_a_mutant_whose_text_is_gone_is_stale_and_names_it():
         pass
     with pytest.raises(UnknownMutant, match="no mutant named"):
         mutants.find("no_such_mutant")
+
+
+@pytest.mark.parametrize("column, value", [("priority", 9), ("status", "'done'"), ("run_at", "run_at + 1")])
+def test_a_row_no_call_should_have_changed_is_caught_at_the_next_call(column, value):
+    # Only the rows a call touched are read back after it: a write to any other row (a statement gone astray)
+    # must still be caught at the very next call, named as comparing every row would name it.
+    from leaselab.sim.model import Violation
+    from leaselab.sim.world import World
+
+    world = World(Scenario(workers=1, jobs=4))
+    world.step(("claim", "w1"))  # every row compared once; job 1 claimed
+    world.queue.backend.connection.execute(f"UPDATE jobs SET {column} = {value} WHERE id = 4")
+    with pytest.raises(Violation) as caught:
+        world.step(("beat", "w1"))
+    world.close()
+    assert caught.value.kind == f"wrong_{column}" and "job 4 " in caught.value.message

@@ -47,7 +47,23 @@ ROW_COLUMNS = (
     "lease_until",
     "result",
 )
-ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with, after every call
+ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with
+SOME_ROWS = ROWS + " WHERE id IN ({marks})"  # the rows a call touched, or the model says it changed
+# Every row a statement inserts, updates or deletes is noted in a temporary table of the world's own
+# connection (temporary triggers: nothing of the queue's schema or statements changes, and the rows a
+# statement reports as changed do not count its triggers), so after each call only the rows the call
+# touched, and those the specification changed, are read back and compared: a row neither touched is
+# the one the last comparison found equal to the model's.
+TOUCHED = (
+    "CREATE TEMP TABLE touched (id INTEGER PRIMARY KEY)",
+    "CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs"
+    " BEGIN INSERT OR IGNORE INTO touched (id) VALUES (new.id); END",
+    "CREATE TEMP TRIGGER touched_update AFTER UPDATE ON main.jobs"
+    " BEGIN INSERT OR IGNORE INTO touched (id) VALUES (old.id), (new.id); END",
+    "CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs"
+    " BEGIN INSERT OR IGNORE INTO touched (id) VALUES (old.id); END",
+)
+TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING id"
 
 
 class HandlerFailed(Exception):
@@ -203,6 +219,10 @@ class World:
             self.model.enqueue(job_id, spec["priority"], EPOCH + spec["delay"], scenario.max_attempts)
         for _ in range(scenario.workers):
             self._start(1 + skews.uniform(-scenario.skew, scenario.skew))
+        self._db = self.queue.backend.connection  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+        for statement in TOUCHED:
+            self._db.execute(statement)
+        self._compared = False  # the first call compares every row; each later one, those touched since
 
     # -- what can happen next -----------------------------------------------------------------
 
@@ -736,15 +756,34 @@ class World:
                         "refused_failure",
                         f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
-            self.model.compare(self._rows(), after)
+            self._compare(before, after)
             raise
         except TransientError:
             raise
         except LeaselabError as exc:  # the schema's own checks refused what the statement wrote
             raise Violation("queue_error", f"{after}: the queue raised {type(exc).__name__}: {exc}") from None
         self._judge(w, answer, now, after, before, **expect)
-        self.model.compare(self._rows(), after)
+        self._compare(before, after)
         return answer
+
+    def _compare(self, before: dict, after: str) -> None:
+        """The model against the queue's rows after a call: the first time every row, then the rows a statement
+        touched since the last comparison and the jobs the model changed (``before``: its jobs before the call).
+        Any other row is as the last comparison found it, equal to the model's, so the first disagreement is
+        found, and named, exactly as by comparing every row."""
+        touched = {job_id for (job_id,) in self._db.execute(TAKE_TOUCHED).fetchall()}
+        if not self._compared:
+            self._compared = True
+            self.model.compare(self._rows(), after)
+            return
+        jobs = self.model.jobs
+        ids = touched | {job_id for job_id, row in jobs.items() if before.get(job_id) is not row}
+        if not ids:
+            return
+        rows = self._rows(sorted(ids))
+        if any((job_id in rows) != (job_id in jobs) for job_id in ids):
+            self.model.compare(self._rows(), after)  # a row added or gone: named with the whole table
+        self.model.compare(rows, after, ids=ids & jobs.keys())
 
     def _judge(self, w: SimWorker, answer: Any, now: float, after: str, before: dict, **expect: Any) -> None:
         m, lease = self.model, self.scenario.lease
@@ -838,11 +877,15 @@ class World:
                 + " did",
             )
 
-    def _rows(self) -> dict[int, dict[str, Any]]:
-        """Every job's row as the statements left it, read straight from the table (the model is checked
-        against the rows, not against what the queue's own readers make of them)."""
+    def _rows(self, ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+        """Every job's row (or those of ``ids``) as the statements left it, read straight from the table (the
+        model is checked against the rows, not against what the queue's own readers make of them)."""
         rows = {}
-        for row in self.queue.backend.run(ROWS):  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+        if ids is None:
+            found = self._db.execute(ROWS).fetchall()
+        else:
+            found = self._db.execute(SOME_ROWS.format(marks=", ".join("?" * len(ids))), ids).fetchall()
+        for row in found:
             job = dict(zip(ROW_COLUMNS, row, strict=True))
             if job["result"] is not None:
                 job["result"] = json.loads(job["result"])
