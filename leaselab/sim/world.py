@@ -15,6 +15,7 @@ the network and the faults.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -35,6 +36,7 @@ FAULTS = ("crash", "pause", "cut", "delay", "lose")  # every fault the world can
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
+UNKNOWN = object()  # a value not worked out yet
 ROW_COLUMNS = (
     "id",
     "status",
@@ -223,26 +225,38 @@ class World:
         for statement in TOUCHED:
             self._db.execute(statement)
         self._compared = False  # the first call compares every row; each later one, those touched since
+        self._enabled: list[Action] | None = None  # enabled() and next_time() of this step, once worked out
+        self._next: float | None | object = UNKNOWN
+        self._due: tuple[list[float], bool] | None = None  # _jobs_due(), until the next call
+        self._pending = self.model.pending()  # some job is pending: worked out again after each call
 
     # -- what can happen next -----------------------------------------------------------------
 
     def enabled(self) -> list[Action]:
-        """Every action that can be taken now, in a fixed order."""
+        """Every action that can be taken now, in a fixed order (worked out once per step)."""
+        if self._enabled is None:
+            self._enabled = self._work_out_enabled()
+        return self._enabled
+
+    def _work_out_enabled(self) -> list[Action]:
         actions: list[Action] = []
-        for w in self.live():
-            if w.paused():
+        live = self.live()
+        pending, running = self._pending, self._jobs_due()[1]
+        t = self.t
+        for w in live:
+            if t < w.paused_until:
                 continue
             if w.loop is None:
-                if any(end <= self.t for end in w.ends.values()):
+                if any(end <= t for end in w.ends.values()):
                     actions.append(("finish", w.name))
-                elif self._claims(w) and self.model.pending() and w.empty_at < self.t:
+                elif pending and w.empty_at < t and self._claims(w):
                     actions.append(("claim", w.name))
-            elif w.loop.retry_at is not None and w.loop.retry_at <= self.t:
+            elif w.loop.retry_at is not None and w.loop.retry_at <= t:
                 actions.append(("retry", w.name))
             if w.pulse is None:
-                if w.at(w.next_beat) <= self.t and w.renewable():
+                if w.at(w.next_beat) <= t and w.renewable():
                     actions.append(("beat", w.name))
-                elif w.at(w.next_reap) <= self.t and self._running_jobs():
+                elif running and w.at(w.next_reap) <= t:
                     actions.append(("reap", w.name))
         for w in self.workers.values():
             for slot in ("loop", "pulse"):
@@ -250,7 +264,7 @@ class World:
                 if call is not None and call.held:
                     actions.append(("deliver", w.name, slot))
         if self.faults < self.scenario.max_faults:
-            for w in self.live():
+            for w in live:
                 for kind in self.scenario.faults:
                     if kind in ("delay", "lose") and w.armed is not None:
                         continue
@@ -261,7 +275,7 @@ class World:
                         actions.append(("cut", w.name, 1.5))
                     else:
                         actions.append((kind, w.name))
-        if len(self.live()) < self.scenario.workers:
+        if len(live) < self.scenario.workers:
             actions.append(("start",))
         if self.next_time() is not None:
             actions.append(("tick",))
@@ -274,28 +288,48 @@ class World:
         return [w for w in self.workers.values() if w.alive]
 
     def next_time(self) -> float | None:
-        """The next virtual time anything is due: a handler, a beat, a reap, a retry, a lease's end, a delay's end."""
-        times = []
+        """The next virtual time anything is due: a handler, a beat, a reap, a retry, a lease's end, a delay's end
+        (worked out once per step)."""
+        if self._next is UNKNOWN:
+            self._next = self._work_out_next_time()
+        return self._next  # type: ignore[return-value]  # worked out just above
+
+    def _work_out_next_time(self) -> float | None:
+        t = self.t
+        due, running = self._jobs_due()
+        at = bisect.bisect_right(due, t)
+        best = due[at] if at < len(due) else math.inf  # the least time later than now, so far
         for w in self.live():
-            times.append(w.paused_until)
-            times.append(w.cut_until)
-            times.extend(w.ends.values())
+            times = [w.paused_until, w.cut_until, *w.ends.values()]
             if w.renewable():
                 times.append(w.at(w.next_beat))
-            if self._running_jobs():
+            if running:
                 times.append(w.at(w.next_reap))
             if w.loop is not None and w.loop.retry_at is not None:
                 times.append(w.loop.retry_at)
             for lease in w.leases.values():
                 if lease.deadline is not None:
                     times.append(w.at(lease.deadline) + TICK)
-        for job in self.model.jobs.values():
-            if job.status == "running" and job.lease_until is not None:
-                times.append(job.lease_until - EPOCH + TICK)
-            elif job.status == "pending":
-                times.append(job.run_at - EPOCH + TICK)
-        later = [t for t in times if t > self.t and math.isfinite(t)]
-        return min(later) if later else None
+            for at_ in times:
+                if t < at_ < best:
+                    best = at_
+        return best if best < math.inf else None
+
+    def _jobs_due(self) -> tuple[list[float], bool]:
+        """When the jobs' own times come (a running job's lease ends, a pending job's delay ends), in order, and
+        whether any job is running: worked out again only after a call, as only a call changes the jobs."""
+        if self._due is None:
+            due, running = [], False
+            for job in self.model.jobs.values():
+                if job.status == "running":
+                    running = True
+                    if job.lease_until is not None:
+                        due.append(job.lease_until - EPOCH + TICK)
+                elif job.status == "pending":
+                    due.append(job.run_at - EPOCH + TICK)
+            due.sort()
+            self._due = due, running
+        return self._due
 
     def idle(self) -> bool:
         """True when no call is in flight or waiting to be retried."""
@@ -308,6 +342,12 @@ class World:
     # -- taking one action ----------------------------------------------------------------------
 
     def step(self, action: Action) -> None:
+        try:
+            self._take(action)
+        finally:
+            self._enabled, self._next = None, UNKNOWN  # the next step works them out afresh
+
+    def _take(self, action: Action) -> None:
         kind = action[0]
         if kind == "tick":
             later = self.next_time()
@@ -378,9 +418,6 @@ class World:
 
     def _claims(self, w: SimWorker) -> int:
         return decisions.claims_to_make(self.scenario.slots, w.running(), 0, None, False)
-
-    def _running_jobs(self) -> bool:
-        return any(j.status == "running" for j in self.model.jobs.values())
 
     def _token(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
@@ -739,6 +776,12 @@ class World:
         return EPOCH + self.t
 
     def _op(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
+        try:
+            return self._call(w, what, call, **expect)
+        finally:  # the jobs may have changed
+            self._due, self._pending = None, self.model.pending()
+
+    def _call(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
         self.db_now = now = self._queue_now(w)
         before = dict(self.model.jobs)
         after = f"{w.name}'s {what} at {self.t:.3f}"
