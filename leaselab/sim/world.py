@@ -50,22 +50,24 @@ ROW_COLUMNS = (
     "result",
 )
 ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with
-SOME_ROWS = ROWS + " WHERE id IN ({marks})"  # the rows a call touched, or the model says it changed
-# Every row a statement inserts, updates or deletes is noted in a temporary table of the world's own
-# connection (temporary triggers: nothing of the queue's schema or statements changes, and the rows a
-# statement reports as changed do not count its triggers), so after each call only the rows the call
-# touched, and those the specification changed, are read back and compared: a row neither touched is
-# the one the last comparison found equal to the model's.
+SOME_ROWS = ROWS + " WHERE id IN ({marks})"  # the rows of the jobs the model changed and no statement touched
+# Every row a statement inserts or updates is copied, as it is then, into a temporary table of the world's
+# own connection, and every row it deletes is noted there as gone (temporary triggers: nothing of the
+# queue's schema or statements changes, and the rows a statement reports as changed do not count its
+# triggers). After each call only those rows, and those of the jobs the specification changed, are
+# compared: any other row is the one the last comparison found equal to the model's.
+_NEW = ", ".join(f"new.{name}" for name in ROW_COLUMNS)
 TOUCHED = (
-    "CREATE TEMP TABLE touched (id INTEGER PRIMARY KEY)",
+    f"CREATE TEMP TABLE touched (id INTEGER PRIMARY KEY, {', '.join(ROW_COLUMNS[1:])}, gone)",
     "CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs"
-    " BEGIN INSERT OR IGNORE INTO touched (id) VALUES (new.id); END",
-    "CREATE TEMP TRIGGER touched_update AFTER UPDATE ON main.jobs"
-    " BEGIN INSERT OR IGNORE INTO touched (id) VALUES (old.id), (new.id); END",
+    f" BEGIN INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
+    "CREATE TEMP TRIGGER touched_update AFTER UPDATE ON main.jobs BEGIN"
+    " INSERT OR REPLACE INTO touched (id, gone) SELECT old.id, 1 WHERE old.id IS NOT new.id;"
+    f" INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
     "CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs"
-    " BEGIN INSERT OR IGNORE INTO touched (id) VALUES (old.id); END",
+    " BEGIN INSERT OR REPLACE INTO touched (id, gone) VALUES (old.id, 1); END",
 )
-TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING id"
+TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING *"  # the rows touched since the last time, each as it is now
 
 
 class HandlerFailed(Exception):
@@ -228,6 +230,7 @@ class World:
         self._enabled: list[Action] | None = None  # enabled() and next_time() of this step, once worked out
         self._next: float | None | object = UNKNOWN
         self._due: tuple[list[float], bool] | None = None  # _jobs_due(), until the next call
+        self._fault_actions: dict[tuple[str, bool], list[Action]] = {}  # _faults_of(), worked out once
         self._pending = self.model.pending()  # some job is pending: worked out again after each call
 
     # -- what can happen next -----------------------------------------------------------------
@@ -247,7 +250,7 @@ class World:
             if t < w.paused_until:
                 continue
             if w.loop is None:
-                if any(end <= t for end in w.ends.values()):
+                if w.ends and min(w.ends.values()) <= t:
                     actions.append(("finish", w.name))
                 elif pending and w.empty_at < t and self._claims(w):
                     actions.append(("claim", w.name))
@@ -259,27 +262,36 @@ class World:
                 elif running and w.at(w.next_reap) <= t:
                     actions.append(("reap", w.name))
         for w in self.workers.values():
-            for slot in ("loop", "pulse"):
-                call = getattr(w, slot)
-                if call is not None and call.held:
-                    actions.append(("deliver", w.name, slot))
+            if w.loop is not None and w.loop.held:
+                actions.append(("deliver", w.name, "loop"))
+            if w.pulse is not None and w.pulse.held:
+                actions.append(("deliver", w.name, "pulse"))
         if self.faults < self.scenario.max_faults:
             for w in live:
-                for kind in self.scenario.faults:
-                    if kind in ("delay", "lose") and w.armed is not None:
-                        continue
-                    if kind == "pause":
-                        for length in (0.5, 1.5):
-                            actions.append(("pause", w.name, length))
-                    elif kind == "cut":
-                        actions.append(("cut", w.name, 1.5))
-                    else:
-                        actions.append((kind, w.name))
+                actions.extend(self._faults_of(w.name, w.armed is not None))
         if len(live) < self.scenario.workers:
             actions.append(("start",))
         if self.next_time() is not None:
             actions.append(("tick",))
         return actions
+
+    def _faults_of(self, name: str, armed: bool) -> list[Action]:
+        """The faults that may strike worker ``name`` (one whose next call is ``armed`` already: no delay, no lose)."""
+        key = (name, armed)
+        if key not in self._fault_actions:
+            actions: list[Action] = []
+            for kind in self.scenario.faults:
+                if kind in ("delay", "lose") and armed:
+                    continue
+                if kind == "pause":
+                    for length in (0.5, 1.5):
+                        actions.append(("pause", name, length))
+                elif kind == "cut":
+                    actions.append(("cut", name, 1.5))
+                else:
+                    actions.append((kind, name))
+            self._fault_actions[key] = actions
+        return self._fault_actions[key]
 
     def is_fault(self, action: Action) -> bool:
         return action[0] in FAULTS
@@ -300,19 +312,25 @@ class World:
         at = bisect.bisect_right(due, t)
         best = due[at] if at < len(due) else math.inf  # the least time later than now, so far
         for w in self.live():
-            times = [w.paused_until, w.cut_until, *w.ends.values()]
-            if w.renewable():
-                times.append(w.at(w.next_beat))
-            if running:
-                times.append(w.at(w.next_reap))
-            if w.loop is not None and w.loop.retry_at is not None:
-                times.append(w.loop.retry_at)
-            for lease in w.leases.values():
-                if lease.deadline is not None:
-                    times.append(w.at(lease.deadline) + TICK)
-            for at_ in times:
+            for at_ in (w.paused_until, w.cut_until, *w.ends.values()):
                 if t < at_ < best:
                     best = at_
+            if running:
+                at_ = w.at(w.next_reap)
+                if t < at_ < best:
+                    best = at_
+            if w.loop is not None and w.loop.retry_at is not None and t < w.loop.retry_at < best:
+                best = w.loop.retry_at
+            if w.leases:
+                if w.renewable():
+                    at_ = w.at(w.next_beat)
+                    if t < at_ < best:
+                        best = at_
+                for lease in w.leases.values():
+                    if lease.deadline is not None:
+                        at_ = w.at(lease.deadline) + TICK
+                        if t < at_ < best:
+                            best = at_
         return best if best < math.inf else None
 
     def _jobs_due(self) -> tuple[list[float], bool]:
@@ -814,16 +832,25 @@ class World:
         touched since the last comparison and the jobs the model changed (``before``: its jobs before the call).
         Any other row is as the last comparison found it, equal to the model's, so the first disagreement is
         found, and named, exactly as by comparing every row."""
-        touched = {job_id for (job_id,) in self._db.execute(TAKE_TOUCHED).fetchall()}
+        taken = self._db.execute(TAKE_TOUCHED).fetchall()
         if not self._compared:
             self._compared = True
             self.model.compare(self._rows(), after)
             return
+        rows, gone = {}, set()
+        for row in taken:
+            if row[-1]:
+                gone.add(row[0])
+            else:
+                rows[row[0]] = _row(row[:-1])
         jobs = self.model.jobs
-        ids = touched | {job_id for job_id, row in jobs.items() if before.get(job_id) is not row}
+        changed = {job_id for job_id, row in jobs.items() if before.get(job_id) is not row}
+        untouched = changed - rows.keys() - gone
+        if untouched:
+            rows.update(self._rows(sorted(untouched)))
+        ids = rows.keys() | gone | changed
         if not ids:
             return
-        rows = self._rows(sorted(ids))
         if any((job_id in rows) != (job_id in jobs) for job_id in ids):
             self.model.compare(self._rows(), after)  # a row added or gone: named with the whole table
         self.model.compare(rows, after, ids=ids & jobs.keys())
@@ -923,17 +950,19 @@ class World:
     def _rows(self, ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
         """Every job's row (or those of ``ids``) as the statements left it, read straight from the table (the
         model is checked against the rows, not against what the queue's own readers make of them)."""
-        rows = {}
         if ids is None:
             found = self._db.execute(ROWS).fetchall()
         else:
             found = self._db.execute(SOME_ROWS.format(marks=", ".join("?" * len(ids))), ids).fetchall()
-        for row in found:
-            job = dict(zip(ROW_COLUMNS, row, strict=True))
-            if job["result"] is not None:
-                job["result"] = json.loads(job["result"])
-            rows[job["id"]] = job
-        return rows
+        return {row[0]: _row(row) for row in found}
 
     def close(self) -> None:
         self.queue.close()
+
+
+def _row(row: tuple) -> dict[str, Any]:
+    """A row of ``ROW_COLUMNS`` as the model compares it: by name, its result decoded."""
+    job = dict(zip(ROW_COLUMNS, row, strict=True))
+    if job["result"] is not None:
+        job["result"] = json.loads(job["result"])
+    return job
