@@ -318,6 +318,8 @@ SMALL_BENCH_ARGS = {
     "postgres_breakdown": "--jobs 40 --repeat 1",
     "postgres_cpu": "--jobs 40 --repeat 1 --slots 2",
     "audit": "--quick --only leaselab",  # the README command runs; test_audit runs the peers
+    "simulate": "--schedules 5 --repeat 1",
+    "mutants": "--only unfenced_complete --no-chaos --sim-seconds 30",
 }
 BENCHMARKS_AT_ONCE = 3
 

@@ -19,7 +19,7 @@ SCENARIO = Scenario(workers=3, jobs=4, slots=2, skew=0.03)
 _TRACE = """
 import json, sys
 from leaselab.sim import explore
-from leaselab.sim.world import FAULTS, Scenario
+from leaselab.sim.world import Scenario
 run = explore.run(Scenario(workers=3, jobs=4, slots=2, skew=0.03), 11)
 print(json.dumps(run.trace))
 """
@@ -186,3 +186,57 @@ def test_only_a_scenario_that_names_the_power_cut_puts_its_queue_on_a_disk():
         assert world.disk is None and ("power",) not in world.enabled()
     finally:
         world.close()
+
+
+@pytest.mark.parametrize("column, value", [("priority", 9), ("status", "'done'"), ("run_at", "run_at + 1")])
+def test_a_row_no_call_should_have_changed_is_caught_at_the_next_call(column, value):
+    # Only the rows a call touched are read back after it: a write to any other row (a statement gone astray)
+    # must still be caught at the very next call, named as comparing every row would name it.
+    from leaselab.sim.model import Violation
+    from leaselab.sim.world import World
+
+    world = World(Scenario(workers=1, jobs=4))
+    world.step(("claim", "w1"))  # every row compared once; job 1 claimed
+    world.queue.backend.connection.execute(f"UPDATE jobs SET {column} = {value} WHERE id = 4")
+    with pytest.raises(Violation) as caught:
+        world.step(("beat", "w1"))
+    world.close()
+    assert caught.value.kind == f"wrong_{column}" and "job 4 " in caught.value.message
+
+
+def test_expire_is_the_ticks_it_stands_for():
+    # ("expire",) lets time pass tick after tick until the earliest lease the queue holds has ended: the same
+    # world as taking those ticks one by one, trace and state alike.
+    from leaselab.sim.world import EXPIRE, World
+
+    ticked, expired = World(SCENARIO), World(SCENARIO)
+    for world in (ticked, expired):
+        world.step(("claim", "w1"))
+    end = ticked.lease_end()
+    assert end is not None and end > ticked.t
+    ticks = 0
+    while ticked.t < end:
+        ticked.step(("tick",))
+        ticks += 1
+    expired.step(EXPIRE)
+    assert ticks > 1 and expired.t == ticked.t == end
+    assert expired.trace == ticked.trace and explore.state_of(expired) == explore.state_of(ticked)
+    ticked.close(), expired.close()
+
+
+def test_shrinking_replaces_a_stretch_of_time_by_one_expire():
+    # A worker with no margin for its clock, running slow, writes its effect after the queue's lease ended:
+    # that takes time passing with nothing else happening, which the shrunk witness says in one step.
+    scenario = Scenario(workers=2, jobs=4, slots=2, skew=0.03)
+    with mutants.planted("no_margin"):
+        found = next(
+            r
+            for seed in range(50)
+            for ticks in range(2, 9)
+            if (r := explore.run(scenario, seed, actions=[("claim", "w1"), *[("tick",)] * ticks])).failed
+        )
+        shrunk = explore.shrink(found, tries=200, budget=3600)
+        again = explore.run(shrunk.scenario, shrunk.seed, actions=shrunk.actions)
+    assert ("expire",) in shrunk.actions and len(shrunk.actions) < len(found.actions)
+    assert shrunk.violation is not None and shrunk.violation.kind == "effect_without_lease"
+    assert again.trace == shrunk.trace

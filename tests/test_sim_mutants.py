@@ -8,19 +8,9 @@ import pytest
 from leaselab.sim import explore, mutants
 
 WITNESS = 12  # actions, ticks included; the drain after them is implied
-# Known to shrink no further than this yet: the witness is a long way round through timing alone.
-TOO_LONG = {"reaped_never_dead"}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason="witness longer than a dozen actions"))
-        if n in TOO_LONG
-        else n
-        for n in mutants.NAMES
-    ],
-)
+@pytest.mark.parametrize("name", mutants.NAMES)
 def test_every_shipped_mutant_is_caught_and_shrunk_to_a_dozen_actions(name):
     with mutants.planted(name):
         hunt = explore.hunt(seed=0, schedules=1500, seconds=None, shrink_tries=400, shrink_seconds=3600)

@@ -6,7 +6,9 @@ step the first enabled action in a fixed order, until every job is done or dead;
 gets there is ``stuck``. Replaying a schedule lets time move on to an action that is not enabled yet
 (a handler still running, a beat not yet due: "tick" after "tick", at most ``WAIT_LEASES`` leases of
 virtual time), and skips one that does not become enabled, so any sub-list of a schedule is a schedule
-too: that is what shrinking tries, and why a shrunk schedule rarely needs a "tick" of its own.
+too: that is what shrinking tries, and why a shrunk schedule rarely needs a "tick" of its own. Where time
+must pass further than that, shrinking replaces the stretch by ``("expire",)``: tick after tick until the
+earliest lease the queue holds has ended (``world.EXPIRE``), what those ticks did in one step.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Violation
-from .world import FAULTS, Action, Scenario, World
+from .world import EXPIRE, FAULTS, Action, Scenario, World
 
 DRAIN_ORDER = ("deliver", "retry", "finish", "beat", "claim", "reap", "start", "tick")
 MAX_STEPS = 400  # a random schedule's length at most, before the drain
@@ -91,7 +93,10 @@ def run(
             enabled = world.enabled()
             if todo is not None:
                 action = next(todo)
-                if action not in enabled:
+                if action == EXPIRE:
+                    if world.lease_end() is None:
+                        continue
+                elif action not in enabled:
                     enabled = _wait_for(world, action)
                     if action not in enabled:
                         continue
@@ -257,6 +262,18 @@ def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0, tries: in
         best = result
         return True
 
+    def collapse() -> bool:
+        """Replace a stretch of actions that lets time pass (a tick first, no fault) by ``EXPIRE``: the longest
+        stretches first, each at most ``COLLAPSE`` actions long."""
+        actions = best.actions
+        for width in range(min(COLLAPSE, len(actions)), 1, -1):
+            for i in range(len(actions) - width + 1):
+                window = actions[i : i + width]
+                if window[0] == ("tick",) and not any(a[0] in FAULTS for a in window):
+                    if better([*actions[:i], EXPIRE, *actions[i + width :]]):
+                        return True
+        return False
+
     if kind is None:
         return best
     parts = 2
@@ -275,6 +292,8 @@ def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0, tries: in
     changed = True
     while changed and not out():
         changed = False
+        while collapse():  # a stretch of time passing, as one step: the single removals then go further
+            changed = True
         for i in range(len(best.actions) - 1, -1, -1):
             if i < len(best.actions) and better(best.actions[:i] + best.actions[i + 1 :]):
                 changed = True
@@ -287,6 +306,7 @@ def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0, tries: in
 
 
 CANDIDATES = 4  # failing schedules ``hunt`` shrinks, keeping the smallest witness
+COLLAPSE = 6  # the longest stretch of actions ``shrink`` tries to replace by ``EXPIRE``
 MILDER = {"pause": (0.5,)}  # a fault's milder forms, for shrinking
 
 
@@ -297,15 +317,18 @@ def _size(result: Run) -> tuple[int, int, float]:
 
 
 # The scenarios ``hunt`` takes turns with: one and two slots, two and three workers, clocks that run a
-# little fast or slow (within the worker's margin), a job that fails every attempt. Chosen from what the
-# specification promises (claim order, leases, fences, retries, the dead), not from any planted bug.
-# With APSW installed (the lab and test extras), a fifth scenario puts the queue on a disk that can lose
+# little fast or slow (within the worker's margin), a job that fails every attempt, and jobs of a single
+# attempt (every lost lease and every failure is the last: the way to dead is taken at once, not after
+# a long way round). Chosen from what the specification promises (claim order, leases, fences, retries,
+# the dead), not from any planted bug.
+# With APSW installed (the lab and test extras), one more puts the queue on a disk that can lose
 # power, at durability "full": what was acknowledged must survive the cut.
 PORTFOLIO: tuple[Scenario, ...] = (
     Scenario(workers=2, jobs=3),
     Scenario(workers=2, jobs=3, slots=2),
     Scenario(workers=3, jobs=3, skew=0.03),
     Scenario(workers=2, jobs=4, slots=2, skew=0.03),
+    Scenario(workers=2, jobs=3, max_attempts=1),
 ) + ((Scenario(workers=2, jobs=3, faults=FAULTS),) if importlib.util.find_spec("apsw") else ())
 
 

@@ -198,13 +198,14 @@ class Model:
         job = self.jobs[job_id]
         return job.lease_until is not None and job.lease_until < now
 
-    def compare(self, rows: dict[int, dict[str, Any]], after: str) -> None:
-        """Raise ``Violation`` at the first field where the queue's ``rows`` differ from the model."""
-        if set(rows) != set(self.jobs):
+    def compare(self, rows: dict[int, dict[str, Any]], after: str, *, ids: set[int] | None = None) -> None:
+        """Raise ``Violation`` at the first field where the queue's ``rows`` differ from the model: every job's,
+        or only those of ``ids`` (then ``rows`` holds those, and every other row is known to be the model's)."""
+        if ids is None and set(rows) != set(self.jobs):
             raise Violation(
                 "rows", f"after {after}: the queue holds jobs {sorted(rows)}, the model {sorted(self.jobs)}"
             )
-        for job_id in sorted(self.jobs):
+        for job_id in sorted(self.jobs if ids is None else ids):
             want, got = self.jobs[job_id], rows[job_id]
             for name in ("status", "attempts", "token", "worker", "priority", "max_attempts"):
                 if name in ("token", "worker") and want.status == "pending" and want.attempts == 0:

@@ -15,6 +15,7 @@ the network and the faults.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import os
@@ -42,6 +43,11 @@ DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK)
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
+UNKNOWN = object()  # a value not worked out yet
+# Time moving on, tick after tick, until the earliest lease the queue holds has ended, no worker acting
+# meanwhile (each tick as "tick" takes it, slow workers counted late alike): the shorthand a shrunk
+# witness uses for a run of ticks. Random schedules and exhaustive exploration take ticks one at a time.
+EXPIRE: tuple[Any, ...] = ("expire",)
 ROW_COLUMNS = (
     "id",
     "status",
@@ -54,7 +60,25 @@ ROW_COLUMNS = (
     "lease_until",
     "result",
 )
-ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with, after every call
+ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with
+SOME_ROWS = ROWS + " WHERE id IN ({marks})"  # the rows of the jobs the model changed and no statement touched
+# Every row a statement inserts or updates is copied, as it is then, into a temporary table of the world's
+# own connection, and every row it deletes is noted there as gone (temporary triggers: nothing of the
+# queue's schema or statements changes, and the rows a statement reports as changed do not count its
+# triggers). After each call only those rows, and those of the jobs the specification changed, are
+# compared: any other row is the one the last comparison found equal to the model's.
+_NEW = ", ".join(f"new.{name}" for name in ROW_COLUMNS)
+TOUCHED = (
+    f"CREATE TEMP TABLE touched (id INTEGER PRIMARY KEY, {', '.join(ROW_COLUMNS[1:])}, gone)",
+    "CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs"
+    f" BEGIN INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
+    "CREATE TEMP TRIGGER touched_update AFTER UPDATE ON main.jobs BEGIN"
+    " INSERT OR REPLACE INTO touched (id, gone) SELECT old.id, 1 WHERE old.id IS NOT new.id;"
+    f" INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
+    "CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs"
+    " BEGIN INSERT OR REPLACE INTO touched (id, gone) VALUES (old.id, 1); END",
+)
+TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING *"  # the rows touched since the last time, each as it is now
 
 
 class HandlerFailed(Exception):
@@ -213,6 +237,20 @@ class World:
         self.synced = dict(self.model.jobs)  # the rows as of the disk's last sync (enqueues sync at "full")
         for _ in range(scenario.workers):
             self._start(1 + skews.uniform(-scenario.skew, scenario.skew))
+        self._watch_rows()
+        self._enabled: list[Action] | None = None  # enabled() and next_time() of this step, once worked out
+        self._next: float | None | object = UNKNOWN
+        self._due: tuple[list[float], bool] | None = None  # _jobs_due(), until the next call
+        self._fault_actions: dict[tuple[str, bool], list[Action]] = {}  # _faults_of(), worked out once
+        self._pending = self.model.pending()  # some job is pending: worked out again after each call
+
+    def _watch_rows(self) -> None:
+        """Note every row a statement touches from now on (``TOUCHED``: temporary triggers on the queue's own
+        connection), and compare every row at the next call: on a new queue, and after a power cut reopened it."""
+        self._db = self.queue.backend.connection  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+        for statement in TOUCHED:
+            self._db.execute(statement)
+        self._compared = False  # the first call compares every row; each later one, those touched since
 
     def _in_memory(self) -> Queue:
         return Queue(":memory:", clock=lambda: self.db_now, backoff=self.backoff)
@@ -237,49 +275,64 @@ class World:
     # -- what can happen next -----------------------------------------------------------------
 
     def enabled(self) -> list[Action]:
-        """Every action that can be taken now, in a fixed order."""
+        """Every action that can be taken now, in a fixed order (worked out once per step)."""
+        if self._enabled is None:
+            self._enabled = self._work_out_enabled()
+        return self._enabled
+
+    def _work_out_enabled(self) -> list[Action]:
         actions: list[Action] = []
-        for w in self.live():
-            if w.paused():
+        live = self.live()
+        pending, running = self._pending, self._jobs_due()[1]
+        t = self.t
+        for w in live:
+            if t < w.paused_until:
                 continue
             if w.loop is None:
-                if any(end <= self.t for end in w.ends.values()):
+                if w.ends and min(w.ends.values()) <= t:
                     actions.append(("finish", w.name))
-                elif self._claims(w) and self.model.pending() and w.empty_at < self.t:
+                elif pending and w.empty_at < t and self._claims(w):
                     actions.append(("claim", w.name))
-            elif w.loop.retry_at is not None and w.loop.retry_at <= self.t:
+            elif w.loop.retry_at is not None and w.loop.retry_at <= t:
                 actions.append(("retry", w.name))
             if w.pulse is None:
-                if w.at(w.next_beat) <= self.t and w.renewable():
+                if w.at(w.next_beat) <= t and w.renewable():
                     actions.append(("beat", w.name))
-                elif w.at(w.next_reap) <= self.t and self._running_jobs():
+                elif running and w.at(w.next_reap) <= t:
                     actions.append(("reap", w.name))
         for w in self.workers.values():
-            for slot in ("loop", "pulse"):
-                call = getattr(w, slot)
-                if call is not None and call.held:
-                    actions.append(("deliver", w.name, slot))
+            if w.loop is not None and w.loop.held:
+                actions.append(("deliver", w.name, "loop"))
+            if w.pulse is not None and w.pulse.held:
+                actions.append(("deliver", w.name, "pulse"))
         if self.faults < self.scenario.max_faults:
-            for w in self.live():
-                for kind in self.scenario.faults:
-                    if kind in ON_DISK:  # struck at the whole machine, below
-                        continue
-                    if kind in ("delay", "lose") and w.armed is not None:
-                        continue
-                    if kind == "pause":
-                        for length in (0.5, 1.5):
-                            actions.append(("pause", w.name, length))
-                    elif kind == "cut":
-                        actions.append(("cut", w.name, 1.5))
-                    else:
-                        actions.append((kind, w.name))
-        if self.faults < self.scenario.max_faults and self.disk is not None and self.live():
+            for w in live:
+                actions.extend(self._faults_of(w.name, w.armed is not None))
+        if self.faults < self.scenario.max_faults and self.disk is not None and live:
             actions.append(("power",))
-        if len(self.live()) < self.scenario.workers:
+        if len(live) < self.scenario.workers:
             actions.append(("start",))
         if self.next_time() is not None:
             actions.append(("tick",))
         return actions
+
+    def _faults_of(self, name: str, armed: bool) -> list[Action]:
+        """The faults that may strike worker ``name`` (one whose next call is ``armed`` already: no delay, no lose)."""
+        key = (name, armed)
+        if key not in self._fault_actions:
+            actions: list[Action] = []
+            for kind in self.scenario.faults:
+                if kind in ON_DISK or (kind in ("delay", "lose") and armed):  # ON_DISK: the whole machine's
+                    continue
+                if kind == "pause":
+                    for length in (0.5, 1.5):
+                        actions.append(("pause", name, length))
+                elif kind == "cut":
+                    actions.append(("cut", name, 1.5))
+                else:
+                    actions.append((kind, name))
+            self._fault_actions[key] = actions
+        return self._fault_actions[key]
 
     def is_fault(self, action: Action) -> bool:
         return action[0] in FAULTS
@@ -288,28 +341,63 @@ class World:
         return [w for w in self.workers.values() if w.alive]
 
     def next_time(self) -> float | None:
-        """The next virtual time anything is due: a handler, a beat, a reap, a retry, a lease's end, a delay's end."""
-        times = []
+        """The next virtual time anything is due: a handler, a beat, a reap, a retry, a lease's end, a delay's end
+        (worked out once per step)."""
+        if self._next is UNKNOWN:
+            self._next = self._work_out_next_time()
+        return self._next  # type: ignore[return-value]  # worked out just above
+
+    def _work_out_next_time(self) -> float | None:
+        t = self.t
+        due, running = self._jobs_due()
+        at = bisect.bisect_right(due, t)
+        best = due[at] if at < len(due) else math.inf  # the least time later than now, so far
         for w in self.live():
-            times.append(w.paused_until)
-            times.append(w.cut_until)
-            times.extend(w.ends.values())
-            if w.renewable():
-                times.append(w.at(w.next_beat))
-            if self._running_jobs():
-                times.append(w.at(w.next_reap))
-            if w.loop is not None and w.loop.retry_at is not None:
-                times.append(w.loop.retry_at)
-            for lease in w.leases.values():
-                if lease.deadline is not None:
-                    times.append(w.at(lease.deadline) + TICK)
-        for job in self.model.jobs.values():
-            if job.status == "running" and job.lease_until is not None:
-                times.append(job.lease_until - EPOCH + TICK)
-            elif job.status == "pending":
-                times.append(job.run_at - EPOCH + TICK)
-        later = [t for t in times if t > self.t and math.isfinite(t)]
-        return min(later) if later else None
+            for at_ in (w.paused_until, w.cut_until, *w.ends.values()):
+                if t < at_ < best:
+                    best = at_
+            if running:
+                at_ = w.at(w.next_reap)
+                if t < at_ < best:
+                    best = at_
+            if w.loop is not None and w.loop.retry_at is not None and t < w.loop.retry_at < best:
+                best = w.loop.retry_at
+            if w.leases:
+                if w.renewable():
+                    at_ = w.at(w.next_beat)
+                    if t < at_ < best:
+                        best = at_
+                for lease in w.leases.values():
+                    if lease.deadline is not None:
+                        at_ = w.at(lease.deadline) + TICK
+                        if t < at_ < best:
+                            best = at_
+        return best if best < math.inf else None
+
+    def _jobs_due(self) -> tuple[list[float], bool]:
+        """When the jobs' own times come (a running job's lease ends, a pending job's delay ends), in order, and
+        whether any job is running: worked out again only after a call, as only a call changes the jobs."""
+        if self._due is None:
+            due, running = [], False
+            for job in self.model.jobs.values():
+                if job.status == "running":
+                    running = True
+                    if job.lease_until is not None:
+                        due.append(job.lease_until - EPOCH + TICK)
+                elif job.status == "pending":
+                    due.append(job.run_at - EPOCH + TICK)
+            due.sort()
+            self._due = due, running
+        return self._due
+
+    def lease_end(self) -> float | None:
+        """When the earliest lease the queue holds will have ended (the reaper may take the job then), if one will."""
+        ends = [
+            job.lease_until - EPOCH + TICK
+            for job in self.model.jobs.values()
+            if job.status == "running" and job.lease_until is not None and job.lease_until - EPOCH + TICK > self.t
+        ]
+        return min(ends) if ends else None
 
     def idle(self) -> bool:
         """True when no call is in flight or waiting to be retried."""
@@ -322,7 +410,18 @@ class World:
     # -- taking one action ----------------------------------------------------------------------
 
     def step(self, action: Action) -> None:
+        try:
+            self._take(action)
+        finally:
+            self._enabled, self._next = None, UNKNOWN  # the next step works them out afresh
+
+    def _take(self, action: Action) -> None:
         kind = action[0]
+        if kind == "expire":
+            end = self.lease_end()
+            while end is not None and self.t < end and self.next_time() is not None:
+                self.step(("tick",))
+            return
         if kind == "tick":
             later = self.next_time()
             assert later is not None
@@ -396,9 +495,6 @@ class World:
 
     def _claims(self, w: SimWorker) -> int:
         return decisions.claims_to_make(self.scenario.slots, w.running(), 0, None, False)
-
-    def _running_jobs(self) -> bool:
-        return any(j.status == "running" for j in self.model.jobs.values())
 
     def _token(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
@@ -757,6 +853,12 @@ class World:
         return EPOCH + self.t
 
     def _op(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
+        try:
+            return self._call(w, what, call, **expect)
+        finally:  # the jobs may have changed
+            self._due, self._pending = None, self.model.pending()
+
+    def _call(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
         self.db_now = now = self._queue_now(w)
         syncs = 0 if self.disk is None else self.disk.syncs
         before = dict(self.model.jobs)
@@ -775,7 +877,7 @@ class World:
                         "refused_failure",
                         f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
-            self.model.compare(self._rows(), after)
+            self._compare(before, after)
             self._note_sync(syncs)
             raise
         except TransientError:
@@ -783,7 +885,7 @@ class World:
         except LeaselabError as exc:  # the schema's own checks refused what the statement wrote
             raise Violation("queue_error", f"{after}: the queue raised {type(exc).__name__}: {exc}") from None
         self._judge(w, answer, now, after, before, **expect)
-        self.model.compare(self._rows(), after)
+        self._compare(before, after)
         # A claim or completion that wrote nothing (an empty claim) commits no page, so it syncs nothing.
         self._note_sync(syncs, durable=("claim" in expect or "done" in expect) and self.model.jobs != before)
         return answer
@@ -804,13 +906,43 @@ class World:
             self._strike(w, ("crash", w.name))
         self.disk.cut()
         self.queue = self._on_disk()
+        self._watch_rows()
         self.model.jobs = dict(self.synced)
+        self._due, self._pending = None, self.model.pending()
         try:
             self.model.compare(self._rows(), "the power cut")
         except Violation as lost:
             raise Violation(
                 "lost_on_power_cut", f"an acknowledged write did not survive the power cut: {lost.message}"
             ) from None
+
+    def _compare(self, before: dict, after: str) -> None:
+        """The model against the queue's rows after a call: the first time every row, then the rows a statement
+        touched since the last comparison and the jobs the model changed (``before``: its jobs before the call).
+        Any other row is as the last comparison found it, equal to the model's, so the first disagreement is
+        found, and named, exactly as by comparing every row."""
+        taken = self._db.execute(TAKE_TOUCHED).fetchall()
+        if not self._compared:
+            self._compared = True
+            self.model.compare(self._rows(), after)
+            return
+        rows, gone = {}, set()
+        for row in taken:
+            if row[-1]:
+                gone.add(row[0])
+            else:
+                rows[row[0]] = _row(row[:-1])
+        jobs = self.model.jobs
+        changed = {job_id for job_id, row in jobs.items() if before.get(job_id) is not row}
+        untouched = changed - rows.keys() - gone
+        if untouched:
+            rows.update(self._rows(sorted(untouched)))
+        ids = rows.keys() | gone | changed
+        if not ids:
+            return
+        if any((job_id in rows) != (job_id in jobs) for job_id in ids):
+            self.model.compare(self._rows(), after)  # a row added or gone: named with the whole table
+        self.model.compare(rows, after, ids=ids & jobs.keys())
 
     def _judge(self, w: SimWorker, answer: Any, now: float, after: str, before: dict, **expect: Any) -> None:
         m, lease = self.model, self.scenario.lease
@@ -904,16 +1036,14 @@ class World:
                 + " did",
             )
 
-    def _rows(self) -> dict[int, dict[str, Any]]:
-        """Every job's row as the statements left it, read straight from the table (the model is checked
-        against the rows, not against what the queue's own readers make of them)."""
-        rows = {}
-        for row in self.queue.backend.run(ROWS):  # type: ignore[attr-defined]  # the SQL backends' escape hatch
-            job = dict(zip(ROW_COLUMNS, row, strict=True))
-            if job["result"] is not None:
-                job["result"] = json.loads(job["result"])
-            rows[job["id"]] = job
-        return rows
+    def _rows(self, ids: list[int] | None = None) -> dict[int, dict[str, Any]]:
+        """Every job's row (or those of ``ids``) as the statements left it, read straight from the table (the
+        model is checked against the rows, not against what the queue's own readers make of them)."""
+        if ids is None:
+            found = self._db.execute(ROWS).fetchall()
+        else:
+            found = self._db.execute(SOME_ROWS.format(marks=", ".join("?" * len(ids))), ids).fetchall()
+        return {row[0]: _row(row) for row in found}
 
     def close(self) -> None:
         self.queue.close()
@@ -921,3 +1051,11 @@ class World:
             self.disk.cut()  # a disk stays registered with SQLite until it is cut
         if self._folder is not None:
             shutil.rmtree(self._folder, ignore_errors=True)
+
+
+def _row(row: tuple) -> dict[str, Any]:
+    """A row of ``ROW_COLUMNS`` as the model compares it: by name, its result decoded."""
+    job = dict(zip(ROW_COLUMNS, row, strict=True))
+    if job["result"] is not None:
+        job["result"] = json.loads(job["result"])
+    return job
