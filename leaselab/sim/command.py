@@ -255,7 +255,10 @@ def _preamble(portfolio: tuple[Scenario, ...], seed: int, args: argparse.Namespa
                 workers=scenario.workers,
                 jobs=scenario.jobs,
                 slots=scenario.slots,
-                skew=scenario.skew * 100,
+                clocks=text("clocks_apart", lang, skew=scenario.skew * 100)
+                if scenario.skew
+                else text("clocks_even", lang),
+                attempts=scenario.max_attempts,
                 lease=scenario.lease,
                 faults=faults,
                 most=scenario.max_faults,

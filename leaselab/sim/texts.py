@@ -18,8 +18,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "faults {faults} (at most {most} per schedule), seed {seed}",
         "portfolio": "{n} scenarios take turns (schedule i runs scenario i mod {n}, with seed {seed} + i):",
         "scenario_each": "  {workers} {workers|worker|workers} with {slots} {slots|slot|slots} each, {jobs} "
-        "{jobs|job|jobs}, clocks apart by up to {skew:g}%, lease {lease:g} s, faults {faults} (at most {most} "
-        "per schedule)",
+        "{jobs|job|jobs}, {clocks}, lease {lease:g} s, {attempts} {attempts|attempt|attempts} a job, faults "
+        "{faults} (at most {most} per schedule)",
+        "clocks_apart": "clocks apart by up to {skew:g}%",
+        "clocks_even": "clocks that agree",
         "no_faults": "none",
         "mutant": "planted mutant: {name}",
         "handler": "your handler {spec} runs {work:g} lease-seconds of virtual time per job; its effects are recorded",
@@ -129,8 +131,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "аренда {lease:g} с, сбои: {faults} (не больше {most} за расписание), зерно {seed}",
         "portfolio": "сценарии идут по очереди ({n}: расписание i берёт сценарий i по модулю {n}, зерно {seed} + i):",
         "scenario_each": "  {workers} {workers|воркер|воркера|воркеров} по {slots} {slots|слоту|слота|слотов}, {jobs} "
-        "{jobs|задача|задачи|задач}, часы расходятся до {skew:g}%, аренда {lease:g} с, сбои: {faults} (не больше "
-        "{most} за расписание)",
+        "{jobs|задача|задачи|задач}, {clocks}, аренда {lease:g} с, {attempts} {attempts|попытка|попытки|попыток} "
+        "на задачу, сбои: {faults} (не больше {most} за расписание)",
+        "clocks_apart": "часы расходятся до {skew:g}%",
+        "clocks_even": "часы идут вровень",
         "no_faults": "нет",
         "mutant": "внедрён мутант: {name}",
         "handler": "ваш обработчик {spec} работает {work:g} срока аренды виртуального времени на задачу; его "
