@@ -168,8 +168,8 @@ ALLOWED = {
         "leaselab.lab.timeline",  # lesson 8 draws a simulated run on the lab's timeline
         "leaselab.queue",
         "leaselab.sim.explore",  # lesson 8 runs the simulator and plants the reader's mutant
-        "leaselab.sim.model",
         "leaselab.sim.mutants",
+        "leaselab.sim.report",  # and shows its runs as the simulator's own report does, in either language
         "leaselab.sim.world",
         "leaselab.words",
     },

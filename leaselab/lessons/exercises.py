@@ -517,28 +517,43 @@ def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: st
 
 
 def check_planted(mutant: Mutant, lang: str = "en", schedules: int | None = None, seed: int = 0) -> str:
-    """Lesson 8: hunt the reader's mutant (``lessons.schedules.edited``) with ``schedules`` random schedules of
-    the exercise's scope from ``seed`` on; the first failure, shrunk and numbered, or that none was found."""
+    """Lesson 8: hunt the reader's mutant (``lessons.schedules.edited``) with ``explore.hunt``: ``schedules``
+    schedules of its portfolio from ``seed`` on (a count, never seconds), the first failure shrunk within a
+    fixed number of replays. Says: nothing was changed, a statement the simulated workers never run, SQL that
+    SQLite cannot prepare, caught (with the shrunk witness, numbered), or not caught."""
+    from ..backends.sqlite import statements
     from ..sim import explore
     from ..sim.mutants import planted
     from . import schedules as lesson8
 
     n = lesson8.CHECK_SCHEDULES if schedules is None else schedules
-    if all(text_ == replacement for _, text_, replacement in mutant.edits) and mutant.decision is None:
+    if all(text_ == replacement for _, text_, replacement in mutant.edits) and not (mutant.decision or mutant.patches):
         return text("l8_ex_same", lang)
-    for names, _, _ in mutant.edits:
-        for name in names:
-            if not lesson8.runs_statement(name):
-                return text("l8_ex_unused", lang, name=name)
+    names = [name for names, _, _ in mutant.edits for name in names]
+    for name in names:
+        if not lesson8.runs_statement(name):
+            return text("l8_ex_unused", lang, name=name)
     with planted(mutant):
+        for name in names:
+            error = lesson8.sql_error(getattr(statements, name))
+            if error is not None:
+                return text("l8_ex_error", lang, name=name, error=error.removeprefix(":memory:: "))
         try:
-            found, tried, _ = explore.search(lesson8.CHECK, seed=seed, schedules=n)
-            if found is None:
-                return text("l8_ex_missed", lang, n=tried)
-            witness = explore.shrink(found, budget=lesson8.SHRINK_BUDGET)
-        except Exception as exc:  # the reader's SQL may not even run: say so, in the lesson's language
-            return text("l8_ex_error", lang, error=f"{type(exc).__name__}: {exc}")
-    lines = [text("l8_ex_caught", lang, n=tried, of=n, k=len(witness.trace))]
-    lines += lesson8.steps(witness, lang)
-    lines.append(lesson8.verdict(witness, lang))
-    return "\n".join(lines)
+            hunted = explore.hunt(
+                seed=seed, seconds=None, schedules=n, shrink_seconds=math.inf, shrink_tries=lesson8.SHRINK_TRIES
+            )
+        except Exception as exc:  # a change the simulator cannot even run: say so, in the lesson's language
+            return text("l8_ex_failed", lang, error=f"{type(exc).__name__}: {exc}")
+    if hunted.run is None or hunted.found is None:
+        return text("l8_ex_missed", lang, n=hunted.schedules)
+    lines = [
+        text(
+            "l8_ex_caught",
+            lang,
+            n=hunted.schedules,
+            of=n,
+            before=len(hunted.found.actions),
+            after=len(hunted.run.actions),
+        )
+    ]
+    return "\n".join(lines + lesson8.story(hunted.run, lang))

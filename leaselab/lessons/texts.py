@@ -256,18 +256,16 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l8_clean": "{what}: {n} {n|schedule|schedules}, {steps} {steps|step|steps}, every promise held",
         "l8_found": "{what}: schedule {n} broke a promise",
         "l8_shrunk": "shrunk from {before} {before|action|actions} to {after}",
-        "l8_held": "every promise held ({steps} {steps|step|steps})",
-        "l8_broken": "broken promise {kind}: {how}",
-        "l8_unnamed": "see leaselab.sim.model for what it promises",
-        "l8_wrong_field": "the job's {field} differs from the specification",
-        "l8_ms": "ms",
+        "l8_held": "every promise held",
         "l8_ex_same": "your copy is the statement as it is: change something in it first",
         "l8_ex_unused": "the simulated workers never run {name}, so no schedule can catch a change to it: edit one "
         "they run",
-        "l8_ex_caught": "caught: schedule {n} of {of} broke a promise; the witness, shrunk to {k} {k|step|steps}:",
+        "l8_ex_caught": "caught: schedule {n} of {of} broke a promise; its witness, shrunk from {before} "
+        "{before|action|actions} to {after}:",
         "l8_ex_missed": "not caught in {n} {n|schedule|schedules}: your change keeps every promise the "
-        "specification states, or no schedule of this scope reaches it",
-        "l8_ex_error": "the run failed: {error}",
+        "specification states, or none of these schedules reaches it",
+        "l8_ex_error": "SQLite cannot run your {name}: {error}",
+        "l8_ex_failed": "the simulator could not run your change: {error}",
     },
     "ru": {
         "l0_crashed": "w1: {state} | его задача: {status} | числится за {worker}",
@@ -503,18 +501,16 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l8_clean": "{what}: расписаний {n:,}, шагов {steps:,}, все обещания сдержаны",
         "l8_found": "{what}: обещание нарушено в расписании {n:,}",
         "l8_shrunk": "после сжатия: было действий {before}, осталось {after}",
-        "l8_held": "все обещания сдержаны (шагов: {steps})",
-        "l8_broken": "нарушено обещание {kind}: {how}",
-        "l8_unnamed": "что оно обещает, см. в leaselab.sim.model",
-        "l8_wrong_field": "поле {field} в строке задачи разошлось со спецификацией",
-        "l8_ms": "мс",
+        "l8_held": "все обещания сдержаны",
         "l8_ex_same": "ваша копия совпадает с оператором: сначала что-нибудь в ней измените",
         "l8_ex_unused": "симулированные воркеры не выполняют {name}, и изменение в нём не поймает ни одно "
         "расписание: правьте тот оператор, который они выполняют",
-        "l8_ex_caught": "поймано: обещание нарушено в расписании {n:,} из {of:,}; пример после сжатия, шагов: {k}:",
+        "l8_ex_caught": "поймано: обещание нарушено в расписании {n:,} из {of:,}; пример после сжатия (было "
+        "действий: {before}, осталось: {after}):",
         "l8_ex_missed": "не поймано за {n:,} {n|расписание|расписания|расписаний}: либо ваше изменение не нарушает "
-        "ни одного обещания из спецификации, либо ни одно расписание этого масштаба до него не доходит",
-        "l8_ex_error": "прогон завершился ошибкой: {error}",
+        "ни одного обещания из спецификации, либо ни одно из этих расписаний до него не доходит",
+        "l8_ex_error": "SQLite не может выполнить ваш {name}: {error}",
+        "l8_ex_failed": "симулятор не смог выполнить ваше изменение: {error}",
     },
 }
 

@@ -104,18 +104,25 @@ def title(kind: str, lang: str) -> str:
     return text(f"kind_{kind}", lang) if has(f"kind_{kind}") else text("kind", lang, kind=kind)
 
 
-def steps(run: Run, lang: str = "en") -> list[str]:
+def steps(run: Run, lang: str = "en", *, ms: bool = False, titled: bool = False) -> list[str]:
     """The run's trace as numbered steps in ``lang``, the broken promise last (its message in English, its kind's
-    words in Russian: the message is the specification's own sentence)."""
+    words in Russian: the message is the specification's own sentence).
+
+    ``ms``: virtual time in whole milliseconds, with the unit («1202 мс»), for Russian prose, where seconds to three
+    places («1,202») read like an English thousand. ``titled``: the broken promise by its kind's words in English
+    too, so the two languages state the same facts (the message names tokens and times)."""
+
+    def when(t: float) -> str:
+        if math.isnan(t):
+            return ""
+        return text("at_ms", lang, ms=round(t * 1000)) if ms else number(t, "8.3f", lang)
+
     lines = []
     for i, step in enumerate((read_step(line) for line in run.trace), 1):
-        at = "" if math.isnan(step.t) else number(step.t, "8.3f", lang)
-        lines.append(f"{i:3d}. {at}  {step.render(lang)}")
+        lines.append(f"{i:3d}. {when(step.t)}  {step.render(lang)}")
     if run.violation is not None:
-        said = run.violation.message if lang == "en" else title(run.violation.kind, lang)
-        lines.append(
-            f"{len(lines) + 1:3d}. {number(run.virtual, '8.3f', lang)}  ! {text('broken', lang, message=said)}"
-        )
+        said = run.violation.message if lang == "en" and not titled else title(run.violation.kind, lang)
+        lines.append(f"{len(lines) + 1:3d}. {when(run.virtual)}  ! {text('broken', lang, message=said)}")
     return lines
 
 

@@ -38,6 +38,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "(from {before} {before|action|actions})",
         "steps": "steps:",
         "broken": "broken: {message}",
+        "at_ms": "{ms:6d} ms",
         "timeline": "timeline (virtual seconds, one row per worker):",
         "legend": "[1·2] job 1, attempt 2   X crash   P pause   C link cut   D call held in flight   L reply lost   "
         "! the promise broken",
@@ -154,6 +155,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "{faults|сбой|сбоя|сбоев} (было {before})",
         "steps": "шаги:",
         "broken": "нарушено: {message}",
+        "at_ms": "{ms:6d} мс",
         "timeline": "временная шкала (виртуальные секунды, по дорожке на воркер):",
         "legend": "[1·2] задача 1, попытка 2   X падение   P пауза   C связь отрезана   D вызов задержан в сети   "
         "L ответ потерян   ! обещание нарушено",

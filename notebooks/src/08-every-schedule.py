@@ -41,6 +41,8 @@
 # показать не может и почему остальные уроки работают с настоящими процессами.
 
 # %%
+import math
+
 from leaselab import lessons
 from leaselab.backends.sqlite import statements
 from leaselab.lab import timeline
@@ -58,7 +60,8 @@ work = lessons.scratch("08-every-schedule")
 # Lesson 2's naive claim is two statements: a `SELECT` that finds a pending job, then an
 # `UPDATE` that marks it running. Two workers, A and B, each run their two statements in
 # order, but nothing orders A's statements against B's. With two steps each there are
-# 4! / (2!·2!) = 6 orders; with three workers, 6! / (2!·2!·2!) = 90.
+# (2·2)! / (2!·2!) orders: every arrangement of the four steps that keeps each worker's own two
+# in their order; with three workers, (3·2)! / (2!·2!·2!).
 #
 # `schedules.every_schedule` runs each order for real: a fresh copy of one SQLite file per
 # order, one connection per worker, each step one statement in autocommit mode, and the queue's
@@ -72,7 +75,8 @@ work = lessons.scratch("08-every-schedule")
 # Наивный захват из урока 2 — это два оператора: `SELECT` находит задачу в статусе pending,
 # `UPDATE` помечает её как running. Два воркера, A и B, выполняют каждый свои два оператора
 # по порядку, но между операторами A и операторами B никакого порядка нет. При двух шагах у
-# каждого получается 4! / (2!·2!) = 6 вариантов, при трёх воркерах — 6! / (2!·2!·2!) = 90.
+# каждого вариантов (2·2)! / (2!·2!): это все расстановки четырёх шагов, в которых два шага
+# каждого воркера идут в своём порядке; при трёх воркерах — (3·2)! / (2!·2!·2!).
 #
 # `schedules.every_schedule` выполняет каждый вариант по-настоящему: для каждого берётся
 # свежая копия одного файла SQLite, у каждого воркера своё соединение, каждый шаг — один
@@ -89,16 +93,20 @@ for claim in schedules.CLAIMS:
         say("l8_count", what=lessons.text(f"l8_{claim}", lang), workers=workers, jobs=jobs, n=len(runs), bad=bad)
 
 # %% [markdown] tags=["en"]
-# With two workers and one job, four of the six orders give the job to both: every order in
-# which both `SELECT`s come before the first `UPDATE`. With three workers and one job only 18
-# of 90 are safe, those that start with one worker's `SELECT` and its `UPDATE`. Here is the
-# first bad order, step by step; it is the order lesson 2 chose by hand.
+# The output above counts, for each claim and each scope, the orders and how many of them give
+# a job to two workers. With two workers and one job, the bad orders are exactly those in which
+# both `SELECT`s come before the first `UPDATE`. With three workers and one job, the only safe
+# orders are those that start with one worker's `SELECT` followed at once by its `UPDATE`.
+# leaselab's claim has no bad order at all. Here is the first bad order, step by step; it is
+# the order lesson 2 chose by hand.
 
 # %% [markdown] tags=["ru"]
-# При двух воркерах и одной задаче в четырёх вариантах из шести задача достаётся обоим: это
-# все варианты, где оба `SELECT` идут раньше первого `UPDATE`. При трёх воркерах и одной
-# задаче безопасны только 18 из 90 — те, что начинаются с `SELECT` одного воркера и его же
-# `UPDATE`. Вот первый плохой вариант по шагам; именно этот порядок урок 2 выбрал вручную.
+# Вывод выше считает для каждого захвата и каждого масштаба все варианты и те из них, в
+# которых задача достаётся двоим. При двух воркерах и одной задаче плохие варианты — ровно те,
+# где оба `SELECT` идут раньше первого `UPDATE`. При трёх воркерах и одной задаче безопасны
+# только варианты, которые начинаются с `SELECT` одного воркера, сразу за которым идёт его же
+# `UPDATE`. У захвата leaselab плохих вариантов нет вовсе. Вот первый плохой вариант по шагам;
+# именно этот порядок урок 2 выбрал вручную.
 
 # %% tags=["nbval-check-output"]
 runs = schedules.every_schedule(work, "naive", 2, 1)
@@ -154,83 +162,98 @@ print("\n".join(schedules.numbered_steps(first_bad, lang)))
 
 # %% tags=["nbval-check-output"]
 scope = schedules.ZOMBIE
-found, tried, steps = explore.search(scope, seed=0, schedules=3000)
+found, tried, steps = explore.search(scope, seed=0, schedules=schedules.ZOMBIE_SCHEDULES)
 say("l8_clean", what=lessons.text("l8_real", lang), n=tried, steps=steps)
 
 # %% [markdown] tags=["en"]
-# Nothing in 3,000 schedules. Now the same search with a mutant planted: `unfenced_complete`
-# removes `AND token = :token` from the completion, for the length of the `with` block, in this
-# process only. The search stops at the first schedule that breaks a promise, and `explore.shrink`
-# then drops every action it can while the same promise still breaks.
+# The output above says how many schedules and steps ran, and that not one of them broke a
+# promise. Now the same search with a mutant planted: `unfenced_complete` removes
+# `AND token = :token` from the completion, for the length of the `with` block, in this process
+# only. The search stops at the first schedule that breaks a promise, and `explore.shrink` then
+# drops every action it can (and makes each fault as mild as it can) while the same promise
+# still breaks. It replays at most `schedules.SHRINK_TRIES` candidate schedules, a count and not
+# a time, so the witness is the same on any machine, however busy.
 
 # %% [markdown] tags=["ru"]
-# За 3000 расписаний ничего. Теперь тот же поиск с подброшенным мутантом: `unfenced_complete`
-# убирает из завершения условие `AND token = :token` — только на время блока `with` и только в
-# этом процессе. Поиск останавливается на первом расписании, которое нарушает обещание, а
+# Вывод выше говорит, сколько прошло расписаний и шагов, и что ни одно из них не нарушило ни
+# одного обещания. Теперь тот же поиск с подброшенным мутантом: `unfenced_complete` убирает из
+# завершения условие `AND token = :token` — только на время блока `with` и только в этом
+# процессе. Поиск останавливается на первом расписании, которое нарушает обещание, а
 # `explore.shrink` затем выбрасывает из него всё, без чего то же обещание всё равно
-# нарушается.
+# нарушается (а каждый сбой делает как можно мягче). Он проигрывает не больше
+# `schedules.SHRINK_TRIES` расписаний-кандидатов — это число попыток, а не время, поэтому
+# результат одинаков на любой машине, как бы она ни была загружена.
 
 # %% tags=["nbval-check-output"]
 with planted("unfenced_complete") as mutant:
-    found, tried, steps = explore.search(scope, seed=0, schedules=3000)
-    witness = explore.shrink(found, budget=schedules.SHRINK_BUDGET)
-    unfenced_picture = schedules.timeline_of(witness)
+    found, tried, steps = explore.search(scope, seed=0, schedules=schedules.ZOMBIE_SCHEDULES)
+    witness = explore.shrink(found, budget=math.inf, tries=schedules.SHRINK_TRIES)
 say("l8_found", what=lessons.text("l8_planted", lang, name=mutant.name), n=tried)
 say("l8_shrunk", before=len(found.actions), after=len(witness.actions))
-print("\n".join(schedules.steps(witness, lang)))
-print(schedules.verdict(witness, lang))
+print("\n".join(schedules.story(witness, lang)))
 
 # %% [markdown] tags=["en"]
-# Read it as a story (the times are milliseconds of virtual time). w2 holds job 1 and its
-# handler returns at 400 ms, well inside the lease, and it sends the completion; the network
-# holds it. The lease ends at 1000 ms, w1's reaper takes the job back, and w1 claims it again.
-# Then w2's completion arrives, and without the token in its `WHERE` the queue takes it: a
-# result from an attempt that no longer holds the job, written over the live attempt. This is
-# the in-flight write of Kleppmann's fencing argument:
-# sent while the lease was valid, applied after it was not. No check on the worker's side can
-# stop it, because the worker checked in time; only the receiver, comparing tokens, can.
+# Read it as a story (the second column is virtual time, in milliseconds). One worker, the zombie to
+# be, holds the job, and the fault is armed: its next call will be held in flight. Its handler
+# returns well inside the lease, and it sends the completion; the network holds it. The lease
+# ends, the other worker's reaper takes the job back, and the other worker claims it again.
+# Then the held completion arrives, and without the token in its `WHERE` the queue takes it: a
+# result from an attempt that no longer holds the job, written over the live attempt. The simulator stops at that very step, the first at which the queue
+# and the specification disagree, and names the promise broken. This is the in-flight write of
+# Kleppmann's fencing argument: sent while the lease was valid, applied after it was not. No
+# check on the worker's side can stop it, because the worker checked in time; only the
+# receiver, comparing tokens, can.
 #
 # Now the very same schedule on the real queue, replayed action by action with `explore.run`:
 
 # %% [markdown] tags=["ru"]
-# Прочитаем это как историю (время здесь в миллисекундах виртуального времени). w2 держит
-# задачу 1, его обработчик возвращает результат на 400 мс, задолго до конца аренды, и w2
-# отправляет завершение, а сеть его задерживает. На 1000 мс аренда кончается, reaper воркера
-# w1 возвращает задачу в очередь, и w1 захватывает её снова. Тут
-# доходит завершение от w2, и очередь, у которой в `WHERE` нет токена, его принимает: результат
-# попытки, которой задача уже не принадлежит, записан поверх живой попытки. Это та самая
-# запись «в пути» из рассуждения Клеппмана о fencing: отправлена, пока аренда действовала,
-# применена, когда аренды уже не было. Никакая проверка на стороне воркера её не остановит —
-# воркер проверил вовремя; остановить её может только получатель, сравнив токены.
+# Прочитаем это как историю (во втором столбце — виртуальное время в миллисекундах). Один воркер,
+# будущий зомби, держит задачу, и сбой уже взведён: его следующий вызов застрянет в сети. Его
+# обработчик возвращает результат задолго до конца аренды, и воркер отправляет завершение, а
+# сеть его задерживает. Аренда кончается, reaper другого воркера возвращает задачу в очередь,
+# и другой воркер захватывает её снова. Тут задержанное завершение доходит, и очередь, у
+# которой в `WHERE` нет токена, его принимает: результат попытки, которой задача уже не
+# принадлежит, записан поверх живой попытки.
+# Симулятор останавливается ровно на этом шаге — первом, на котором очередь разошлась со
+# спецификацией, — и называет нарушенное обещание. Это та самая запись «в пути» из рассуждения
+# Клеппмана о fencing: отправлена, пока аренда действовала, применена, когда аренды уже не
+# было. Никакая проверка на стороне воркера её не остановит — воркер проверил вовремя;
+# остановить её может только получатель, сравнив токены.
 #
 # А теперь то же самое расписание на настоящей очереди — `explore.run` воспроизводит его
 # действие за действием:
 
 # %% tags=["nbval-check-output"]
 fenced = explore.run(scope, witness.seed, actions=witness.actions)
-print("\n".join(schedules.steps(fenced, lang)))
-print(schedules.verdict(fenced, lang))
+print("\n".join(schedules.story(fenced, lang)))
 
 # %% [markdown] tags=["en"]
-# The same late completion arrives at the same instant and is refused (`LeaseLost`), and w1's
-# result stands. Both runs on the lab's timeline: without the fence on top, with it below. The
-# history of the first is the one the bug wrote, so it looks wrong in its own way: the row's
-# token is w1's when w2's completion lands, so the queue records that completion as w1's: w1's
-# attempt looks done the instant it began.
+# The same late completion arrives at the same instant and is refused: its token no longer
+# holds the job. The new attempt runs on and completes, and every promise holds. Both runs on
+# the lab's timeline, drawn from their steps (`leaselab.sim.report.spans`): without the fence on
+# top, with it below. In both, the zombie's attempt ends where the reaper took the job back. The
+# run without the fence stops at the broken promise, the instant the job was claimed again, so
+# the new attempt is only a sliver at the end; with the fence, the zombie's lane is marked where
+# its completion was refused, and the new attempt runs to its completion. The lab has no shape for a call held in
+# flight or for the broken promise itself: the steps above name them.
 
 # %% [markdown] tags=["ru"]
-# То же запоздалое завершение приходит в тот же момент и отклоняется (`LeaseLost`), а результат
-# w1 остаётся в силе. Оба прогона на временной шкале лаборатории: сверху без fencing, снизу с
-# ним. Историю первого записала сама ошибка, поэтому и выглядит она неправильно по-своему: когда
-# приходит завершение от w2, в строке задачи уже токен w1, и очередь записывает это завершение
-# на w1: попытка w1 выглядит завершённой в тот же миг, когда началась.
+# То же запоздалое завершение приходит в тот же момент и отклоняется: его токен задачу уже не
+# держит. Новая попытка продолжается и завершается, и все обещания сдержаны. Оба прогона на
+# временной шкале лаборатории, нарисованные по их шагам (`leaselab.sim.report.spans`): сверху
+# без fencing, снизу с ним. В обоих попытка зомби кончается там, где reaper вернул задачу в
+# очередь. Прогон без fencing останавливается на нарушенном обещании — в тот миг, когда задачу
+# захватили снова, — поэтому от новой попытки в конце остаётся лишь узкая полоска; с fencing на
+# дорожке зомби отмечено, где его завершение отклонено, а новая попытка доходит до
+# завершения. Для вызова, застрявшего в сети, и для самого нарушенного обещания у лаборатории
+# нет своих значков: их называют шаги выше.
 
 # %% tags=["nbval-ignore-output"]
 import matplotlib.pyplot as plt
 
 fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 4.6), layout="constrained")
-timeline.draw(unfenced_picture, lang=lang, ax=top)
-timeline.draw(schedules.timeline_of(fenced), lang=lang, ax=bottom)
+timeline.draw(schedules.picture(witness), lang=lang, ax=top)
+timeline.draw(schedules.picture(fenced), lang=lang, ax=bottom)
 plt.close(fig)
 fig
 
@@ -241,8 +264,8 @@ fig
 # result whose lease may be gone. To make this bug show, a freeze would have to land in the
 # microseconds between the worker's last look at its clock and its `COMPLETE` statement, and
 # stay past the lease: a window random faults almost never hit. The simulator has a fault for
-# exactly this (a call held in flight), and it tries it at every point of a schedule, as often as
-# it has schedules to try.
+# exactly this (a call held in flight), and a random schedule may strike it at any step:
+# every schedule tries it somewhere else.
 
 # %% [markdown] tags=["ru"]
 # Почему хаос из урока 7 этого не показал? На файле SQLite хаос убивает и замораживает
@@ -252,8 +275,8 @@ fig
 # заморозка должна попасть в те микросекунды, что проходят между последним взглядом воркера на
 # часы и его оператором `COMPLETE`, и продлиться дольше аренды, — в окно, куда случайные сбои
 # почти никогда не попадают. У симулятора для этого есть отдельный сбой (вызов, застрявший в
-# пути), и он пробует его в каждой точке расписания — столько раз, сколько расписаний успеет
-# перебрать.
+# пути), и случайное расписание может нанести его на любом шаге: каждое новое расписание
+# пробует его в другом месте.
 
 # %% [markdown] tags=["en"]
 # ## Your turn: plant a bug of your own
@@ -272,21 +295,32 @@ print(statements.COMPLETE.strip())
 
 # %% [markdown] tags=["en"]
 # Edit a copy of one statement in the cell below: `schedules.edited(name, copy)` makes a
-# `Mutant` that puts your copy in place of the statement, and the check cell plants it and runs
-# 1,000 random schedules of a wider scope (two workers, two jobs, one of which fails once, and
-# up to two faults of every kind: crash, pause, cut link, call held in flight, reply lost). It
-# says caught, with the shrunk schedule, or not caught.
+# `Mutant` that puts your copy in place of the statement. The check cell first asks whether the
+# simulated workers run that statement at all, and whether SQLite can prepare your copy. Then it
+# plants the mutant and hunts with `explore.hunt`, as `leaselab simulate` does: a fixed number of
+# random schedules, `schedules.CHECK_SCHEDULES`, never a number of seconds, so its answer is the
+# same on any machine. The schedules take turns among the scenarios of `explore.PORTFOLIO`: two
+# or three workers, one or two jobs at a time each, clocks that run a little apart, jobs that
+# fail once or on every attempt, delayed jobs, and up to two faults of any kind (a crash, a
+# pause, a cut link, a call held in flight, a lost reply; with APSW installed, as in the lab,
+# one scenario also cuts the power). It says caught, with the shrunk schedule, or not caught.
 #
 # The worked example keeps the token and drops only `status = 'running'`. The token is still
 # checked, so is that safe? Run the check before you read on.
 
 # %% [markdown] tags=["ru"]
 # Отредактируйте копию одного оператора в ячейке ниже: `schedules.edited(name, copy)` делает из
-# неё `Mutant`, который подставляет вашу копию на место оператора, а проверочная ячейка
-# подбрасывает его и прогоняет 1000 случайных расписаний более широкого масштаба (два
-# воркера, две задачи, одна из которых один раз падает, и до двух сбоев любого вида: падение,
-# пауза, разрыв связи, застрявший в пути вызов, потерянный ответ). Она скажет, поймана ошибка
-# — и покажет сжатое расписание — или нет.
+# неё `Mutant`, который подставляет вашу копию на место оператора. Проверочная ячейка сначала
+# выясняет, выполняют ли симулированные воркеры этот оператор вообще и может ли SQLite
+# разобрать вашу копию. Потом она подбрасывает мутанта и ищет ошибку через `explore.hunt`, как
+# `leaselab simulate`: заданное число случайных расписаний, `schedules.CHECK_SCHEDULES`, а не
+# заданное число секунд, поэтому ответ на любой машине один и тот же. Расписания по очереди
+# берут сценарии из `explore.PORTFOLIO`: два или три воркера, у каждого одна или две задачи
+# одновременно, часы, которые немного расходятся, задачи, которые падают один раз или при
+# каждой попытке, отложенные задачи и до двух сбоев любого вида (падение, пауза, разрыв связи,
+# застрявший в сети вызов, потерянный ответ; если установлен APSW, как в лаборатории, один
+# сценарий ещё и отключает питание). Ячейка скажет, поймана ошибка — и покажет сжатое
+# расписание — или нет.
 #
 # В готовом примере токен сохранён, а убрано только `status = 'running'`. Токен ведь
 # по-прежнему проверяется — значит, безопасно? Запустите проверку, прежде чем читать дальше.
@@ -301,7 +335,7 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # %% [markdown] tags=["en"]
 # Caught: the reaper sends a job back to `pending` but leaves its last token in the row until
 # the next claim writes a new one. A completion that arrives in between, late, finds its own
-# token and `status` no longer checked, and a job that is due to run again is marked done by an
+# token, `status` is no longer checked, and a job that is due to run again is marked done by an
 # attempt the queue had already given up on. The token alone is not the fence; the token *of a
 # running job* is.
 #
@@ -336,14 +370,17 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 #
 # - `<=` in `REAP`: caught. A reaper that runs at the very instant a lease ends takes the job,
 #   though by the letter of the lease it was still held (lesson 1's safety margin counts on it).
-# - `FAIL` without the token: caught. A zombie's failure sends back a job that another worker
-#   now holds.
-# - `FAIL` without the backoff: caught at once; the specification says when a failed job may run again.
-# - The claim without `run_at <= :now`: caught; a delayed job is taken before its time.
+# - `FAIL` without the token: caught. A late failure, from an attempt that no longer holds the
+#   job, sends back a job that another worker now holds.
+# - `FAIL` without the backoff: caught; the specification says when a failed job may run again.
+# - The claim without `run_at <= :now`: caught; a job is taken before its `run_at`, a delayed
+#   job or one waiting out its backoff after a failure.
 # - `finished_at = NULL`: not caught. The specification says nothing of `finished_at`, so no
 #   schedule can break a promise about it. A simulator checks only what its model states.
 # - `HEARTBEAT`: the check says the simulated workers never run it. The worker renews every lease
 #   it holds in one statement, `HEARTBEAT_MANY`; break that one instead.
+# - A typo that SQLite cannot parse: the check says so, with SQLite's own words, before any
+#   schedule runs.
 # </details>
 
 # %% [markdown] tags=["ru"]
@@ -351,16 +388,19 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 #
 # - `<=` в `REAP`: поймано. Reaper, запущенный ровно в момент конца аренды, забирает задачу,
 #   хотя по букве аренды она ещё занята (на это рассчитан запас прочности из урока 1).
-# - `FAIL` без токена: поймано. Отчёт об ошибке от зомби возвращает в очередь задачу, которую
-#   уже держит другой воркер.
-# - `FAIL` без отсрочки: поймано сразу; спецификация говорит, когда упавшая задача может
-#   выполниться снова.
-# - Захват без `run_at <= :now`: поймано; отложенную задачу берут раньше срока.
+# - `FAIL` без токена: поймано. Запоздавший отчёт об ошибке от попытки, которой задача уже не
+#   принадлежит, возвращает в очередь задачу, которую теперь держит другой воркер.
+# - `FAIL` без отсрочки: поймано; спецификация говорит, когда упавшая задача может выполниться
+#   снова.
+# - Захват без `run_at <= :now`: поймано; задачу берут раньше её `run_at` — отложенную или
+#   ту, что после ошибки ещё выжидает отсрочку.
 # - `finished_at = NULL`: не поймано. Спецификация ничего не говорит о `finished_at`, значит,
 #   никакое расписание не нарушит связанного с ним обещания. Симулятор проверяет только то, что
 #   записано в его модели.
 # - `HEARTBEAT`: проверка ответит, что симулированные воркеры его не выполняют. Воркер продлевает
 #   все свои аренды одним оператором, `HEARTBEAT_MANY`; ломайте его.
+# - Опечатка, которую SQLite не может разобрать: проверка скажет об этом словами самого SQLite
+#   ещё до того, как пойдёт первое расписание.
 # </details>
 
 # %% [markdown] tags=["en"]
@@ -371,9 +411,13 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # - **The kernel.** Its workers are not processes: no scheduler preempts them, no signal arrives
 #   in the middle of a statement, no thread of the real worker (its heartbeat, its signal relay)
 #   runs. A bug in how the real worker's threads share a lease is out of its sight.
-# - **The disk.** The database is in memory. What an `fsync` makes durable, what a power cut
-#   loses and in what order writes reach the platter are lesson 5's subject, shown with a real
-#   file; the simulator knows none of it.
+# - **The disk.** The queue is in memory, unless a scenario names the `power` fault (the last of
+#   `explore.PORTFOLIO` does, with APSW installed): then it lives on lesson 5's volatile disk, an
+#   APSW file system on which a power cut keeps exactly what SQLite synced. That is how the
+#   shipped mutant `non_durable_claim`, a claim committed without its sync, is caught. But that
+#   disk is a model of a disk too, the worst that one may hold after the reboot. Lesson 5 shows
+#   it, and why leaselab syncs what it syncs, beside a real process killed with `SIGKILL`; what a
+#   real drive and its cache do with an `fsync` neither the simulator nor these lessons can show.
 # - **The network.** A held or lost call is the model's idea of a network: no TCP timeouts,
 #   no half-open connections, no PostgreSQL. The server's own locking (`SKIP LOCKED`, its
 #   isolation) is lesson 6's, on a real server.
@@ -393,9 +437,15 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # - **Ядро.** Его воркеры — не процессы: их не вытесняет планировщик, сигнал не приходит
 #   посреди оператора, потоки настоящего воркера (heartbeat, пересылка сигналов) не работают.
 #   Ошибка в том, как потоки настоящего воркера делят аренду, ему не видна.
-# - **Диск.** База данных живёт в памяти. Что делает надёжным `fsync`, что теряется при
-#   отключении питания и в каком порядке записи доходят до носителя — предмет урока 5, где всё
-#   это показано на настоящем файле; симулятор ничего об этом не знает.
+# - **Диск.** Очередь живёт в памяти, если только сценарий не называет сбой `power` (последний
+#   сценарий `explore.PORTFOLIO` его называет, когда установлен APSW): тогда она лежит на
+#   «забывчивом» диске из урока 5 — файловой системе APSW, на которой при отключении питания
+#   остаётся ровно то, что SQLite синхронизировал. Так ловится поставляемый мутант
+#   `non_durable_claim` — захват, зафиксированный без синхронизации. Но и этот диск — лишь
+#   модель диска: худшее, что на нём может остаться после перезагрузки. Урок 5 показывает его и
+#   объясняет, почему leaselab синхронизирует то, что синхронизирует, рядом с настоящим
+#   процессом, убитым через `SIGKILL`; а что настоящий накопитель и его кэш делают с `fsync`,
+#   не покажут ни симулятор, ни эти уроки.
 # - **Сеть.** Застрявший или потерянный вызов — это сеть в представлении модели: ни тайм-аутов
 #   TCP, ни полуоткрытых соединений, ни PostgreSQL. Собственные блокировки сервера
 #   (`SKIP LOCKED`, его уровень изоляции) — предмет урока 6, на настоящем сервере.
@@ -411,12 +461,14 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # %% [markdown] tags=["en"]
 # ## Summary
 #
-# - Lesson 2's claim in two statements interleaves in 6 ways between two workers, and in 4 of
-#   them both get the job. A claim in one statement has nothing to interleave.
+# - Lesson 2's claim in two statements has orders in which two workers both get the job: every
+#   order in which both look before either writes. A claim in one statement has nothing to
+#   interleave, and no order gives a job to two.
 # - The simulator drives the real queue and the real worker's decisions on virtual time, and
 #   checks every step against a specification. A fixed seed gives the same schedules every time.
 # - With the fence removed, it finds the completion that was sent in time and applied too late,
-#   shrinks it to a handful of steps, and the same schedule on the real queue ends in `LeaseLost`.
+#   shrinks it to a handful of steps, and on the real queue the same schedule's late completion
+#   is refused.
 # - A fence is the token of a *running* job: check the token and the status together.
 # - A simulator checks only what its model states, and only in the world it models; the kernel,
 #   the disk and the network stay with real processes.
@@ -426,14 +478,15 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # %% [markdown] tags=["ru"]
 # ## Итоги
 #
-# - Захват из урока 2, два оператора, у двух воркеров чередуется шестью способами, и в четырёх
-#   из них задача достаётся обоим. Захвату одним оператором чередоваться не с чем.
+# - У захвата из урока 2, двух операторов, есть порядки, в которых задача достаётся обоим
+#   воркерам: все те, где оба смотрят раньше, чем кто-нибудь из них пишет. Захвату одним
+#   оператором чередоваться не с чем, и ни в одном порядке задача не достаётся двоим.
 # - Симулятор гоняет настоящую очередь и решения настоящего воркера на виртуальном времени и
 #   сверяет каждый шаг со спецификацией. Один и тот же seed каждый раз даёт одни и те же
 #   расписания.
 # - Без fencing он находит завершение, отправленное вовремя и применённое слишком поздно, и
-#   сжимает его до нескольких шагов, а то же расписание на настоящей очереди заканчивается
-#   `LeaseLost`.
+#   сжимает его до нескольких шагов, а на настоящей очереди то же запоздалое завершение из того
+#   же расписания отклоняется.
 # - Fencing — это токен задачи *в статусе running*: проверяйте токен и статус вместе.
 # - Симулятор проверяет только то, что записано в его модели, и только в том мире, который
 #   она описывает; ядро, диск и сеть остаются за настоящими процессами.
