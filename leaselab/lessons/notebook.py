@@ -93,7 +93,7 @@ TIMED_OUT = {"en": "waited {timeout:g} s for {what}", "ru": "за {timeout:g} с
 
 def wait_until(
     condition: Callable[[], T],
-    timeout: float = 20.0,
+    timeout: float = 90.0,  # a waiting lesson must hold on a loaded machine: the kernel decides, not the clock
     interval: float = 0.05,
     what: str = "the condition",
     lang: str | None = None,
