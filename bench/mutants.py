@@ -205,7 +205,8 @@ def sim_cells(r: dict[str, Any]) -> list[str]:
         return ["error", f"{r['seconds']:.1f}", str(r["schedules"]), r["error"]]
     if not r["caught"]:
         return ["no", f"{r['seconds']:.1f}", f"{r['schedules']:,}", "–"]
-    witness = f"{r['actions']} actions ({r['faults']} faults), {r['lines']} lines; `{r['kind']}`"
+    faults = f"{r['faults']} fault" + ("" if r["faults"] == 1 else "s")
+    witness = f"{r['actions']} actions ({faults}), {r['lines']} lines; `{r['kind']}`"
     return ["**yes**", f"{r['seconds']:.1f}", f"{r['schedules']:,}", witness]
 
 
