@@ -18,6 +18,10 @@ from leaselab.sim.world import FAULTS, Scenario
 LEASELAB = str(Path(sys.executable).with_name("leaselab"))
 
 
+# A search that must find: a budget of schedules, never of seconds, so a loaded machine finds the same.
+BUDGET = ("--schedules", "3000")
+
+
 def simulate(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [LEASELAB, "simulate", *argv], capture_output=True, text=True, timeout=300, cwd=cwd, check=False
@@ -103,7 +107,7 @@ def test_a_usage_error_exits_2_naming_the_problem_in_either_language(tmp_path, a
 
 
 def test_a_planted_mutant_is_caught_saved_and_replayed_with_the_very_same_trace(tmp_path):
-    out = simulate("--mutant", "unfenced_complete", "--save", "w.json", cwd=tmp_path)
+    out = simulate("--mutant", "unfenced_complete", *BUDGET, "--save", "w.json", cwd=tmp_path)
     assert out.returncode == 1, out.stderr
     assert "found: a write accepted from a token that no longer held the job" in out.stdout
     assert "timeline (virtual seconds, one row per worker):" in out.stdout
@@ -134,7 +138,7 @@ def test_json_is_one_object_with_the_documented_fields(tmp_path):
             "elapsed_seconds", "found", "violation"} <= set(result)  # fmt: skip
     assert result["found"] is False and result["schedules"] == 5 and result["violation"] is None
 
-    found = simulate("--mutant", "unfenced_complete", "--json", "--save", "w.json", cwd=tmp_path)
+    found = simulate("--mutant", "unfenced_complete", *BUDGET, "--json", "--save", "w.json", cwd=tmp_path)
     assert found.returncode == 1
     result = json.loads(found.stdout)
     assert result["found"] is True and result["violation"]["kind"] == "fence" and result["saved"] == "w.json"
@@ -144,8 +148,8 @@ def test_json_is_one_object_with_the_documented_fields(tmp_path):
 
 
 def test_russian_output_has_no_english_words(tmp_path):
-    en = simulate("--mutant", "unfenced_complete", "--save", "w.json", cwd=tmp_path).stdout
-    ru = simulate("--mutant", "unfenced_complete", "--save", "w.json", "--lang", "ru", cwd=tmp_path).stdout
+    en = simulate("--mutant", "unfenced_complete", *BUDGET, "--save", "w.json", cwd=tmp_path).stdout
+    ru = simulate("--mutant", "unfenced_complete", *BUDGET, "--save", "w.json", "--lang", "ru", cwd=tmp_path).stdout
     code = set(FAULTS) | {"leaselab", "simulate", "replay", "json", "unfenced", "complete", "pending", "heartbeat"}
     english = set(re.findall(r"[A-Za-z]{3,}", en)) - code
     leaked = set(re.findall(r"[A-Za-z]{3,}", ru)) & english
@@ -155,7 +159,7 @@ def test_russian_output_has_no_english_words(tmp_path):
 
 
 def test_a_handler_that_is_not_idempotent_is_caught_with_a_short_witness(tmp_path):
-    out = simulate("--handler", "leaselab.sim.examples:pay", "--json", "--save", "w.json", cwd=tmp_path)
+    out = simulate("--handler", "leaselab.sim.examples:pay", *BUDGET, "--json", "--save", "w.json", cwd=tmp_path)
     assert out.returncode == 1, out.stderr
     result = json.loads(out.stdout)
     assert result["violation"]["kind"] == "effect_repeated"

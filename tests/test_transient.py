@@ -388,11 +388,14 @@ def test_a_worker_whose_first_connections_are_dropped_waits_and_then_runs_the_jo
         job_id = q.enqueue({"seconds": 0})
     log = tmp_path / "w1.log"
     with Proxy(server_address(pg_url)) as proxy:
-        proxy.drop_replies(3)  # every connection made in the next 3 s fails at start-up
+        # Every connection fails at start-up until the worker has said it waits: a window of seconds would
+        # pass before a worker slow to start (a loaded machine) made its first connection.
+        proxy.drop_replies(600)
         proc = start_worker(through(pg_url, proxy.port), log)
         try:
             wait_until(lambda: FAULT_WAITING in log.read_text(), message="the worker waiting for the server")
             assert proc.poll() is None
+            proxy.drop_replies(0)  # the server answers again
         finally:
             code = finish(proc)
     text = log.read_text()

@@ -9,6 +9,7 @@ each returns sentences (an empty list is a clean history).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -95,15 +96,20 @@ def check_all(
     *,
     lease: float | None = None,
     vanished: Iterable[str] = (),
+    ordered: bool = True,
 ) -> list[str]:
     """Every rule of ``leaselab.check`` and the demo's own; an empty list is a history with every promise kept.
+
+    ``ordered``: the events' ids are their commit order (a SQLite file), so the specification may judge
+    them; not on a server, whose ids are taken before commit and whose claims skip locked rows.
 
     The demo records each run unkeyed, so every re-run repeats its "effect": at-least-once as
     promised. Keyed here by the claim, a repeat is what would be wrong: one claim running its
     handler twice. ``lease`` times the reaps; ``vanished`` names the workers that were killed.
     """
     runs = [dict(line, key=f"attempt {line.get('attempt')} token {line.get('token')}") for line in effects]
-    report = check_history(_history(jobs, events, runs), lease=lease, idle=True, runs_recorded=True, vanished=vanished)
+    history = dataclasses.replace(_history(jobs, events, runs), ordered=ordered)
+    report = check_history(history, lease=lease, idle=True, runs_recorded=True, vanished=vanished)
     return _said(report.anomalies) + check_demo(jobs, events)
 
 
