@@ -76,7 +76,7 @@ def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
 # The columns every statement that returns a job selects, in this order.
 JOB_COLUMNS = (
     "id, payload, status, priority, run_at, attempts, max_attempts, lease_until, "
-    "worker, token, result, last_error, created_at, started_at, finished_at"
+    "worker, token, result, last_error, created_at, started_at, finished_at, timeout, beat_timeout"
 )
 
 
@@ -99,6 +99,10 @@ class Job:
     created_at: float
     started_at: float | None
     finished_at: float | None
+    # The longest one attempt may run, in seconds (None: the worker's ``job_timeout``, if any), and
+    # the longest its handler may go without ``Lease.beat()`` (None: no such limit).
+    timeout: float | None = None
+    beat_timeout: float | None = None
     # Why this row could not be read in full, or None for a healthy job. Only listings
     # (``Queue.jobs``) return a damaged job, so one bad row hides nothing else; its unreadable
     # fields are None. A claim never hands one to a handler: it fails that attempt instead.
@@ -129,6 +133,8 @@ class Job:
             created_at,
             started_at,
             finished_at,
+            timeout,
+            beat_timeout,
         ) = row
         # A worker builds one Job per claim, so this skips the frozen __init__ (one guarded
         # setattr per field, about half of a claim's Python time) and gives the instance its fields
@@ -155,6 +161,8 @@ class Job:
                 "created_at": float(created_at),
                 "started_at": None if started_at is None else float(started_at),
                 "finished_at": None if finished_at is None else float(finished_at),
+                "timeout": None if timeout is None else float(timeout),
+                "beat_timeout": None if beat_timeout is None else float(beat_timeout),
                 "damage": None,
             },
         )
@@ -219,6 +227,8 @@ class JobRow(NamedTuple):
     created_at: Any
     started_at: Any
     finished_at: Any
+    timeout: Any
+    beat_timeout: Any
 
 
 if JobRow._fields != tuple(JOB_COLUMNS.replace(" ", "").split(",")):  # pragma: no cover  (an edit of one alone)
@@ -232,6 +242,8 @@ _FIELD_KINDS = {
     "created_at": float,
     "started_at": float,
     "finished_at": float,
+    "timeout": float,
+    "beat_timeout": float,
     "id": int,
 }
 

@@ -15,7 +15,7 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from .arguments import integer, number, positive, text
 from .backends import open_backend
@@ -174,7 +174,15 @@ class Queue:
         return text
 
     def _new_job(
-        self, payload: Any, priority: int, delay: float, run_at: float | None, max_attempts: int, now: float
+        self,
+        payload: Any,
+        priority: int,
+        delay: float,
+        run_at: float | None,
+        max_attempts: int,
+        now: float,
+        timeout: float | None = None,
+        beat_timeout: float | None = None,
     ) -> NewJob:
         payload = self._json("payload", payload)
         priority = integer("priority", priority)
@@ -182,7 +190,14 @@ class Queue:
         delay = number("delay", delay)
         if delay < 0:
             raise ValueError(f"delay must be >= 0 seconds, got {delay!r}")
-        return NewJob(payload, priority, now + delay if run_at is None else number("run_at", run_at), max_attempts)
+        return NewJob(
+            payload,
+            priority,
+            now + delay if run_at is None else number("run_at", run_at),
+            max_attempts,
+            None if timeout is None else positive("timeout", timeout),
+            None if beat_timeout is None else positive("beat_timeout", beat_timeout),
+        )
 
     def enqueue(
         self,
@@ -191,10 +206,20 @@ class Queue:
         delay: float = 0.0,
         run_at: float | None = None,
         max_attempts: int = 5,
+        *,
+        timeout: float | None = None,
+        beat_timeout: float | None = None,
     ) -> int:
-        """Add a job and return its id. Higher ``priority`` runs first; ``run_at`` overrides ``delay``."""
+        """Add a job and return its id. Higher ``priority`` runs first; ``run_at`` overrides ``delay``.
+
+        ``timeout`` is the longest one attempt may run, in seconds: past it the worker gives the attempt
+        up (a ``timed_out`` event; the job is retried after the backoff, or dead), whatever its
+        handler is doing. ``beat_timeout`` is the longest the handler may go without calling
+        ``lease.beat()``: its lease is renewed only while it reports progress. None: the worker's own
+        defaults (``job_timeout``, ``beat_timeout``), if any.
+        """
         now = self._now()
-        job = self._new_job(payload, priority, delay, run_at, max_attempts, now)
+        job = self._new_job(payload, priority, delay, run_at, max_attempts, now, timeout, beat_timeout)
         return self.backend.enqueue(job, now, durable=self._acknowledged)
 
     def enqueue_many(
@@ -204,13 +229,17 @@ class Queue:
         delay: float = 0.0,
         run_at: float | None = None,
         max_attempts: int = 5,
+        *,
+        timeout: float | None = None,
+        beat_timeout: float | None = None,
     ) -> list[int]:
         """Add many jobs in one transaction (one sync to disk) and return their ids, in order.
 
-        Every payload is checked before anything is written: one bad payload writes none.
+        Every payload is checked before anything is written: one bad payload writes none. The other
+        arguments are ``enqueue``'s, the same for every job.
         """
         now = self._now()
-        jobs = [self._new_job(p, priority, delay, run_at, max_attempts, now) for p in payloads]
+        jobs = [self._new_job(p, priority, delay, run_at, max_attempts, now, timeout, beat_timeout) for p in payloads]
         return self.backend.enqueue_many(jobs, now, durable=self._acknowledged)
 
     def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None) -> Job | None:
@@ -346,15 +375,38 @@ class Queue:
         with the status that failure gave it (even if the job has been claimed again since), not
         with ``LeaseLost``.
         """
+        return self._end_attempt(job_id, token, error, "fail")
+
+    def time_out(self, job_id: int, token: str, reason: str) -> Status:
+        """Give up an attempt that ran past its timeout, as its worker does: ``fail`` written as a
+        ``timed_out`` event (``reason`` its detail); pending after the backoff, or dead. Fenced, and
+        safe to retry after a lost reply, as ``fail`` is."""
+        return self._end_attempt(job_id, token, reason, "time_out")
+
+    def _end_attempt(self, job_id: int, token: str, error: str, action: str) -> Status:
         job_id, token = self._fence_args(job_id, token)
         if not isinstance(error, str):
             raise TypeError(f"error must be a str, got {error!r}")
         now = self._now()
         error = error[:10_000]
-        status = self.backend.fail(job_id, token, error, now)
+        status = self.backend.fail(job_id, token, error, now, _WRITTEN[action].event)
         if status is None:
-            return Status(self._lease_lost(job_id, token, now, "fail", error))
+            return Status(self._lease_lost(job_id, token, now, action, error))
         return Status(status)
+
+    def release(self, held: Iterable[tuple[int, str]]) -> dict[int, Status]:
+        """Hand back every ``(job_id, token)`` this worker holds, at once, in one statement: what a
+        worker does when it stops before its handlers finish. Each job is pending and runnable now (no
+        backoff), or dead if its attempts are spent (the attempt counts: its handler ran, maybe in
+        part), with a ``released`` event. Returns {job_id: new status}; a job missing from it is no
+        longer held by that token (another worker has it), and is left alone.
+        """
+        held = [self._fence_args(job_id, token) for job_id, token in held]
+        if not held:
+            return {}
+        released = self.backend.release([token for _, token in held], self._now())
+        ids = {job_id for job_id, _ in held}
+        return {job_id: Status(status) for job_id, status in released.items() if job_id in ids}
 
     def reap(self, keep: Iterable[str] = ()) -> list[int]:
         """Return every running job whose lease has expired to pending (with backoff) or to dead.
@@ -560,7 +612,19 @@ def _token(name: str, token: Any) -> str:
 
 # What a fenced write leaves behind when it went through: the statuses it sets, its last event,
 # and the field of the outcome that holds what it wrote.
-_WRITTEN = {"complete": ({"done"}, "completed", "result"), "fail": ({"pending", "dead"}, "failed", "last_error")}
+class _Write(NamedTuple):
+    """What a fenced write leaves in the row: the statuses it may give, its last_event, the column it writes."""
+
+    statuses: frozenset[str]
+    event: str
+    field: str
+
+
+_WRITTEN = {
+    "complete": _Write(frozenset({"done"}), "completed", "result"),
+    "fail": _Write(frozenset({"pending", "dead"}), "failed", "last_error"),
+    "time_out": _Write(frozenset({"pending", "dead"}), "timed_out", "last_error"),
+}
 
 
 def _went_through(refusals: Refusals, job_id: int, token: str, action: str, written: str | None) -> str | None:
@@ -584,7 +648,12 @@ def _went_through(refusals: Refusals, job_id: int, token: str, action: str, writ
         and getattr(outcome, field) == written
     ):
         return outcome.status
-    if action == "fail" and written is not None and outcome.token != token and refusals.failed(job_id, token, written):
+    if (
+        event in ("failed", "timed_out")
+        and written is not None
+        and outcome.token != token
+        and refusals.failed(job_id, token, written, event)
+    ):
         # Failed by this token, then claimed again: the failure had put it back to pending (a
         # dead job is never claimed again, and keeps the token that ended it).
         return "pending"

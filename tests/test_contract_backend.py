@@ -93,6 +93,40 @@ def test_fenced_writes_answer_none_or_false_when_the_token_no_longer_holds_the_j
     assert backend.fail(job_id, "mine", "boom", clock()) == "pending"
 
 
+def test_a_job_keeps_its_timeouts_and_a_timed_out_attempt_is_a_fenced_failure_of_its_own_kind(queue, clock):
+    backend = queue.backend
+    job_id = backend.enqueue(NewJob('"x"', 0, 0.0, 2, timeout=5.0, beat_timeout=1.5), 1.0, durable=False)
+    no_limit = backend.enqueue(_job(), 1.0, durable=False)
+    assert (backend.get(job_id).timeout, backend.get(job_id).beat_timeout) == (5.0, 1.5)
+    assert (backend.get(no_limit).timeout, backend.get(no_limit).beat_timeout) == (None, None)
+    claimed = backend.claim(_claim("t1", clock()), durable=False)
+    assert (claimed.id, claimed.timeout, claimed.beat_timeout) == (job_id, 5.0, 1.5)  # the worker learns them
+    assert backend.fail(job_id, "other", "timed out", clock(), "timed_out") is None
+    assert backend.fail(job_id, "t1", "ran past its timeout of 5s", clock(), "timed_out") == "pending"
+    last = backend.events(job_id, 0)[-1]
+    assert (last.kind, last.token, last.detail) == ("timed_out", "t1", "ran past its timeout of 5s")
+    with backend.refusals() as refusals:
+        assert refusals.failed(job_id, "t1", "ran past its timeout of 5s", "timed_out")
+        assert not refusals.failed(job_id, "t1", "ran past its timeout of 5s", "failed")
+
+
+def test_release_hands_back_the_jobs_its_tokens_hold_at_once_or_dead_and_leaves_others_alone(queue, clock):
+    backend = queue.backend
+    first, last_try, others = backend.enqueue_many(
+        [NewJob('"a"', 0, 0.0, 3), NewJob('"b"', 0, 0.0, 1), NewJob('"c"', 0, 0.0, 3)], 1.0, durable=False
+    )
+    backend.claim_many(3, _claim("stop", clock()), durable=False)
+    backend.fail(others, f"stop-{others}", "boom", clock())  # no longer held by the stopping claim
+    backend.claim(_claim("another", clock() + 100), durable=False)  # claimed again (the backoff has passed)
+    released = backend.release([f"stop-{first}", f"stop-{last_try}", f"stop-{others}"], clock())
+    assert released == {first: "pending", last_try: "dead"}
+    job = backend.get(first)
+    assert (job.status, job.run_at, job.attempts, job.token) == ("pending", clock(), 1, f"stop-{first}")
+    assert [e.kind for e in backend.events(first, 0)][-1] == "released"
+    assert [e.kind for e in backend.events(last_try, 0)][-2:] == ["released", "dead"]
+    assert backend.get(others).token == "another" and backend.get(others).status == "running"
+
+
 def test_refusals_read_the_outcome_and_write_a_refusal_into_the_history(queue):
     backend = queue.backend
     job_id = backend.enqueue(_job(), 1.0, durable=False)

@@ -246,7 +246,8 @@ def test_a_version_2_file_is_upgraded_in_place_and_keeps_every_job_and_its_histo
         assert q.stats() == {"pending": 4, "running": 1, "done": 1, "dead": 0}
         q.complete(1, "c", "late but fine")  # the running job's holder finishes after the upgrade
         assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "reaped", "claimed", "completed"]
-    assert rows(path, "SELECT * FROM jobs WHERE id > 1 ORDER BY id") == jobs_before[1:]
+    after = rows(path, "SELECT * FROM jobs WHERE id > 1 ORDER BY id")
+    assert [row[: len(jobs_before[0])] for row in after] == jobs_before[1:]  # schema 4's columns come last
     assert history_of(path)[: len(events_before)] == events_before
     assert rows(path, "PRAGMA user_version") == [(SCHEMA_VERSION,)]
     assert {r[1]: r[5] for r in rows(path, "PRAGMA table_list")}.keys() >= {"jobs", "events"}

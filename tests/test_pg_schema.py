@@ -163,13 +163,14 @@ def test_a_version_1_database_is_upgraded_in_place_to_the_very_schema_a_new_data
     assert mark(pg_url) == [("leaselab queue, schema 1", "leaselab queue, schema 1")]
     with Queue(pg_url) as q:
         assert q.stats() == {"pending": 5, "running": 2, "done": 1, "dead": 0}
-        assert raw(pg_url, "SELECT * FROM jobs ORDER BY id") == jobs_before  # a sound row is left as it was
+        after = raw(pg_url, "SELECT * FROM jobs ORDER BY id")
+        assert [row[: len(jobs_before[0])] for row in after] == jobs_before  # a sound row is left as it was
         assert events_of(pg_url) == events_before
         q.complete(1, "d", "late but fine")  # the running job's holder finishes after the upgrade
         assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "reaped", "claimed", "completed"]
     fresh = pg_server.create_database(f"fresh_{os.getpid()}_{abs(hash(pg_url)) % 10**6}")
     Queue(fresh).close()
-    assert SCHEMA_VERSION == 3
+    assert SCHEMA_VERSION == 4
     assert catalog(pg_url) == catalog(fresh)
     jobs, events, _ = history.load(pg_url)
     assert history.check_fencing(events) == history.check_attempts(jobs, events) == []

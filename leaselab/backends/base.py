@@ -77,8 +77,9 @@ class SqlRefusals:
         rows = self._run(self._sql.OUTCOME, {"id": job_id}).fetchall()
         return Outcome._make(rows[0]) if rows else None  # its fields are the statement's columns
 
-    def failed(self, job_id: int, token: str, error: str) -> bool:
-        (count,) = self._run(self._sql.FAILED_BY, {"id": job_id, "token": token, "error": error}).fetchone()
+    def failed(self, job_id: int, token: str, error: str, kind: str = "failed") -> bool:
+        params = {"id": job_id, "token": token, "error": error, "kind": kind}
+        (count,) = self._run(self._sql.FAILED_BY, params).fetchone()
         return count > 0
 
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
@@ -312,13 +313,17 @@ class SqlBackend(BackendDefaults):
         except _Refused:
             pass
 
-    def fail(self, job_id: int, token: str, error: str, now: float) -> str | None:
-        rows = self.run(
-            self.statements.FAIL, {"id": job_id, "token": token, "error": error, "now": now, **self.backoff_params}
-        )
+    def fail(self, job_id: int, token: str, error: str, now: float, kind: str = "failed") -> str | None:
+        params = {"id": job_id, "token": token, "error": error, "now": now, "kind": kind, **self.backoff_params}
+        rows = self.run(self.statements.FAIL, params)
         for (status,) in rows:  # RETURNING status: one row, or none if fenced off
             return status
         return None
+
+    def release(self, tokens: Sequence[str], now: float) -> dict[int, str]:
+        self._check_tokens(tokens)
+        rows = self.run(self.statements.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
+        return {job_id: status for job_id, status in rows}  # RETURNING id, status
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:
         self._check_tokens(keep)
@@ -366,6 +371,8 @@ def _enqueued(job: NewJob, now: float) -> dict[str, Any]:
         "priority": job.priority,
         "run_at": job.run_at,
         "max_attempts": job.max_attempts,
+        "timeout": job.timeout,
+        "beat_timeout": job.beat_timeout,
         "now": now,
     }
 

@@ -41,6 +41,8 @@ class NewJob(NamedTuple):
     priority: int
     run_at: float
     max_attempts: int
+    timeout: float | None = None  # the longest one attempt may run, seconds
+    beat_timeout: float | None = None  # the longest its handler may go without reporting progress
 
 
 class Claim(NamedTuple):
@@ -101,8 +103,9 @@ class Refusals(Protocol):
         """The job's row as an ``Outcome``; None for an unknown id."""
         ...
 
-    def failed(self, job_id: int, token: str, error: str) -> bool:
-        """Whether the job's history holds a ``failed`` event by the claim ``token`` with ``error``."""
+    def failed(self, job_id: int, token: str, error: str, kind: str = "failed") -> bool:
+        """Whether the job's history holds a ``kind`` event (``failed`` or ``timed_out``) by the claim
+        ``token`` with ``error``."""
         ...
 
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
@@ -170,8 +173,15 @@ class Backend(Protocol):
         dated ``now()``; all rolled back if that changed no row (``Completing.completed`` False)."""
         ...
 
-    def fail(self, job_id: int, token: str, error: str, now: float) -> str | None:
-        """A fenced failed attempt: back to pending after the backoff, or dead; the new status, None if fenced off."""
+    def fail(self, job_id: int, token: str, error: str, now: float, kind: str = "failed") -> str | None:
+        """A fenced failed attempt: back to pending after the backoff, or dead; the new status, None if fenced off.
+        ``kind`` is the history's word for it: ``failed``, or ``timed_out`` (its worker gave it up at its timeout)."""
+        ...
+
+    def release(self, tokens: Sequence[str], now: float) -> dict[int, str]:
+        """Hand back every running job held by one of ``tokens`` (its holder stops), in one statement:
+        pending and runnable at once, or dead if its attempts are spent; {job id: new status}. A job
+        another token holds now is left out."""
         ...
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:

@@ -21,8 +21,8 @@ def pyformat(statement: str) -> str:
 
 
 ENQUEUE = """
-INSERT INTO jobs (payload, priority, run_at, max_attempts, created_at, updated_at)
-VALUES (:payload, :priority, :run_at, :max_attempts, :now, :now)
+INSERT INTO jobs (payload, priority, run_at, max_attempts, timeout, beat_timeout, created_at, updated_at)
+VALUES (:payload, :priority, :run_at, :max_attempts, :timeout, :beat_timeout, :now, :now)
 RETURNING id
 """
 
@@ -77,22 +77,23 @@ COMPLETE = (
 """
 )
 
-# A failed attempt and an expired lease end alike: back to pending after the backoff ({backoff},
-# the dialect's own expression of the queue's Backoff.delay(attempts)), or dead once the attempts
-# are used up. {error} is what last_error says.
+# A failed attempt, a timed-out one, an expired lease and a released job end alike: back to
+# pending after the backoff ({backoff}, the dialect's own expression of the queue's
+# Backoff.delay(attempts); none for a release), or dead once the attempts are used up. {error} is
+# what last_error says, {event} the history's kind for it (an SQL expression).
 _RETRY_OR_DEAD = """
 UPDATE jobs SET status = CASE WHEN attempts >= max_attempts THEN 'dead' ELSE 'pending' END,
        run_at = CASE WHEN attempts >= max_attempts THEN run_at
                      ELSE :now + {backoff} END,
        finished_at = CASE WHEN attempts >= max_attempts THEN :now END,
-       last_error = {error}, lease_until = NULL, updated_at = :now, last_event = '{event}'
+       last_error = {error}, lease_until = NULL, updated_at = :now, last_event = {event}
 """
 
 
 def fail(backoff: str) -> str:
-    """The fenced failure, with the dialect's backoff."""
+    """The fenced failure, with the dialect's backoff; :kind is 'failed' or 'timed_out'."""
     return (
-        _RETRY_OR_DEAD.format(backoff=backoff, error=":error", event="failed")
+        _RETRY_OR_DEAD.format(backoff=backoff, error=":error", event=":kind")
         + """\
  WHERE id = :id AND status = 'running' AND token = :token
 RETURNING status
@@ -104,11 +105,22 @@ def reap(backoff: str, expired: str) -> str:
     """The reaper, one conditional statement, never read-then-write: ``expired`` is the WHERE that picks
     the expired leases (not those whose token is in :keep, a JSON array), in the dialect's words."""
     return (
-        _RETRY_OR_DEAD.format(backoff=backoff, error="'lease expired'", event="reaped")
+        _RETRY_OR_DEAD.format(backoff=backoff, error="'lease expired'", event="'reaped'")
         + expired
         + """
 RETURNING id
 """
+    )
+
+
+def release(held: str) -> str:
+    """The holder's hand-back, one fenced statement: every running job whose token is in :tokens (a JSON
+    array; ``held`` is the dialect's words for that test) goes back at once, with no backoff, or to dead
+    when its attempts are spent, as a reaped job would (the attempt counts: its handler ran)."""
+    return (
+        _RETRY_OR_DEAD.format(backoff="0", error="'released by its worker'", event="'released'")
+        + f" WHERE status = 'running' AND {held}\n"
+        + "RETURNING id, status\n"
     )
 
 
@@ -162,7 +174,7 @@ FAILED_BY = (
     JOB_CHAIN.replace(":after", "0")
     + """
 SELECT count(*) FROM events
- WHERE id IN (SELECT id FROM chain) AND token = :token AND kind = 'failed' AND detail = :error
+ WHERE id IN (SELECT id FROM chain) AND token = :token AND kind = :kind AND detail = :error
 """
 )
 

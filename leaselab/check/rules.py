@@ -16,8 +16,12 @@ from ..sim.judge import judge
 from .history import History, effect_line, event_line, job_line
 from .report import Anomaly
 
-RELEASES = ("reaped", "failed")  # the only ways a running job goes back to pending (or on to dead)
-WRITES = ("heartbeat", "completed", "failed")  # what a holder writes, each fenced by its token
+# The ways a holder ends an attempt without completing it, each fenced by its token: a failure, a
+# timeout its worker gave up at, a hand-back when its worker stopped.
+GIVEN_UP = ("failed", "timed_out", "released")
+# The only ways a running job goes back to pending (or on to dead): the reaper, or its holder giving up.
+RELEASES = ("reaped", *GIVEN_UP)
+WRITES = ("heartbeat", "completed", *GIVEN_UP)  # what a holder writes, each fenced by its token
 
 # Seconds: a renewal's time and its lease are two readings of the queue's clock.
 REAP_SLACK = 1e-3
@@ -166,7 +170,7 @@ def fencing(h: History) -> list[Anomaly]:
                     )
                 if kind == "completed":
                     ended, holder = e, None
-                elif kind == "failed":
+                elif kind in GIVEN_UP:
                     holder = None
             elif kind == "reaped":
                 if holder is None:
@@ -354,7 +358,7 @@ def false_losses(h: History) -> list[Anomaly]:
     """
     found = []
     for job_id, history in by_job(h.events).items():
-        finished = {e["token"]: e for e in history if e["kind"] in ("completed", "failed")}
+        finished = {e["token"]: e for e in history if e["kind"] in ("completed", *GIVEN_UP)}
         for e in history:
             if e["kind"] == "lease_lost" and e["token"] in finished:
                 done = finished[e["token"]]

@@ -142,9 +142,15 @@ class MinimalBackend(BackendDefaults):
         except _Refused:
             pass
 
-    def fail(self, job_id: int, token: str, error: str, now: float) -> str | None:
-        rows = self._rows(sql.FAIL, {"id": job_id, "token": token, "error": error, "now": now})
+    def fail(self, job_id: int, token: str, error: str, now: float, kind: str = "failed") -> str | None:
+        rows = self._rows(sql.FAIL, {"id": job_id, "token": token, "error": error, "now": now, "kind": kind})
         return rows[0]["status"] if rows else None
+
+    def release(self, tokens: Sequence[str], now: float) -> dict[int, str]:
+        return {
+            row["id"]: row["status"]
+            for row in self._rows(sql.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
+        }
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:
         return [row["id"] for row in self._rows(sql.REAP, {"now": now, "keep": json.dumps(list(keep))})]
@@ -195,8 +201,9 @@ class _Refusals:
         row = self._run(sql.OUTCOME, {"id": job_id}).fetchone()
         return None if row is None else Outcome(**{key: row[key] for key in Outcome._fields})
 
-    def failed(self, job_id: int, token: str, error: str) -> bool:
-        return self._run(sql.FAILED_BY, {"id": job_id, "token": token, "error": error}).fetchone()[0] > 0
+    def failed(self, job_id: int, token: str, error: str, kind: str = "failed") -> bool:
+        params = {"id": job_id, "token": token, "error": error, "kind": kind}
+        return self._run(sql.FAILED_BY, params).fetchone()[0] > 0
 
     def record(self, job_id: int, token: str, now: float, detail: str) -> str | None:
         params = {"id": job_id, "token": token, "now": now, "detail": detail, "after": 0}

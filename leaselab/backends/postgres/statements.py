@@ -6,6 +6,8 @@ parameters. The same names as ``leaselab.backends.sqlite.statements``. Each is w
 
 from __future__ import annotations
 
+from importlib import resources
+
 from ...job import JOB_COLUMNS
 from .. import sql
 from ..sql import pyformat
@@ -234,6 +236,9 @@ CASE WHEN attempts < 1 OR :backoff_base::float8 = 0 THEN 0
 
 FAIL = pyformat(sql.fail(_BACKOFF))
 
+# :tokens (a JSON array) are the claims the stopping worker holds.
+RELEASE = pyformat(sql.release(held="token IN (SELECT jsonb_array_elements_text(:tokens::jsonb))"))
+
 # The reaper steps over rows another transaction holds (SKIP LOCKED): a holder frozen mid-write
 # (SIGSTOP) must not stall every worker's reaper behind its row lock; the next reap takes that
 # row if it is still expired. :keep (a JSON array) are the tokens of the worker that reaps: it
@@ -285,6 +290,15 @@ LISTEN = "LISTEN leaselab_jobs"
 # naming every bad value. A finished job keeps its status; its last_error names what was repaired.
 # The tables are locked first, so no write can slip in between the repair and the CHECKs.
 _FINITE = "({0} > '-Infinity' AND {0} < 'Infinity')"
+
+
+def _schema_statement(start: str) -> str:
+    """The statement of schema.sql that begins with ``start`` (a function's whole definition, to its ``$$;``)."""
+    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    begin = text.index(start)
+    return text[begin : text.index("$$;", begin) + len("$$")]
+
+
 _UPGRADE_NOW = "extract(epoch FROM now())::float8"  # one time for the whole upgrade: its transaction's
 _TIMES = ("run_at", "lease_until", "created_at", "started_at", "finished_at", "updated_at")
 
@@ -356,5 +370,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         " EXECUTE FUNCTION leaselab_job_changed()",
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 3'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 3'",
+    ),
+    # 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), the history two kinds ('timed_out',
+    # 'released'), and the history trigger keeps their reason as it keeps a failure's: its function is
+    # taken from schema.sql as it is, so an upgraded database runs the very code a new one does.
+    3: (
+        "LOCK TABLE jobs, events IN ACCESS EXCLUSIVE MODE",
+        "ALTER TABLE jobs ADD COLUMN timeout double precision CHECK (timeout > 0 AND timeout < 'Infinity'),"
+        " ADD COLUMN beat_timeout double precision CHECK (beat_timeout > 0 AND beat_timeout < 'Infinity')",
+        "ALTER TABLE events DROP CONSTRAINT events_kind_check, ADD CONSTRAINT events_kind_check CHECK (kind IN"
+        " ('enqueued', 'claimed', 'heartbeat', 'completed', 'failed', 'reaped', 'dead', 'lease_lost',"
+        " 'timed_out', 'released'))",
+        _schema_statement("CREATE OR REPLACE FUNCTION leaselab_job_changed()"),
+        "COMMENT ON TABLE jobs IS 'leaselab queue, schema 4'",
+        "COMMENT ON TABLE events IS 'leaselab queue, schema 4'",
     ),
 }

@@ -33,7 +33,7 @@ from ..base import SqlBackend, claimed
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 PAGE_SIZE = 1024  # for new files; see schema.sql
 APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -394,7 +394,9 @@ def prepare(conn: Any, path: str, busy_timeout: float, translate_error: Callable
         try:
             version = _check_schema(conn, path)  # again, under the write lock: another process may have won
             if version < SCHEMA_VERSION:
-                upgrades = range(version, SCHEMA_VERSION) if version else ()  # older files keep their page size
+                # Older files keep their page size; a file at sql.REBUILT_BY or below stops its steps there.
+                upgrades = range(version, SCHEMA_VERSION if version > sql.REBUILT_BY else sql.REBUILT_BY + 1)
+                upgrades = upgrades if version else range(0)
                 schema = schema_statements()
                 tables = [s for s in schema if _code(s).startswith("CREATE TABLE")]
                 for statement in [s for v in upgrades for s in sql.MIGRATIONS.get(v, ())] + tables:
@@ -450,10 +452,10 @@ def _check_schema(conn: sqlite3.Connection, path: str) -> int:
             f"{path} has leaselab schema version {version}; this leaselab knows up to {SCHEMA_VERSION}. "
             "Upgrade leaselab to open it."
         )
-    if version == SCHEMA_VERSION:
+    if version > sql.REBUILT_BY:
         strict = {row[1]: row[5] for row in conn.execute("PRAGMA main.table_list")}
         if not (strict.get("jobs") and strict.get("events")):
-            return SCHEMA_VERSION - 1  # made untyped again by hand: rebuild (and repair) like a version 2 file
+            return sql.REBUILT_BY  # made untyped again by hand: rebuild (and repair) like a version 2 file
     return version
 
 

@@ -1,4 +1,4 @@
--- leaselab schema, version 3. The whole queue lives in these two tables.
+-- leaselab schema, version 4. The whole queue lives in these two tables.
 -- STRICT (SQLite 3.37+): a column holds only its own type, so no program writing into the
 -- file can put text where the claim and the reaper compare numbers ('soon' sorts above every
 -- number, so such a lease would never expire). The CHECKs keep times finite (9e999 is
@@ -27,6 +27,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     updated_at   REAL    NOT NULL CHECK (abs(updated_at) < 9e999),
     last_event   TEXT    NOT NULL DEFAULT 'enqueued', -- what the last statement did; the trigger records it
     last_event_id INTEGER,                           -- newest events row of this job: the head of its history
+    timeout      REAL    CHECK (timeout > 0 AND timeout < 9e999),           -- longest one attempt may run, s
+    beat_timeout REAL    CHECK (beat_timeout > 0 AND beat_timeout < 9e999), -- longest without Lease.beat(), s
     -- A running job always has a lease that can run out and a token to fence with: without
     -- them the reaper could never bring it back.
     CHECK (status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL)),
@@ -46,7 +48,8 @@ CREATE TABLE IF NOT EXISTS events (
     id      INTEGER PRIMARY KEY,
     job_id  INTEGER NOT NULL,
     kind    TEXT    NOT NULL CHECK (kind IN ('enqueued', 'claimed', 'heartbeat', 'completed',
-                                             'failed', 'reaped', 'dead', 'lease_lost')),
+                                             'failed', 'reaped', 'dead', 'lease_lost',
+                                             'timed_out', 'released')),
     at      REAL    NOT NULL,
     worker  TEXT,
     token   TEXT,
@@ -72,8 +75,7 @@ CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF last_event ON jobs
 BEGIN
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     VALUES (NEW.id, NEW.last_event, NEW.updated_at, NEW.worker, NEW.token, NEW.attempts,
-            CASE NEW.last_event WHEN 'failed' THEN NEW.last_error
-                                WHEN 'reaped' THEN NEW.last_error END,
+            CASE WHEN NEW.last_event IN ('failed', 'reaped', 'timed_out', 'released') THEN NEW.last_error END,
             OLD.last_event_id);
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     SELECT NEW.id, 'dead', NEW.updated_at, NEW.worker, NEW.token, NEW.attempts, NEW.last_error,

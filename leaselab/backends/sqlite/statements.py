@@ -57,6 +57,9 @@ RETURNING id, lease_until
 # leaselab_backoff(attempts) is the queue's Backoff.delay, registered on the connection.
 FAIL = sql.fail(backoff="leaselab_backoff(attempts)")
 
+# :tokens (a JSON array) are the claims the stopping worker holds.
+RELEASE = sql.release(held="token IN (SELECT value FROM json_each(:tokens))")
+
 # :keep (a JSON array) are the tokens of the worker that reaps: it is alive, so its own jobs are
 # not a crashed worker's, whatever a freeze did to their leases. A token in :keep also keeps every
 # job a batch claim took with it (their tokens are it, a dash and the id): a worker keeps the
@@ -100,6 +103,9 @@ CLAIM_STATISTICS: tuple[str, ...] = (
 # harmless one (a blob by its hex text), the job keeps its id and history, and a job that
 # was pending or running becomes dead, its last_error and a 'dead' event naming every bad value.
 # A finished job keeps its status; its last_error names what was repaired.
+# 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), and the history two kinds,
+# 'timed_out' and 'released'. A CHECK cannot be changed in place, so the events table is built
+# anew and its rows copied, ids and links as they were; the jobs table only gains two columns.
 _FINITE = "typeof({0}) IN ('integer', 'real') AND abs({0}) < 9e999"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _AS_TEXT = "iif(typeof({0}) IN ('text', 'null'), {0}, hex({0}))"
@@ -186,7 +192,18 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "UPDATE jobs_v2 SET last_event_id = (SELECT max(e.id) FROM events_v2 e WHERE e.job_id = jobs_v2.id)"
         " WHERE id IN (SELECT id FROM upgrade_damage WHERE active)",
     ),
+    3: (
+        "DROP TRIGGER IF EXISTS jobs_enqueued",
+        "DROP TRIGGER IF EXISTS jobs_changed",
+        "ALTER TABLE jobs ADD COLUMN timeout REAL CHECK (timeout > 0 AND timeout < 9e999)",
+        "ALTER TABLE jobs ADD COLUMN beat_timeout REAL CHECK (beat_timeout > 0 AND beat_timeout < 9e999)",
+        "ALTER TABLE events RENAME TO events_v3",
+    ),
 }
+
+# Steps 1 and 2 end by building both tables anew from schema.sql: a file at version 2 or below
+# stops its steps there (the later ones alter tables it no longer has; the new ones are current).
+REBUILT_BY = 2
 
 _JOBS_ALL = (
     "id, payload, status, priority, run_at, attempts, max_attempts, lease_until, worker, token, result,"
@@ -206,5 +223,10 @@ REFILLS: dict[int, tuple[str, ...]] = {
         "DROP TABLE jobs_v2",
         "DROP TABLE events_v2",
         "DROP TABLE temp.upgrade_damage",
+    ),
+    3: (
+        "INSERT INTO events (id, job_id, kind, at, worker, token, attempt, detail, prev)"
+        " SELECT id, job_id, kind, at, worker, token, attempt, detail, prev FROM events_v3",
+        "DROP TABLE events_v3",
     ),
 }
