@@ -16,7 +16,9 @@ from .job import Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 from .words import LANGS
+from .worker import DEFAULT_GRACE
 from .worker.logline import LineLog, stamp
+from .worker.process import EXIT_HUNG
 
 EXIT_ANOMALY = 1  # check: the run broke a promise
 EXIT_BAD_INPUT = 2
@@ -58,7 +60,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise ValueError(f"payload is not valid JSON: {exc}") from None
     with _open(args, create=True) as q:
         ids = q.enqueue_many(
-            [payload] * args.count, priority=args.priority, delay=args.delay, max_attempts=args.max_attempts
+            [payload] * args.count,
+            priority=args.priority,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+            timeout=args.timeout,
+            beat_timeout=args.beat_timeout,
         )
     print(" ".join(map(str, ids)))
     return 0
@@ -102,6 +109,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 exit_when_idle=args.exit_when_idle,
                 log=log,
                 concurrency=args.concurrency,
+                job_timeout=args.job_timeout,
+                beat_timeout=args.beat_timeout,
+                grace=args.grace,
             )
         except BaseException:
             opened.close()
@@ -322,6 +332,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--count", type=_positive_int, default=1, metavar="N", help="how many identical jobs (default 1)")
     p.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the longest one attempt may run: past it the worker gives it up and the job is retried "
+        "(default: the worker's --job-timeout, if any)",
+    )
+    p.add_argument(
+        "--beat-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the longest the handler may go without calling lease.beat() (default: none)",
+    )
+    p.add_argument(
         "--durability",
         choices=DURABILITIES,
         default="full",
@@ -371,6 +396,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--concurrency", type=_positive_int, default=1, help="how many jobs to run at once, on threads (default 1)"
+    )
+    p.add_argument(
+        "--job-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the longest one attempt may run unless its job says (enqueue --timeout): past it the job is "
+        "given up and retried; a handler still running holds its slot, and a worker whose every slot is "
+        f"held so exits with status {EXIT_HUNG} (default: no limit)",
+    )
+    p.add_argument(
+        "--beat-timeout",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="the longest a handler may go without calling lease.beat(), unless its job says (default: none)",
+    )
+    p.add_argument(
+        "--grace",
+        type=_non_negative_float,
+        default=DEFAULT_GRACE,
+        metavar="SECONDS",
+        help="on SIGTERM or Ctrl-C, how long the running jobs may take to finish before they are handed "
+        f"back to the queue at once; a second signal hands them back now (default {DEFAULT_GRACE:g})",
     )
     p.add_argument(
         "--ignore-sigint",

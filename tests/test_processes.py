@@ -254,7 +254,7 @@ def test_a_worker_started_in_a_terminal_says_ctrl_c_stops_it_and_a_first_ctrl_c_
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, out.read_text()
         text = out.read_text()
-        assert f"finishing job {first}, Ctrl-C again to abandon it" in text and "Traceback" not in text
+        assert f"finishing job {first}, Ctrl-C again to hand it back and quit" in text and "Traceback" not in text
         assert "exiting: claimed 1, completed 1" in text
         assert q.get(first).status is Status.DONE and q.get(second).status is Status.PENDING
 
@@ -267,7 +267,7 @@ def test_ctrl_c_on_a_worker_with_two_slots_names_both_jobs_and_finishes_both(tmp
         wait_until(lambda: claimed_by(q, a, "w-two") and claimed_by(q, b, "w-two"), message="both slots to fill")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(30) == 0, out.read_text()
-        assert f"finishing jobs {a}, {b}, Ctrl-C again to abandon them" in out.read_text()
+        assert f"finishing jobs {a}, {b}, Ctrl-C again to hand them back and quit" in out.read_text()
         assert [q.get(i).status for i in (a, b, c)] == [Status.DONE, Status.DONE, Status.PENDING]
 
 
@@ -280,27 +280,22 @@ def test_an_idle_worker_in_a_terminal_exits_on_the_first_ctrl_c(tmp_path, termin
     assert "no job running: stopping" in out.read_text() and "exiting: claimed 0" in out.read_text()
 
 
-def test_a_second_ctrl_c_exits_at_once_and_the_abandoned_job_comes_back_after_its_lease(tmp_path, terminal):
+def test_a_second_ctrl_c_hands_the_job_back_and_exits_at_once(tmp_path, terminal):
     db = tmp_path / "jobs.db"
     with Queue(db) as q:
         job_id = q.enqueue({"seconds": 60})
-        proc, out = terminal(db, "w-twice", lease=1.5)
+        proc, out = terminal(db, "w-twice", lease=30)
         wait_until(lambda: claimed_by(q, job_id, "w-twice"), message="the worker to claim the long job")
         proc.send_signal(signal.SIGINT)
-        wait_until(lambda: "Ctrl-C again to abandon it" in out.read_text(), message="the first Ctrl-C's message")
+        wait_until(
+            lambda: "Ctrl-C again to hand it back and quit" in out.read_text(), message="the first Ctrl-C's message"
+        )
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 130, out.read_text()  # long before the 60 s job could finish
-        assert f"abandoning job {job_id}" in out.read_text()
-        job = q.get(job_id)
-        assert job.status is Status.RUNNING and job.result is None
-        wait_until(
-            lambda: q.reap() or q.get(job_id).status is not Status.RUNNING,
-            timeout=20,
-            message="the abandoned job's lease to run out",
-        )
-        job = q.get(job_id)
-        assert job.status is Status.PENDING and job.attempts == 1
-        assert [e.kind for e in q.events(job_id) if e.kind != "heartbeat"] == ["enqueued", "claimed", "reaped"]
+        assert f"stopped at once: handed back jobs {job_id} (pending)" in out.read_text()
+        job = q.get(job_id)  # back at once, not a 30 s lease later
+        assert job.status is Status.PENDING and job.attempts == 1 and job.result is None
+        assert [e.kind for e in q.events(job_id) if e.kind != "heartbeat"] == ["enqueued", "claimed", "released"]
 
 
 def test_a_worker_started_with_sigint_ignored_keeps_ignoring_it(tmp_path, terminal):

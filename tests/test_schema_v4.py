@@ -22,14 +22,14 @@ DATA = Path(__file__).parent / "data"
 def _fill(execute) -> None:
     """Three jobs through the old triggers: 1 claimed twice (reaped in between), 2 done, 3 pending."""
     for n in range(3):
+        payload = json.dumps({"n": n})
         execute(
-            "INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts) VALUES (%s, 1, 1, 1, 3)"
-            % repr(json.dumps({"n": n}))
+            f"INSERT INTO jobs (payload, run_at, created_at, updated_at, max_attempts) VALUES ('{payload}', 1, 1, 1, 3)"
         )
     for job_id, token in ((1, "a"), (2, "b"), (1, "c")):
         execute(
-            "UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = '%s', "
-            "lease_until = 1e10, updated_at = 2, last_event = 'claimed' WHERE id = %d" % (token, job_id)
+            f"UPDATE jobs SET status = 'running', attempts = attempts + 1, worker = 'old', token = '{token}', "
+            f"lease_until = 1e10, updated_at = 2, last_event = 'claimed' WHERE id = {job_id}"
         )
         if token == "a":
             execute(

@@ -88,7 +88,7 @@ def test_a_first_ctrl_c_says_which_job_it_finishes_and_returns(tmp_path):
     finally:
         proc.kill()
     assert proc.returncode == 0, out
-    assert "py: finishing job 1, Ctrl-C again to abandon it" in out
+    assert "py: finishing job 1, Ctrl-C again to hand it back and quit" in out
     assert "returned 1" in out and "handlers back True" in out
     assert _statuses(db) == [Status.DONE, Status.PENDING]
 
@@ -97,7 +97,7 @@ def test_a_first_ctrl_c_says_which_job_it_finishes_and_returns(tmp_path):
 STUCK = PROGRAM.replace("while not worker.stopping or", "while True or")
 
 
-def test_a_second_ctrl_c_exits_at_once_and_leaves_the_job_to_its_lease(tmp_path):
+def test_a_second_ctrl_c_exits_at_once_and_hands_the_job_back(tmp_path):
     db = str(tmp_path / "q.db")
     with Queue(db) as q:
         q.enqueue(0)
@@ -112,9 +112,9 @@ def test_a_second_ctrl_c_exits_at_once_and_leaves_the_job_to_its_lease(tmp_path)
     finally:
         proc.kill()
     assert proc.returncode == 130
-    assert "abandoning job 1: back to the queue when the lease runs out" in out
+    assert "stopped at once: handed back jobs 1 (pending)" in out
     with Queue(db) as q:
-        assert q.get(1).status == Status.RUNNING
+        assert q.get(1).status == Status.PENDING
 
 
 def test_a_worker_run_from_python_exits_when_its_parent_is_gone(tmp_path, kill_at_teardown):

@@ -12,10 +12,21 @@ It imports only the standard library and leaselab's core, so a worker process st
 """
 
 from .lease import Lease
-from .loop import CALL_TIMEOUT_SHARE, STARTED, STOPPED, Worker, WorkerStats, handler_path, load_handler, outlast
+from .loop import (
+    CALL_TIMEOUT_SHARE,
+    DEFAULT_GRACE,
+    STARTED,
+    STOPPED,
+    Worker,
+    WorkerStats,
+    handler_path,
+    load_handler,
+    outlast,
+)
 
 __all__ = [
     "CALL_TIMEOUT_SHARE",
+    "DEFAULT_GRACE",
     "Lease",
     "STARTED",
     "STOPPED",

@@ -61,6 +61,36 @@ def next_beat(now: float, lease: float, reached: bool, after: float) -> float:
     return now + every if reached else after + min(every, MAX_WAIT)
 
 
+def overdue(
+    now: float, started: float, timeout: float | None, progressed: float, beat_timeout: float | None
+) -> str | None:
+    """Why an attempt must be given up at ``now``, or None: it began at ``started`` and may run
+    ``timeout`` seconds at most; its handler last reported progress (``Lease.beat()``, or the start) at
+    ``progressed`` and may go ``beat_timeout`` seconds without. A heartbeat proves the worker lives, not
+    that the job moves: past either limit the worker stops renewing the lease and gives the attempt up."""
+    if timeout is not None and now - started >= timeout:
+        return f"ran past its timeout of {timeout:g}s"
+    if beat_timeout is not None and now - progressed >= beat_timeout:
+        return f"reported no progress for {beat_timeout:g}s (its beat_timeout)"
+    return None
+
+
+def overdue_at(started: float, timeout: float | None, progressed: float, beat_timeout: float | None) -> float | None:
+    """When ``overdue`` will first say yes, as things stand (None: never)."""
+    times = []
+    if timeout is not None:
+        times.append(started + timeout)
+    if beat_timeout is not None:
+        times.append(progressed + beat_timeout)
+    return min(times, default=None)
+
+
+def out_of_service(hung: int, concurrency: int) -> bool:
+    """True when every slot holds a handler past its timeout: Python cannot stop a thread, so the worker
+    can do nothing more and should exit (at once with one slot), for its supervisor to start a new one."""
+    return hung >= concurrency
+
+
 def keep_from_reaper(renewable: Iterable[str], in_flight: Iterable[str]) -> list[str]:
     """The tokens a worker's own reaper must not reap: the leases it renews and the claims and outcomes
     it has sent. The worker is alive (its reaper runs in it): its jobs are no crashed worker's, whatever

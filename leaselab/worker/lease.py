@@ -41,7 +41,22 @@ class Lease:
     """
 
     # A worker makes one for every job it claims: slots make each smaller and quicker to fill.
-    __slots__ = ("job", "token", "_lost", "refused", "seconds", "margin", "_clock", "_on_expired", "deadline")
+    __slots__ = (
+        "job",
+        "token",
+        "_lost",
+        "refused",
+        "seconds",
+        "margin",
+        "_clock",
+        "_on_expired",
+        "deadline",
+        "started",
+        "timeout",
+        "beat_timeout",
+        "progressed",
+        "given_up",
+    )
 
     def __init__(
         self,
@@ -51,6 +66,8 @@ class Lease:
         sent: float | None = None,
         margin: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timeout: float | None = None,
+        beat_timeout: float | None = None,
     ):
         self.job = job
         # the claim's token: with the fence, what tells this claim from any other
@@ -64,8 +81,15 @@ class Lease:
         self._clock = clock
         self._on_expired: Callable[[Lease], None] | None = None  # set by the Leases that hold it
         self.deadline: float | None = None
+        # The attempt's own limits (the job's, else the worker's defaults), counted on the same clock
+        # from the claim's send: past either, the worker gives the attempt up (decisions.overdue).
+        self.started = clock() if sent is None else sent
+        self.timeout = job.timeout if job.timeout is not None else timeout
+        self.beat_timeout = job.beat_timeout if job.beat_timeout is not None else beat_timeout
+        self.progressed = self.started
+        self.given_up: str | None = None  # why the worker gave this attempt up (its timeout), if it did
         if seconds is not None:
-            self.deadline = decisions.own_deadline(clock() if sent is None else sent, seconds, self.margin)
+            self.deadline = decisions.own_deadline(self.started, seconds, self.margin)
 
     @property
     def lost(self) -> threading.Event:
@@ -115,6 +139,24 @@ class Lease:
             if announce and self._on_expired is not None:
                 self._on_expired(self)
         return self._is_lost()
+
+    def beat(self) -> None:
+        """Report progress: the handler is moving, not only alive. With a ``beat_timeout`` (the job's or
+        the worker's), the lease is renewed only while the handler calls this at least that often.
+        Raises ``LeaseLost`` if the lease may be gone, as ``check()`` does, so a long loop that beats
+        learns it at once."""
+        self.progressed = self._clock()
+        self.check()
+
+    def overdue(self, now: float) -> str | None:
+        """Why this attempt must be given up at ``now`` (past its timeout or its beat_timeout), or None."""
+        return decisions.overdue(now, self.started, self.timeout, self.progressed, self.beat_timeout)
+
+    def give_up(self, reason: str) -> None:
+        """The worker gives this attempt up (``reason``: its timeout): no more renewals, and the handler's
+        ``check()`` and ``beat()`` raise ``LeaseLost`` from now on."""
+        self.given_up = reason
+        self.refuse()
 
     def check(self) -> None:
         """Raise ``LeaseLost`` if the lease may be gone (a heartbeat refused, or no acknowledged
@@ -181,6 +223,30 @@ class Leases:
                 kept.append(lease.token)
             self._kept.extend(kept)
         return _Keeping(self, kept)
+
+    def overdue(self, now: float) -> list[tuple[Lease, str]]:
+        """Every held lease whose attempt is past its timeout (or its beat_timeout) at ``now``, each
+        given up here (no longer renewed, nor kept from the reaper), with why."""
+        found = []
+        with self._lock:
+            for lease in list(self._held.values()):
+                if lease.refused or (lease.timeout is None and lease.beat_timeout is None):
+                    continue
+                reason = lease.overdue(now)
+                if reason is not None:
+                    lease.give_up(reason)
+                    found.append((lease, reason))
+        return found
+
+    def next_overdue(self) -> float | None:
+        """The soonest monotonic time a held lease's attempt will be past one of its limits (None: none has one)."""
+        with self._lock:
+            times = [
+                decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)
+                for lease in self._held.values()
+                if not lease.refused and (lease.timeout is not None or lease.beat_timeout is not None)
+            ]
+        return min((t for t in times if t is not None), default=None)
 
     def renewable(self) -> list[Lease]:
         """The leases a heartbeat should renew now: held, and not refused."""

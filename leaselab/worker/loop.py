@@ -24,8 +24,16 @@ from queue import Empty, SimpleQueue
 from time import monotonic as _monotonic
 from typing import Any, Final, TypeVar
 
-from ..arguments import integer, positive
-from ..errors import CallTimeoutTooLong, HandlerError, InvalidPayload, LeaseLost, QueueFileGone, TransientError
+from ..arguments import integer, number, positive
+from ..errors import (
+    CallTimeoutTooLong,
+    HandlerError,
+    InvalidPayload,
+    LeaselabError,
+    LeaseLost,
+    QueueFileGone,
+    TransientError,
+)
 from ..job import Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
@@ -42,6 +50,9 @@ STARTED = "started (pid "
 # The call timeout of a queue a worker opens for itself, as a share of its lease: every call ends
 # before the lease could (habit 25).
 CALL_TIMEOUT_SHARE: Final = 0.9
+# Seconds a stopping worker lets its handlers finish before it hands their jobs back: below the
+# 30 s that Kubernetes and Heroku wait between SIGTERM and SIGKILL (docker stop waits 10: --grace 8).
+DEFAULT_GRACE: Final = 25.0
 
 Handler = Callable[[Job], Any]
 Log = Callable[[str], None]
@@ -223,6 +234,10 @@ _PID = [os.getpid()]
 os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
 
 
+def _jobs(n: int) -> str:
+    return "1 job" if n == 1 else f"{n} jobs"
+
+
 def _leave_if_forked(owner: int) -> None:
     """End a process that a handler forked and that returned from the handler: it is no worker. It
     must not write the outcome through its copy of the parent's connection, nor claim, nor wait for a
@@ -233,6 +248,7 @@ def _leave_if_forked(owner: int) -> None:
 
 # A finished attempt: its lease, the handler's return value, and the exception it raised (or None).
 Finished = tuple[Lease, Any, "BaseException | None"]
+_WAKE: Any = object()  # put among the finished attempts to end the loop's wait (_Threads.wake)
 _LEASE = itemgetter(0)  # a finished attempt's lease
 
 
@@ -261,7 +277,10 @@ class _Inline:
         done, self._finished = self._finished, []
         return done
 
-    def shutdown(self) -> None:
+    def wake(self) -> None:
+        pass  # the loop's own thread runs the handler: there is no wait to end
+
+    def shutdown(self, wait: bool = True) -> None:
         pass
 
 
@@ -297,7 +316,8 @@ class _Threads:
         self._todo.put(lease)
 
     def finished(self, timeout: float | None) -> list[Finished]:
-        """Every attempt finished so far; if none, wait up to ``timeout`` seconds (None: until one is)."""
+        """Every attempt finished so far; if none, wait up to ``timeout`` seconds (None: until one is).
+        After ``wake()``, [] at once."""
         try:
             done = [self._done.get(timeout=timeout)]
         except Empty:
@@ -306,13 +326,20 @@ class _Threads:
             try:
                 done.append(self._done.get_nowait())
             except Empty:
-                return done
+                return [f for f in done if f is not _WAKE]
 
-    def shutdown(self) -> None:
+    def wake(self) -> None:
+        """End a wait in ``finished`` now, with nothing finished: the loop has something else to do."""
+        self._done.put(_WAKE)  # type: ignore[arg-type]  # a marker, never returned
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Let every slot thread end once its handler returns; with ``wait``, until they have. Without
+        (handlers given up at a grace's end), they end when their handlers return, or with the process."""
         for _ in self._threads:
             self._todo.put(None)
-        for thread in self._threads:
-            thread.join()
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 class Worker:
@@ -331,6 +358,14 @@ class Worker:
     ``log`` gets each line, prefixed with the worker's name, as it is made; a ``LineLog``
     (the ``leaselab worker`` command's) gets the lines of one turn of the loop together
     (its completions, then the claims made with them), unless one says a wait begins.
+    A job may run ``timeout`` seconds at most (``Queue.enqueue(timeout=)``, else the worker's
+    ``job_timeout``) and go ``beat_timeout`` seconds at most without its handler calling
+    ``lease.beat()``: past either, the pulse stops renewing that lease and writes the attempt as timed
+    out, so the job is retried (after the backoff) or dead, whatever the handler does. Python cannot
+    stop the handler's thread: its slot stays out of service until the handler returns, and once
+    every slot is (at once, with one slot) ``on_hung`` is called (``leaselab worker`` exits, status 5),
+    or the worker stops claiming and says so. ``stop()`` lets the handlers finish for ``grace``
+    seconds, then hands every job still held back to the queue at once (``Queue.release``).
     A worker made from a path opens its own queue, with a ``call_timeout`` below the lease, and closes
     it in ``close()`` (or a ``with`` block); a queue passed in stays the caller's, settings and all, and
     on a server must come with a ``call_timeout`` below the lease (``CallTimeoutTooLong`` if not).
@@ -352,6 +387,9 @@ class Worker:
         log: Log | None = None,
         concurrency: int = 1,
         signals: bool = True,
+        job_timeout: float | None = None,
+        beat_timeout: float | None = None,
+        grace: float | None = DEFAULT_GRACE,
     ):
         # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
@@ -363,6 +401,11 @@ class Worker:
         self.max_poll = max(self.poll, positive("max_poll", max_poll))
         self.reap_every = min(self.lease, 1.0) if reap_every is None else positive("reap_every", reap_every)
         self.concurrency = integer("concurrency", concurrency, 1)
+        self.job_timeout = None if job_timeout is None else positive("job_timeout", job_timeout)
+        self.beat_timeout = None if beat_timeout is None else positive("beat_timeout", beat_timeout)
+        self.grace = None if grace is None else number("grace", grace)
+        if self.grace is not None and self.grace < 0:
+            raise ValueError(f"grace must be >= 0 seconds (or None: no limit), got {grace!r}")
         if name is not None and has_unprintable(name):  # it goes into every log line and row: one line each
             raise ValueError(f"name must not hold control characters, got {name!r}")
         # A queue the worker opened from a path is its own to close (close(), or ``with``); a
@@ -393,6 +436,17 @@ class Worker:
         # handler may still run: ``leaselab worker`` exits there and then (status 4). None: the worker
         # says so, claims no more, and run() raises QueueFileGone at its next call on the queue.
         self.on_file_gone: Callable[[QueueFileGone], None] | None = None
+        # Called (on the pulse's thread) with the jobs whose handlers hold every slot past their
+        # timeouts: ``leaselab worker`` exits there (status 5). None: the worker says so and stops.
+        self.on_hung: Callable[[list[int]], None] | None = None
+        # Called (on the grace's timer thread) with what the grace's end handed back, when handlers
+        # were still running then: ``leaselab worker`` exits there. None: run() returns without them.
+        self.on_grace_out: Callable[[dict[int, str]], None] | None = None
+        self._hung: list[int] = []  # the jobs whose handlers run on past their timeouts, holding slots
+        self._hung_lock = threading.Lock()
+        self._slots: _Inline | _Threads | None = None
+        self._abandoned = False  # the grace ran out: run() returns without waiting for its handlers
+        self._grace_timer: threading.Timer | None = None
 
     def close(self) -> None:
         """Close the queue the worker opened from a path; a queue passed in is left open for its owner."""
@@ -446,8 +500,82 @@ class Worker:
         self._stop.wait(seconds)
 
     def stop(self) -> None:
-        """Ask the loop to finish the jobs it holds and return."""
+        """Ask the loop to claim no more, finish the jobs it holds and return; after ``grace`` seconds,
+        the jobs still held are handed back to the queue at once (``release_held``)."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        running = len(self.held())  # a handler given up at its timeout is no job of this worker's now
+        if not running:
+            return
+        if self.grace is None:
+            self.log(f"stopping: finishing {_jobs(running)}")
+            return
+        self.log(f"stopping: finishing {_jobs(running)}, at most {self.grace:g}s")
+        self._grace_timer = threading.Timer(self.grace, self._grace_ran_out)
+        self._grace_timer.daemon = True
+        self._grace_timer.start()
+
+    def held(self) -> list[int]:
+        """The ids of the jobs whose handlers are running now, under leases this worker still renews."""
+        leases = self._leases
+        return [] if leases is None else sorted(lease.job.id for lease in leases.renewable())
+
+    def release_held(self, why: str) -> dict[int, str]:
+        """Hand every job this worker still holds back to the queue at once, fenced (``Queue.release``),
+        and say so (``why`` says why); their handlers' outcomes are dropped when they return. Returns
+        {job id: new status}. A job that could not be handed back (the database is unreachable) comes
+        back when its lease runs out: its lease is no longer renewed either way."""
+        leases, pulse = self._leases, self._pulse
+        if leases is None or pulse is None:
+            return {}
+        with pulse.beating:  # no beat in flight renews what is being handed back
+            held = leases.renewable()
+            for lease in held:
+                lease.give_up(f"was handed back ({why})")
+        if not held:
+            return {}
+        try:
+            released = self.queue.release([(lease.job.id, lease.token) for lease in held])
+        except LeaselabError as exc:
+            ids = ", ".join(str(lease.job.id) for lease in held)
+            self.log(f"{why}: could not hand back jobs {ids} ({exc}): they come back when their leases run out")
+            return {}
+        statuses = {job_id: status.value for job_id, status in released.items()}
+        if statuses:
+            said = ", ".join(f"{job_id} ({status})" for job_id, status in sorted(statuses.items()))
+            self.log(f"{why}: handed back jobs {said}")
+        return statuses
+
+    def _grace_ran_out(self) -> None:  # on the timer's thread
+        if self._leases is None or not self.held():
+            return
+        assert self.grace is not None  # the timer runs only with a grace
+        released = self.release_held(f"grace of {self.grace:g}s ran out")
+        self._abandoned = True
+        if self.on_grace_out is not None:
+            self.on_grace_out(released)
+            return
+        slots = self._slots
+        if slots is not None:
+            slots.wake()  # run() returns now; the handlers' threads end when they do
+
+    def _timed_out(self, lease: Lease, reason: str, status: str | None) -> None:  # on the pulse's thread
+        job = lease.job
+        then = "" if status is None else f", {status} now"
+        self.log(
+            f"job {job.id} (attempt {job.attempts}) {reason}: given up{then}; its handler runs on "
+            "and holds its slot until it returns"
+        )
+        with self._hung_lock:
+            self._hung.append(job.id)
+            hung = list(self._hung)
+        if decisions.out_of_service(len(hung), self.concurrency):
+            if self.on_hung is not None:
+                self.on_hung(hung)
+                return
+            self.log(f"every slot holds a handler past its timeout (jobs {', '.join(map(str, hung))}): stopping")
+            self._stop.set()
 
     @property
     def stopping(self) -> bool:
@@ -482,11 +610,12 @@ class Worker:
         )
         running = 0
         wait_for = self.poll
+        self._slots, self._abandoned = slots, False
         with self._running():
             try:
                 starting: list[Lease] = []
                 woken: list[Finished] = []  # what the wait at the bottom of the loop returned
-                while True:
+                while not self._abandoned:
                     for lease in starting:  # one slot: the handler runs here, now
                         slots.start(lease)
                     running += len(starting)
@@ -514,7 +643,10 @@ class Worker:
                     # Wake when a handler finishes, or after a poll interval to refill free slots.
                     woken = slots.finished(timeout=self.poll if free else None)
             finally:
-                slots.shutdown()
+                if self._grace_timer is not None:
+                    self._grace_timer.cancel()
+                slots.shutdown(wait=not self._abandoned)
+                self._slots = None
         return self.stats
 
     def process(self, job: Job) -> str:
@@ -545,6 +677,7 @@ class Worker:
                 self.log,
                 on_reaped=self._reaped,
                 on_gone=self._file_gone,
+                on_timed_out=self._timed_out,
             ) as self._pulse:
                 yield
         finally:
@@ -593,7 +726,7 @@ class Worker:
         for job in jobs:
             self.stats.claimed += 1
             self._log(f"claimed job {job.id} (attempt {job.attempts}/{job.max_attempts})")
-            leases.append(Lease(job, self.lease, sent=sent))
+            leases.append(Lease(job, self.lease, sent=sent, timeout=self.job_timeout, beat_timeout=self.beat_timeout))
         assert self._leases is not None  # made by run(), whose turns call this
         self._leases.add(*leases)
         return leases
@@ -621,7 +754,17 @@ class Worker:
         for lease, result, error in finished:
             job = lease.job
             what = decisions.verdict(lease.refused, error)
-            if what is decisions.Verdict.DROP:
+            if lease.given_up is not None:  # given up at its timeout, or handed back: not this attempt's to write
+                self.stats.lost += 1
+                with self._hung_lock:
+                    if job.id in self._hung:
+                        self._hung.remove(job.id)
+                self._log(
+                    f"job {job.id} (attempt {job.attempts}): its handler returned after it "
+                    f"{lease.given_up}: not written"
+                )
+                outcomes[id(lease)] = "lost"
+            elif what is decisions.Verdict.DROP:
                 self.stats.lost += 1
                 why = f"{type(error).__name__}: {error}" if error is not None else "result not written"
                 self._log(f"job {job.id} (attempt {job.attempts}) ended without its lease: {why}")

@@ -1,6 +1,7 @@
-"""How a worker behaves as a process: SIGTERM finishes the jobs it holds and stops, a first Ctrl-C
-does the same and says which jobs it is finishing, a second quits at once, and a worker whose parent
-is gone exits.
+"""How a worker behaves as a process: SIGTERM finishes the jobs it holds and stops, handing back
+whatever is still running when the grace runs out; a first Ctrl-C does the same and says which jobs it
+is finishing; a second SIGTERM or Ctrl-C hands the jobs back and quits at once; a worker whose parent
+is gone exits, and so does one whose every slot holds a handler past its timeout.
 
 ``leaselab worker`` and ``Worker.run()`` called on a program's main thread both run inside a
 ``ProcessControl``, so a worker behaves the same whichever way it was started. The signals act on a
@@ -25,8 +26,10 @@ if TYPE_CHECKING:
     from .loop import Worker
 
 EXIT_INTERRUPTED = 130  # what a shell reports for a program ended by Ctrl-C (128 + SIGINT)
+EXIT_TERMINATED = 143  # ... and by SIGTERM (128 + SIGTERM): a second SIGTERM quits at once
 EXIT_ORPHANED = 3  # the process that started the worker is gone
 EXIT_FILE_GONE = 4  # the queue file was deleted, renamed or replaced under the worker
+EXIT_HUNG = 5  # every slot holds a handler past its timeout: restart the worker to get them back
 PARENT_CHECK = 0.5  # seconds between two looks at the parent
 
 
@@ -73,6 +76,7 @@ class ProcessControl:
         self.stop_asked = threading.Event()
         self.worker: Worker | None = None
         self._interrupts = 0
+        self._terms = 0
         self._held: list[int] | None = None  # the jobs being finished after a first Ctrl-C, once known
         self._announcer: threading.Thread | None = None
         # Held by interrupted() from its stop to the announcer's start, and by the run's end to look
@@ -85,7 +89,7 @@ class ProcessControl:
     def __enter__(self) -> ProcessControl:
         actions: dict[int, Action] = {
             signal.SIGINT: signal.SIG_IGN if self.ignore_sigint else self._interrupted,
-            signal.SIGTERM: self.stop,
+            signal.SIGTERM: self._terminated,
         }
         self._relay = Relay(actions, name="worker-signals").__enter__()
         ProcessControl.active = True
@@ -112,6 +116,8 @@ class ProcessControl:
         """From now on a stop reaches ``worker``; one asked for before it existed reaches it at once."""
         self.worker = worker
         worker.on_file_gone = self.file_gone
+        worker.on_hung = self.hung
+        worker.on_grace_out = self.grace_out
         if self.stop_asked.is_set():
             worker.stop()
 
@@ -144,9 +150,40 @@ class ProcessControl:
         self._held = ids
         if ids:
             what, pronoun = jobs_phrase(ids)
-            self.log(f"finishing {what}, Ctrl-C again to abandon {pronoun}")
+            self.log(f"finishing {what}, Ctrl-C again to hand {pronoun} back and quit")
         else:
             self.log("no job running: stopping")
+
+    def _terminated(self) -> None:
+        """SIGTERM: the first stops the worker (it finishes its jobs within its grace); a second stops now."""
+        self._terms += 1
+        if self._terms > 1:
+            self._quit_now(EXIT_TERMINATED)
+        self.stop()
+
+    def _quit_now(self, status: int) -> None:
+        """Hand back the jobs still held (fenced, at once), say so, and end the process with ``status``."""
+        worker = self.worker
+        released = worker.release_held("stopped at once") if worker is not None else {}
+        if not released:
+            say(f"{stamp(time.time())} stopped at once")
+        os._exit(status)
+
+    def hung(self, ids: list[int]) -> None:
+        """Every slot holds a handler past its timeout (jobs ``ids``, already given up and back in the
+        queue): Python cannot stop those threads, so the process ends, for its supervisor to start a
+        fresh worker (status 5)."""
+        what, _ = jobs_phrase(ids)
+        say(
+            f"{stamp(time.time())} exiting: every slot holds a handler past its timeout ({what}); "
+            f"start a new worker (exit status {EXIT_HUNG})"
+        )
+        os._exit(EXIT_HUNG)
+
+    def grace_out(self, released: dict[int, str]) -> None:
+        """The grace ran out with handlers still running, their jobs handed back: the stop is done."""
+        say(f"{stamp(time.time())} exiting: the grace ran out, the unfinished jobs are back in the queue")
+        os._exit(0)
 
     def file_gone(self, exc: Exception) -> None:
         """The queue file is gone (deleted, renamed or replaced): nothing the worker holds can be written
@@ -157,12 +194,7 @@ class ProcessControl:
     def _interrupted(self) -> None:
         self._interrupts += 1
         if self._interrupts > 1:
-            if self._held:
-                what, _ = jobs_phrase(self._held)
-                say(f"{stamp(time.time())} abandoning {what}: back to the queue when the lease runs out")
-            else:
-                say(f"{stamp(time.time())} stopped at once")
-            os._exit(EXIT_INTERRUPTED)
+            self._quit_now(EXIT_INTERRUPTED)
         with self._announcing:
             self.stop()
             if self.worker is None:

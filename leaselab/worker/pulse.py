@@ -6,6 +6,11 @@ lease the database refuses is marked refused, and judged by its token alone: the
 stops renewing a lease before it completes or fails that job (under the same lock the
 heartbeat holds while it runs), so a beat never meets a job its own worker just finished.
 
+Attempts past their timeout (or their beat_timeout) are given up here too, at each round: the
+lease is no longer renewed and the attempt is written as timed out (``Queue.time_out``, fenced),
+so the job is retried after the backoff without waiting for the lease to run out, whatever its
+handler is doing; if that write cannot be made, the lease runs out and a reaper takes the job.
+
 The reaper runs here too, every ``reap_every`` seconds, not between jobs: when every
 worker is inside a long handler, a crashed worker's job still comes back about one
 lease (plus the reap interval and the backoff) after its last heartbeat.
@@ -18,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
-from ..errors import LeaselabError, QueueFileGone, TransientError
+from ..errors import LeaselabError, LeaseLost, QueueFileGone, TransientError
 from ..queue import Queue
 from . import decisions
 from .lease import Lease, Leases
@@ -38,6 +43,7 @@ class Pulse:
         log: Log,
         on_reaped: Callable[[list[int]], None] | None = None,
         on_gone: Callable[[QueueFileGone], None] | None = None,
+        on_timed_out: Callable[[Lease, str, str | None], None] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
     ):
@@ -45,6 +51,7 @@ class Pulse:
         self.log = log
         self.on_reaped = on_reaped
         self.on_gone = on_gone
+        self.on_timed_out = on_timed_out  # (lease, reason, the job's new status or None if not written)
         self._clock = clock  # monotonic seconds; a test steps it and calls tick() itself
         self._next_beat: float | None = None
         self._next_reap = 0.0
@@ -85,13 +92,39 @@ class Pulse:
         now = self._clock()
         if self._next_beat is None:  # the first round: reap at once, beat a third of a lease on
             self._next_beat, self._next_reap = now + decisions.beat_every(self.lease), now
+        self.time_out(now)
         if now >= self._next_beat:
             reached = self.beat()
             self._next_beat = decisions.next_beat(now, self.lease, reached, self._clock())
         if self._clock() >= self._next_reap:
             self.reap()
             self._next_reap = self._clock() + self.reap_every
-        return max(0.0, min(self._next_beat, self._next_reap) - self._clock())
+        soonest = min(self._next_beat, self._next_reap)
+        overdue = self.leases.next_overdue()
+        if overdue is not None:
+            soonest = min(soonest, overdue)
+        return max(0.0, soonest - self._clock())
+
+    def time_out(self, now: float) -> None:
+        """Give up every attempt past its timeout at ``now``: no more renewals, and each written as timed
+        out (fenced) so the job is retried at once after its backoff, or dead. Taken under the beat's
+        lock, like ``hand_in``: an attempt whose handler finished first is the loop's to write."""
+        with self.beating:
+            overdue = self.leases.overdue(now)
+        for lease, reason in overdue:
+            job = lease.job
+            try:
+                status: str | None = self.queue.time_out(job.id, lease.token, reason).value
+            except QueueFileGone as exc:
+                self._gone(exc)
+                return
+            except LeaseLost:
+                status = None  # another attempt holds the job already: nothing of this one to write
+            except LeaselabError as exc:  # the lease runs out on its own, and a reaper takes the job
+                self.log(f"could not write job {job.id}'s timeout ({exc}): it comes back when its lease runs out")
+                status = None
+            if self.on_timed_out is not None:
+                self.on_timed_out(lease, reason, status)
 
     def beat(self) -> bool:
         """Renew every renewable lease in one statement; False when the database could not be asked."""
