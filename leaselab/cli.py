@@ -533,7 +533,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--faults",
         default=None,
         metavar="LIST",
-        help="comma-separated faults to strike, of crash, pause, cut, delay, lose (default: all; '' for none)",
+        help="comma-separated faults to strike, of crash, pause, cut, delay, lose, power, hang (default: all but "
+        "power and hang; '' for none); hang gives the jobs a timeout of 1.2 leases",
     )
     p.add_argument("--replay", default=None, metavar="FILE", help="run a saved witness again, step for step")
     p.add_argument(

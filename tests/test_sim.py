@@ -4,6 +4,7 @@ decisions shared with the real worker (a change there changes what the simulator
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from leaselab.sim import explore, mutants
 from leaselab.sim.errors import MutantStale, UnknownMutant
-from leaselab.sim.world import FAULTS, Scenario
+from leaselab.sim.world import DEFAULT_FAULTS, FAULTS, NEEDS_TIMEOUT, Scenario
 from leaselab.worker import decisions
 
 SCENARIO = Scenario(workers=3, jobs=4, slots=2, skew=0.03)
@@ -240,3 +241,23 @@ def test_shrinking_replaces_a_stretch_of_time_by_one_expire():
     assert ("expire",) in shrunk.actions and len(shrunk.actions) < len(found.actions)
     assert shrunk.violation is not None and shrunk.violation.kind == "effect_without_lease"
     assert again.trace == shrunk.trace
+
+
+def test_a_hung_handler_is_given_up_at_its_timeout_and_its_job_done_by_another_worker():
+    scenario = Scenario(workers=2, jobs=2, timeout=1.2, faults=DEFAULT_FAULTS + NEEDS_TIMEOUT)
+    run = explore.run(scenario, 0, actions=[("claim", "w1"), ("hang", "w1")])
+    assert run.violation is None, run.violation
+    trace = "\n".join(run.trace)
+    # Job 2 goes first: it has the higher priority (Scenario.job_specs).
+    assert "w1's handler of job 2 hangs: its pulse goes on" in trace
+    assert "w1 gives job 2 up: it ran past its timeout of 1.2s" in trace
+    assert "w1: job 2 timed out -> pending" in trace
+    assert "w1 exits: every slot holds a handler past its timeout" in trace  # one slot: at once, as exit 5
+    assert re.search(r"w[23]: job 2 completed", trace), trace
+
+
+def test_without_the_timeout_check_a_hung_handlers_lease_is_renewed_past_it():
+    scenario = Scenario(workers=2, jobs=2, timeout=1.2, faults=DEFAULT_FAULTS + NEEDS_TIMEOUT)
+    with mutants.planted("timeout_ignored"):
+        run = explore.run(scenario, 0, actions=[("claim", "w1"), ("hang", "w1")])
+    assert run.violation is not None and run.violation.kind == "renewed_past_timeout", run.violation

@@ -256,3 +256,15 @@ def test_without_a_scenario_of_its_own_the_search_takes_turns_with_the_portfolio
     assert len(result["scenarios"]) == len(explore.PORTFOLIO) and result["violation"]["kind"] == "queue_error"
     mine = simulate("--workers", "2", "--jobs", "2", "--schedules", "5", "--json", cwd=tmp_path)
     assert mine.returncode == 0 and [s["jobs"] for s in json.loads(mine.stdout)["scenarios"]] == [2, 2, 2]
+
+
+def test_hangs_give_the_jobs_a_timeout_and_a_pulse_that_ignores_it_is_caught_in_both_languages(tmp_path):
+    clean = simulate("--faults", "hang,crash", "--schedules", "200", cwd=tmp_path)
+    assert clean.returncode == 0 and "every promise held: 200 schedules" in clean.stdout, clean.stdout + clean.stderr
+    en = simulate("--faults", "hang", "--mutant", "timeout_ignored", *BUDGET, "--save", "w.json", cwd=tmp_path)
+    assert en.returncode == 1, en.stdout + en.stderr
+    assert "found: a lease renewed past its attempt's timeout" in en.stdout
+    assert "handler of job" in en.stdout and "hangs: its pulse goes on" in en.stdout
+    ru = simulate("--replay", "w.json", "--lang", "ru", cwd=tmp_path)  # the witness names its mutant
+    assert "аренду продлили, хотя попытка уже вышла за свой тайм-аут" in ru.stdout, ru.stdout + ru.stderr
+    assert "завис, а пульс продолжает продлевать аренду" in ru.stdout

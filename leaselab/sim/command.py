@@ -25,7 +25,7 @@ from .errors import BadOption, SimulateUsageError
 from .explore import Run
 from .handlers import load, recorded
 from .texts import text
-from .world import DEFAULT_FAULTS, FAULTS, ON_DISK, Scenario
+from .world import DEFAULT_FAULTS, FAULTS, HANG_TIMEOUT, NEEDS_TIMEOUT, ON_DISK, Scenario
 
 EXIT_CLEAN, EXIT_FOUND, EXIT_BAD_INPUT = 0, 1, 2
 DEFAULT_SECONDS = 10.0  # a random search's length when neither --seconds nor --schedules is given
@@ -147,7 +147,14 @@ def _main(args: argparse.Namespace, lang: str) -> int:
     _check_mutant(args.mutant)
     if args.handler is not None:
         load(args.handler)  # a bad --handler is said before anything is printed
-    scenario = Scenario(workers=workers, jobs=jobs, faults=faults, max_faults=Scenario.max_faults if faults else 0)
+    scenario = Scenario(
+        workers=workers,
+        jobs=jobs,
+        faults=faults,
+        max_faults=Scenario.max_faults if faults else 0,
+        # A hung handler holds its job for ever unless the job has a timeout: that is what one is for.
+        timeout=HANG_TIMEOUT if any(f in NEEDS_TIMEOUT for f in faults) else None,
+    )
     chosen = args.workers is not None or args.jobs is not None or args.faults is not None
     portfolio = _portfolio(scenario) if chosen or args.exhaustive else explore.PORTFOLIO
     if args.exhaustive:

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Violation
-from .world import EXPIRE, FAULTS, Action, Scenario, World
+from .world import DEFAULT_FAULTS, EXPIRE, FAULTS, HANG_TIMEOUT, NEEDS_TIMEOUT, Action, Scenario, World
 
-DRAIN_ORDER = ("deliver", "retry", "finish", "beat", "claim", "reap", "start", "tick")
+DRAIN_ORDER = ("deliver", "retry", "finish", "give_up", "beat", "claim", "reap", "start", "tick")
 MAX_STEPS = 400  # a random schedule's length at most, before the drain
 DRAIN_LEASES = 200  # a drain gives up (the job is stuck) after this many leases of virtual time
 WAIT_LEASES = 3.0  # a replayed action not yet enabled waits this many leases of virtual time, at most
@@ -329,6 +329,8 @@ PORTFOLIO: tuple[Scenario, ...] = (
     Scenario(workers=3, jobs=3, skew=0.03),
     Scenario(workers=2, jobs=4, slots=2, skew=0.03),
     Scenario(workers=2, jobs=3, max_attempts=1),
+    # Jobs with a timeout (the fourth runs past it every time, so it ends dead), and handlers that hang.
+    Scenario(workers=2, jobs=4, timeout=HANG_TIMEOUT, faults=DEFAULT_FAULTS + NEEDS_TIMEOUT),
 ) + ((Scenario(workers=2, jobs=3, faults=FAULTS),) if importlib.util.find_spec("apsw") else ())
 
 

@@ -17,7 +17,10 @@ The promises, one per rule below:
 - a completion makes the job done with its result; a failure, and an expired lease taken back by the
   reaper, make it pending again after ``backoff.delay(attempts)``, or dead once its attempts are spent;
 - the reaper takes back exactly the running jobs whose lease ended before now, except those held by
-  a token it was asked to keep (a worker's own, or any job a kept claim token took).
+  a token it was asked to keep (a worker's own, or any job a kept claim token took);
+- an attempt given up at its timeout is written as a failure is (``time_out``: fenced, then pending
+  after the backoff, or dead), and no heartbeat renews a lease past the attempt's timeout: checked by
+  the world, which knows each worker's clock.
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ KINDS = (
     "reaped_own_job",
     "stuck",
     "lost_on_power_cut",
+    "renewed_past_timeout",
 )
 
 
@@ -90,6 +94,8 @@ class Row:
     token: str | None = None
     result: Any = None
     done_by: str | None = None  # the token whose completion made it done
+    timeout: float | None = None  # the longest one attempt may run, seconds
+    claimed_at: float | None = None  # the queue's time of the running attempt's claim
 
 
 @dataclass
@@ -103,8 +109,10 @@ class Model:
 
     # -- the operations ------------------------------------------------------------------
 
-    def enqueue(self, job_id: int, priority: int, run_at: float, max_attempts: int) -> None:
-        self.jobs[job_id] = Row(job_id, "pending", priority, run_at, 0, max_attempts)
+    def enqueue(
+        self, job_id: int, priority: int, run_at: float, max_attempts: int, timeout: float | None = None
+    ) -> None:
+        self.jobs[job_id] = Row(job_id, "pending", priority, run_at, 0, max_attempts, timeout=timeout)
 
     def runnable(self, now: float) -> list[Row]:
         """The jobs a claim may take at ``now``, in claim order."""
@@ -142,6 +150,7 @@ class Model:
                 worker=worker,
                 token=written,
                 result=None,
+                claimed_at=now,
             )
 
     def heartbeat(self, held: list[tuple[int, str]], lease: float, now: float) -> set[int]:
@@ -164,7 +173,7 @@ class Model:
         return job.status == "done" and job.done_by == token
 
     def fail(self, job_id: int, token: str, now: float) -> str | None:
-        """The job's status after the failure, or None when it is refused."""
+        """The job's status after the failure (or the timeout: the same rule), or None when it is refused."""
         job = self.jobs.get(job_id)
         if job is None:
             return None

@@ -67,6 +67,10 @@ def _no_margin(seconds: float) -> float:
     return 0.0
 
 
+def _never_overdue(now: float, started: float, timeout: Any, progressed: float, beat_timeout: Any) -> None:
+    return None
+
+
 # The two-step claim, lesson 2's wrong way: read the next runnable jobs in one transaction, lease them
 # by id in another, without asking again whether they are still pending.
 TWO_STEP_PICK = """
@@ -227,6 +231,11 @@ MUTANTS: tuple[Mutant, ...] = (
         "no_margin",
         "the worker gives its lease up exactly when the database may reap it, with no margin for its clock",
         decision=("margin", _no_margin),
+    ),
+    Mutant(
+        "timeout_ignored",
+        "the pulse never gives an attempt up at its timeout: a hung handler's lease is renewed for ever",
+        decision=("overdue", _never_overdue),
     ),
 )
 

@@ -56,6 +56,11 @@ STEP_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("cut", rf"{_W}'s link is cut for (?P<seconds>[\d.e+-]+)s"),
         ("armed_delay", rf"{_W}'s next call will be held in flight"),
         ("armed_lose", rf"{_W}'s next call will be answered into the void"),
+        ("give_up", rf"{_W} gives job {_JOB} up: it ran past its timeout of (?P<seconds>[\d.e+-]+)s"),
+        ("timed_out", rf"{_W}: job {_JOB} timed out -> (?P<status>\w+)"),
+        ("timeout_unwritten", rf"{_W}: job {_JOB}'s timeout not written: (?P<why>link cut|reply lost)"),
+        ("hang", rf"{_W}'s handler of job {_JOB} hangs: its pulse goes on"),
+        ("out_of_service", rf"{_W} exits: every slot holds a handler past its timeout"),
     )
 )
 _NUMBERS = ("wait", "seconds")  # facts that are numbers of seconds, written as the reader's language writes them
@@ -158,7 +163,7 @@ def spans(run: Run) -> dict[str, Any]:
             open_bars[int(f["job"])] = {"worker": w, "job_id": int(f["job"]), "attempt": int(f["attempt"]), "start": t}
         elif step.key == "completed":
             close(int(f["job"]), t, "completed")
-        elif step.key == "failed":
+        elif step.key in ("failed", "timed_out"):
             close(int(f["job"]), t, "dead" if f["status"] == "dead" else "failed")
         elif step.key in ("refused", "fail_refused", "drop"):
             job = int(f["job"])
@@ -176,6 +181,8 @@ def spans(run: Run) -> dict[str, Any]:
         elif step.key in ("pause", "cut"):
             kind = "pause" if step.key == "pause" else "partition"
             faults.append({"worker": w, "kind": kind, "start": t, "end": min(t + float(f["seconds"]), end)})
+        elif step.key == "hang":
+            points.append({"worker": w, "at": t, "kind": "hang"})
         elif step.key in ("armed_delay", "armed_lose"):
             points.append({"worker": w, "at": t, "kind": step.key.removeprefix("armed_")})
     for job in list(open_bars):
@@ -188,7 +195,7 @@ def spans(run: Run) -> dict[str, Any]:
     return {"lanes": lanes, "bars": bars, "faults": faults, "marks": marks, "points": points, "t0": 0.0, "t1": end}
 
 
-_FAULT_LETTERS = {"kill": "X", "pause": "P", "partition": "C", "delay": "D", "lose": "L", "broken": "!"}
+_FAULT_LETTERS = {"kill": "X", "pause": "P", "partition": "C", "delay": "D", "lose": "L", "hang": "H", "broken": "!"}
 
 
 def drawing(run: Run, lang: str = "en", width: int = WIDTH) -> list[str]:
@@ -335,6 +342,8 @@ def load(path: str | os.PathLike) -> Witness:
         default = known[name].default if name in known else None
         if name == "faults" and isinstance(value, list) and all(isinstance(x, str) for x in value):
             given[name] = tuple(value)
+        elif name == "timeout" and (value is None or type(value) in (int, float)):
+            given[name] = None if value is None else float(value)
         elif name in known and isinstance(default, float) and type(value) in (int, float):
             given[name] = float(value)
         elif name in known and isinstance(default, int) and type(value) is int:

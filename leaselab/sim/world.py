@@ -35,11 +35,15 @@ from ..worker.lease import Lease
 from .model import Model, Violation
 
 EPOCH = 1_767_225_600.0  # the queue's clock at virtual time 0: 2026-01-01T00:00:00Z
-FAULTS = ("crash", "pause", "cut", "delay", "lose", "power")  # every fault the world can strike, by name
+FAULTS = ("crash", "pause", "cut", "delay", "lose", "power", "hang")  # every fault the world can strike, by name
 # Faults that need the queue on a disk that can lose power (APSW's volatile disk, leaselab.harness.powercut):
 # slower, and APSW is an extra, so a scenario strikes them only when it names them.
 ON_DISK = ("power",)
-DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK)
+# A handler that never returns while its worker's pulse goes on: struck only where the jobs have a timeout
+# (without one, the job is held for ever, as promised: that is what a timeout is for).
+NEEDS_TIMEOUT = ("hang",)
+HANG_TIMEOUT = 1.2  # leases: the jobs' timeout where a scenario strikes hangs and names none of its own
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK and f not in NEEDS_TIMEOUT)
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
@@ -117,6 +121,7 @@ class Scenario:
     max_faults: int = 2  # at most this many faults in one schedule
     skew: float = 0.0  # each worker's clock runs up to this fraction fast or slow
     backoff: float = 0.2  # the queue's backoff base, seconds
+    timeout: float | None = None  # each job's timeout, in leases (the fourth of every four runs 1.6)
 
     def job_specs(self) -> list[dict[str, Any]]:
         """The jobs, the same for every schedule: every third delayed, every second fails once, the third
@@ -199,6 +204,20 @@ class SimWorker:
     def renewable(self) -> list[Lease]:
         return [lease for lease in self.leases.values() if not lease.refused]
 
+    def overdue(self) -> list[tuple[Lease, str]]:
+        """The leases the pulse must give up now (``decisions.overdue`` on the worker's own clock), with why."""
+        now = self.clock()
+        found = []
+        for lease in self.renewable():
+            reason = lease.overdue(now)
+            if reason is not None:
+                found.append((lease, reason))
+        return found
+
+    def can_hang(self) -> bool:
+        """True when a handler of this worker is running and may yet return: one that can be made to hang."""
+        return any(end < math.inf for end in self.ends.values())
+
 
 class World:
     """One schedule's world. ``step(action)`` takes one enabled action; ``enabled()`` lists them."""
@@ -226,14 +245,16 @@ class World:
         self.replying: Call | None = None  # the call whose answer is being taken in
         self._tokens = random.Random(f"tokens-{seed}")  # deterministic tokens: the same seed, the same trace
         skews = random.Random(f"skew-{seed}")
+        timeout = None if scenario.timeout is None else scenario.timeout * scenario.lease
         for spec in scenario.job_specs():
             job_id = self.queue.enqueue(
                 {"work": spec["work"], "fails": spec["fails"]},
                 priority=spec["priority"],
                 delay=spec["delay"],
                 max_attempts=scenario.max_attempts,
+                timeout=timeout,
             )
-            self.model.enqueue(job_id, spec["priority"], EPOCH + spec["delay"], scenario.max_attempts)
+            self.model.enqueue(job_id, spec["priority"], EPOCH + spec["delay"], scenario.max_attempts, timeout)
         self.synced = dict(self.model.jobs)  # the rows as of the disk's last sync (enqueues sync at "full")
         for _ in range(scenario.workers):
             self._start(1 + skews.uniform(-scenario.skew, scenario.skew))
@@ -296,7 +317,9 @@ class World:
             elif w.loop.retry_at is not None and w.loop.retry_at <= t:
                 actions.append(("retry", w.name))
             if w.pulse is None:
-                if w.at(w.next_beat) <= t and w.renewable():
+                if w.overdue():
+                    actions.append(("give_up", w.name))
+                elif w.at(w.next_beat) <= t and w.renewable():
                     actions.append(("beat", w.name))
                 elif running and w.at(w.next_reap) <= t:
                     actions.append(("reap", w.name))
@@ -307,7 +330,9 @@ class World:
                 actions.append(("deliver", w.name, "pulse"))
         if self.faults < self.scenario.max_faults:
             for w in live:
-                actions.extend(self._faults_of(w.name, w.armed is not None))
+                actions.extend(
+                    a for a in self._faults_of(w.name, w.armed is not None) if a[0] != "hang" or w.can_hang()
+                )
         if self.faults < self.scenario.max_faults and self.disk is not None and live:
             actions.append(("power",))
         if len(live) < self.scenario.workers:
@@ -323,6 +348,8 @@ class World:
             actions: list[Action] = []
             for kind in self.scenario.faults:
                 if kind in ON_DISK or (kind in ("delay", "lose") and armed):  # ON_DISK: the whole machine's
+                    continue
+                if kind in NEEDS_TIMEOUT and self.scenario.timeout is None:
                     continue
                 if kind == "pause":
                     for length in (0.5, 1.5):
@@ -367,6 +394,10 @@ class World:
                     at_ = w.at(w.next_beat)
                     if t < at_ < best:
                         best = at_
+                    for lease in w.renewable():
+                        due_ = decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)
+                        if due_ is not None and t < w.at(due_) < best:
+                            best = w.at(due_)
                 for lease in w.leases.values():
                     if lease.deadline is not None:
                         at_ = w.at(lease.deadline) + TICK
@@ -451,6 +482,8 @@ class World:
             self._retry(w)
         elif kind == "beat":
             self._beat(w)
+        elif kind == "give_up":
+            self._give_up(w)
         elif kind == "reap":
             self._reap(w)
 
@@ -716,9 +749,44 @@ class World:
 
         self._send(w, "pulse", Call("beat", apply, reply, fault))
 
+    def _give_up(self, w: SimWorker) -> None:
+        """The pulse gives up an attempt past its timeout (``decisions.overdue``): its lease is no longer
+        renewed nor kept, and the attempt is written as timed out, fenced. Its handler runs on, holding its
+        slot; a worker whose every slot is so held exits (``decisions.out_of_service``), as the real one does
+        for its supervisor to start another."""
+        lease, reason = w.overdue()[0]
+        lease.give_up(reason)
+        attempt = self.attempts[lease.token]
+        attempt.faults.add("timeout")
+        self.note(f"{w.name} gives job {lease.job.id} up: it {reason}")  # decisions.overdue's words
+
+        def apply() -> str:
+            return self._op(
+                w,
+                f"timeout of {lease.job.id}",
+                lambda: self.queue.time_out(lease.job.id, lease.token, reason),
+                fail=lease,
+            )
+
+        def reply(status: Any) -> None:
+            self.note(f"{w.name}: job {lease.job.id} timed out -> {status}")
+            self._out_of_service(w)
+
+        def fault(exc: Exception) -> None:  # not tried again: the lease runs out and a reaper takes the job
+            self.note(f"{w.name}: job {lease.job.id}'s timeout not written: {exc}")  # its lease runs out
+            self._out_of_service(w)
+
+        self._send(w, "pulse", Call("timeout", apply, reply, fault))
+
+    def _out_of_service(self, w: SimWorker) -> None:
+        hung = sum(1 for token in w.ends if w.leases[token].given_up is not None)
+        if w.alive and decisions.out_of_service(hung, self.scenario.slots):
+            w.alive = False
+            self.note(f"{w.name} exits: every slot holds a handler past its timeout")
+
     def _reap(self, w: SimWorker) -> None:
         keep = decisions.keep_from_reaper([lease.token for lease in w.renewable()], w.kept)
-        mine = set(w.leases) | set(w.kept)
+        mine = {lease.token for lease in w.renewable()} | set(w.kept)
 
         def apply() -> list[int]:
             before = {j.id: j.token for j in self.model.jobs.values()}
@@ -841,6 +909,10 @@ class World:
         elif kind == "cut":
             w.cut_until = self.t + action[2] * self.scenario.lease
             self.note(f"{w.name}'s link is cut for {action[2] * self.scenario.lease:g}s")
+        elif kind == "hang":
+            token = min((t for t, end in w.ends.items() if end < math.inf), key=w.ends.__getitem__)
+            w.ends[token] = math.inf
+            self.note(f"{w.name}'s handler of job {w.leases[token].job.id} hangs: its pulse goes on")
         else:
             w.armed = kind
             self.note(
@@ -992,6 +1064,19 @@ class World:
                     f"{after}: the heartbeat renewed jobs {sorted(answer)}; "
                     f"only {sorted(want)} were held by their tokens",
                 )
+            for job_id in want:
+                job = m.jobs[job_id]
+                # The worker counts the timeout on its own clock, from the claim's send (no later than the
+                # queue's claim), so by the queue's clock it ends by claimed_at + timeout / rate.
+                if job.timeout is not None and job.claimed_at is not None:
+                    end = job.claimed_at + job.timeout / w.rate
+                    if now > end + TICK:
+                        raise Violation(
+                            "renewed_past_timeout",
+                            f"{after}: the heartbeat renewed job {job_id}'s lease {now - job.claimed_at:.3f}s "
+                            f"into its attempt, past its timeout of {job.timeout:g}s: a hung handler would hold "
+                            "it for ever",
+                        )
         if "fail" in expect:
             held: Lease = expect["fail"]
             status = m.fail(held.job.id, held.token, now)
@@ -1024,7 +1109,7 @@ class World:
         if last is None or last.ended not in ("returned", "lost"):
             return
         # A handler that found its lease gone on its own clock had a heartbeat fail: a lost reply may do that.
-        excuses = {"crash", "pause", "cut", "delay", "late"} | ({"lose"} if last.ended == "lost" else set())
+        excuses = {"crash", "pause", "cut", "delay", "late", "timeout"} | ({"lose"} if last.ended == "lost" else set())
         if not (last.faults & excuses):
             raise Violation(
                 "needless_rerun",
