@@ -189,7 +189,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .check import check
+    from .check import SHOWN, check
 
     # Read-only, so nothing could be created anyway; but a mistyped path deserves the hint the
     # other commands give.
@@ -197,8 +197,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise DatabaseMissing(args.db, nearest_queue_file(args.db))
     if args.effects is not None and not os.path.isfile(args.effects):
         raise ValueError(f"--effects: no effects file at {args.effects}")
-    report = check(args.db, effects=args.effects, lease=args.lease, idle=not args.still_running)
-    print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang))
+    # A report holds the first few anomalies of each kind and counts the rest: a queue of a million
+    # jobs gone wrong the same way is said in a few lines, not a million.
+    keep = None if args.all else SHOWN
+    report = check(args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep)
+    print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang, shown=keep))
     return 0 if report.clean else EXIT_ANOMALY
 
 
@@ -408,11 +411,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the lease the workers used, to time the reaps (default: what the history shows)",
     )
-    p.add_argument(
+    ended = p.add_mutually_exclusive_group()
+    ended.add_argument(
+        "--idle",
+        action="store_true",
+        help="the run ended with the workers idle: a job still running is lost, or stuck once its lease ran "
+        "out, and a pending job that could run is stuck (default: workers may still be at work, or none started)",
+    )
+    ended.add_argument(
         "--still-running",
         action="store_true",
-        help="the workers may still be at work: a job not finished is not lost, and only a lease "
-        "that ran out a minute ago is stuck (default: the run ended with the workers idle)",
+        help="the workers may still be at work (the default): a job not finished is not lost, a pending "
+        "job is not stuck, and only a lease that ran out a minute ago is stuck",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="show every anomaly with its witnesses (default: the first three of each kind, and how many more)",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
