@@ -186,3 +186,36 @@ def test_a_server_check_sets_its_own_statement_timeout_so_a_short_database_defau
     assert report.clean, report.render()
     assert report.counts["jobs"] == 20_000
     assert load(url).jobs[-1]["id"] == 20_000
+
+
+def test_the_two_shapes_the_checker_passes_at_a_glance_are_ones_every_rule_passes(tmp_path):
+    from leaselab.check import rules
+    from leaselab.check.history import in_memory
+
+    db, clock = tmp_path / "q.db", ManualClock()
+    with Queue(db, clock=clock) as q:
+        waiting, done = q.enqueue(1, delay=60), q.enqueue(2)
+        job = q.claim("w1", LEASE)
+        q.complete(job.id, job.token, None)
+    view = in_memory(load(db, now=clock()))
+    shapes = {job_id: (j, events) for j, job_id, events in view.per_job()}
+    for job_id in (waiting, done):
+        j, events = shapes[job_id]
+        assert rules.plainly_clean(j, events, view.now, idle=True)
+        found = (
+            rules.unfinished_job(j, events, view.now, True)
+            + rules.fencing_job(job_id, events)
+            + rules.attempts_job(j, events)
+            + rules.events_agree_job(j, events)
+            + rules.links_job(j, events, view.event)
+            + rules.fences_job(job_id, events, [])
+            + rules.false_losses_job(job_id, events)
+            + rules.reaps_job(job_id, events, lambda worker: LEASE)
+            + rules.effects_agree_job(j, events, [])
+        )
+        assert found == []
+        # The slightest difference and every rule runs: a forged token, a due job with idle workers, a cut link.
+        assert not rules.plainly_clean({**j, "token": "forged"}, events, view.now, idle=True)
+        assert not rules.plainly_clean({**j, "last_event_id": None}, events, view.now, idle=True)
+    j, events = shapes[waiting]
+    assert not rules.plainly_clean(j, events, j["run_at"] + 1, idle=True)

@@ -98,9 +98,12 @@ def walk(
         return lease if lease is not None else derived.get(worker) if worker is not None else None
 
     no_effects: list[dict] = []
+    now = view.now
     for j, job_id, events in view.per_job():
-        mine = by_job.pop(job_id, no_effects)
+        mine = by_job.pop(job_id, no_effects) if by_job else no_effects
         tally.add(j, events, mine)
+        if j is not None and not mine and not runs_recorded and rules.plainly_clean(j, events, now, idle):
+            continue
         if j is None:
             found(rules.gone(job_id, events))
         else:
