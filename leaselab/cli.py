@@ -6,8 +6,12 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
@@ -160,46 +164,120 @@ def _lease_left(lease_until: float | None, now: float) -> str:
     return f"{left:.1f}s" if left >= 0 else f"expired {-left:.1f}s ago"
 
 
+# Rows a listing reads at a time: `jobs` and `events` hold one page, whatever the table's size.
+PAGE = 1000
+# Seconds between looks for new rows while --follow waits.
+FOLLOW_POLL = 0.5
+
+
+class _Stopped(Exception):
+    """SIGTERM arrived while a listing followed the queue."""
+
+
+@contextmanager
+def _until_stopped() -> Iterator[None]:
+    """Ctrl-C or SIGTERM ends what runs inside: a follow stops there, as asked, and exits 0."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Stopped
+
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    except (KeyboardInterrupt, _Stopped):
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
+def _listing(
+    fetch: Callable[[int, int], Sequence[Any]],
+    show: Callable[[Sequence[Any]], None],
+    after: int,
+    limit: int | None,
+    follow: bool,
+) -> None:
+    """Page through ``fetch(after, n)`` (rows with ids above ``after``, at most ``n``), ``show`` each page.
+
+    At most ``limit`` rows (None: every one); with ``follow``, then keep looking for rows with greater
+    ids every ``FOLLOW_POLL`` seconds until stopped.
+    """
+    left = limit
+    while left is None or left > 0:
+        want = PAGE if left is None else min(PAGE, left)
+        page = fetch(after, want)
+        if page:
+            show(page)
+            after = page[-1].id
+        if left is not None:
+            left -= len(page)
+        if len(page) < want:
+            break
+    sys.stdout.flush()
+    if not follow:
+        return
+    with _until_stopped():
+        while True:
+            page = fetch(after, PAGE)
+            if page:
+                show(page)
+                sys.stdout.flush()
+                after = page[-1].id
+            if len(page) < PAGE:
+                time.sleep(FOLLOW_POLL)
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        jobs = q.jobs(status=args.status, limit=args.limit)
-        now = q.clock()
-    header = (
-        f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  "
-        f"{'payload':<24} result/error"
-    )
-    print(header)
-    for j in jobs:
-        if j.damage:  # listed, never hidden: the rest of the table stays readable
-            print(f"{j.id:>6}  {'DAMAGED':<8} {printable(j.damage)}")
-            continue
-        left = _lease_left(j.lease_until, now)
-        failed = j.status in ("pending", "dead") and j.last_error
-        outcome = _short(j.last_error, 40) if failed else _short(j.result, 40, as_json=True)
-        print(
-            f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
-            f"{_short(j.worker, 12):<12} {left:>16}  {_short(j.payload, 24, as_json=True):<24} {outcome}"
+        header = (
+            f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  "
+            f"{'payload':<24} result/error"
         )
+        print(header)
+
+        def show(jobs: Sequence[Any]) -> None:
+            now = q.clock()
+            for j in jobs:
+                if j.damage:  # listed, never hidden: the rest of the table stays readable
+                    print(f"{j.id:>6}  {'DAMAGED':<8} {printable(j.damage)}")
+                    continue
+                left = _lease_left(j.lease_until, now)
+                failed = j.status in ("pending", "dead") and j.last_error
+                outcome = _short(j.last_error, 40) if failed else _short(j.result, 40, as_json=True)
+                print(
+                    f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
+                    f"{_short(j.worker, 12):<12} {left:>16}  {_short(j.payload, 24, as_json=True):<24} {outcome}"
+                )
+
+        def fetch(after: int, n: int) -> Sequence[Any]:
+            return q.jobs(status=args.status, limit=n, after=after)
+
+        _listing(fetch, show, args.after, args.limit, args.follow)
     return 0
 
 
 def cmd_events(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        events = q.events(job_id=args.job)
-        if args.job is not None and not events:
+        if args.job is not None and not q.events(job_id=args.job, limit=1):
             q.get(args.job)  # every job has an "enqueued" event: no history means no such job
+        print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
 
-    print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
-    for e in events:
-        print(
-            f"{stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
-            f"{_short(e.detail, 60) if e.detail else ''}"
-        )
+        def show(events: Sequence[Any]) -> None:
+            for e in events:
+                print(
+                    f"{stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  "
+                    f"{_short(e.worker, 12):<12} {_short(e.detail, 60) if e.detail else ''}"
+                )
+
+        def fetch(after: int, n: int) -> Sequence[Any]:
+            return q.events(job_id=args.job, after=after, limit=n)
+
+        _listing(fetch, show, args.after, args.limit, args.follow)
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .check import check
+    from .check import SHOWN, check
 
     # Read-only, so nothing could be created anyway; but a mistyped path deserves the hint the
     # other commands give.
@@ -207,8 +285,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise DatabaseMissing(args.db, nearest_queue_file(args.db))
     if args.effects is not None and not os.path.isfile(args.effects):
         raise ValueError(f"--effects: no effects file at {args.effects}")
-    report = check(args.db, effects=args.effects, lease=args.lease, idle=not args.still_running)
-    print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang))
+    # A report holds the first few anomalies of each kind and counts the rest: a queue of a million
+    # jobs gone wrong the same way is said in a few lines, not a million.
+    keep = None if args.all else SHOWN
+    report = check(args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep)
+    print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang, shown=keep))
     return 0 if report.clean else EXIT_ANOMALY
 
 
@@ -287,6 +368,21 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {printable(message)}\n")
+
+
+def _paging(p: argparse.ArgumentParser, rows: str, new: str) -> None:
+    p.add_argument(
+        "--after",
+        type=_non_negative_int,
+        default=0,
+        metavar="ID",
+        help=f"only the {rows} with ids greater than ID: the next page after the last id shown (default 0)",
+    )
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help=f"after the listing, keep printing new {new}, until Ctrl-C or SIGTERM (then exit 0)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -440,8 +536,17 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="list at most this many jobs, in id order (default 100)",
     )
+    _paging(p, "jobs", "jobs as they are enqueued")
     p = command("events", "show the history of transitions", cmd_events)
     p.add_argument("--job", type=_any_int, default=None, metavar="ID", help="only this job's history")
+    p.add_argument(
+        "--limit",
+        type=_non_negative_int,
+        default=None,
+        metavar="N",
+        help="show at most this many events, in id order (default: every one, read a page at a time)",
+    )
+    _paging(p, "events", "events as they are written")
 
     p = command("check", "check that a run kept every promise: exit 0 clean, 1 if it found an anomaly", cmd_check)
     p.add_argument(
@@ -457,11 +562,23 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="the lease the workers used, to time the reaps (default: what the history shows)",
     )
-    p.add_argument(
+    ended = p.add_mutually_exclusive_group()
+    ended.add_argument(
+        "--idle",
+        action="store_true",
+        help="the run ended with the workers idle: a job still running is lost, or stuck once its lease ran "
+        "out, and a pending job that could run is stuck (default: workers may still be at work, or none started)",
+    )
+    ended.add_argument(
         "--still-running",
         action="store_true",
-        help="the workers may still be at work: a job not finished is not lost, and only a lease "
-        "that ran out a minute ago is stuck (default: the run ended with the workers idle)",
+        help="the workers may still be at work (the default): a job not finished is not lost, a pending "
+        "job is not stuck, and only a lease that ran out a minute ago is stuck",
+    )
+    p.add_argument(
+        "--all",
+        action="store_true",
+        help="show every anomaly with its witnesses (default: the first three of each kind, and how many more)",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")

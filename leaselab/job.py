@@ -267,6 +267,13 @@ def _whole(value: Any) -> int:
 
 EVENT_COLUMNS = "id, job_id, kind, at, worker, token, attempt, detail"
 
+# The history's kinds of event that end an attempt and send the job back to pending (or on to dead):
+# its holder's, fenced by its token as its other writes are (a failure, a timeout its worker gave it
+# up at, a hand-back when its worker stopped), and the reaper's, for a holder whose lease ran out.
+HOLDER_RELEASES = ("failed", "timed_out", "released")
+REAPER_RELEASES = ("reaped",)
+RELEASES = HOLDER_RELEASES + REAPER_RELEASES
+
 
 @dataclass(frozen=True)
 class Event:

@@ -557,13 +557,17 @@ class Queue:
             raise JobNotFound(job_id)
         return job
 
-    def jobs(self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False) -> list[Job]:
-        """Jobs in id order, optionally only those with ``status``; ``newest_first`` gives the latest ``limit``.
+    def jobs(
+        self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False, after: int = 0
+    ) -> list[Job]:
+        """At most ``limit`` jobs in id order, optionally only those with ``status``; ``newest_first`` gives the
+        latest ``limit``. ``after`` skips the jobs up to that id: the next page starts after the last id seen.
 
         A row damaged outside leaselab (a payload that is not JSON, say) does not fail the listing:
         it is listed as a ``Job`` whose ``damage`` says what is wrong, its unreadable fields None.
         """
         limit = integer("limit", limit, 0)
+        after = integer("after", after)
         if status is not None:
             try:
                 status = Status(status)
@@ -571,7 +575,7 @@ class Queue:
                 raise ValueError(
                     f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}"
                 ) from None
-        return self.backend.jobs(status, limit, newest_first)
+        return self.backend.jobs(status, limit, newest_first, after)
 
     def stats(self) -> dict[str, int]:
         """How many jobs are in each status, all four present, zeros included."""
@@ -579,10 +583,13 @@ class Queue:
         counts.update(self.backend.stats())
         return counts
 
-    def events(self, job_id: int | None = None, after: int = 0) -> list[Event]:
-        """The history of transitions, oldest first; ``after`` skips events up to that event id."""
+    def events(self, job_id: int | None = None, after: int = 0, limit: int | None = None) -> list[Event]:
+        """The history of transitions, oldest first; ``after`` skips events up to that event id, and ``limit``
+        (None: no bound) returns at most that many: a page, whose last id is the next page's ``after``."""
         after = integer("after", after)
-        return self.backend.events(None if job_id is None else integer("job_id", job_id), after)
+        if limit is not None:
+            limit = integer("limit", limit, 0)
+        return self.backend.events(None if job_id is None else integer("job_id", job_id), after, limit)
 
     def next_run_at(self) -> float | None:
         """When the earliest pending job becomes claimable, or None if nothing is pending."""

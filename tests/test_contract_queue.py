@@ -369,6 +369,41 @@ def test_jobs_newest_first_gives_the_latest_n(queue):
     assert [j.id for j in queue.jobs(status="pending", limit=3, newest_first=True)] == ids[:-4:-1]
 
 
+def test_jobs_page_by_after_and_limit_in_id_order_with_or_without_a_status(queue, clock):
+    ids = queue.enqueue_many(list(range(7)))
+    job = queue.claim("w", 30)  # the first job runs: the rest stay pending
+    first = [j.id for j in queue.jobs(limit=3)]
+    assert first == ids[:3]
+    assert [j.id for j in queue.jobs(limit=3, after=first[-1])] == ids[3:6]
+    assert [j.id for j in queue.jobs(limit=3, after=ids[5])] == ids[6:]
+    assert queue.jobs(limit=3, after=ids[-1]) == []
+    assert [j.id for j in queue.jobs(status="pending", limit=2, after=job.id)] == ids[1:3]
+    assert [j.id for j in queue.jobs(limit=2, after=ids[2], newest_first=True)] == ids[:-3:-1]
+    with pytest.raises(TypeError, match="after"):
+        queue.jobs(after="3")
+
+
+def test_events_page_by_after_and_limit_and_together_give_the_whole_history(queue, clock):
+    ids = queue.enqueue_many(list(range(4)))
+    for _ in ids:
+        job = queue.claim("w", 30)
+        queue.complete(job.id, job.token, None)
+    whole = queue.events()
+    pages, after = [], 0
+    while page := queue.events(after=after, limit=5):
+        assert len(page) <= 5
+        pages.append(page)
+        after = page[-1].id
+    assert [e for page in pages for e in page] == whole
+    assert [len(page) for page in pages] == [5, 5, 2]
+    assert queue.events(limit=0) == []
+    mine = queue.events(ids[2])
+    assert queue.events(ids[2], limit=2) == mine[:2]
+    assert queue.events(ids[2], after=mine[0].id, limit=1) == mine[1:2]
+    with pytest.raises(ValueError, match="limit"):
+        queue.events(limit=-1)
+
+
 def test_events_tell_the_story_of_a_job_in_order_with_worker_token_and_attempt(queue, clock):
     other = queue.enqueue("other")
     job_id = queue.enqueue("x", priority=1)

@@ -29,6 +29,8 @@ Run = Callable[..., Any]  # run(statement, params) -> the driver's cursor, insid
 _UNBOUNDED: AbstractContextManager[None] = nullcontext()
 T = TypeVar("T")
 
+NO_LIMIT = 2**63 - 1  # a page with no bound: the largest LIMIT both dialects take
+
 
 def claimed(rows: Iterable[Sequence[Any]]) -> list[Claimed]:
     """The jobs of claimed rows (``JOB_COLUMNS``), each one whose payload cannot be read as ``Unreadable``."""
@@ -339,25 +341,27 @@ class SqlBackend(BackendDefaults):
         rows = self.run(self.statements.GET, {"id": job_id})
         return Job.from_row(rows[0]) if rows else None  # JOB_COLUMNS, named by Job.from_row
 
-    def jobs(self, status: Status | None, limit: int, newest_first: bool) -> list[Job]:
+    def jobs(self, status: Status | None, limit: int, newest_first: bool, after: int = 0) -> list[Job]:
         sql = self.statements
+        page = {"limit": limit, "after": after}
         if status is None:
-            rows = self.run(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, {"limit": limit})
+            rows = self.run(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, page)
         else:
             rows = self.run(
                 sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS,
-                {"status": status.value, "limit": limit},
+                {"status": status.value, **page},
             )
         return [Job.from_row_or_damaged(row) for row in rows]
 
     def stats(self) -> dict[str, int]:
         return {count.status: count.jobs for count in map(Count._make, self.run(self.statements.STATS))}
 
-    def events(self, job_id: int | None, after: int) -> list[Event]:
+    def events(self, job_id: int | None, after: int, limit: int | None = None) -> list[Event]:
+        page = {"after": after, "limit": NO_LIMIT if limit is None else limit}
         if job_id is None:
-            rows = self.run(self.statements.EVENTS, {"after": after})
+            rows = self.run(self.statements.EVENTS, page)
         else:
-            rows = self.run(self.statements.EVENTS_FOR_JOB, {"id": job_id, "after": after})
+            rows = self.run(self.statements.EVENTS_FOR_JOB, {"id": job_id, **page})
         return [Event.from_row(row) for row in rows]
 
     def next_run_at(self) -> float | None:

@@ -200,16 +200,18 @@ class Backend(Protocol):
 
     def get(self, job_id: int) -> Job | None: ...
 
-    def jobs(self, status: Status | None, limit: int, newest_first: bool) -> list[Job]:
-        """In id order (or the newest ``limit``); a damaged row as a ``Job`` whose ``damage`` says why."""
+    def jobs(self, status: Status | None, limit: int, newest_first: bool, after: int = 0) -> list[Job]:
+        """At most ``limit`` jobs with ids above ``after``, in id order (or the newest of them); a damaged row
+        as a ``Job`` whose ``damage`` says why."""
         ...
 
     def stats(self) -> dict[str, int]:
         """How many jobs are in each status that has any."""
         ...
 
-    def events(self, job_id: int | None, after: int) -> list[Event]:
-        """The history, oldest first, after event id ``after``; one job's alone if ``job_id`` is given."""
+    def events(self, job_id: int | None, after: int, limit: int | None = None) -> list[Event]:
+        """The history, oldest first, after event id ``after``, at most ``limit`` events (None: all); one job's
+        alone if ``job_id`` is given."""
         ...
 
     def next_run_at(self) -> float | None:

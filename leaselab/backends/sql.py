@@ -186,23 +186,27 @@ SELECT {JOB_COLUMNS} FROM jobs
  ORDER BY priority DESC, run_at ASC, id ASC
 """
 
-LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id LIMIT :limit"
+# A page of jobs: ids above :after, in id order, at most :limit (the primary key's order: no sort).
+LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after ORDER BY id LIMIT :limit"
 
-LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status ORDER BY id LIMIT :limit"
+LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status AND id > :after ORDER BY id LIMIT :limit"
 
 # Newest first: a dashboard shows the latest jobs without reading the whole table (no sort: the key's order).
-LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT :limit"
+LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after ORDER BY id DESC LIMIT :limit"
 
-LIST_JOBS_BY_STATUS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status ORDER BY id DESC LIMIT :limit"
+LIST_JOBS_BY_STATUS_NEWEST = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status AND id > :after ORDER BY id DESC LIMIT :limit"
+)
 
 STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
 
-EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id"
+# A page of the history: events above :after, oldest first, at most :limit.
+EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id LIMIT :limit"
 
 EVENTS_FOR_JOB = (
     JOB_CHAIN
     + f"""
-SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > :after ORDER BY id
+SELECT {EVENT_COLUMNS} FROM events WHERE id IN (SELECT id FROM chain) AND id > :after ORDER BY id LIMIT :limit
 """
 )
 

@@ -21,13 +21,13 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ..arguments import positive
+from ..arguments import integer, positive
 from ..backoff import Backoff
 from ..words import LANGS
-from . import rules
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
-from .history import History, load
-from .report import KINDS, NOTES, Anomaly, Report
+from .history import History, Snapshot, in_memory, load, snapshot
+from .report import KINDS, NOTES, SHOWN, Anomaly, Report
+from .walk import walk
 
 # What a queue made without a backoff of its own uses, as every ``leaselab worker`` does.
 QUEUE_BACKOFF = Backoff()
@@ -40,10 +40,12 @@ __all__ = [
     "LANGS",
     "NOTES",
     "Report",
+    "SHOWN",
     "check",
     "check_history",
     "load",
     "read_effects",
+    "snapshot",
     "record_effect",
 ]
 
@@ -58,6 +60,7 @@ def check(
     runs_recorded: bool = False,
     vanished: Iterable[str] = (),
     backoff: Backoff | None = QUEUE_BACKOFF,
+    keep: int | None = None,
 ) -> Report:
     """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
 
@@ -70,17 +73,16 @@ def check(
     of its own is an anomaly; ``vanished`` names the workers killed, whose claims may end
     unrun. ``backoff``: the queue's, by which the specification judges when a retried job may run again
     (default: a queue's own default, as ``leaselab worker`` has it; None: those delays are not judged).
+    ``keep``: how many anomalies of each kind the report holds with their witnesses (the first by job;
+    None: all); the report counts every one either way. The history is streamed, one job at a time,
+    in one read transaction: a run of a million jobs is checked in the memory of a few.
     A missing file raises ``DatabaseMissing`` and is not created.
     """
-    _options(lease, idle, runs_recorded)
-    return check_history(
-        load(target, effects=effects, now=now),
-        lease=lease,
-        idle=idle,
-        runs_recorded=runs_recorded,
-        vanished=vanished,
-        backoff=backoff,
-    )
+    _options(lease, idle, runs_recorded, keep)
+    names = _vanished(vanished)
+    _backoff(backoff)
+    with snapshot(target, now=now) as view:
+        return _report(view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep)
 
 
 def check_history(
@@ -91,59 +93,56 @@ def check_history(
     runs_recorded: bool = False,
     vanished: Iterable[str] = (),
     backoff: Backoff | None = QUEUE_BACKOFF,
+    keep: int | None = None,
 ) -> Report:
     """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
-    _options(lease, idle, runs_recorded)
+    _options(lease, idle, runs_recorded, keep)
+    names = _vanished(vanished)
+    _backoff(backoff)
+    view = in_memory(History(jobs=history.jobs, events=history.events, now=history.now, ordered=history.ordered))
+    return _report(view, effects_from(list(history.effects)), lease, idle, runs_recorded, names, backoff, keep)
+
+
+def _report(
+    view: Snapshot,
+    effects: list[dict],
+    lease: float | None,
+    idle: bool,
+    runs_recorded: bool,
+    vanished: list[str],
+    backoff: Backoff | None,
+    keep: int | None,
+) -> Report:
+    found = walk(
+        view,
+        effects,
+        lease=lease,
+        idle=idle,
+        runs_recorded=runs_recorded,
+        vanished=vanished,
+        backoff=backoff,
+        keep=keep,
+    )
+    return Report(anomalies=found.anomalies, counts=found.counts, notes=found.notes, totals=found.totals)
+
+
+def _vanished(vanished: Iterable[str]) -> list[str]:
     names = None if isinstance(vanished, str) else list(vanished)  # one name alone is a slip: say so
     if names is None or not all(isinstance(name, str) for name in names):
         raise TypeError(f"vanished must be worker names (strs), got {names!r:.80}")
+    return names
+
+
+def _backoff(backoff: Any) -> None:
     if backoff is not None and not isinstance(backoff, Backoff):
         raise TypeError(f"backoff must be a leaselab.Backoff or None, got {backoff!r:.60}")
-    h = History(
-        jobs=history.jobs,
-        events=history.events,
-        effects=effects_from(list(history.effects)),
-        now=history.now,
-        ordered=history.ordered,
-    )
-    derived = rules.derived_leases(h)
-
-    def lease_of(worker: str | None) -> float | None:
-        return lease if lease is not None else derived.get(worker) if worker is not None else None
-
-    found = (
-        rules.lost_jobs(h)
-        + rules.unfinished(h, idle)
-        + rules.fencing(h)
-        + rules.attempts(h)
-        + rules.events_agree(h)
-        + rules.links(h)
-        + rules.fences(h)
-        + rules.false_losses(h)
-        + rules.reaps(h, lease_of)
-        + rules.effects_repeated(h)
-        + rules.effects_agree(h)
-        + (rules.runs(h, names) if runs_recorded else [])
-    )
-    # The model's verdict is the first event that breaks the specification; a job another rule has
-    # already named is not reported twice, so the model adds what the symptoms did not show.
-    named = {a.job for a in found}
-    found += [a for a in (rules.specification(h, backoff, lease_of) if h.ordered else []) if a.job not in named]
-    found.sort(key=lambda a: (a.job if a.job is not None else -1, KINDS.index(a.kind)))
-    notes = []
-    reaped = any(e["kind"] == "reaped" for e in h.events)
-    if lease is None and reaped and any(e["kind"] == "reaped" and e.get("worker") not in derived for e in h.events):
-        notes.append("lease_unknown")
-    if not h.effects:
-        notes.append("no_effects")
-    if not h.ordered:
-        notes.append("spec_unordered")
-    return Report(anomalies=found, counts=rules.counts(h, idle), notes=notes)
 
 
-def _options(lease: Any, idle: Any, runs_recorded: Any) -> None:
+def _options(lease: Any, idle: Any, runs_recorded: Any, keep: Any) -> None:
     if lease is not None:
         positive("lease", lease)
+    if keep is not None:
+        integer("keep", keep, 0)
     for name, value in (("idle", idle), ("runs_recorded", runs_recorded)):
         if not isinstance(value, bool):
             raise TypeError(f"{name} must be True or False, got {value!r:.40}")

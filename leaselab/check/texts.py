@@ -299,6 +299,7 @@ COUNTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "refused_zombies": ("refused_zombies", ("zombie refused", "zombies refused")),
         "anomalies": ("anomalies", ("anomaly", "anomalies")),
         "waiting": ("waiting", ("job still waits for its time", "jobs still wait for their time")),
+        "more_shown": ("more", ("more of this kind is", "more of this kind are")),
     },
     "ru": {
         "times": ("n", ("раз", "раза", "раз")),
@@ -311,6 +312,10 @@ COUNTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "waiting": (
             "waiting",
             ("задача ещё ждёт своего времени", "задачи ещё ждут своего времени", "задач ещё ждут своего времени"),
+        ),
+        "more_shown": (
+            "more",
+            ("аномалия этого вида не показана", "аномалии этого вида не показаны", "аномалий этого вида не показано"),
         ),
     },
 }
@@ -331,6 +336,13 @@ REPORT: dict[str, dict[str, str]] = {
             "as they commit"
         ),
         "job_none": "no job",
+        "by_kind": "by kind: {kinds}",
+        "kind_total": "{title} {n}",
+        "more": "… {more_shown} not shown ({title}; leaselab check --all shows every one)",
+        "spec_too_long": (
+            "the specification did not judge the history: it reads a history whole, in order, and this one is "
+            "too long for that"
+        ),
     },
     "ru": {
         "clean": "все обещания сдержаны: {tally}",
@@ -349,6 +361,13 @@ REPORT: dict[str, dict[str, str]] = {
             "историю не сверяли со спецификацией: сервер нумерует события по мере записи, а не в порядке фиксации"
         ),
         "job_none": "без задачи",
+        "by_kind": "по видам: {kinds}",
+        "kind_total": "{title} — {n}",
+        "more": "… ещё {more_shown} ({title}; все покажет leaselab check --all)",
+        "spec_too_long": (
+            "историю не сверяли со спецификацией: спецификация читает историю целиком и по порядку, "
+            "а эта история для этого слишком длинная"
+        ),
     },
 }
 

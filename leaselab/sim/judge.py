@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backoff import Backoff
+from ..job import HOLDER_RELEASES, RELEASES
 from .model import Model, Violation
 
 # Seconds: two readings of one clock stored in two REAL columns, or a lease derived by subtraction.
@@ -98,7 +99,7 @@ def judge(
     model = Model(replace(backoff, jitter=0.0) if backoff is not None else Backoff(base=0.0, cap=0.0))
     rows = {j["id"]: j for j in jobs}
     ordered = sorted(events, key=lambda e: e["id"])
-    retried = {e["job_id"] for e in ordered if e["kind"] in ("failed", "reaped")}
+    retried = {e["job_id"] for e in ordered if e["kind"] in RELEASES}
     unknown_run_at: set[int] = set()
     lease_known: dict[str, bool] = {}  # token -> its lease_until in the model is a real one
     seen: list[int] = []
@@ -159,7 +160,7 @@ def _step(
     if kind == "claimed":
         _claim(model, group, unknown_run_at, lease_known, lease_of)
         return
-    if kind in ("heartbeat", "completed", "failed"):
+    if kind in ("heartbeat", "completed", *HOLDER_RELEASES):
         if job.status != "running" or job.token != token:
             raise _Found("write_without_token", e, job_id, write=kind, token=_short(token), holder=_holder(job))
         lease = lease_of(e.get("worker"))
@@ -169,7 +170,7 @@ def _step(
         elif kind == "completed":
             model.complete(job_id, token, None)
         else:
-            _release(model, e, nxt, backoff_known)
+            _release(model, e, nxt, backoff_known, at_once=kind == "released")
         return
     if kind == "reaped":
         if job.status != "running" or job.token != token:
@@ -248,12 +249,14 @@ def _claim(
         unknown_run_at.discard(job_id)
 
 
-def _release(model: Model, e: dict, nxt: dict | None, backoff_known: bool) -> None:
-    """A failure or a reap: the job's attempts decide dead or pending again (a reap ends a job as a
-    failure does, so the model's failure carries both); a death is written as the very next event."""
+def _release(model: Model, e: dict, nxt: dict | None, backoff_known: bool, at_once: bool = False) -> None:
+    """A failure, a timeout or a reap (or, ``at_once``, a holder's hand-back, with no backoff): the job's
+    attempts decide dead or pending again (a reap ends a job as a failure does, so the model's failure
+    carries both); a death is written as the very next event."""
     job_id = e["job_id"]
     job = model.jobs[job_id]
-    status = model.fail(job_id, job.token or "", e["at"])
+    token, now = job.token or "", e["at"]
+    status = model.release(job_id, token, now) if at_once else model.fail(job_id, token, now)
     died = nxt is not None and nxt["kind"] == "dead" and nxt["job_id"] == job_id
     if status == "dead" and not died:
         raise _Found("not_dead", e, job_id, attempts=job.attempts, max=job.max_attempts)

@@ -184,6 +184,18 @@ class Model:
         # Written before, under this token (its reply was lost): the status that failure gave.
         return self.failed_by.get(token)
 
+    def release(self, job_id: int, token: str, now: float) -> str | None:
+        """A holder hands its job back (``Queue.release``): pending and runnable at once, or dead when its
+        attempts are spent; None when refused (that token no longer holds it)."""
+        job = self.jobs.get(job_id)
+        if job is None or job.status != "running" or job.token != token:
+            return None
+        if job.attempts >= job.max_attempts:
+            self.jobs[job_id] = replace(job, status="dead", lease_until=None)
+        else:
+            self.jobs[job_id] = replace(job, status="pending", lease_until=None, run_at=now)
+        return self.jobs[job_id].status
+
     def reap(self, keep: list[str], now: float) -> set[int]:
         moved = set()
         for job in list(self.jobs.values()):

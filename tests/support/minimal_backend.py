@@ -169,22 +169,24 @@ class MinimalBackend(BackendDefaults):
         rows = self._rows(sql.GET, {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
-    def jobs(self, status: Status | None, limit: int, newest_first: bool) -> list[Job]:
+    def jobs(self, status: Status | None, limit: int, newest_first: bool, after: int = 0) -> list[Job]:
         if status is None:
-            rows = self._rows(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, {"limit": limit})
+            statement = sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS
+            rows = self._rows(statement, {"limit": limit, "after": after})
         else:
             statement = sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS
-            rows = self._rows(statement, {"status": status.value, "limit": limit})
+            rows = self._rows(statement, {"status": status.value, "limit": limit, "after": after})
         return [Job.from_row_or_damaged(row) for row in rows]
 
     def stats(self) -> dict[str, int]:
         return {row["status"]: row["count(*)"] for row in self._rows(sql.STATS)}
 
-    def events(self, job_id: int | None, after: int) -> list[Event]:
+    def events(self, job_id: int | None, after: int, limit: int | None = None) -> list[Event]:
+        page = {"after": after, "limit": -1 if limit is None else limit}  # SQLite: a negative LIMIT is none
         if job_id is None:
-            rows = self._rows(sql.EVENTS, {"after": after})
+            rows = self._rows(sql.EVENTS, page)
         else:
-            rows = self._rows(sql.EVENTS_FOR_JOB, {"id": job_id, "after": after})
+            rows = self._rows(sql.EVENTS_FOR_JOB, {"id": job_id, **page})
         return [Event(**{key: row[key] for key in row.keys()}) for row in rows]
 
     def next_run_at(self) -> float | None:
