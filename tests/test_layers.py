@@ -188,6 +188,7 @@ ALLOWED = {
         "leaselab.backends",
         "leaselab.backoff",
         "leaselab.errors",
+        "leaselab.job",  # the history's kinds of event, named once (HOLDER_RELEASES): data, not the queue's code
         "leaselab.printable",
         "leaselab.sim.judge",
         "leaselab.words",
