@@ -288,7 +288,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     # A report holds the first few anomalies of each kind and counts the rest: a queue of a million
     # jobs gone wrong the same way is said in a few lines, not a million.
     keep = None if args.all else SHOWN
-    report = check(args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep)
+    report = check(args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep, max_run=args.max_run)
     print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang, shown=keep))
     return 0 if report.clean else EXIT_ANOMALY
 
@@ -574,6 +574,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the workers may still be at work (the default): a job not finished is not lost, a pending "
         "job is not stuck, and only a lease that ran out a minute ago is stuck",
+    )
+    p.add_argument(
+        "--max-run",
+        type=_positive_float,
+        default=None,
+        metavar="SECONDS",
+        help="a job still running an attempt claimed longer ago than this is hung, however many heartbeats "
+        "renewed it (default: not looked for; attempts given up at their timeout are named either way)",
     )
     p.add_argument(
         "--all",

@@ -122,6 +122,14 @@ class Build:
             self._event(job, "dead", at, token, row["worker"], "boom")
         return self
 
+    def time_out(self, job: int, token: str, at: float, seconds: float = 5) -> Build:
+        row = self.rows[job]
+        row.update(status="pending" if row["attempts"] < row["max_attempts"] else "dead", lease_until=None)
+        self._event(job, "timed_out", at, token, row["worker"], f"ran past its timeout of {seconds:g}s")
+        if row["status"] == "dead":
+            self._event(job, "dead", at, token, row["worker"], "timed out")
+        return self
+
     def reap(self, job: int, at: float) -> Build:
         row = self.rows[job]
         row.update(status="pending" if row["attempts"] < row["max_attempts"] else "dead", lease_until=None)
@@ -302,6 +310,32 @@ CASES = {
         lambda b: b.enqueue(1, run_at=T0 + 1).claim(1, "a" * 32, T0 + 1).complete(1, "a" * 32, T0 + 2),
         {},
         "specification",
+        1,
+    ),
+    "timed out: an attempt given up at its timeout": (
+        lambda b: (
+            b.enqueue(1)
+            .claim(1, "a" * 32, T0 + 1)
+            .time_out(1, "a" * 32, T0 + 6)
+            .claim(1, "b" * 32, T0 + 9)
+            .complete(1, "b" * 32, T0 + 10)
+        ),
+        lambda b: (
+            b.enqueue(1)
+            .claim(1, "a" * 32, T0 + 1)
+            .fail(1, "a" * 32, T0 + 6)
+            .claim(1, "b" * 32, T0 + 9)
+            .complete(1, "b" * 32, T0 + 10)
+        ),
+        {},
+        "timed_out",
+        1,
+    ),
+    "hung: a job running longer than --max-run under heartbeats": (
+        lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 1).beat(1, "a" * 32, T0 + 50).beat(1, "a" * 32, T0 + 99),
+        lambda b: b.enqueue(1).claim(1, "a" * 32, T0 + 60).beat(1, "a" * 32, T0 + 80).beat(1, "a" * 32, T0 + 99),
+        {"idle": False, "max_run": 60},
+        "hung",
         1,
     ),
     "specification: a retry claimed before its backoff ended": (

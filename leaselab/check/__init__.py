@@ -61,6 +61,7 @@ def check(
     vanished: Iterable[str] = (),
     backoff: Backoff | None = QUEUE_BACKOFF,
     keep: int | None = None,
+    max_run: float | None = None,
 ) -> Report:
     """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
 
@@ -76,13 +77,16 @@ def check(
     ``keep``: how many anomalies of each kind the report holds with their witnesses (the first by job;
     None: all); the report counts every one either way. The history is streamed, one job at a time,
     in one read transaction: a run of a million jobs is checked in the memory of a few.
+    Every attempt a worker gave up at its timeout is named (``timed_out``); with ``max_run`` (seconds),
+    so is a job still running an attempt claimed longer ago than that (``hung``), whatever its heartbeats.
     A missing file raises ``DatabaseMissing`` and is not created.
     """
     _options(lease, idle, runs_recorded, keep)
+    _max_run(max_run)
     names = _vanished(vanished)
     _backoff(backoff)
     with snapshot(target, now=now) as view:
-        return _report(view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep)
+        return _report(view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep, max_run)
 
 
 def check_history(
@@ -94,13 +98,16 @@ def check_history(
     vanished: Iterable[str] = (),
     backoff: Backoff | None = QUEUE_BACKOFF,
     keep: int | None = None,
+    max_run: float | None = None,
 ) -> Report:
     """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
     _options(lease, idle, runs_recorded, keep)
+    _max_run(max_run)
     names = _vanished(vanished)
     _backoff(backoff)
     view = in_memory(History(jobs=history.jobs, events=history.events, now=history.now, ordered=history.ordered))
-    return _report(view, effects_from(list(history.effects)), lease, idle, runs_recorded, names, backoff, keep)
+    effects = effects_from(list(history.effects))
+    return _report(view, effects, lease, idle, runs_recorded, names, backoff, keep, max_run)
 
 
 def _report(
@@ -112,6 +119,7 @@ def _report(
     vanished: list[str],
     backoff: Backoff | None,
     keep: int | None,
+    max_run: float | None = None,
 ) -> Report:
     found = walk(
         view,
@@ -122,8 +130,16 @@ def _report(
         vanished=vanished,
         backoff=backoff,
         keep=keep,
+        max_run=max_run,
     )
     return Report(anomalies=found.anomalies, counts=found.counts, notes=found.notes, totals=found.totals)
+
+
+def _max_run(max_run: Any) -> None:
+    if max_run is not None and not (
+        isinstance(max_run, (int, float)) and not isinstance(max_run, bool) and 0 < max_run < float("inf")
+    ):
+        raise ValueError(f"max_run must be a positive number of seconds or None, got {max_run!r:.60}")
 
 
 def _vanished(vanished: Iterable[str]) -> list[str]:

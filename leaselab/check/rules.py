@@ -14,6 +14,7 @@ specification reads the history in the order it was applied, across jobs.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -89,6 +90,53 @@ def unfinished_job(j: Row, events: list[Row], now: float, idle: bool) -> list[An
         what = "stuck.runnable_again" if j["attempts"] else "stuck.runnable"
         return [Anomaly("stuck", j["id"], _job_witness(j, events), what, {"ago": now - j["run_at"]})]
     return []
+
+
+# What a worker writes as the detail of a timed_out event (leaselab.worker.decisions.overdue), read back.
+_TIMED_OUT = (
+    (re.compile(r"ran past its timeout of ([\d.e+-]+)s"), "timed_out.timeout"),
+    (re.compile(r"reported no progress for ([\d.e+-]+)s"), "timed_out.progress"),
+)
+
+
+def timeouts_job(j: Row | None, events: list[Row], now: float, max_run: float | None) -> list[Anomaly]:
+    """timed out and hung: a worker's heartbeat proves it lives, not that its job moves.
+
+    Every attempt a worker gave up at its timeout (a ``timed_out`` event) is named: the queue kept
+    its promise, but the handler may hang. With ``max_run``, so is a job still running an attempt
+    claimed longer ago than that, however many heartbeats renewed it.
+    """
+    found = []
+    claims: dict[str | None, Row] = {}
+    for e in events:
+        if e["kind"] == "claimed":
+            claims[e.get("token")] = e
+        elif e["kind"] == "timed_out":
+            what, seconds = "timed_out.timeout", None
+            for pattern, key in _TIMED_OUT:
+                match = pattern.search(e.get("detail") or "")
+                if match is not None:
+                    what, seconds = key, float(match.group(1))
+                    break
+            claim = claims.get(e.get("token"))
+            witness = ([event_line(claim)] if claim is not None else []) + [event_line(e)]
+            found.append(
+                Anomaly("timed_out", e["job_id"], witness, what, {"attempt": e["attempt"], "seconds": seconds or 0.0})
+            )
+    if max_run is not None and j is not None and j["status"] == "running":
+        claim = claims.get(j.get("token"))
+        if claim is not None and now - claim["at"] > max_run:
+            beats = sum(1 for e in events if e["kind"] == "heartbeat" and e.get("token") == j.get("token"))
+            found.append(
+                Anomaly(
+                    "hung",
+                    j["id"],
+                    [event_line(claim)] + [event_line(e) for e in events[-1:] if e is not claim],
+                    "hung.running",
+                    {"attempt": claim["attempt"], "ago": now - claim["at"], "beats": beats, "max_run": float(max_run)},
+                )
+            )
+    return found
 
 
 def _job_witness(j: Row, events: list[Row]) -> list[str]:

@@ -29,6 +29,8 @@ TITLES: dict[str, dict[str, str]] = {
         "attempts_exceeded": "attempts exceeded",
         "dead_unrun": "dead, never run",
         "specification": "specification broken",
+        "timed_out": "timed out",
+        "hung": "hung",
     },
     "ru": {
         "lost": "задача потеряна",
@@ -45,6 +47,8 @@ TITLES: dict[str, dict[str, str]] = {
         "attempts_exceeded": "превышено число попыток",
         "dead_unrun": "задача умерла, так и не запустившись",
         "specification": "нарушена спецификация",
+        "timed_out": "попытка снята по тайм-ауту",
+        "hung": "обработчик завис",
     },
 }
 
@@ -105,6 +109,18 @@ SENTENCES: dict[str, dict[str, str]] = {
         "dead_unrun": (
             "job {job} died after {after_attempts}, but its handler never ran (claimed by {workers}, "
             "none of them killed)"
+        ),
+        "timed_out.timeout": (
+            "job {job}: attempt {attempt} ran past its timeout of {seconds} s, and its worker gave it up: its "
+            "handler may hang"
+        ),
+        "timed_out.progress": (
+            "job {job}: attempt {attempt} reported no progress for {seconds} s, and its worker gave it up: its "
+            "handler may hang"
+        ),
+        "hung.running": (
+            "job {job} has been running attempt {attempt} for {ago} s ({beats}), longer than the {max_run} s "
+            "allowed: its worker lives, but its handler may hang; give the job a timeout"
         ),
     },
     "ru": {
@@ -172,6 +188,18 @@ SENTENCES: dict[str, dict[str, str]] = {
         "dead_unrun": (
             "задача {job} умерла после {after_attempts}, но её обработчик так и не запускался "
             "(захватывали: {workers}; никого из них не убивали)"
+        ),
+        "timed_out.timeout": (
+            "задача {job}: попытка {attempt} вышла за тайм-аут в {seconds} с, и воркер её снял: "
+            "возможно, обработчик зависает"
+        ),
+        "timed_out.progress": (
+            "задача {job}: попытка {attempt} {seconds} с не сообщала о продвижении, и воркер её снял: "
+            "возможно, обработчик зависает"
+        ),
+        "hung.running": (
+            "задача {job} выполняется уже {ago} с (попытка {attempt}, {beats}), дольше допустимых {max_run} с: "
+            "воркер жив, но обработчик, похоже, завис; задайте задаче тайм-аут"
         ),
     },
 }
@@ -300,6 +328,7 @@ COUNTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
         "anomalies": ("anomalies", ("anomaly", "anomalies")),
         "waiting": ("waiting", ("job still waits for its time", "jobs still wait for their time")),
         "more_shown": ("more", ("more of this kind is", "more of this kind are")),
+        "beats": ("beats", ("heartbeat", "heartbeats")),
     },
     "ru": {
         "times": ("n", ("раз", "раза", "раз")),
@@ -317,6 +346,7 @@ COUNTED: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
             "more",
             ("аномалия этого вида не показана", "аномалии этого вида не показаны", "аномалий этого вида не показано"),
         ),
+        "beats": ("beats", ("продление аренды", "продления аренды", "продлений аренды")),
     },
 }
 

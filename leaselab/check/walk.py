@@ -70,6 +70,7 @@ def walk(
     vanished: list[str],
     backoff: Backoff | None,
     keep: int | None = None,
+    max_run: float | None = None,
 ) -> Found:
     """Every rule over ``view`` and ``effects``; the options are ``check``'s."""
     kept: dict[str, Kept] = {kind: Kept(keep) for kind in KINDS}
@@ -118,6 +119,7 @@ def walk(
                 derived.setdefault(j["worker"], shown)
         found(rules.fences_job(job_id, events, mine))
         found(rules.false_losses_job(job_id, events))
+        found(rules.timeouts_job(j, events, now, max_run))
         reaped = [e.get("worker") for e in events if e["kind"] in rules.REAPER_RELEASES]
         if reaped:
             reapers.update(reaped)
