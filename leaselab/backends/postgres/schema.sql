@@ -61,7 +61,7 @@ CREATE TABLE events (
     job_id  bigint  NOT NULL,
     kind    text    NOT NULL CHECK (kind IN ('enqueued', 'claimed', 'heartbeat', 'completed',
                                              'failed', 'reaped', 'dead', 'lease_lost',
-                                             'timed_out', 'released')),
+                                             'timed_out', 'released', 'retried', 'cancelled')),
     at      double precision NOT NULL,
     worker  text,
     token   text,
@@ -93,7 +93,8 @@ CREATE OR REPLACE FUNCTION leaselab_job_changed() RETURNS trigger LANGUAGE plpgs
 BEGIN
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     VALUES (NEW.id, NEW.last_event, NEW.updated_at, NEW.worker, NEW.token, NEW.attempts,
-            CASE WHEN NEW.last_event IN ('failed', 'reaped', 'timed_out', 'released') THEN NEW.last_error END,
+            CASE WHEN NEW.last_event IN ('failed', 'reaped', 'timed_out', 'released', 'cancelled')
+                 THEN NEW.last_error END,
             OLD.last_event_id)
     RETURNING id INTO NEW.last_event_id;
     IF NEW.status = 'dead' AND OLD.status <> 'dead' THEN

@@ -371,16 +371,17 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 3'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 3'",
     ),
-    # 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), the history two kinds ('timed_out',
-    # 'released'), and the history trigger keeps their reason as it keeps a failure's: its function is
-    # taken from schema.sql as it is, so an upgraded database runs the very code a new one does.
+    # 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), the history four kinds
+    # ('timed_out', 'released', and 'retried' and 'cancelled' for what an operator does by hand), and
+    # the history trigger keeps their reason as it keeps a failure's: its function is taken from
+    # schema.sql as it is, so an upgraded database runs the very code a new one does.
     3: (
         "LOCK TABLE jobs, events IN ACCESS EXCLUSIVE MODE",
         "ALTER TABLE jobs ADD COLUMN timeout double precision CHECK (timeout > 0 AND timeout < 'Infinity'),"
         " ADD COLUMN beat_timeout double precision CHECK (beat_timeout > 0 AND beat_timeout < 'Infinity')",
         "ALTER TABLE events DROP CONSTRAINT events_kind_check, ADD CONSTRAINT events_kind_check CHECK (kind IN"
         " ('enqueued', 'claimed', 'heartbeat', 'completed', 'failed', 'reaped', 'dead', 'lease_lost',"
-        " 'timed_out', 'released'))",
+        " 'timed_out', 'released', 'retried', 'cancelled'))",
         _schema_statement("CREATE OR REPLACE FUNCTION leaselab_job_changed()"),
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 4'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 4'",

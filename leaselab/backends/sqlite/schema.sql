@@ -49,7 +49,7 @@ CREATE TABLE IF NOT EXISTS events (
     job_id  INTEGER NOT NULL,
     kind    TEXT    NOT NULL CHECK (kind IN ('enqueued', 'claimed', 'heartbeat', 'completed',
                                              'failed', 'reaped', 'dead', 'lease_lost',
-                                             'timed_out', 'released')),
+                                             'timed_out', 'released', 'retried', 'cancelled')),
     at      REAL    NOT NULL,
     worker  TEXT,
     token   TEXT,
@@ -75,7 +75,8 @@ CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF last_event ON jobs
 BEGIN
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     VALUES (NEW.id, NEW.last_event, NEW.updated_at, NEW.worker, NEW.token, NEW.attempts,
-            CASE WHEN NEW.last_event IN ('failed', 'reaped', 'timed_out', 'released') THEN NEW.last_error END,
+            CASE WHEN NEW.last_event IN ('failed', 'reaped', 'timed_out', 'released', 'cancelled')
+                 THEN NEW.last_error END,
             OLD.last_event_id);
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     SELECT NEW.id, 'dead', NEW.updated_at, NEW.worker, NEW.token, NEW.attempts, NEW.last_error,

@@ -103,9 +103,10 @@ CLAIM_STATISTICS: tuple[str, ...] = (
 # harmless one (a blob by its hex text), the job keeps its id and history, and a job that
 # was pending or running becomes dead, its last_error and a 'dead' event naming every bad value.
 # A finished job keeps its status; its last_error names what was repaired.
-# 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), and the history two kinds,
-# 'timed_out' and 'released'. A CHECK cannot be changed in place, so the events table is built
-# anew and its rows copied, ids and links as they were; the jobs table only gains two columns.
+# 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), and the history four kinds,
+# 'timed_out' and 'released', and 'retried' and 'cancelled' for what an operator does by hand.
+# A CHECK cannot be changed in place, so the events table is built anew and its rows copied, ids
+# and links as they were; the jobs table only gains two columns.
 _FINITE = "typeof({0}) IN ('integer', 'real') AND abs({0}) < 9e999"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _AS_TEXT = "iif(typeof({0}) IN ('text', 'null'), {0}, hex({0}))"
