@@ -548,10 +548,7 @@ class PostgresBackend(SqlBackend):
                 return
             if self._notified.is_set():
                 break
-            try:
-                select.select([socket_fd], [], [], min(left, CHANNEL_POLL))
-            except (OSError, ValueError):  # another thread closed the connection meanwhile: look again
-                time.sleep(min(left, CHANNEL_POLL))
+            _readable(socket_fd, min(left, CHANNEL_POLL))
         self._notified.clear()
 
     def _listen(self) -> psycopg.Connection:
@@ -584,6 +581,23 @@ class PostgresBackend(SqlBackend):
             self._conn.close()  # the next call opens a new connection, once this one's session has ended
             self._conn, self._orphan = None, self._session or self._orphan
         return translate(exc, self.name, self.url)
+
+
+def _readable(fd: int, timeout: float) -> None:
+    """Wait until ``fd`` has something to read (or is closed or broken), at most ``timeout`` seconds.
+
+    poll(2) where there is one: select(2) refuses a descriptor past FD_SETSIZE (1024), which a
+    worker whose handlers keep many files open may be given.
+    """
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(timeout * 1000)
+        else:  # pragma: no cover - Windows
+            select.select([fd], [], [], timeout)
+    except (OSError, ValueError):  # another thread closed the connection meanwhile: the caller looks again
+        time.sleep(timeout)
 
 
 def _shut_down(conn: psycopg.Connection) -> None:
