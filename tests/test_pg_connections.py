@@ -217,14 +217,15 @@ def full(small_server) -> Iterator[tuple[str, list[psycopg.Connection]]]:
             conn.close()
 
 
-def test_a_command_on_a_full_server_says_too_many_clients_in_one_line(full):
+@pytest.mark.parametrize("command", [["enqueue", "{}"], ["stats"], ["jobs"]], ids=lambda argv: argv[0])
+def test_a_command_on_a_full_server_says_too_many_clients_in_one_line(full, command):
     url, _ = full
     done = subprocess.run(
-        [sys.executable, "-m", "leaselab", "enqueue", "{}", "--db", url], capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "leaselab", *command, "--db", url], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == 2 and done.stdout == "", done
     lines = done.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("leaselab enqueue: error: "), done.stderr
+    assert len(lines) == 1 and lines[0].startswith(f"leaselab {command[0]}: error: "), done.stderr
     assert "too many clients" in lines[0] and "Traceback" not in done.stderr
 
 
