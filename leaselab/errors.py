@@ -97,6 +97,11 @@ class DatabaseUnreachable(TransientError):
     """Raised when the database server cannot be reached or the connection to it dropped; the next call reconnects."""
 
 
+class TooManyClients(TransientError):
+    """Raised when the database server refuses a new connection because every connection slot it allows is taken
+    (PostgreSQL's "too many clients", SQLSTATE 53300); a later try may find one free."""
+
+
 class ServerRefused(LeaselabError):
     """Raised when the database server refuses the connection for good: no such database, or a wrong user or
     password."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
 import socket
 import threading
 import time
@@ -35,6 +36,7 @@ from ...errors import (
     NotALeaselabDatabase,
     SchemaTooNew,
     ServerRefused,
+    TooManyClients,
 )
 from .. import scrub
 from ..base import SqlBackend, claimed
@@ -62,7 +64,14 @@ _REFUSED_AT_CONNECT = re.compile(
     r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
     r'role ".*" does not exist|no pg_hba.conf entry)'
 )
-_UNREACHABLE_CLASSES = ("08", "57P", "53300")  # connection failures, server shutting down, too many clients
+_UNREACHABLE_CLASSES = ("08", "57P")  # connection failures, server shutting down
+_TOO_MANY_CLIENTS = "53300"
+# A connection refused for want of a slot arrives before any SQLSTATE, in one of two FATAL lines: the
+# first when every slot is taken, the second when only those kept for superusers (or, from
+# PostgreSQL 16, for roles given pg_use_reserved_connections) are left.
+_TOO_MANY_CLIENTS_AT_CONNECT = re.compile(
+    r"FATAL:\s+(sorry, too many clients already|remaining connection slots are reserved)"
+)
 
 
 def schema_script() -> str:
@@ -124,8 +133,9 @@ def _one_line(message: str) -> str:
 
 
 class PostgresBackend(SqlBackend):
-    """A queue in a PostgreSQL database: one connection (guarded by a lock, so threads may share
-    it), another one opened only to LISTEN while a worker is idle.
+    """A queue in a PostgreSQL database on one connection, guarded by a lock so threads may share
+    it: a worker's loop, its pulse and its wait for work (which LISTENs on that same connection) all
+    use it, so a worker holds one connection to the server, idle or busy.
 
     ``create=False`` refuses a database that holds no leaselab tables yet instead of making them.
     ``call_timeout`` (seconds, or None for none) bounds each call: see its setter. ``connection``
@@ -160,7 +170,10 @@ class PostgresBackend(SqlBackend):
         self._conn: psycopg.Connection | None = None
         self._session: tuple[int, Any] | None = None  # the open connection's (pid, backend_start)
         self._orphan: tuple[int, Any] | None = None  # a dropped session whose last call is unknown
-        self._listener: psycopg.Connection | None = None
+        # The connection that LISTENs (the open one, unless it dropped since), and whether a notification
+        # came since the last wait for work returned: set by whichever thread's statement read it.
+        self._listening: psycopg.Connection | None = None
+        self._notified = threading.Event()
         self._synchronous: bool | None = None
         self._clock_base: tuple[float, float] | None = None  # (server time, monotonic time) of the last reading
         self._call_timeout: float | None = None
@@ -383,10 +396,9 @@ class PostgresBackend(SqlBackend):
             self._watchdog.set()
             self._watchdog = None
         with self._lock:
-            for conn in (self._conn, self._listener):
-                if conn is not None:
-                    conn.close()
-            self._conn = self._listener = None
+            if self._conn is not None:
+                self._conn.close()
+            self._conn = self._listening = None
 
     # -- statements --------------------------------------------------------
 
@@ -511,25 +523,56 @@ class PostgresBackend(SqlBackend):
 
     def wait_for_work(self, timeout: float, stop: threading.Event | None = None) -> None:
         """Return on a NOTIFY (an enqueue that found no runnable job waiting: see schema.sql), when
-        ``stop`` is set, or after ``timeout`` seconds."""
+        ``stop`` is set, or after ``timeout`` seconds.
+
+        It LISTENs on the queue's own connection, not on one of its own, so an idle worker holds no
+        second connection: on a server with a small ``max_connections`` each worker costs one. The
+        lock is held only to look for notifications, never while waiting for one (a ``select`` on the
+        socket, in slices of ``CHANNEL_POLL`` to see ``stop``): the pulse's heartbeat and reaper run on
+        the same connection meanwhile. A notification that one of their statements read is kept for
+        this wait by the connection's notify handler, and one that came while the worker was busy wakes
+        its next wait at once: a spare claim, never a missed job.
+        """
         deadline = time.monotonic() + timeout
-        try:
-            if self._listener is None or self._listener.closed:
-                self._listener = psycopg.connect(
-                    self.url, autocommit=True, application_name="leaselab-listen", **self._connect_params()
-                )
-                self._listener.execute(sql.LISTEN)
-            while (left := deadline - time.monotonic()) > 0 and not (stop is not None and stop.is_set()):
-                for _ in self._listener.notifies(timeout=min(left, CHANNEL_POLL), stop_after=1):
-                    return
-        except psycopg.Error:
-            # No listener (the server went away, say): wait out the poll; the next claim reports the fault.
-            if self._listener is not None:
-                self._listener.close()
-            self._listener = None
+        while not self._notified.is_set() and not (stop is not None and stop.is_set()):
             left = deadline - time.monotonic()
-            if left > 0:
+            if left <= 0:
+                return
+            try:
+                with self._lock:
+                    socket_fd = self._listen().fileno()
+            except (LeaselabError, psycopg.Error):
+                # No connection (the server is down or full, say): wait out the poll; the next claim
+                # reports the fault, and the next wait connects and LISTENs again.
                 stop.wait(left) if stop is not None else time.sleep(left)
+                return
+            if self._notified.is_set():
+                break
+            _readable(socket_fd, min(left, CHANNEL_POLL))
+        self._notified.clear()
+
+    def _listen(self) -> psycopg.Connection:
+        """The open connection, LISTENing (again, after a reconnect), with what the server sent read
+        and any notification in it noted; caller holds the lock."""
+        conn = self._connection()
+        try:
+            with self._bounded(conn):
+                if self._listening is not conn:
+                    conn.add_notify_handler(self._notice)
+                    conn.execute(sql.LISTEN)
+                    self._listening = conn
+                # Without blocking: what is on the socket already, a notification or end-of-file.
+                conn.pgconn.consume_input()
+                while conn.pgconn.notifies() is not None:
+                    self._notified.set()
+        except psycopg.Error as exc:
+            raise self._translate(exc) from exc
+        return conn
+
+    def _notice(self, notification: psycopg.Notify) -> None:
+        """The connection's notify handler: psycopg calls it for each notification a statement's reply
+        carried, on the thread that ran the statement."""
+        self._notified.set()
 
     # -- errors --------------------------------------------------------------
 
@@ -538,6 +581,23 @@ class PostgresBackend(SqlBackend):
             self._conn.close()  # the next call opens a new connection, once this one's session has ended
             self._conn, self._orphan = None, self._session or self._orphan
         return translate(exc, self.name, self.url)
+
+
+def _readable(fd: int, timeout: float) -> None:
+    """Wait until ``fd`` has something to read (or is closed or broken), at most ``timeout`` seconds.
+
+    poll(2) where there is one: select(2) refuses a descriptor past FD_SETSIZE (1024), which a
+    worker whose handlers keep many files open may be given.
+    """
+    try:
+        if hasattr(select, "poll"):
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            poller.poll(timeout * 1000)
+        else:  # pragma: no cover - Windows
+            select.select([fd], [], [], timeout)
+    except (OSError, ValueError):  # another thread closed the connection meanwhile: the caller looks again
+        time.sleep(timeout)
 
 
 def _shut_down(conn: psycopg.Connection) -> None:
@@ -565,6 +625,11 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
     # A refused connection arrives before any SQLSTATE: the server's FATAL line says why.
     if code in _REFUSED or (not code and _REFUSED_AT_CONNECT.search(message)):
         return ServerRefused(f"{name}: the server refused the connection ({message})")
+    if code == _TOO_MANY_CLIENTS or (not code and _TOO_MANY_CLIENTS_AT_CONNECT.search(message)):
+        return TooManyClients(
+            f"{name}: too many clients: the server refused a new connection, every slot it allows "
+            f"(max_connections) is taken ({message})"
+        )
     if code.startswith(_UNREACHABLE_CLASSES) or (not code and isinstance(exc, psycopg.OperationalError)):
         return DatabaseUnreachable(f"{name}: cannot reach the server ({message})")
     return LeaselabError(f"{name}: PostgreSQL error: {message}")
