@@ -217,7 +217,7 @@ def full(small_server) -> Iterator[tuple[str, list[psycopg.Connection]]]:
             conn.close()
 
 
-@pytest.mark.parametrize("command", [["enqueue", "{}"], ["stats"], ["jobs"]], ids=lambda argv: argv[0])
+@pytest.mark.parametrize("command", [["enqueue", "{}"], ["stats"], ["jobs"], ["check"]], ids=lambda argv: argv[0])
 def test_a_command_on_a_full_server_says_too_many_clients_in_one_line(full, command):
     url, _ = full
     done = subprocess.run(

@@ -128,6 +128,14 @@ def scrub(message: str, target: str) -> str:
 _REGISTERED: dict[str, Callable[..., Backend]] = {}
 
 
+def server_error(exc: Exception, target: str) -> Exception:
+    """The leaselab error a server's driver error means (a refusal, too many clients, a lost server), named by the
+    server without its password: for a reader that talks to the server with the raw driver (the checker)."""
+    from .postgres import display_name, translate  # psycopg is there: its error is in hand
+
+    return translate(exc, display_name(target), target)  # type: ignore[arg-type]  # a psycopg.Error
+
+
 def register_backend(scheme: str, opener: Callable[..., Backend]) -> None:
     """Make targets that start with ``scheme:`` open with ``opener(target, busy_timeout=, backoff=, tracer=,
     create=)``: how a backend outside this package (a test's, a plugin's) is given to ``Queue``. It need

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..backends import check_target, is_server_url, scrub, server_url
-from ..errors import DatabaseMissing, DatabaseUnreachable, NotALeaselabDatabase, ServerRefused
+from ..backends import check_target, is_server_url, scrub, server_error, server_url
+from ..errors import DatabaseMissing, DatabaseUnreachable, NotALeaselabDatabase, ServerRefused, TooManyClients
 from .effects import EffectSource, effects_from
 
 SELECT_JOBS = """
@@ -333,6 +333,9 @@ def _connect_server(url: str, **options: Any) -> Any:
             or "authentication failed" in message
         ):
             raise ServerRefused(f"the server refused the connection ({message})") from None
+        said = server_error(exc, url)
+        if isinstance(said, TooManyClients):  # the server is there, and full: not "cannot reach"
+            raise said from None
         raise DatabaseUnreachable(f"cannot reach the server ({message})") from None
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True
