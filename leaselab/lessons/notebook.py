@@ -120,14 +120,11 @@ HISTORY_WORDS = {"en": ("job", "attempt", "(no events)", "s"), "ru": ("зада�
 STORED_DETAILS_RU = (
     (re.compile(r"^(\w+) refused: token no longer holds the job$"), r"\1: отклонено, у задачи уже другой токен"),
     (re.compile(r"^lease expired$"), "аренда истекла"),
-    # A Russian number has a decimal comma: 0,5 с.
+    # Whole seconds, as the lessons set them: a fraction would keep its point (0.5 с).
+    (re.compile(r"^ran past its timeout of (\d+)s$"), r"не уложилась в тайм-аут \1 с"),
     (
-        re.compile(r"^ran past its timeout of ([\d.]+)s$"),
-        lambda m: f"не уложилась в тайм-аут {m[1].replace('.', ',')} с",
-    ),
-    (
-        re.compile(r"^reported no progress for ([\d.]+)s \(its beat_timeout\)$"),
-        lambda m: f"{m[1].replace('.', ',')} с не сообщала о продвижении (её beat_timeout)",
+        re.compile(r"^reported no progress for (\d+)s \(its beat_timeout\)$"),
+        r"\1 с не сообщала о продвижении (её beat_timeout)",
     ),
 )
 

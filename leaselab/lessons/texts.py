@@ -45,7 +45,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l1_w1_after_kill": "w1 after the kill: {state}",
         "l1_story": "history without heartbeats: {events}",
         "l1_hung_beats": "after {beats} heartbeats: status: {status} | attempt: {attempt} | holder: {holder}",
-        "l1_hung_state": "w1 as its fleet sees it: {state}",
+        "l1_hung_alive": "w1 is alive as far as its fleet can tell: {alive}",
         "l1_timed_out": "status: {status} | attempts used: {attempts} | why: {detail}",
         "l1_w2_exit": "w2 exited with status {code}; its last line says that every slot is hung: {said}",
         "wait_beats": "{n} heartbeats on the hung job",
@@ -305,7 +305,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l1_story": "история без продлений: {events}",
         "l1_hung_beats": "после {beats} {beats|продления|продлений|продлений}: статус: {status} | попытка: {attempt} | "
         "держатель: {holder}",
-        "l1_hung_state": "состояние w1, каким его видит fleet: {state}",
+        "l1_hung_alive": "w1, насколько может судить fleet, жив: {alive}",
         "l1_timed_out": "статус: {status} | использовано попыток: {attempts} | причина: {detail}",
         "l1_w2_exit": "w2 завершился с кодом {code}; последней строкой журнала он сообщает, что все его слоты "
         "заняты зависшими обработчиками: {said}",

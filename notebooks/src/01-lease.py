@@ -359,7 +359,7 @@ lessons.wait_until(lambda: len(beats()) >= BEATS, what=lessons.text("wait_beats"
 # %% tags=["nbval-check-output"]
 job = stuck.get(stuck_id)
 say("l1_hung_beats", beats=BEATS, status=job.status, attempt=job.attempts, holder=job.worker)
-say("l1_hung_state", state=t(stuck_fleet.state("w1"), lang))
+say("l1_hung_alive", alive=stuck_fleet.state("w1") == "running")
 say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in stuck.events(stuck_id) if e.kind != "heartbeat"])
 
 # %% [markdown] tags=["en"]
