@@ -353,8 +353,8 @@ stuck = Queue(work / "stuck.db")
 stuck_fleet = Fleet(stuck.path)
 stuck_id = stuck.enqueue({"hang": True})  # the handler never returns
 stuck_fleet.spawn(handler="leaselab.harness.demo:task", lease=1.0, name="w1")
-beats = lambda: [e for e in stuck.events(stuck_id) if e.kind == "heartbeat"]
-lessons.wait_until(lambda: len(beats()) >= BEATS, what=lessons.text("wait_beats", lang, n=BEATS));
+lessons.wait_until(lambda: sum(e.kind == "heartbeat" for e in stuck.events(stuck_id)) >= BEATS,
+                   what=lessons.text("wait_beats", lang, n=BEATS));
 
 # %% tags=["nbval-check-output"]
 job = stuck.get(stuck_id)
