@@ -412,3 +412,50 @@ def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(
     finally:
         context.close()
         server.stop(kill_leftovers=False)
+
+
+HANG_TIMEOUT = 20  # the spawned worker's job timeout: long enough to see the hang, short enough to see it end
+
+
+@pytest.mark.parametrize("lang, locale", [("en", "en"), ("ru", "ru_RU")])
+def test_a_reader_hangs_a_worker_sees_it_hung_and_then_its_job_come_back_at_the_timeout(
+    chromium, lab_server, tmp_path, lang, locale
+):
+    server = lab_server(locale)
+    context = chromium.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    page = context.new_page()
+    nb = NotebookPage(page, server, SHOTS, f"hang-{lang}", focus=".leaselab-lab")
+    try:
+        nb.open(playground(server.root, lang))
+        nb.run_through(LAB_CELL)
+        lab = page.locator(".leaselab-lab").first
+        lab.locator(".leaselab-spawn").wait_for(timeout=60_000)
+        lab.scroll_into_view_if_needed()
+        fill(lab, ".leaselab-lease", LEASE)
+        fill(lab, ".leaselab-timeout", HANG_TIMEOUT)
+        before = set(worker_names(lab))
+        lab.locator(".leaselab-spawn").click()
+        name = wait_for(lambda: next(iter(set(worker_names(lab)) - before), None), 30, "a new worker row")
+        lab.locator(f".leaselab-worker-{name} .leaselab-state-running").wait_for(timeout=30_000)
+        hang = lab.locator(f".leaselab-hang-{name}")
+        assert hang.inner_text().strip() == t("hang", lang)
+        hang.click()
+        see_message(lab, t("hang_msg", lang, name=name), name)
+        job_id = enqueue_one(nb, lab, 0)[0]  # a job that would be done at once, but for the hang
+        hung = lab.locator(f".leaselab-worker-{name} .leaselab-state-hung")
+        hung.wait_for(timeout=60_000)
+        assert hung.inner_text().strip() == t("hung", lang)
+        assert not truncated_labels(lab), f"labels cut off on the dashboard: {truncated_labels(lab)}"
+        nb.screenshot("hung")
+        exited = lab.locator(f".leaselab-worker-{name} .leaselab-state-exited")
+        exited.wait_for(timeout=(HANG_TIMEOUT + 60) * 1000)
+        row = nb.wait_rows(
+            ".leaselab-jobs",
+            lambda rows: (r := job_row(nb, job_id)) and r[t("col_status", lang)] == t("pending", lang) and r,
+            "the hung job pending again",
+        )
+        assert f"ran past its timeout of {HANG_TIMEOUT}s" in row[t("col_result", lang)], row
+        nb.screenshot("timed-out")
+    finally:
+        context.close()
+        server.stop(kill_leftovers=False)

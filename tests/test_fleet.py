@@ -361,3 +361,71 @@ def test_pause_returns_once_the_worker_is_stopped_even_when_it_waits_for_the_cpu
         os.sched_setaffinity(0, mine)
     assert state == "T", f"pause() returned with the worker in state {state!r}"
     assert fleet.queue.get(job_id).worker == name
+
+
+# -- hang: a live worker whose handler does nothing ------------------------------------------------
+
+
+def kinds_without_beats(queue: Queue, job_id: int) -> list[str]:
+    return [e.kind for e in queue.events(job_id) if e.kind != "heartbeat"]
+
+
+def test_hang_makes_the_handler_wait_for_ever_while_its_heartbeat_keeps_the_lease(fleet):
+    name = fleet.spawn(lease=1.0)
+    fleet.hang(name)  # idle: its next handler takes the request
+    assert fleet.status()[0].hang_asked and fleet.status()[0].badge == "running"
+    job_id = fleet.queue.enqueue({"seconds": 0})  # a job that would be done at once
+    status = wait_until(lambda: [s for s in fleet.status() if s.badge == "hung"], message="w1's handler hung")[0]
+    assert not status.hang_asked and status.state == "running"
+    wait_until(lambda: fleet.status()[0].hung_job == job_id, message="the hung handler's job written")
+    beats = wait_until(
+        lambda: len([e for e in fleet.queue.events(job_id) if e.kind == "heartbeat"]) >= 6,
+        message="six heartbeats (two leases) on the hung job",
+    )
+    assert beats
+    job = fleet.queue.get(job_id)
+    assert (job.status, job.attempts, job.worker) == (Status.RUNNING, 1, name)
+    assert kinds_without_beats(fleet.queue, job_id) == ["enqueued", "claimed"]
+    assert fleet.status()[0].badge == "hung" and fleet.status()[0].jobs == (job_id,)
+    assert [a.action for a in fleet.actions if a.worker == name][:2] == ["spawn", "hang"]
+
+
+def test_with_a_job_timeout_a_hung_handler_gives_its_job_back_and_the_worker_exits_with_status_5(fleet):
+    name = fleet.spawn(lease=1.0, job_timeout=1.0)
+    fleet.hang(name)
+    job_id = fleet.queue.enqueue({"seconds": 0})
+    wait_until(lambda: fleet.state(name) == "exited", message="w1 to exit once its only slot is hung")
+    [status] = fleet.status()
+    assert (status.returncode, status.badge) == (5, "exited")
+    assert kinds_without_beats(fleet.queue, job_id) == ["enqueued", "claimed", "timed_out"]
+    (timed_out,) = [e for e in fleet.queue.events(job_id) if e.kind == "timed_out"]
+    assert (timed_out.worker, timed_out.detail) == (name, "ran past its timeout of 1s")
+    job = fleet.queue.get(job_id)
+    assert (job.status, job.attempts) == (Status.PENDING, 1)
+    log = fleet.log_tail(name)
+    assert f"exiting: every slot holds a handler past its timeout (job {job_id}); start a new worker" in log, log
+    assert fleet.actions[-1].action == "exit" and fleet.actions[-1].detail == "code 5"
+    # The name may be reused, and the new worker inherits no hang: it does the job as attempt 2.
+    assert fleet.spawn(lease=1.0, name=name) == name
+    wait_until(lambda: fleet.queue.get(job_id).status == Status.DONE, message="the new w1 to do the job")
+    assert fleet.queue.get(job_id).attempts == 2 and fleet.status()[0].badge == "running"
+
+
+def test_one_hang_request_hangs_one_slot_and_the_other_slots_carry_on(fleet):
+    name = fleet.spawn(lease=1.0, concurrency=2, job_timeout=60.0)
+    fleet.hang(name)
+    ids = fleet.queue.enqueue_many([{"seconds": 0}] * 4)
+    wait_until(lambda: fleet.queue.stats()["done"] == 3, message="three jobs done beside the hung one")
+    [status] = fleet.status()
+    assert status.badge == "hung" and status.state == "running"
+    [stuck] = [i for i in ids if fleet.queue.get(i).status == Status.RUNNING]
+    wait_until(lambda: fleet.status()[0].hung_job == stuck, message="the hung handler's job written")
+
+
+def test_hang_is_refused_for_a_handler_that_does_not_read_hang_requests(fleet):
+    from leaselab.harness.errors import HangUnsupported
+
+    name = fleet.spawn(handler="leaselab.harness.demo:echo", lease=2.0)
+    with pytest.raises(HangUnsupported, match="does not read hang requests"):
+        fleet.hang(name)
+    assert not fleet.status()[0].hang_asked

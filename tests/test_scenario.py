@@ -119,3 +119,12 @@ def test_wait_idle_that_never_settles_raises_scenario_timeout(fleet):
 def test_a_scenario_without_a_target_says_what_it_needs():
     with pytest.raises(TypeError, match="Lab or a Fleet"):
         Scenario([spawn()]).step()
+
+
+def test_the_text_form_hangs_a_worker_spawned_with_a_job_timeout(fleet):
+    s = Scenario.parse("spawn w1 timeout=1\nhang w1\nenqueue 1 seconds=0", lease=1.0)
+    assert str(s.steps[0]) == "spawn w1 timeout=1" and str(s.steps[1]) == "hang w1"
+    s.run(fleet)
+    wait_until(lambda: fleet.state("w1") == "exited", message="w1 to exit, its only slot hung")
+    assert fleet.status()[0].returncode == 5
+    assert [e.kind for e in fleet.queue.events(1) if e.kind != "heartbeat"] == ["enqueued", "claimed", "timed_out"]

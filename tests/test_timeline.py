@@ -164,3 +164,24 @@ def test_the_numbers_in_the_bars_are_job_and_attempt_as_the_legend_title_says(hi
         assert ax.get_legend().get_title().get_text() == title
         inside = sorted(t.get_text() for t in ax.texts)
         assert inside == sorted(f"{b.job_id}·{b.attempt}" for b in data.bars)
+
+
+def test_an_attempt_given_up_at_its_timeout_or_handed_back_ends_there_and_a_hang_is_shaded(target):
+    clock = ManualClock(100.0)
+    with Queue(target, clock=clock) as q:
+        hung, stopped = q.enqueue({"n": 1}), q.enqueue({"n": 2})
+        a = q.claim("w1", lease=5)
+        b = q.claim("w2", lease=5)
+        clock.advance(3)
+        q.time_out(a.id, a.token, "ran past its timeout of 3s")
+        clock.advance(1)
+        q.release([(b.id, b.token)])
+        events = q.events()
+    actions = [Action(101.0, "w1", "hang", 1), Action(103.5, "w1", "exit", 1, "code 5")]
+    data = timeline_data(events, actions)
+    assert Bar("w1", hung, 1, 100.0, 103.0, "timed_out") in data.bars  # not drawn as running on
+    assert Bar("w2", stopped, 1, 100.0, 104.0, "released") in data.bars
+    assert data.faults == [Fault("w1", "hang", 101.0, 103.5)]
+    for lang, words in (("en", ("given up at its timeout", "hung")), ("ru", ("снята по тайм-ауту", "завис"))):
+        labels = [t.get_text() for t in draw(data, lang=lang).axes[0].get_legend().get_texts()]
+        assert all(any(word in label for label in labels) for word in words), labels

@@ -9,14 +9,24 @@ the file ``$LEASELAB_EFFECTS`` names, if any). The lines are ``leaselab.check``'
 goes on, so a lesson that freezes, kills or cuts off the first worker can do so whenever it
 gets round to it and open the gate (create the file) afterwards; no stall of the machine can
 let the first attempt finish before the fault. Later attempts never wait.
+``hang`` (hang on every attempt, or on the first N when a number): the handler waits for ever, as one
+stuck on a lock nobody releases or a socket read with no timeout. Its worker's heartbeat thread goes
+on renewing the lease: only a timeout (``Queue.enqueue(timeout=)``, ``--job-timeout``) gives the job back.
 ``publish`` writes a page into a ``FencedStore`` and may first ask its lease whether it still holds the job.
 ``careful`` asks its lease every tenth of a second and acts only while it still may hold the job.
+
+A worker started with ``$LEASELAB_HANG`` naming a file (the lab's ``Fleet`` does: its Hang button
+creates that file) hangs the next handler of ``task`` or ``sleepy`` the same way: the first handler to
+see the file, while it sleeps or as it starts, takes it (renames it to ``hung_marker(flag)``, then
+writes its job id there) and waits for ever. One request hangs one handler, so a worker with several
+slots keeps the others.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from typing import Any
 
@@ -25,6 +35,49 @@ from ..errors import LeaseLost
 from ..fencing import FencedStore
 from ..job import Job
 from ..worker.lease import Lease
+
+# The environment variable that names a worker's hang request file (see the module's docstring).
+HANG_ENV = "LEASELAB_HANG"
+HANG_CHECK_EVERY = 0.05  # seconds between looks for a hang request while a handler sleeps
+
+
+def hung_marker(flag: str | os.PathLike) -> str:
+    """The file a handler that took the hang request ``flag`` leaves behind: its job id, while it hangs."""
+    return os.fspath(flag) + ".taken"
+
+
+def hang_for_ever() -> None:
+    """Wait for ever, as a handler stuck on a lock nobody releases: only the process's end ends it."""
+    threading.Event().wait()
+
+
+def _take_hang_request(flag: str, job: Job) -> bool:
+    """True if this handler took the hang request ``flag`` (at most one handler takes each)."""
+    marker = hung_marker(flag)
+    try:
+        os.replace(flag, marker)  # atomic: of two slots that saw the file, one takes it
+    except FileNotFoundError:
+        return False
+    with open(marker, "w", encoding="utf-8") as fh:
+        fh.write(str(job.id))
+    return True
+
+
+def _sleep(seconds: float, job: Job) -> None:
+    """``time.sleep(seconds)``; under a fleet that may ask for a hang (``$LEASELAB_HANG``), in short
+    steps, hanging for ever once this handler takes the request."""
+    flag = os.environ.get(HANG_ENV)
+    if not flag:
+        time.sleep(seconds)
+        return
+    end = time.monotonic() + seconds
+    while True:
+        if _take_hang_request(flag, job):
+            hang_for_ever()
+        left = end - time.monotonic()
+        if left <= 0:
+            return
+        time.sleep(min(HANG_CHECK_EVERY, left))
 
 
 def _opts(job: Job) -> dict[str, Any]:
@@ -52,7 +105,7 @@ def hold(job: Job) -> None:
 
 
 def task(job: Job) -> Any:
-    """The all-purpose demo: record the effect, sleep, then maybe crash or fail, else return a result."""
+    """The all-purpose demo: record the effect, maybe hang, sleep, then maybe crash or fail, else return a result."""
     opts = _opts(job)
     # Unkeyed: a re-run repeats it, as a handler that is not idempotent would. The line's token
     # tells two claims of one attempt apart: a fence handed out twice shows here even when a
@@ -60,7 +113,9 @@ def task(job: Job) -> Any:
     # run by `leaselab chaos` without one, the demo has no outside effect to repeat.
     if opts.get("effects"):
         record_effect(job, path=opts["effects"], when="start")
-    time.sleep(float(opts.get("seconds", 0)))
+    if _hits(opts.get("hang", False), job.attempts):
+        hang_for_ever()
+    _sleep(float(opts.get("seconds", 0)), job)
     hold(job)
     if _hits(opts.get("crash", False), job.attempts):
         os.kill(os.getpid(), signal.SIGKILL)
@@ -72,7 +127,7 @@ def task(job: Job) -> Any:
 def sleepy(job: Job) -> Any:
     """Sleep for the payload's seconds, then return what was done."""
     seconds = float(_opts(job).get("seconds", 1))
-    time.sleep(seconds)
+    _sleep(seconds, job)
     return {"slept": seconds, "worker": job.worker}
 
 

@@ -23,6 +23,10 @@ class PartitionUnsupported(LeaselabError):
     """Raised when a fleet is asked to cut a worker off the network and there is none to cut (a SQLite file)."""
 
 
+class HangUnsupported(LeaselabError):
+    """Raised when a fleet is asked to hang a worker whose handler does not read hang requests (not a demo's)."""
+
+
 class ProxyError(LeaselabError):
     """Raised when the lab's network proxy cannot listen, or is used after it was closed."""
 

@@ -8,15 +8,18 @@
     fleet.resume(name)    # SIGCONT
     fleet.kill(name)      # SIGKILL: a crash, no clean-up
     fleet.stop(name)      # SIGTERM: finish the current job, then exit
+    fleet.hang(name)      # its handler hangs: alive, heartbeating, stuck (demo handlers only)
     fleet.status()        # one WorkerStatus per worker
     fleet.shutdown()      # every worker ends; also run at interpreter exit
 
 Each worker is ``python -m leaselab worker ...`` started with this interpreter in a
 session of its own and with ``--ignore-sigint``, so a notebook's Interrupt (SIGINT to
-the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies. Its output goes to
-``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``). What the fleet did to its workers
-(spawn, pause, resume, kill, stop, and exits it noticed) is kept in ``fleet.actions`` and appended to
-``<db>.faults.jsonl``, so a timeline drawn later from the file alone can shade them.
+the kernel's group) neither reaches nor stops it, and it exits by itself if the kernel dies.
+Its ``$LEASELAB_HANG`` names ``<log dir>/<name>.hang``, the file ``hang`` creates (``demo.HANG_ENV``).
+Its output goes to ``<db>.logs/<name>.log`` (for a PostgreSQL URL, see ``files_prefix``).
+What the fleet did to its workers (spawn, pause, resume, kill, stop, hang, and exits it noticed) is
+kept in ``fleet.actions`` and appended to ``<db>.faults.jsonl``, so a timeline drawn later from the
+file alone can shade them.
 """
 
 from __future__ import annotations
@@ -40,12 +43,21 @@ from ..backends import is_server_url
 from ..queue import Queue
 from ..worker import STARTED, faults, handler_path, load_handler
 from . import demo
-from .errors import PartitionUnsupported, SignalsUnsupported, UnknownWorker, WorkerExists, WorkerNotRunning
+from .errors import (
+    HangUnsupported,
+    PartitionUnsupported,
+    SignalsUnsupported,
+    UnknownWorker,
+    WorkerExists,
+    WorkerNotRunning,
+)
 from .proxy import Proxy, server_address, through
 
 RUNNING, PAUSED, STOPPING, KILLED, EXITED = "running", "paused", "stopping", "killed", "exited"
 ALIVE = (RUNNING, PAUSED, STOPPING)
 DEFAULT_HANDLER = handler_path(demo.task)
+# The handlers that hang when asked to (``demo.HANG_ENV``): the others would leave the request unread.
+HANGABLE = (DEFAULT_HANDLER, handler_path(demo.sleepy))
 DEFAULT_GRACE = 5.0
 WATCH_EVERY = 0.02  # seconds between looks for workers that died by themselves
 # Names end up in file names and CSS classes (leaselab-pause-w1), so keep them plain.
@@ -121,6 +133,9 @@ class WorkerStatus:
     partitioned_for: float | None = None  # seconds since its network was cut (server queues), while cut
     partitioned_jobs: tuple[int, ...] = ()  # the jobs it held when it was cut off, while cut
     replies_dropped: int = 0  # replies its proxy threw away (``drop_reply``), since it started
+    hang_asked: bool = False  # ``hang`` was asked and no handler has taken the request yet
+    hung: bool = False  # one of its handlers took a hang request: it waits for ever
+    hung_job: int | None = None  # the job that handler was given (known once it has written it)
 
     @property
     def partitioned(self) -> bool:
@@ -151,11 +166,14 @@ class WorkerStatus:
     @property
     def badge(self) -> str:
         """The state the dashboard shows: the process state, or ``zombie`` / ``lease_expired`` / ``cut_off`` /
-        ``waiting``."""
+        ``hung`` / ``waiting``."""
         if self.zombie:
             return "zombie"
         if self.partitioned and self.state in ALIVE:
             return "lease_expired" if self.lease_expired else "cut_off"
+        if self.hung and self.state in (RUNNING, STOPPING):
+            # Alive, its heartbeat renewing the lease, its handler going nowhere.
+            return "hung"
         if self.state == RUNNING and self.fault is not None:
             return "waiting"
         if self.lease_expired:
@@ -164,8 +182,9 @@ class WorkerStatus:
 
 
 class _Proc:
-    def __init__(self, name, popen, handler, lease, log_path, log_file, concurrency=1):
+    def __init__(self, name, popen, handler, lease, log_path, log_file, concurrency=1, hang_path=""):
         self.name, self.popen, self.handler, self.lease = name, popen, handler, lease
+        self.hang_path = hang_path  # the file that asks its handler to hang (demo.HANG_ENV)
         self.concurrency = concurrency
         self.proxy = None  # the worker's own TCP proxy to the server (server queues only)
         self.partitioned_at: float | None = None
@@ -200,6 +219,17 @@ def _fault(log_path: str, max_bytes: int = 8_000) -> str | None:
         if faults.WAITING in line:
             return line.split(faults.WAITING, 1)[1].strip(" :")
     return None
+
+
+def _hang_state(flag: str) -> tuple[bool, bool, int | None]:
+    """(asked and not yet taken, taken by a handler, that handler's job id if written) for a hang request file."""
+    asked = os.path.exists(flag)
+    try:
+        with open(demo.hung_marker(flag), encoding="utf-8") as fh:
+            text = fh.read().strip()
+    except FileNotFoundError:
+        return asked, False, None
+    return asked, True, int(text) if text.isdigit() else None  # empty: taken, its job id not written yet
 
 
 def _signal(name: str) -> int:
@@ -306,6 +336,7 @@ class Fleet:
         concurrency: int = 1,
         env: dict[str, str] | None = None,
         launcher: tuple[str, ...] | None = None,
+        job_timeout: float | None = None,
     ) -> str:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
@@ -318,9 +349,12 @@ class Fleet:
         threads (``leaselab worker --concurrency``). ``env`` adds to the worker's environment;
         ``launcher`` replaces the ``python -m leaselab`` that the worker's arguments follow (a
         program that changes the process before it runs ``leaselab.cli.main``, as a skewed clock does).
+        ``job_timeout`` is the longest a job may run (``leaselab worker --job-timeout``): past it the
+        worker gives the job up, and a one-slot worker whose handler hangs exits (status 5).
         """
         load_handler(handler)
         lease = positive("lease", lease)
+        job_timeout = None if job_timeout is None else positive("job_timeout", job_timeout)
         busy_timeout = positive("busy_timeout", busy_timeout)
         concurrency = integer("concurrency", concurrency, 1)
         with self._lock:
@@ -357,6 +391,15 @@ class Fleet:
                 argv.append("--exit-when-idle")
             if concurrency > 1:
                 argv += ["--concurrency", str(concurrency)]
+            if job_timeout is not None:
+                argv += ["--job-timeout", repr(job_timeout)]
+            # A name reused after its worker died must not inherit that worker's hang.
+            hang_path = str(self.log_dir / f"{name}.hang")
+            for stale in (hang_path, demo.hung_marker(hang_path)):
+                try:
+                    os.remove(stale)
+                except FileNotFoundError:
+                    pass
             proxy = None
             db = self.path
             if is_server_url(self.path) and self.proxies:
@@ -364,6 +407,7 @@ class Fleet:
                 proxy = Proxy(server_address(self.path))
                 db = through(self.path, proxy.port)
             env = dict(os.environ, **(env or {}), PYTHONUNBUFFERED="1", LEASELAB_DB=db)
+            env[demo.HANG_ENV] = hang_path
             # The handler imported here from the notebook's folder must import there too.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.getcwd(), env.get("PYTHONPATH")]))
             try:
@@ -380,11 +424,12 @@ class Fleet:
                 if proxy is not None:
                     proxy.close()
                 raise
-            proc = _Proc(name, popen, handler, lease, str(log_path), log_file, concurrency)
+            proc = _Proc(name, popen, handler, lease, str(log_path), log_file, concurrency, hang_path)
             proc.proxy = proxy
             self._procs[name] = proc
             slots = f" concurrency={concurrency}" if concurrency > 1 else ""
-            self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s{slots}")
+            limit = f" job_timeout={job_timeout:g}s" if job_timeout is not None else ""
+            self._record(name, "spawn", popen.pid, f"{handler} lease={lease:g}s{slots}{limit}")
             self._watch()
             self._wait_started(proc, log_path.stat().st_size if log_path.exists() else 0)
             return name
@@ -536,6 +581,26 @@ class Fleet:
             proc.stopping = True
             self._record(name, "stop", proc.popen.pid)
 
+    def hang(self, name: str) -> None:
+        """Make the worker's current handler hang, or its next one if it is idle: it waits for ever.
+
+        The process stays alive and its heartbeat thread goes on renewing the lease, so no reaper
+        ever takes the job: only a timeout does (``spawn(job_timeout=)``, ``enqueue(timeout=)``),
+        after which a one-slot worker exits with status 5. The request is a file the demo handlers
+        look for (``demo.HANG_ENV``); one request hangs one handler. ``HangUnsupported`` for a
+        worker whose handler would not read it.
+        """
+        with self._lock:
+            proc = self._alive(name, "hang")
+            if proc.handler not in HANGABLE:
+                raise HangUnsupported(
+                    f"worker {name!r} runs {proc.handler}, which does not read hang requests; "
+                    f"only {' and '.join(HANGABLE)} do"
+                )
+            with open(proc.hang_path, "w", encoding="utf-8"):
+                pass
+            self._record(name, "hang", proc.popen.pid)
+
     def pause_all(self) -> list[str]:
         """Pause every live worker that is not paused yet; returns their names."""
         with self._lock:
@@ -607,6 +672,7 @@ class Fleet:
         out = []
         for p in procs:
             mine = held.get(p.name, [])
+            hang_asked, hung, hung_job = _hang_state(p.hang_path) if p.hang_path else (False, False, None)
             # The job shown with its lease left is the one whose lease runs out first.
             first = min(mine, key=lambda j: (j.lease_until is None, j.lease_until or 0.0, j.id), default=None)
             out.append(
@@ -628,6 +694,9 @@ class Fleet:
                     jobs=tuple(sorted(j.id for j in mine)),
                     concurrency=p.concurrency,
                     replies_dropped=p.proxy.replies_dropped if p.proxy is not None else 0,
+                    hang_asked=hang_asked,
+                    hung=hung,
+                    hung_job=hung_job,
                 )
             )
         return out

@@ -7,6 +7,7 @@ method, so lessons and tests can do without clicking::
     lab = Lab("lab.db", lease=2.0)
     lab.enqueue(5, kind="sleep", seconds=2)
     w1 = lab.spawn(); lab.pause(w1); lab.resume(w1); lab.kill(w1)
+    lab.hang(w1)           # its handler waits for ever; only a job timeout gives the job back
     lab.refresh()          # what the refresher thread does every ``refresh`` seconds
     lab.timeline()         # a matplotlib Figure of the history so far
     lab.close()            # stop refreshing and end the workers
@@ -19,15 +20,16 @@ Stable CSS classes for browser tests (``widget.add_class``):
 
 - controls: ``leaselab-lab`` (the whole widget), ``leaselab-n``, ``leaselab-priority``,
   ``leaselab-delay``, ``leaselab-kind``, ``leaselab-seconds``, ``leaselab-enqueue``,
-  ``leaselab-lease``, ``leaselab-slots``, ``leaselab-spawn``, ``leaselab-pause-all``, ``leaselab-resume-all``,
-  ``leaselab-reap``, ``leaselab-refresh``, ``leaselab-timeline``
+  ``leaselab-lease``, ``leaselab-slots``, ``leaselab-timeout`` (the spawned workers' job timeout),
+  ``leaselab-spawn``, ``leaselab-pause-all``, ``leaselab-resume-all``, ``leaselab-reap``,
+  ``leaselab-refresh``, ``leaselab-timeline``
 - views: ``leaselab-counts``, ``leaselab-workers`` (the box of worker rows),
   ``leaselab-jobs``, ``leaselab-message``, ``leaselab-legend``, ``leaselab-log``,
   ``leaselab-log-worker``, ``leaselab-timeline-image`` (hidden until the timeline button is pressed)
 - per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
-  ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-stop-NAME``; inside the
-  row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
-  BADGE is running, paused, stopping, zombie, lease_expired, waiting, cut_off, killed or exited.
+  ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-hang-NAME``, ``leaselab-stop-NAME``;
+  inside the row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
+  BADGE is running, paused, stopping, zombie, lease_expired, hung, waiting, cut_off, killed or exited.
   On a server queue each worker row also has ``leaselab-partition-NAME`` (cut its network)
   and ``leaselab-heal-NAME`` (reconnect it).
 """
@@ -60,6 +62,7 @@ BADGE_COLOURS = {
     "stopping": "#1565c0",  # blue: finishing its job
     "zombie": "#c62828",  # red: frozen or cut off, and its job was taken from it
     "lease_expired": "#ef6c00",  # orange: its lease ran out, nobody has reaped the job yet
+    "hung": "#ad1457",  # crimson: alive and heartbeating, its handler going nowhere
     "waiting": "#6a1b9a",  # purple: alive, waiting out a locked or full database
     "cut_off": "#00838f",  # teal: alive, cut off the network from the server
     "killed": "#212121",  # black: crashed
@@ -235,7 +238,7 @@ class _WorkerRow:
         self.cells = W.HTML()
         self.buttons = {}
         # A server queue has a third fault beside freezing and dying: a worker cut off the network.
-        actions = ("pause", "resume", "kill", "stop") + (("partition", "heal") if lab.networked else ())
+        actions = ("pause", "resume", "kill", "hang", "stop") + (("partition", "heal") if lab.networked else ())
         for action in actions:
             b = W.Button(description=t(action, lab.lang), layout=W.Layout(width="max-content", flex="0 0 auto"))
             b.add_class(f"leaselab-{action}-{name}")
@@ -253,6 +256,8 @@ class _WorkerRow:
         _set(self.buttons["resume"], "disabled", w.state != PAUSED)
         _set(self.buttons["kill"], "disabled", w.state not in ALIVE)
         _set(self.buttons["stop"], "disabled", w.state not in (RUNNING, PAUSED))
+        # One request at a time: until a handler takes it, another click would ask for nothing more.
+        _set(self.buttons["hang"], "disabled", w.state != RUNNING or w.hang_asked)
         if "partition" in self.buttons:
             _set(self.buttons["partition"], "disabled", w.state not in ALIVE or w.partitioned)
             _set(self.buttons["heal"], "disabled", w.state not in ALIVE or not w.partitioned)
@@ -267,7 +272,7 @@ def _set(widget: W.Widget, trait: str, value: Any) -> None:
 class Lab:
     """A dashboard over one queue file: controls, live tables, worker logs and a timeline.
 
-    ``lease`` and ``handler`` are what spawned workers get; ``refresh`` is the
+    ``lease``, ``handler`` and ``job_timeout`` (None: no limit) are what spawned workers get; ``refresh`` is the
     refresher's period in seconds (None or 0: refresh only when asked). Pass
     ``fleet`` to drive processes you already own; otherwise the lab makes one and
     ends its workers on ``close()``.
@@ -284,6 +289,7 @@ class Lab:
         fleet: Fleet | None = None,
         jobs_shown: int = JOBS_SHOWN,
         busy_timeout: float = 5.0,
+        job_timeout: float | None = None,
     ):
         self.lang = check_lang(lang)
         self.handler = handler
@@ -301,12 +307,12 @@ class Lab:
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._build(lease)
+        self._build(lease, job_timeout)
         self.refresh()
 
     # -- widgets ------------------------------------------------------------------
 
-    def _build(self, lease: float) -> None:
+    def _build(self, lease: float, job_timeout: float | None) -> None:
         L = self.lang
         # Labels take the room their words need, so no language gets its labels cut off with an ellipsis;
         # the number box beside a label stays about 70px wide.
@@ -351,6 +357,18 @@ class Lab:
         self.slots_input = named(
             W.BoundedIntText(1, min=1, max=32, description=t("slots", L), layout=short("slots"), style=label),
             "leaselab-slots",
+        )
+        # 0 is no limit: a worker spawned without --job-timeout, whose hung handler keeps its job for ever.
+        self.timeout_input = named(
+            W.BoundedFloatText(
+                job_timeout or 0.0,
+                min=0,
+                max=86_400,
+                description=t("job_timeout", L),
+                layout=short("job_timeout"),
+                style=label,
+            ),
+            "leaselab-timeout",
         )
 
         def button(key, css, action):
@@ -403,7 +421,7 @@ class Lab:
         worker_controls = W.VBox(
             [
                 W.HTML(f"<b>{esc(t('workers_box', L))}</b>"),
-                row([self.lease_input, self.slots_input, self.spawn_button]),
+                row([self.lease_input, self.slots_input, self.timeout_input, self.spawn_button]),
                 row([self.pause_all_button, self.resume_all_button, self.reap_button, self.refresh_button]),
             ]
         )
@@ -469,11 +487,20 @@ class Lab:
         lease: float | None = None,
         handler: str | None = None,
         concurrency: int | None = None,
+        job_timeout: float | None = None,
     ) -> str:
-        """Start a worker process (lease and jobs at once from their boxes unless given) and return its name."""
+        """Start a worker process (lease, jobs at once and job timeout from their boxes unless given; a
+        timeout of 0 is none) and return its name."""
         lease = self.lease_input.value if lease is None else lease
         concurrency = self.slots_input.value if concurrency is None else concurrency
-        name = self.fleet.spawn(handler=handler or self.handler, lease=lease, name=name, concurrency=concurrency)
+        job_timeout = self.timeout_input.value if job_timeout is None else job_timeout
+        name = self.fleet.spawn(
+            handler=handler or self.handler,
+            lease=lease,
+            name=name,
+            concurrency=concurrency,
+            job_timeout=job_timeout or None,
+        )
         self._say(t("spawned", self.lang, name=name))
         return name
 
@@ -506,6 +533,11 @@ class Lab:
         """SIGKILL a worker."""
         self.fleet.kill(name)
         self._say(t("killed_msg", self.lang, name=name))
+
+    def hang(self, name: str) -> None:
+        """Make a worker's handler hang (its current one, or its next): alive, heartbeating, stuck."""
+        self.fleet.hang(name)
+        self._say(t("hang_msg", self.lang, name=name))
 
     def stop(self, name: str) -> None:
         """SIGTERM a worker: it finishes its job, then exits."""
@@ -625,7 +657,7 @@ class Lab:
         return self.workers_header.value + "".join(r.cells.value for r in self._rows.values())
 
     def row(self, name: str) -> _WorkerRow:
-        """The widgets of one worker's row (its cells and its pause/resume/kill/stop buttons)."""
+        """The widgets of one worker's row (its cells and its pause/resume/kill/hang/stop buttons)."""
         return self._rows[name]
 
     def start(self) -> None:

@@ -20,8 +20,9 @@ or the same in a tiny text form, one step a line (``#`` starts a comment)::
         wait idle
     ''', lease=2)
 
-Verbs: ``spawn [NAME] [lease=S] [handler=MOD:FN]``, ``enqueue N [seconds=S] [kind=sleep|fail|crash]
-[priority=P] [delay=S]``, ``pause NAME``, ``resume NAME``, ``kill NAME``, ``stop NAME``,
+Verbs: ``spawn [NAME] [lease=S] [handler=MOD:FN] [timeout=S]``, ``enqueue N [seconds=S]
+[kind=sleep|fail|crash] [priority=P] [delay=S]``, ``pause NAME``, ``resume NAME``, ``kill NAME``,
+``hang NAME``, ``stop NAME``,
 ``pause_all``, ``resume_all``, ``reap``, ``wait SECONDS``, ``wait leases=N``,
 ``wait running=N [timeout=S]``, ``wait idle [timeout=S]``.
 """
@@ -77,9 +78,11 @@ def _step(verb: str, *args: Any, **options: Any) -> Step:
     return Step(verb, tuple(args), tuple((k, v) for k, v in options.items() if v is not None))
 
 
-def spawn(name: str | None = None, lease: float | None = None, handler: str | None = None) -> Step:
-    """Start a worker (the scenario's lease unless given)."""
-    return _step("spawn", *([name] if name else []), lease=lease, handler=handler)
+def spawn(
+    name: str | None = None, lease: float | None = None, handler: str | None = None, timeout: float | None = None
+) -> Step:
+    """Start a worker (the scenario's lease unless given; ``timeout``: its ``--job-timeout``)."""
+    return _step("spawn", *([name] if name else []), lease=lease, handler=handler, timeout=timeout)
 
 
 def enqueue(n: int = 1, seconds: float = 2.0, kind: str = "sleep", priority: int = 0, delay: float = 0.0) -> Step:
@@ -101,6 +104,11 @@ def resume(name: str) -> Step:
 def kill(name: str) -> Step:
     """SIGKILL a worker."""
     return _step("kill", name)
+
+
+def hang(name: str) -> Step:
+    """Make a worker's handler hang (the current one, or its next): alive, heartbeating, stuck."""
+    return _step("hang", name)
 
 
 def stop(name: str) -> Step:
@@ -149,6 +157,7 @@ _BUILDERS: dict[str, Callable[..., Step]] = {
     "pause": pause,
     "resume": resume,
     "kill": kill,
+    "hang": hang,
     "stop": stop,
     "pause_all": pause_all,
     "resume_all": resume_all,
@@ -271,9 +280,10 @@ class Scenario:
         if step.verb == "spawn":
             name = step.args[0] if step.args else None
             lease = kw.get("lease", self._lease(target))
+            timeout = kw.get("timeout")
             if hasattr(target, "fleet"):
-                return target.spawn(name=name, lease=lease, handler=kw.get("handler"))
-            return fleet.spawn(handler=kw.get("handler", DEFAULT_HANDLER), lease=lease, name=name)
+                return target.spawn(name=name, lease=lease, handler=kw.get("handler"), job_timeout=timeout)
+            return fleet.spawn(handler=kw.get("handler", DEFAULT_HANDLER), lease=lease, name=name, job_timeout=timeout)
         if step.verb == "enqueue":
             n = step.args[0] if step.args else 1
             kind, seconds = kw.get("kind", "sleep"), kw.get("seconds", 2.0)
@@ -281,7 +291,7 @@ class Scenario:
             if hasattr(target, "fleet"):
                 return target.enqueue(n, priority=priority, delay=delay, kind=kind, seconds=seconds)
             return queue.enqueue_many([demo_payload(kind, seconds)] * n, priority=priority, delay=delay)
-        if step.verb in ("pause", "resume", "kill", "stop"):
+        if step.verb in ("pause", "resume", "kill", "hang", "stop"):
             return getattr(target, step.verb)(step.args[0])
         if step.verb in ("pause_all", "resume_all"):
             return getattr(target, step.verb)()

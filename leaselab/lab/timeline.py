@@ -33,12 +33,20 @@ OUTCOME_COLOURS = {
     "dead": "#8e0000",  # dark red
     "reaped": "#9e9e9e",  # grey: the holder went quiet and lost the job
     "lease_lost": "#d84315",  # red-orange: the holder came back and was fenced off
+    "timed_out": "#ad1457",  # crimson: given up at its timeout, its handler still stuck
+    "released": "#5c6bc0",  # indigo: handed back by a stopping worker
     "running": "#1565c0",  # blue
 }
-FAULT_COLOURS = {"pause": "#ffb300", "partition": "#00acc1", "kill": "#424242", "silent": "#bdbdbd"}
+FAULT_COLOURS = {
+    "pause": "#ffb300",
+    "partition": "#00acc1",
+    "hang": "#f06292",
+    "kill": "#424242",
+    "silent": "#bdbdbd",
+}
 ANOMALY_COLOUR = "#d50000"  # a broken promise, as the checker names it
 ANOMALY_STYLE: dict[str, Any] = dict(marker="*", color=ANOMALY_COLOUR, markersize=13, markeredgecolor="white")
-FAULT_LABELS = {"pause": "tl_pause", "partition": "tl_partition", "kill": "tl_kill", "silent": "tl_silent"}
+FAULT_LABELS = {k: f"tl_{k}" for k in FAULT_COLOURS}
 
 
 @dataclass(frozen=True)
@@ -50,7 +58,7 @@ class Bar:
     attempt: int
     start: float
     end: float
-    outcome: str  # completed, failed, dead, reaped, lease_lost or running
+    outcome: str  # completed, failed, dead, reaped, lease_lost, timed_out, released or running
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,7 @@ class Fault:
     """An interval when a worker could not work: paused, killed, or silent until its lease was reaped."""
 
     worker: str
-    kind: str  # pause, partition, kill or silent
+    kind: str  # pause, partition, hang, kill or silent
     start: float
     end: float
 
@@ -106,7 +114,12 @@ def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
     paused: dict[str, float] = {}
     cut: dict[str, float] = {}
     down: dict[str, float] = {}
+    hung: dict[str, float] = {}  # from the Hang request (an idle worker's next handler takes it later)
     for a in sorted(actions, key=lambda a: a.at):
+        if a.action == "hang":
+            hung.setdefault(a.worker, a.at)
+        elif a.action in ("kill", "exit", "spawn") and a.worker in hung:
+            faults.append(Fault(a.worker, "hang", hung.pop(a.worker), a.at))
         # A cut network is shaded like a pause: the worker could not reach its jobs.
         if a.action == "partition":
             cut.setdefault(a.worker, a.at)
@@ -124,6 +137,7 @@ def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
     faults += [Fault(w, "pause", s, end) for w, s in paused.items()]
     faults += [Fault(w, "partition", s, end) for w, s in cut.items()]
     faults += [Fault(w, "kill", s, end) for w, s in down.items()]
+    faults += [Fault(w, "hang", s, end) for w, s in hung.items()]
     return faults
 
 
@@ -153,7 +167,7 @@ def timeline_data(
             last_sign[e.token] = e.at
         elif e.kind == "heartbeat" and e.token:
             last_sign[e.token] = e.at
-        elif e.kind in ("completed", "failed") and e.token in open_:
+        elif e.kind in ("completed", "failed", "timed_out", "released") and e.token in open_:
             a = open_.pop(e.token)
             bars.append(Bar(a["worker"], a["job"], a["attempt"], a["start"], e.at, e.kind))
         elif e.kind == "dead" and bars and bars[-1].job_id == e.job_id and bars[-1].outcome == "failed":

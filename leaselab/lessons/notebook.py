@@ -120,6 +120,12 @@ HISTORY_WORDS = {"en": ("job", "attempt", "(no events)", "s"), "ru": ("зада�
 STORED_DETAILS_RU = (
     (re.compile(r"^(\w+) refused: token no longer holds the job$"), r"\1: отклонено, у задачи уже другой токен"),
     (re.compile(r"^lease expired$"), "аренда истекла"),
+    # Whole seconds, as the lessons set them: a fraction would keep its point (0.5 с).
+    (re.compile(r"^ran past its timeout of (\d+)s$"), r"не уложилась в тайм-аут \1 с"),
+    (
+        re.compile(r"^reported no progress for (\d+)s \(its beat_timeout\)$"),
+        r"\1 с не сообщала о продвижении (её beat_timeout)",
+    ),
 )
 
 

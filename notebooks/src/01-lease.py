@@ -24,7 +24,8 @@
 # lease is 30 seconds unless the worker asks for another length.
 #
 # First we look at each piece with a clock we move by hand: exact and instant. Then we
-# kill a real worker process in the middle of a job and watch the job come back.
+# kill a real worker process in the middle of a job and watch the job come back. Last, the
+# case a lease alone does not cover: a live process that does nothing.
 
 # %% [markdown] tags=["ru"]
 # # Урок 1. Аренда: задача, которая не может застрять
@@ -43,7 +44,8 @@
 #
 # Сначала разберём каждую деталь на часах, которые мы сами переводим вперёд: точно и
 # мгновенно.
-# Потом убьём настоящий процесс-воркер посреди задачи и посмотрим, как задача вернётся.
+# Потом убьём настоящий процесс-воркер посреди задачи и посмотрим, как задача вернётся. А в
+# конце возьмёмся за случай, от которого одна аренда не спасает: процесс жив, но ничего не делает.
 
 # %%
 from leaselab import Backoff, ManualClock, Queue, lessons
@@ -317,6 +319,191 @@ say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in real.events(real_
 timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 
 # %% [markdown] tags=["en"]
+# ## A live process that does nothing
+#
+# The lease answers a worker that dies. It has no answer for one that lives on and does
+# nothing: a handler waiting on a lock nobody will release, reading from a socket that has
+# no timeout, blocked behind somebody's long transaction. The heartbeat does not come from
+# the handler. It comes from the worker's pulse, a thread of its own, which renews the
+# lease as long as the process runs, whatever the handler is doing. So a heartbeat proves
+# that the process is alive; it says nothing about whether the job is moving.
+#
+# Let us watch it happen. With `"hang": true` in its payload the demo handler waits for
+# ever. The lease is one second, so `w1` beats three times a second; we wait for six
+# heartbeats, two whole leases, and look at the job.
+
+# %% [markdown] tags=["ru"]
+# ## Процесс жив, но ничего не делает
+#
+# Аренда выручает, когда воркер умирает. Но против воркера, который жив и при этом стоит
+# на месте, она бессильна. Обработчик может навсегда застрять: ждать блокировку, которую
+# никто не отпустит, читать из сокета без тайм-аута, стоять за чужой долгой транзакцией.
+# Heartbeat шлёт не обработчик, а пульс воркера — отдельный поток, и он продлевает аренду,
+# пока жив процесс, чем бы ни был занят обработчик. Значит, heartbeat доказывает только то,
+# что процесс жив, и ничего не говорит о том, движется ли задача.
+#
+# Проверим на деле. Если в данных задачи есть `"hang": true`, демонстрационный
+# обработчик ждёт вечно. Аренда — одна секунда, значит `w1` продлевает её трижды в
+# секунду. Дождёмся шести продлений, то есть двух полных сроков аренды, и посмотрим на
+# задачу.
+
+# %% tags=["nbval-ignore-output"]
+BEATS = 6
+stuck = Queue(work / "stuck.db")
+stuck_fleet = Fleet(stuck.path)
+stuck_id = stuck.enqueue({"hang": True})  # the handler never returns
+stuck_fleet.spawn(handler="leaselab.harness.demo:task", lease=1.0, name="w1")
+lessons.wait_until(lambda: sum(e.kind == "heartbeat" for e in stuck.events(stuck_id)) >= BEATS,
+                   what=lessons.text("wait_beats", lang, n=BEATS));
+
+# %% tags=["nbval-check-output"]
+job = stuck.get(stuck_id)
+say("l1_hung_beats", beats=BEATS, status=job.status, attempt=job.attempts, holder=job.worker)
+say("l1_hung_alive", alive=stuck_fleet.state("w1") == "running")
+say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in stuck.events(stuck_id) if e.kind != "heartbeat"])
+
+# %% [markdown] tags=["en"]
+# Two leases have gone by and the job is still `running`, attempt 1, held by `w1`; the
+# fleet sees a healthy worker. Nothing in the queue will ever change that: the reaper takes
+# back expired leases, and this one is renewed three times a second. More heartbeats would
+# only make the history longer. Only a person who notices would end it, by killing `w1`
+# (the next cell does, and nothing in this lesson looks at `stuck.db` again).
+#
+# ## A timeout gives the job back
+#
+# A job can carry a limit of its own: `enqueue(..., timeout=2)`, or `leaselab enqueue
+# --timeout 2`; a worker can set one for every job that has none (`Worker(job_timeout=...)`,
+# `leaselab worker --job-timeout`). Past it, the worker's pulse stops renewing that job's
+# lease and writes a `timed_out` event, fenced by the token like any other write of the
+# worker's: the job is `pending` again after its backoff, or `dead` if that was its last
+# attempt. It does not wait for the lease to run out.
+#
+# What the worker cannot do is stop the handler. Python has no way to kill a thread from
+# outside it; the handler goes on waiting, and holds its slot. So the worker takes that
+# slot out of service, and a worker whose every slot holds such a handler (with one slot,
+# at once) exits with status 5, for whatever started it (systemd, Kubernetes, the lab's
+# fleet) to start a fresh process. If the stuck handler ever returns, its result is not
+# written: that attempt was given up.
+#
+# This time the job hangs on its first attempt only (`"hang": 1`), as a dropped connection
+# would, and may run two seconds at most.
+
+# %% [markdown] tags=["ru"]
+# Прошло два срока аренды, а задача всё так же `running`, попытка 1, за `w1`, и fleet
+# считает воркер совершенно здоровым. Сама очередь этого никогда не изменит: reaper
+# забирает задачи с истёкшей арендой, а эту продлевают трижды в секунду. Новые heartbeat
+# лишь удлинят историю. Положить этому конец может только человек, если заметит и убьёт `w1`
+# (следующая ячейка так и делает; к `stuck.db` урок больше не вернётся).
+#
+# ## Тайм-аут возвращает задачу
+#
+# У задачи может быть собственный предел: `enqueue(..., timeout=2)` или `leaselab enqueue
+# --timeout 2`. Воркер может задать предел и для всех задач, у которых своего нет
+# (`Worker(job_timeout=...)`, `leaselab worker --job-timeout`). Когда время вышло, пульс
+# воркера перестаёт продлевать аренду этой задачи и записывает событие `timed_out`, с
+# проверкой токена, как и любую другую запись воркера. Задача после отсрочки повтора снова
+# `pending` или, если попытка была последней, `dead`. Ждать, пока истечёт аренда, не нужно.
+#
+# А вот остановить сам обработчик воркер не может: в Python нельзя убить поток снаружи.
+# Обработчик так и ждёт и не отдаёт свой слот. Поэтому воркер выводит этот слот из работы,
+# а когда такими обработчиками заняты все слоты (при одном слоте — сразу же), завершается с
+# кодом 5. Дальше дело того, кто его запустил (systemd, Kubernetes, fleet лаборатории):
+# поднять свежий процесс. Если застрявший обработчик когда-нибудь всё же вернётся, его
+# результат записан не будет: от этой попытки уже отказались.
+#
+# Теперь задача зависает только на первой попытке (`"hang": 1`), как бывает при оборванном
+# соединении, и выполняться может не дольше двух секунд.
+
+# %% tags=["nbval-ignore-output"]
+stuck_fleet.kill("w1")  # without a timeout, nobody else would
+late = Queue(work / "timeout.db")
+late_fleet = Fleet(late.path)
+late_id = late.enqueue({"hang": 1}, timeout=2)  # attempt 1 hangs; any attempt may run 2 s at most
+late_fleet.spawn(handler="leaselab.harness.demo:task", lease=1.0, name="w2")
+lessons.wait_until(lambda: late_fleet.state("w2") == "exited", what=lessons.text("wait_exit", lang, name="w2"));
+
+# %% tags=["nbval-check-output"]
+job = late.get(late_id)
+[given_up] = [e for e in late.events(late_id) if e.kind == "timed_out"]
+say("l1_timed_out", status=job.status, attempts=job.attempts, detail=lessons.stored_detail(given_up.detail, lang))
+said = "exiting: every slot holds a handler past its timeout" in late_fleet.log_tail("w2")
+say("l1_w2_exit", code=late_fleet.status()[0].returncode, said=said)
+
+# %% [markdown] tags=["en"]
+# The job is `pending` again with one attempt used, and `w2` has left, saying why (its log's
+# last line: `exiting: every slot holds a handler past its timeout (job 1); start a new
+# worker (exit status 5)`). A new worker takes the job after its one-second backoff:
+
+# %% [markdown] tags=["ru"]
+# Задача снова `pending`, одна попытка израсходована, а `w2` ушёл и объяснил почему:
+# последняя строка его журнала — `exiting: every slot holds a handler past its timeout (job
+# 1); start a new worker (exit status 5)`. Новый воркер возьмёт задачу после секундной
+# отсрочки повтора:
+
+# %% tags=["nbval-ignore-output"]
+late_fleet.spawn(handler="leaselab.harness.demo:task", lease=1.0, name="w3")
+lessons.wait_until(lambda: late.get(late_id).status == "done", what=lessons.text("wait_done", lang));
+
+# %% tags=["nbval-check-output"]
+say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in late.events(late_id) if e.kind != "heartbeat"])
+
+# %% tags=["nbval-ignore-output"]
+timeline.draw(timeline.timeline_data(late.events(), late_fleet.actions), lang=lang)
+
+# %% [markdown] tags=["en"]
+# On the timeline `w2`'s bar ends at the timeout, not at a reap: no lease ran out. `w3`'s
+# bar is the second attempt.
+#
+# ## Progress, not only life: `lease.beat()`
+#
+# A timeout is one number for the longest a job may take, and it must cover the slowest
+# honest run: a report of ten rows and one of ten million get the same limit, and a hung
+# job waits all of it out. A handler can do better by saying that it moves. A handler that
+# takes a second parameter gets its `Lease`, and calls `lease.beat()` after each step:
+#
+# ```python
+# def export(job, lease):
+#     for batch in batches(job.payload):
+#         write(batch)
+#         lease.beat()  # progress, not only life
+# ```
+#
+# With a `beat_timeout` (`enqueue(..., beat_timeout=30)`, `Worker(beat_timeout=...)`,
+# `--beat-timeout`), the worker keeps renewing the lease only while `beat()` comes at least
+# that often; after that long without one, it gives the attempt up exactly as at a timeout,
+# with a `timed_out` event (its detail says "reported no progress"). A long job that keeps
+# moving runs as long as it needs; a stuck one is given up within `beat_timeout`.
+# `beat()` also raises `LeaseLost` when the lease may be gone, as `lease.check()` does
+# (lesson 3).
+
+# %% [markdown] tags=["ru"]
+# На шкале полоса `w2` обрывается в момент тайм-аута, а не при возврате reaper'ом: аренда
+# так и не истекла. Полоса `w3` — вторая попытка.
+#
+# ## Не только жив, но и движется: `lease.beat()`
+#
+# Тайм-аут — это одно число на самую долгую задачу, и его приходится выбирать с запасом
+# на самый медленный честный прогон: отчёт на десять строк и отчёт на десять миллионов
+# получают один и тот же предел, а зависшая задача выжидает его целиком. Точнее выйдет,
+# если обработчик сам сообщает, что продвигается. Обработчик со вторым параметром получает
+# свой `Lease` и вызывает `lease.beat()` после каждого шага:
+#
+# ```python
+# def export(job, lease):
+#     for batch in batches(job.payload):
+#         write(batch)
+#         lease.beat()  # задача движется, а не просто процесс жив
+# ```
+#
+# С `beat_timeout` (`enqueue(..., beat_timeout=30)`, `Worker(beat_timeout=...)`,
+# `--beat-timeout`) воркер продлевает аренду лишь до тех пор, пока `beat()` приходит не
+# реже этого срока. Если вызова не было дольше, попытку снимают так же, как по тайм-ауту,
+# событием `timed_out` (в его пояснении сказано «reported no progress»). Длинная задача,
+# которая движется, работает сколько нужно, а застрявшую снимут не позже чем через
+# `beat_timeout`. Кроме того, `beat()`, как и `lease.check()` (урок 3), выбрасывает
+# `LeaseLost`, если аренда, возможно, уже потеряна.
+
+# %% [markdown] tags=["en"]
 # ## Summary
 #
 # - A claim is a **lease** with a deadline, `lease_until` (30 s unless the worker asks
@@ -328,6 +515,12 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 #   in `run_at`, or to **`dead`** when `attempts` reached `max_attempts`.
 # - `SIGKILL` loses only work in progress; a power cut can also roll back the last
 #   commits that were not synced (lesson 5).
+# - A heartbeat comes from a thread of the worker's own: it proves the process lives, not
+#   that the job moves. A hung handler keeps its job for ever unless the job has a
+#   **timeout** (`enqueue(timeout=)`, `--job-timeout`): then it is `timed_out` and retried.
+#   The thread cannot be killed, so its slot is out of service, and a worker with every slot
+#   hung exits with status 5 for its supervisor to restart. `lease.beat()` with a
+#   `beat_timeout` asks for progress instead of a fixed limit.
 # - The price: a slow worker that misses its lease looks exactly like a dead one. What
 #   happens when it wakes up is lesson 3; why its job may run twice is lesson 4.
 #
@@ -353,6 +546,12 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 #   `max_attempts`.
 # - `SIGKILL` теряет только незаконченную работу; отключение питания может откатить и
 #   последние транзакции, которые не успели сбросить на диск (урок 5).
+# - Heartbeat шлёт отдельный поток воркера: он доказывает, что процесс жив, но не что задача
+#   движется. Зависший обработчик держит задачу вечно, если у неё нет **тайм-аута**
+#   (`enqueue(timeout=)`, `--job-timeout`); с ним попытку снимают (`timed_out`) и задачу
+#   повторяют. Поток убить нельзя, поэтому его слот выходит из работы, а воркер, у которого
+#   зависли все слоты, завершается с кодом 5, чтобы супервизор запустил новый. `lease.beat()`
+#   с `beat_timeout` требует не укладываться в жёсткий срок, а подавать признаки продвижения.
 # - Цена: медленный воркер, пропустивший срок, неотличим от мёртвого. Что будет, когда он
 #   проснётся, — урок 3; почему его задача может выполниться дважды, — урок 4.
 #
@@ -471,9 +670,12 @@ ex.close()
 # Напоследок уберём за собой: остановим всех воркеров, закроем файлы и удалим временную папку.
 
 # %% tags=["nbval-check-output"]
-fleet.shutdown()
-say("workers_alive", names=[s.name for s in fleet.status() if s.state in ("running", "paused", "stopping")])
-fleet.queue.close()
-real.close()
-q.close()
+fleets = (fleet, stuck_fleet, late_fleet)
+for f in fleets:
+    f.shutdown()
+say("workers_alive", names=[s.name for f in fleets for s in f.status() if s.state in ("running", "paused", "stopping")])
+for f in fleets:
+    f.queue.close()
+for queue in (real, stuck, late, q):
+    queue.close()
 say("folder_removed", removed=lessons.cleanup(work))
