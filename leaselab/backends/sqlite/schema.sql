@@ -75,8 +75,13 @@ CREATE TRIGGER IF NOT EXISTS jobs_changed AFTER UPDATE OF last_event ON jobs
 BEGIN
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     VALUES (NEW.id, NEW.last_event, NEW.updated_at, NEW.worker, NEW.token, NEW.attempts,
-            CASE WHEN NEW.last_event IN ('failed', 'reaped', 'timed_out', 'released', 'cancelled')
-                 THEN NEW.last_error END,
+            -- A simple CASE, not IN (...): this runs on every change of every job, and SQLite may
+            -- build a small table for an IN list each time.
+            CASE NEW.last_event WHEN 'failed' THEN NEW.last_error
+                                WHEN 'reaped' THEN NEW.last_error
+                                WHEN 'timed_out' THEN NEW.last_error
+                                WHEN 'released' THEN NEW.last_error
+                                WHEN 'cancelled' THEN NEW.last_error END,
             OLD.last_event_id);
     INSERT INTO events (job_id, kind, at, worker, token, attempt, detail, prev)
     SELECT NEW.id, 'dead', NEW.updated_at, NEW.worker, NEW.token, NEW.attempts, NEW.last_error,
