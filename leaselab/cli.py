@@ -15,6 +15,7 @@ from typing import Any
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
+from .backoff import Backoff
 from .errors import DatabaseMissing, LeaselabError, QueueFileGone
 from .job import Status
 from .printable import has_unprintable, printable
@@ -288,7 +289,10 @@ def cmd_check(args: argparse.Namespace) -> int:
     # A report holds the first few anomalies of each kind and counts the rest: a queue of a million
     # jobs gone wrong the same way is said in a few lines, not a million.
     keep = None if args.all else SHOWN
-    report = check(args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep, max_run=args.max_run)
+    options: dict[str, Any] = {} if args.backoff is None else {"backoff": args.backoff or None}
+    report = check(
+        args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep, max_run=args.max_run, **options
+    )
     print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang, shown=keep))
     return 0 if report.clean else EXIT_ANOMALY
 
@@ -334,6 +338,20 @@ def _whole(text: str, minimum: int | None) -> int:
     if not INT64[0] <= value <= INT64[1]:
         raise argparse.ArgumentTypeError(f"must fit in 64 bits ({INT64[0]} to {INT64[1]}), got {text!r}")
     return value
+
+
+def _backoff(text: str) -> Backoff | bool:
+    """``--backoff``: "BASE,CAP" (seconds) as a Backoff, or "none" as False (retry delays not judged)."""
+    if text.strip().lower() == "none":
+        return False
+    parts = text.split(",")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected BASE,CAP in seconds (e.g. 0.5,30) or none, got {text!r}")
+    base, cap = (_seconds(part.strip(), 0, inclusive=True) for part in parts)
+    try:
+        return Backoff(base=base, cap=cap)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _positive_float(text: str) -> float:
@@ -574,6 +592,14 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the workers may still be at work (the default): a job not finished is not lost, a pending "
         "job is not stuck, and only a lease that ran out a minute ago is stuck",
+    )
+    p.add_argument(
+        "--backoff",
+        type=_backoff,
+        default=None,
+        metavar="BASE,CAP",
+        help="the backoff the queue used, in seconds, by which the specification judges when a retried job may "
+        "run again, e.g. 0.5,30; 'none': do not judge retry delays (default: a queue's own, 1,60)",
     )
     p.add_argument(
         "--max-run",

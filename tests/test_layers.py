@@ -209,6 +209,7 @@ ALLOWED = {
     "cli": {
         "leaselab.backends",
         "leaselab.backends.sqlite.backend",
+        "leaselab.backoff",
         "leaselab.chaos.command",
         "leaselab.check",
         "leaselab.errors",
