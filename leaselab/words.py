@@ -82,9 +82,15 @@ class _Formatter(string.Formatter):
         self.lang = lang
 
     def format_field(self, value: Any, format_spec: str) -> str:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, bool) and not format_spec:  # a reader's words, not Python's True and False
+            return YES_NO[self.lang][value]
+        if isinstance(value, (int, float)):
             return number(value, format_spec, self.lang)
         return super().format_field(value, format_spec)
+
+
+# How a yes-or-no fact reads in a line of text, in each language.
+YES_NO: dict[str, dict[bool, str]] = {"en": {True: "yes", False: "no"}, "ru": {True: "да", False: "нет"}}
 
 
 def line(table: dict[str, dict[str, str]], key: str, lang: str, **values: Any) -> str:
