@@ -97,6 +97,11 @@ class DatabaseUnreachable(TransientError):
     """Raised when the database server cannot be reached or the connection to it dropped; the next call reconnects."""
 
 
+class NoPrimary(DatabaseUnreachable):
+    """Raised when every server a PostgreSQL URL names that answered is a standby or read-only, so none takes the
+    queue's writes: a failover may be under way, and retrying later can succeed."""
+
+
 class ServerRefused(LeaselabError):
     """Raised when the database server refuses the connection for good: no such database, or a wrong user or
     password."""

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..backends import check_target, is_server_url, scrub, server_url
-from ..errors import DatabaseMissing, DatabaseUnreachable, NotALeaselabDatabase, ServerRefused
+from ..backends import check_target, is_server_url, no_primary, primary_only, scrub, server_url
+from ..errors import DatabaseMissing, DatabaseUnreachable, NoPrimary, NotALeaselabDatabase, ServerRefused
 from .effects import EffectSource, effects_from
 
 SELECT_JOBS = """
@@ -324,9 +324,12 @@ def _connect_server(url: str, **options: Any) -> Any:
             f"checking a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})"
         ) from exc
     try:
-        conn = psycopg.connect(url, connect_timeout=10, **options)
+        conn = psycopg.connect(url, connect_timeout=10, **{**primary_only(url), **options})
     except psycopg.Error as exc:
         message = scrub(str(exc), url)
+        said = no_primary(str(exc), url)
+        if said is not None:
+            raise NoPrimary(said) from None
         if (
             getattr(exc, "sqlstate", None) in _REFUSED_STATES
             or "does not exist" in message
