@@ -117,6 +117,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 job_timeout=args.job_timeout,
                 beat_timeout=args.beat_timeout,
                 grace=args.grace,
+                journal=args.journal,
             )
         except BaseException:
             opened.close()
@@ -289,9 +290,18 @@ def cmd_check(args: argparse.Namespace) -> int:
     # A report holds the first few anomalies of each kind and counts the rest: a queue of a million
     # jobs gone wrong the same way is said in a few lines, not a million.
     keep = None if args.all else SHOWN
+    if args.journal is not None and not os.path.isdir(args.journal):
+        raise ValueError(f"--journal: no journal folder at {args.journal}")
     options: dict[str, Any] = {} if args.backoff is None else {"backoff": args.backoff or None}
     report = check(
-        args.db, effects=args.effects, lease=args.lease, idle=args.idle, keep=keep, max_run=args.max_run, **options
+        args.db,
+        effects=args.effects,
+        lease=args.lease,
+        idle=args.idle,
+        keep=keep,
+        max_run=args.max_run,
+        journal=args.journal,
+        **options,
     )
     print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang, shown=keep))
     return 0 if report.clean else EXIT_ANOMALY
@@ -502,6 +512,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
     p.add_argument(
+        "--journal",
+        default=None,
+        metavar="DIR",
+        help="keep a journal in DIR of what the queue told this worker (claims, acknowledged outcomes), "
+        "for leaselab check --journal",
+    )
+    p.add_argument(
         "--durability",
         choices=DURABILITIES,
         default="full",
@@ -572,6 +589,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FILE",
         help="the handlers' effects file (what record_effect wrote), to find repeated effects",
+    )
+    p.add_argument(
+        "--journal",
+        default=None,
+        metavar="DIR",
+        help="the workers' journals (leaselab worker --journal DIR): find fences handed out twice and "
+        "acknowledged outcomes the server no longer has",
     )
     p.add_argument(
         "--lease",

@@ -102,6 +102,11 @@ class TooManyClients(TransientError):
     (PostgreSQL's "too many clients", SQLSTATE 53300); a later try may find one free."""
 
 
+class NoPrimary(DatabaseUnreachable):
+    """Raised when every server a PostgreSQL URL names that answered is a standby or read-only, so none takes the
+    queue's writes: a failover may be under way, and retrying later can succeed."""
+
+
 class ServerRefused(LeaselabError):
     """Raised when the database server refuses the connection for good: no such database, or a wrong user or
     password."""

@@ -50,6 +50,7 @@ class Build:
         self.rows: dict[int, dict] = {}
         self.events: list[dict] = []
         self.effects: list[dict] = []
+        self.journal: list[dict] = []  # what the workers were told (leaselab.worker.journal), if a case says
         self.now = now
 
     def _event(self, job: int, kind: str, at: float, token=None, worker=None, detail=None) -> dict:
@@ -145,6 +146,14 @@ class Build:
     def effect(self, job: int, attempt: int, token: str, key: str | None = None) -> Build:
         self.effects.append({"job": job, "attempt": attempt, "token": token, "key": key})
         return self
+
+    def told(self, kind: str, job: int, token: str, attempt: int = 1, worker: str = "w1") -> Build:
+        self.journal.append({"kind": kind, "job": job, "attempt": attempt, "token": token, "worker": worker})
+        return self
+
+    def judged(self) -> dict:
+        """The options that give the checker this history's journal, if it has one."""
+        return {"journal": self.journal} if self.journal else {}
 
     def history(self) -> History:
         return History(
@@ -349,6 +358,34 @@ CASES = {
         "specification",
         1,
     ),
+    "fence handed twice: the journals show one attempt claimed by two tokens, the server one claim": (
+        lambda b: plain(b).told("claimed", 1, "c" * 32).told("claimed", 1, "e" * 32, worker="w2"),
+        lambda b: plain(b).told("claimed", 1, "c" * 32).told("completed", 1, "c" * 32),
+        {},
+        "fence_handed_twice",
+        1,
+    ),
+    "acknowledged lost: a completion a worker was told of, which the server does not have": (
+        lambda b: b.enqueue(1).told("claimed", 1, "c" * 32).told("completed", 1, "c" * 32),
+        lambda b: plain(b).told("claimed", 1, "c" * 32).told("completed", 1, "c" * 32),
+        {"idle": False},
+        "acknowledged_lost",
+        1,
+    ),
+    "acknowledged lost: a completion a worker was told of, the server's by another token": (
+        lambda b: plain(b).told("claimed", 1, "e" * 32).told("completed", 1, "e" * 32),
+        lambda b: plain(b),
+        {},
+        "acknowledged_lost",
+        1,
+    ),
+    "acknowledged lost: a failure a worker was told of, which the server does not have": (
+        lambda b: plain(b).told("failed", 1, "e" * 32),
+        lambda b: b.enqueue(1).claim(1, "e" * 32, T0 + 1).fail(1, "e" * 32, T0 + 2).told("failed", 1, "e" * 32),
+        {"idle": False, "backoff": None},
+        "acknowledged_lost",
+        1,
+    ),
 }
 
 
@@ -357,7 +394,7 @@ def test_each_rule_catches_its_planted_anomaly_and_passes_the_clean_history_besi
     bad, good, options, kind, job = CASES[case]
     b = Build()
     bad(b)
-    report = check_history(b.history(), **options)
+    report = check_history(b.history(), **options, **b.judged())
     hits = [a for a in report.anomalies if a.kind == kind and a.job == job]
     assert hits, f"{case}: {[(a.kind, a.job, a.sentence()) for a in report.anomalies]}"
     assert all(a.witness and all(isinstance(line, str) for line in a.witness) for a in hits)
@@ -365,7 +402,7 @@ def test_each_rule_catches_its_planted_anomaly_and_passes_the_clean_history_besi
     assert not report.clean and report.render().count(TITLES["en"][kind]) >= 1
     b = Build()
     good(b)
-    clean = check_history(b.history(), **options)
+    clean = check_history(b.history(), **options, **b.judged())
     assert clean.clean, f"{case}, clean side: {[(a.kind, a.sentence()) for a in clean.anomalies]}"
 
 
@@ -701,7 +738,7 @@ def _every_anomaly() -> Report:
     for bad, _, options, _, _ in CASES.values():
         b = Build()
         bad(b)
-        found += check_history(b.history(), **options).anomalies
+        found += check_history(b.history(), **options, **b.judged()).anomalies
     return Report(anomalies=found, counts=check_history(Build().history()).counts)
 
 

@@ -64,6 +64,35 @@ def server_url(target: str) -> str:
     return scheme.group().lower() + target[scheme.end() :] if scheme else target
 
 
+def primary_only(url: str) -> dict[str, str]:
+    """``{"target_session_attrs": "read-write"}`` for a URL of several hosts (``postgresql://h1:p1,h2:p2/db``,
+    a primary and its standbys) that asks for no kind of session, else nothing: libpq's default (any)
+    takes the first host that answers, a standby too, where every write fails and every read may be
+    stale. Connection options for ``psycopg.connect(url, **primary_only(url))``."""
+    parts = urlsplit(url)
+    hosts = parts.netloc.rpartition("@")[2]
+    asked = "target_session_attrs" in parse_qs(parts.query)
+    return {"target_session_attrs": "read-write"} if "," in hosts and not asked else {}
+
+
+# What libpq says of each host it tried for a connection none accepted, and its words for a host that
+# answered but is no primary when the URL asks for one (target_session_attrs=read-write or primary).
+_HOST_FAILED = re.compile(r'connection to server (?:at|on socket) "([^"]*)"(?:, port (\d+))? failed: ([^\n]*)')
+_NOT_PRIMARY = ("session is read-only", "server is in hot standby mode")
+
+
+def no_primary(error: str, url: str) -> str | None:
+    """One line saying that no server of ``url`` takes writes and what each host answered, if the driver's
+    ``error`` says so (every host a standby, read-only, or down); None for any other error. No password."""
+    if not any(reason in error for reason in _NOT_PRIMARY):
+        return None
+    said: dict[str, str] = {}
+    for host, port, reason in _HOST_FAILED.findall(error):
+        said.setdefault(f"{host}:{port}" if port else host, scrub(reason.rstrip(" ."), url))
+    hosts = ", ".join(f"{where}: {reason}" for where, reason in said.items())
+    return f"no server takes writes now ({hosts}); a failover may be under way"
+
+
 def check_target(target: str) -> None:
     """Raise ``InvalidTarget`` if ``target`` is neither a server URL nor something SQLite should take as a path."""
     if is_server_url(target) or target.startswith("file:") or target == ":memory:":

@@ -18,7 +18,7 @@ This layer imports only leaselab's core, and psycopg only for a server URL.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..arguments import integer, positive
@@ -26,6 +26,7 @@ from ..backoff import Backoff
 from ..words import LANGS
 from .effects import ENV, EffectSource, effects_from, read_effects, record_effect
 from .history import History, Snapshot, in_memory, load, snapshot
+from .journal import JournalSource, journal_anomalies, read_journal, with_journal
 from .report import KINDS, NOTES, SHOWN, Anomaly, Report
 from .walk import walk
 
@@ -62,6 +63,7 @@ def check(
     backoff: Backoff | None = QUEUE_BACKOFF,
     keep: int | None = None,
     max_run: float | None = None,
+    journal: JournalSource = None,
 ) -> Report:
     """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
 
@@ -79,14 +81,17 @@ def check(
     in one read transaction: a run of a million jobs is checked in the memory of a few.
     Every attempt a worker gave up at its timeout is named (``timed_out``); with ``max_run`` (seconds),
     so is a job still running an attempt claimed longer ago than that (``hung``), whatever its heartbeats.
-    A missing file raises ``DatabaseMissing`` and is not created.
+    A missing file raises ``DatabaseMissing`` and is not created. ``journal``: the workers' journals
+    (a folder, ``leaselab worker --journal``), judged against the history (``check.journal``).
     """
     _options(lease, idle, runs_recorded, keep)
     _max_run(max_run)
     names = _vanished(vanished)
     _backoff(backoff)
+    entries = read_journal(journal)
     with snapshot(target, now=now) as view:
-        return _report(view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep, max_run)
+        report = _report(view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep, max_run)
+    return _journal(report, lambda: load(target, now=now), entries, keep) if journal is not None else report
 
 
 def check_history(
@@ -99,6 +104,7 @@ def check_history(
     backoff: Backoff | None = QUEUE_BACKOFF,
     keep: int | None = None,
     max_run: float | None = None,
+    journal: JournalSource = None,
 ) -> Report:
     """Every rule over ``history`` (read by ``load``, or built by hand as dicts); the options are ``check``'s."""
     _options(lease, idle, runs_recorded, keep)
@@ -107,7 +113,15 @@ def check_history(
     _backoff(backoff)
     view = in_memory(History(jobs=history.jobs, events=history.events, now=history.now, ordered=history.ordered))
     effects = effects_from(list(history.effects))
-    return _report(view, effects, lease, idle, runs_recorded, names, backoff, keep, max_run)
+    report = _report(view, effects, lease, idle, runs_recorded, names, backoff, keep, max_run)
+    return _journal(report, lambda: history, read_journal(journal), keep) if journal is not None else report
+
+
+def _journal(report: Report, history: Callable[[], History], entries: list[dict], keep: int | None) -> Report:
+    """``report`` with what the journals' ``entries`` say the server forgot (read by ``history()``)."""
+    found, totals = list(report.anomalies), dict(report.totals)
+    with_journal(found, totals, journal_anomalies(history(), entries), keep)
+    return Report(anomalies=found, counts=report.counts, notes=report.notes, totals=totals)
 
 
 def _report(

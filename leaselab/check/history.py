@@ -26,8 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..backends import check_target, is_server_url, scrub, server_error, server_url
-from ..errors import DatabaseMissing, DatabaseUnreachable, NotALeaselabDatabase, ServerRefused, TooManyClients
+from ..backends import check_target, is_server_url, no_primary, primary_only, scrub, server_error, server_url
+from ..errors import (
+    DatabaseMissing,
+    DatabaseUnreachable,
+    NoPrimary,
+    NotALeaselabDatabase,
+    ServerRefused,
+    TooManyClients,
+)
 from .effects import EffectSource, effects_from
 
 SELECT_JOBS = """
@@ -324,18 +331,21 @@ def _connect_server(url: str, **options: Any) -> Any:
             f"checking a PostgreSQL queue needs psycopg 3: pip install 'leaselab[postgres]' ({exc})"
         ) from exc
     try:
-        conn = psycopg.connect(url, connect_timeout=10, **options)
+        conn = psycopg.connect(url, connect_timeout=10, **{**primary_only(url), **options})
     except psycopg.Error as exc:
         message = scrub(str(exc), url)
+        said = no_primary(str(exc), url)
+        if said is not None:
+            raise NoPrimary(said) from None
         if (
             getattr(exc, "sqlstate", None) in _REFUSED_STATES
             or "does not exist" in message
             or "authentication failed" in message
         ):
             raise ServerRefused(f"the server refused the connection ({message})") from None
-        said = server_error(exc, url)
-        if isinstance(said, TooManyClients):  # the server is there, and full: not "cannot reach"
-            raise said from None
+        error = server_error(exc, url)
+        if isinstance(error, TooManyClients):  # the server is there, and full: not "cannot reach"
+            raise error from None
         raise DatabaseUnreachable(f"cannot reach the server ({message})") from None
     conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
     conn.read_only = True

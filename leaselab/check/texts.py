@@ -31,6 +31,8 @@ TITLES: dict[str, dict[str, str]] = {
         "specification": "specification broken",
         "timed_out": "timed out",
         "hung": "hung",
+        "fence_handed_twice": "fence handed out twice (workers' journals)",
+        "acknowledged_lost": "acknowledged outcome lost",
     },
     "ru": {
         "lost": "задача потеряна",
@@ -49,6 +51,8 @@ TITLES: dict[str, dict[str, str]] = {
         "specification": "нарушена спецификация",
         "timed_out": "попытка снята по тайм-ауту",
         "hung": "обработчик завис",
+        "fence_handed_twice": "попытка выдана дважды (по журналам воркеров)",
+        "acknowledged_lost": "подтверждённый итог потерян",
     },
 }
 
@@ -68,6 +72,22 @@ SENTENCES: dict[str, dict[str, str]] = {
             "again, though the workers were idle"
         ),
         "fence_reused": "job {job}: attempt {attempt} was handed to {claims} (tokens {tokens}): one fence, two holders",
+        "journal.fence_twice": (
+            "job {job}: the workers' journals show attempt {attempt} handed to {claims} (tokens {tokens}), "
+            "and the server's history {server}: one fence, two holders"
+        ),
+        "journal.completion_lost": (
+            "job {job}: worker {worker} was told its completion (attempt {attempt}, token {token}) was written, "
+            "but the server has the job {status}"
+        ),
+        "journal.completion_other": (
+            "job {job}: worker {worker} was told its completion (attempt {attempt}, token {token}) was written, "
+            "but the server has it completed by token {holder}"
+        ),
+        "journal.failure_lost": (
+            "job {job}: worker {worker} was told its failure (attempt {attempt}, token {token}) was written, "
+            "but the server's history has no such failure"
+        ),
         "stale.token": "job {job}: the queue accepted a {write} from token {token} while token {holder} held the job",
         "stale.unheld": "job {job}: the queue accepted a {write} from token {token} while no one held the job",
         "stale.after_end": "job {job}: the queue accepted a {write} from token {token} after the job was {ended}",
@@ -143,6 +163,22 @@ SENTENCES: dict[str, dict[str, str]] = {
         ),
         "fence_reused": (
             "задача {job}: попытку {attempt} получили {claims} (токены {tokens}) — один номер попытки у двух владельцев"
+        ),
+        "journal.fence_twice": (
+            "задача {job}: по журналам воркеров попытку {attempt} получили {claims} (токены {tokens}), "
+            "а в истории сервера {server} — один номер попытки у двух владельцев"
+        ),
+        "journal.completion_lost": (
+            "задача {job}: воркеру {worker} подтвердили запись завершения (попытка {attempt}, токен {token}), "
+            "но на сервере задача в статусе «{status}»"
+        ),
+        "journal.completion_other": (
+            "задача {job}: воркеру {worker} подтвердили запись завершения (попытка {attempt}, токен {token}), "
+            "но на сервере её завершил токен {holder}"
+        ),
+        "journal.failure_lost": (
+            "задача {job}: воркеру {worker} подтвердили запись неудачи (попытка {attempt}, токен {token}), "
+            "но в истории сервера такой неудачи нет"
         ),
         "stale.token": "задача {job}: очередь приняла {write} от токена {token}, хотя задачей владел токен {holder}",
         "stale.unheld": "задача {job}: очередь приняла {write} от токена {token}, когда задачей никто не владел",
@@ -285,7 +321,12 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
             "worker": "worker",
             "run_at": "run_at",
         },
-        "status": {"pending": "pending", "running": "running", "done": "done", "dead": "dead"},
+        "status": {"pending": "pending", "running": "running", "done": "done", "dead": "dead", "gone": "gone"},
+        "server": {
+            "none": "shows no claim of it",
+            "one": "shows only one of them",
+            "both": "shows them all",
+        },
     },
     "ru": {
         "write": {
@@ -311,7 +352,12 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
             "worker": "воркер",
             "run_at": "время запуска",
         },
-        "status": {"pending": "ждёт", "running": "в работе", "done": "готово", "dead": "мёртвая"},
+        "status": {"pending": "ждёт", "running": "в работе", "done": "готово", "dead": "мёртвая", "gone": "удалена"},
+        "server": {
+            "none": "нет ни одного её захвата",
+            "one": "есть только один из них",
+            "both": "есть они все",
+        },
     },
 }
 

@@ -291,29 +291,7 @@ class PgServer:
             except WatchdogGone as exc:
                 raise PgStartFailed(str(exc)) from None
             self.folder = self._watchdog.folder
-            made = self._ask(
-                {
-                    "do": "run",
-                    "timeout": self.timeout,
-                    "argv": [
-                        str(self.bin_dir / "initdb"),
-                        "-D",
-                        str(self.data_dir),
-                        "-U",
-                        USER,
-                        "--auth=trust",
-                        "-E",
-                        "UTF8",
-                        "--no-sync",
-                        "--locale=C",
-                    ],
-                },
-                PgStartFailed,
-            )
-            if not made["ok"]:
-                raise PgStartFailed(f"initdb failed: {made['error']}")
-            if made["code"] != 0:
-                raise PgStartFailed(f"initdb exited {made['code']}:\n{made['output']}")
+            self._make_data()
             for _ in range(5):  # another process may take the free port before the server binds it
                 self.port = free_port()
                 logged = self._log_size()
@@ -327,6 +305,28 @@ class PgServer:
             self.stop()
             raise
 
+    def _make_data(self) -> None:
+        """Make the data folder: ``initdb`` here; a standby copies its primary's instead (``pgreplicas``)."""
+        self.run_as_server(
+            "initdb", "-D", str(self.data_dir), "-U", USER, "--auth=trust", "-E", "UTF8", "--no-sync", "--locale=C"
+        )
+
+    def run_as_server(self, program: str, *args: str) -> str:
+        """Run one of the server's programs (``initdb``, ``pg_basebackup``) as the server's user, through the
+        watchdog, so an owner that dies meanwhile leaves nothing behind; its output, or PgStartFailed."""
+        made = self._ask(
+            {"do": "run", "timeout": self.timeout, "argv": [str(self.bin_dir / program), *args]}, PgStartFailed
+        )
+        if not made["ok"]:
+            raise PgStartFailed(f"{program} failed: {made['error']}")
+        if made["code"] != 0:
+            raise PgStartFailed(f"{program} exited {made['code']}:\n{made['output']}")
+        return made["output"]
+
+    def _own_settings(self) -> dict[str, str]:
+        """Settings a kind of server sets for itself (a primary's replication), under the caller's."""
+        return {}
+
     def _serve(self, failure: type[Exception]) -> dict:
         options = {
             "listen_addresses": "127.0.0.1",
@@ -336,6 +336,7 @@ class PgServer:
             "cluster_name": os.environ.get(LABEL_VARIABLE) or self._dir.name,
             "fsync": "on" if self.fsync else "off",
             "full_page_writes": "on" if self.fsync else "off",
+            **self._own_settings(),
             **self.settings,
         }
         argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir)]
@@ -364,19 +365,16 @@ class PgServer:
         """What the running server's ``SHOW name`` says (``"on"`` for ``fsync`` on a ``fsync=True`` server, say)."""
         if not isinstance(name, str) or not _SETTING_NAME.fullmatch(name):
             raise ValueError(f"name must be a plain setting name, got {name!r}")
-        return self._cmd(
-            "psql",
-            "-h",
-            str(self.socket_dir),
-            "-p",
-            str(self.port),
-            "-U",
-            USER,
-            "-d",
-            "postgres",
-            "-XAtc",
-            f"SHOW {name}",
-        ).stdout.strip()
+        return "\n".join(self.query(f"SHOW {name}"))
+
+    def query(self, statement: str, dbname: str = "postgres") -> list[str]:
+        """The rows ``statement`` returns (psql's unaligned output: one line a row, ``|`` between columns).
+
+        For the harness's own statements, written in its code: nothing a user typed."""
+        out = self._cmd(
+            "psql", "-h", str(self.socket_dir), "-p", str(self.port), "-U", USER, "-d", dbname, "-XAtc", statement
+        ).stdout
+        return [line for line in out.splitlines() if line]
 
     def crash(self) -> None:
         """Stop the server as a killed process stops: no checkpoint, every connection drops, its memory is lost.

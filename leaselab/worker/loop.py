@@ -38,6 +38,7 @@ from ..job import Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
 from . import decisions, faults
+from .journal import Journal
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
 from .process import ProcessControl
@@ -370,7 +371,9 @@ class Worker:
     it in ``close()`` (or a ``with`` block); a queue passed in stays the caller's, settings and all, and
     on a server must come with a ``call_timeout`` below the lease (``CallTimeoutTooLong`` if not).
     ``run()`` on the main thread handles SIGTERM, Ctrl-C and the parent's death as the ``leaselab
-    worker`` command does, unless ``signals=False``.
+    worker`` command does, unless ``signals=False``. ``journal``: a folder where the worker appends
+    what the queue told it (each claim, each acknowledged outcome; ``worker.journal``), for
+    ``leaselab check --journal``; None (the default) keeps none.
     """
 
     def __init__(
@@ -390,6 +393,7 @@ class Worker:
         job_timeout: float | None = None,
         beat_timeout: float | None = None,
         grace: float | None = DEFAULT_GRACE,
+        journal: str | os.PathLike | None = None,
     ):
         # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
         self.handler = load_handler(handler) if isinstance(handler, str) else handler
@@ -419,6 +423,8 @@ class Worker:
             self.queue = Queue(queue_or_path, call_timeout=CALL_TIMEOUT_SHARE * self.lease)
         self.name = name or f"worker-{os.getpid()}"
         self._prefix = f"{self.name}: "  # every line the worker writes begins with its name
+        # What the queue told this worker, for ``leaselab check --journal`` (off unless asked: journal.py).
+        self._journal = Journal(journal, self.name) if journal is not None else None
         self.exit_when_idle = exit_when_idle
         self.signals = signals
         self.stats = WorkerStats()
@@ -452,6 +458,8 @@ class Worker:
         """Close the queue the worker opened from a path; a queue passed in is left open for its owner."""
         if self._owns_queue:
             self.queue.close()
+        if self._journal is not None:
+            self._journal.close()
 
     def __enter__(self) -> Worker:
         return self
@@ -729,6 +737,8 @@ class Worker:
             leases.append(Lease(job, self.lease, sent=sent, timeout=self.job_timeout, beat_timeout=self.beat_timeout))
         assert self._leases is not None  # made by run(), whose turns call this
         self._leases.add(*leases)
+        if self._journal is not None and leases:
+            self._journal.claimed([(lease.job.id, lease.job.attempts, lease.token) for lease in leases])
         return leases
 
     def _finish(self, finished: list[Finished], free: int) -> tuple[dict[int, str], list[Lease]]:
@@ -842,6 +852,8 @@ class Worker:
             return "lost"
         self.stats.completed += 1
         self._log(f"completed job {job.id}")
+        if self._journal is not None:
+            self._journal.outcome("completed", job.id, job.attempts, lease.token)
         return "completed"
 
     def _fail(self, lease: Lease, error: str) -> str:
@@ -856,6 +868,8 @@ class Worker:
             return self._unwritten(lease)
         self.stats.failed += 1
         self._log(f"failed job {job.id}: {error} -> {status}")
+        if self._journal is not None:
+            self._journal.outcome("failed", job.id, job.attempts, lease.token, str(getattr(status, "value", status)))
         return "failed"
 
     def _unwritten(self, lease: Lease) -> str:

@@ -33,12 +33,13 @@ from ...errors import (
     DatabaseUnwritable,
     InvalidTarget,
     LeaselabError,
+    NoPrimary,
     NotALeaselabDatabase,
     SchemaTooNew,
     ServerRefused,
     TooManyClients,
 )
-from .. import scrub
+from .. import no_primary, primary_only, scrub
 from ..base import SqlBackend, claimed
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
@@ -91,7 +92,7 @@ def display_name(url: str) -> str:
         reason = _scrub(str(exc).replace(url, "…"), url)
         raise InvalidTarget(f"not a valid PostgreSQL URL: {reason}") from None
     user = f"{info['user']}@" if info.get("user") else ""
-    host = info.get("host") or "localhost"
+    host = info.get("host") or info.get("hostaddr") or "localhost"
     # libpq ends the user at the first @ (the rest of a password holding one becomes the host),
     # and without an @ it reads "user:password" as "host:port": either way libpq's later errors
     # would quote a piece of the password as a host or a port.
@@ -104,7 +105,11 @@ def display_name(url: str) -> str:
             "not a valid PostgreSQL URL: its port is not a number (not repeated here: "
             "it may be a password, if the URL lacks the @ before the host)"
         )
-    return f"postgresql://{user}{host}:{info.get('port') or 5432}/{info.get('dbname') or info.get('user') or ''}"
+    hosts, ports = host.split(","), (info.get("port") or "").split(",")
+    if len(ports) == 1:  # one port for every host, as libpq reads it
+        ports = ports * len(hosts)
+    where = ",".join(f"{h or 'localhost'}:{p or 5432}" for h, p in zip(hosts, ports, strict=False))
+    return f"postgresql://{user}{where}/{info.get('dbname') or info.get('user') or ''}"
 
 
 def _scrub(message: str, url: str) -> str:
@@ -210,6 +215,7 @@ class PostgresBackend(SqlBackend):
         limit = self._limit()
         probe = max(1, int(limit / 4))
         return {
+            **primary_only(self.url),
             "connect_timeout": max(2, min(30, int(limit))),
             "keepalives": 1,
             "keepalives_idle": probe,
@@ -630,6 +636,9 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
             f"{name}: too many clients: the server refused a new connection, every slot it allows "
             f"(max_connections) is taken ({message})"
         )
+    said = None if code else no_primary(str(exc), url)
+    if said is not None:
+        return NoPrimary(f"{name}: {said}")
     if code.startswith(_UNREACHABLE_CLASSES) or (not code and isinstance(exc, psycopg.OperationalError)):
         return DatabaseUnreachable(f"{name}: cannot reach the server ({message})")
     return LeaselabError(f"{name}: PostgreSQL error: {message}")
