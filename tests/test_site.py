@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import http.server
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -249,6 +250,7 @@ def test_the_start_page_offers_both_languages(reader):
         assert p.url.endswith(f"/{lang}/index.html")
         assert p.locator(f"a[href='{LESSONS[0]}.html']").count() >= 1  # the start page leads to lesson 0
         p.go_back()
+    assert r.errors == [] and r.outside == []
 
 
 def test_the_glossary_is_a_page_in_each_language(reader):
@@ -256,6 +258,8 @@ def test_the_glossary_is_a_page_in_each_language(reader):
         p = reader().open(f"{lang}/glossary.html")
         table = p.locator("table").first.inner_text()
         assert "lease" in table and "аренда" in table
+        # Its English paragraph keeps its apostrophe in the Russian book too (no Russian smart quotes).
+        assert re.search(r"the lessons['’] printed lines", p.inner_text("article")), lang
 
 
 @pytest.mark.parametrize("lang", LANGS)

@@ -41,6 +41,7 @@ LANGUAGES: dict[str, dict[str, Any]] = {
     "en": {
         "title": "leaselab: leases, fencing, at-least-once",
         "language": "en",
+        "smartquotes": True,
         "path_to_book": "my-lessons/en",
         "search": "Search the course…",
         "other": "ru",
@@ -51,6 +52,9 @@ LANGUAGES: dict[str, dict[str, Any]] = {
     "ru": {
         "title": "leaselab: аренда, fencing, at-least-once",
         "language": "ru",
+        # Russian smart quotes would turn the glossary's English apostrophes into „ and “; the Russian
+        # lessons already write their «» and „“ themselves.
+        "smartquotes": False,
         "path_to_book": "my-lessons/ru",
         "search": "Поиск по курсу…",
         "other": "en",
@@ -149,6 +153,7 @@ def lay_out(lang: str, dest: Path) -> None:
     config["repository"]["path_to_book"] = words["path_to_book"]
     sphinx = config["sphinx"]["config"]
     sphinx["language"] = words["language"]
+    sphinx["smartquotes"] = words["smartquotes"]
     sphinx["html_theme_options"]["search_bar_text"] = words["search"]
     sphinx["html_context"].update(
         other_lang=words["other"], other_lang_label=words["other_label"], other_lang_title=words["other_title"]
