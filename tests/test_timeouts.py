@@ -14,6 +14,8 @@ import subprocess
 import sys
 import threading
 
+import pytest
+
 from leaselab import Queue, Worker
 from leaselab.worker import decisions
 from leaselab.worker.process import EXIT_HUNG, EXIT_TERMINATED
@@ -136,8 +138,9 @@ def test_a_stopped_worker_hands_back_the_jobs_still_running_when_its_grace_runs_
             assert not runner.is_alive()
             job = q.get(job_id)
             assert (job.status, job.attempts) == ("pending", 1)
-            assert job.run_at <= q.clock()  # runnable at once: no backoff, no lease to wait for
             assert kinds(q, job_id) == ["enqueued", "claimed", "released"]
+            released = q.events(job_id)[-1]
+            assert job.run_at == released.at  # runnable at once: no backoff, no lease to wait for
     finally:
         release.set()
     assert "w: stopping: finishing 1 job, at most 0.2s" in said
@@ -218,7 +221,7 @@ def test_sigterm_finishes_within_the_grace_then_hands_the_job_back_at_once(targe
     assert f"grace of 0.5s ran out: handed back jobs {job_id} (pending)" in out, out
     with Queue(target) as q:
         job = q.get(job_id)
-        assert job.status == "pending" and job.run_at <= q.clock()  # not a 30 s lease later
+        assert job.status == "pending" and job.run_at == q.events(job_id)[-1].at  # not a 30 s lease later
         assert kinds(q, job_id) == ["enqueued", "claimed", "released"]
 
 
@@ -229,9 +232,14 @@ def test_a_second_sigterm_hands_the_job_back_and_quits_now(target):
     try:
         _read_until(proc, f"claimed job {job_id}")
         proc.send_signal(signal.SIGTERM)
-        _read_until(proc, "stopping: finishing 1 job, at most 3600s")
+        said = _read_until(proc, "stopping: finishing 1 job, at most 3600s")
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=GENEROUS)
+        try:
+            out, _ = proc.communicate(timeout=GENEROUS)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rest, _ = proc.communicate()
+            raise AssertionError(f"the worker did not stop on a second SIGTERM; it said:\n{said}{rest}") from None
     finally:
         proc.kill()
         proc.wait(10)
@@ -253,3 +261,28 @@ def test_a_worker_with_nothing_running_stops_on_sigterm_at_once(target):
         proc.wait(10)
     assert proc.returncode == 0 and "exiting: claimed 0" in out, out
     assert "stopping: finishing" not in out and "grace" not in out
+
+
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_a_second_sigterm_stops_the_worker_even_when_a_lock_keeps_it_from_handing_the_job_back(target):
+    import sqlite3
+
+    with Queue(target) as q:
+        job_id = q.enqueue({"seconds": 3600})
+    proc = _worker(target, "--handler", "leaselab.harness.demo:sleepy", "--grace", "3600", "--lease", "30")
+    blocker = sqlite3.connect(target, isolation_level=None)
+    try:
+        _read_until(proc, f"claimed job {job_id}")
+        proc.send_signal(signal.SIGTERM)
+        _read_until(proc, "stopping: finishing 1 job")
+        blocker.execute("BEGIN IMMEDIATE")  # another program holds the write lock, for longer than the wait
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=GENEROUS)  # the busy timeout is 30 s; the second stop waits 5
+    finally:
+        blocker.close()
+        proc.kill()
+        proc.wait(10)
+    assert proc.returncode == EXIT_TERMINATED, out
+    assert "stopped at once" in out and "handed back" not in out, out
+    with Queue(target) as q:  # not handed back: its lease covers it, as for a crash
+        assert q.get(job_id).status == "running"

@@ -31,6 +31,7 @@ EXIT_ORPHANED = 3  # the process that started the worker is gone
 EXIT_FILE_GONE = 4  # the queue file was deleted, renamed or replaced under the worker
 EXIT_HUNG = 5  # every slot holds a handler past its timeout: restart the worker to get them back
 PARENT_CHECK = 0.5  # seconds between two looks at the parent
+QUIT_WAIT = 5.0  # seconds a second stop signal waits for the jobs to be handed back before it exits anyway
 
 
 def say(line: str) -> None:
@@ -162,9 +163,23 @@ class ProcessControl:
         self.stop()
 
     def _quit_now(self, status: int) -> None:
-        """Hand back the jobs still held (fenced, at once), say so, and end the process with ``status``."""
+        """Hand back the jobs still held (fenced, at once), say so, and end the process with ``status``.
+
+        The hand-back gets ``QUIT_WAIT`` seconds on a thread of its own: a database that does not answer
+        (a lock held for a minute, a server gone) must not keep a process asked twice to stop. Whatever it
+        did or did not do, the process ends; a job not handed back comes back when its lease runs out."""
         worker = self.worker
-        released = worker.release_held("stopped at once") if worker is not None else {}
+        released: dict[int, str] = {}
+
+        def hand_back() -> None:
+            try:
+                released.update(worker.release_held("stopped at once") if worker is not None else {})
+            except BaseException as exc:  # noqa: BLE001  (the stop itself matters more than why this failed)
+                say(f"{stamp(time.time())} could not hand the jobs back ({type(exc).__name__}: {exc})")
+
+        helper = threading.Thread(target=hand_back, name="hand-back", daemon=True)
+        helper.start()
+        helper.join(QUIT_WAIT)
         if not released:
             say(f"{stamp(time.time())} stopped at once")
         os._exit(status)
