@@ -22,6 +22,7 @@ import pytest
 LONGEST_FIRST = (
     "binder",  # makes the environment binder/ installs (a minute), which the lessons run in
     "tests/test_browser.py",  # JupyterLab in Chromium, in both languages
+    "tests/test_site.py",  # the web edition built, then every page of it in Chromium (3 minutes)
     "chaos",  # fault-injection runs with real processes
     "tests/test_newcomer.py",  # a clone, a venv, the README line by line
     "tests/test_server_lesson.py",
