@@ -96,6 +96,8 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "job {job}: its history links to event {event}, which does not exist",
         "disagree.release_unheld": "job {job} was taken back to the queue (event {event}) while no one held it",
         "disagree.reaped_after_end": "job {job} was taken back to the queue (event {event}) after it was {ended}",
+        "disagree.retried_not_dead": "job {job} was retried by hand (event {event}) while it was {was}: "
+        "only a dead job can be",
         "disagree.effect_unclaimed": "job {job}: a handler recorded an effect as attempt {attempt}, which was never "
         "claimed",
         "disagree.done_unrun": (
@@ -173,6 +175,8 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "задача {job}: её история ссылается на событие {event}, которого нет",
         "disagree.release_unheld": "задачу {job} вернули в очередь (событие {event}), когда ею никто не владел",
         "disagree.reaped_after_end": "задачу {job} вернули в очередь (событие {event}), когда она уже {ended}",
+        "disagree.retried_not_dead": "задачу {job} запустили повторно вручную (событие {event}), хотя она {was}: "
+        "так можно только с мёртвой задачей",
         "disagree.effect_unclaimed": (
             "задача {job}: обработчик записал действие от имени попытки {attempt}, которую никто не захватывал"
         ),
@@ -227,6 +231,10 @@ SPEC_SENTENCES: dict[str, dict[str, str]] = {
         ),
         "spec.dead_early": "job {job} died after attempt {attempts} of {max}, with attempts left",
         "spec.refused_holder": "job {job}: a write from token {token} was refused while that token still held the job",
+        "spec.retried_not_dead": "job {job} was retried by hand while it was {status}: only a dead job can be",
+        "spec.cancelled_finished": (
+            "job {job} was cancelled after it was {status}: only a pending or running job can be"
+        ),
         "spec.table": "job {job}: the jobs table says the {field} is {actual}, the specification says {expected}",
     },
     "ru": {
@@ -253,6 +261,12 @@ SPEC_SENTENCES: dict[str, dict[str, str]] = {
         "spec.refused_holder": (
             "задача {job}: запись от токена {token} отклонена, хотя задача всё ещё принадлежала этому токену"
         ),
+        "spec.retried_not_dead": (
+            "задачу {job} запустили повторно вручную, когда её статус был «{status}»: так можно только с мёртвой"
+        ),
+        "spec.cancelled_finished": (
+            "задачу {job} отменили, когда её статус был «{status}»: отменить можно только ждущую или работающую"
+        ),
         "spec.table": "задача {job}: в таблице задач {field} — «{actual}», а по спецификации — «{expected}»",
     },
 }
@@ -270,8 +284,10 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
             "released": "hand-back",
             "reaped": "reap",
             "claimed": "claim",
+            "cancelled": "cancel",
         },
-        "ended": {"completed": "done", "dead": "dead"},
+        "ended": {"completed": "done", "dead": "dead", "cancelled": "cancelled"},
+        "was": {"running": "running", "pending": "pending", "completed": "done"},
         "finished": {
             "completed": "completed the job",
             "failed": "failed the job",
@@ -296,8 +312,10 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
             "released": "возврат задачи владельцем",
             "reaped": "возврат в очередь",
             "claimed": "захват",
+            "cancelled": "отмену",
         },
-        "ended": {"completed": "была выполнена", "dead": "была признана мёртвой"},
+        "ended": {"completed": "была выполнена", "dead": "была признана мёртвой", "cancelled": "была отменена"},
+        "was": {"running": "была в работе", "pending": "ждала запуска", "completed": "была выполнена"},
         "finished": {
             "completed": "успешно завершила задачу",
             "failed": "сама закончила задачу сбоем",
