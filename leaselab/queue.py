@@ -175,6 +175,11 @@ class Queue:
             raise InvalidPayload(f"{what} is {size} bytes of JSON; the limit is {self.max_payload_bytes}")
         return text
 
+    def check_payload(self, payload: Any) -> None:
+        """Raise ``InvalidPayload`` if ``payload`` could not be enqueued (not strict JSON, nested too deep,
+        past ``max_payload_bytes``): check many before writing any, as ``leaselab enqueue --file`` does."""
+        self._json("payload", payload)
+
     def _new_job(
         self,
         payload: Any,
