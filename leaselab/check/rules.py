@@ -503,6 +503,8 @@ def effects_repeated_job(job_id: int, effects: list[Row]) -> list[Anomaly]:
             facts = {"n": len(lines), "attempts": [x["attempt"] if x["attempt"] is not None else "-" for x in lines]}
             if key is not None:
                 facts["key"] = key
+            else:  # the fix the sentence gives: an idempotency key the store keeps once
+                facts["code"] = f'key="job-{job_id}"'
             found.append(
                 Anomaly(
                     "effect_repeated",

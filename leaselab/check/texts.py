@@ -86,8 +86,14 @@ SENTENCES: dict[str, dict[str, str]] = {
             "job {job}: a lost lease was recorded for token {token}, yet its attempt {attempt} "
             "{finished}: the history says it lost what it had finished"
         ),
-        "effect.repeated": "job {job}: its effect happened {times} (attempts {attempts})",
-        "effect.repeated_key": 'job {job}: the effect "{key}" happened {times} (attempts {attempts})',
+        "effect.repeated": (
+            "job {job}: its effect happened {times} (attempts {attempts}); fix: let the store keep it once per "
+            "idempotency key (write it under {code}, insert-if-absent), or refuse an older attempt's write"
+        ),
+        "effect.repeated_key": (
+            'job {job}: the effect "{key}" happened {times} (attempts {attempts}); fix: let the store keep the key '
+            '"{key}" once (insert-if-absent), or refuse an older attempt\'s write'
+        ),
         "disagree.field": "job {job}: its events say the {field} is {expected}, the jobs table says {actual}",
         "disagree.start": "job {job}: its history does not begin with its enqueue",
         "disagree.enqueued_twice": "job {job}: its history enqueues it twice",
@@ -165,8 +171,16 @@ SENTENCES: dict[str, dict[str, str]] = {
             "задача {job}: для токена {token} записана потеря аренды, хотя его попытка {attempt} "
             "{finished}: история утверждает, что он потерял то, что сам довёл до конца"
         ),
-        "effect.repeated": "задача {job}: её действие выполнено {times} (попытки {attempts})",
-        "effect.repeated_key": "задача {job}: действие с ключом «{key}» выполнено {times} (попытки {attempts})",
+        "effect.repeated": (
+            "задача {job}: её действие выполнено {times} (попытки {attempts}); как исправить: пусть хранилище "
+            "принимает действие один раз на ключ идемпотентности (записывайте его с ключом {code}, вставкой "
+            "только при отсутствии) или отвергает запись устаревшей попытки"
+        ),
+        "effect.repeated_key": (
+            "задача {job}: действие с ключом «{key}» выполнено {times} (попытки {attempts}); как исправить: пусть "
+            "хранилище принимает ключ «{key}» один раз (вставка только при отсутствии) или отвергает запись "
+            "устаревшей попытки"
+        ),
         "disagree.field": "задача {job}: по событиям {field} — «{expected}», а в таблице задач — «{actual}»",
         "disagree.start": "задача {job}: её история начинается не с постановки в очередь",
         "disagree.enqueued_twice": "задача {job}: в её истории две постановки в очередь",
@@ -379,6 +393,12 @@ REPORT: dict[str, dict[str, str]] = {
         "waiting": "{waiting}",
         "lease_unknown": "reaps and overlapping leases were not timed: the lease the workers used is unknown",
         "no_effects": "no effects were recorded, so repeated effects were not looked for",
+        "unchecked_broken": "{verdict}; repeated effects were not checked either: no effect was recorded",
+        "unchecked": (
+            "{verdict}; but repeated effects were NOT checked: no effect was recorded (call "
+            "leaselab.check.record_effect(job, key=...) in the handler once its effect took hold, and give "
+            "check --effects FILE; chaos names the file in $LEASELAB_EFFECTS)"
+        ),
         "spec_unordered": (
             "the specification did not judge the history: a server numbers its events as they are written, not "
             "as they commit"
@@ -405,6 +425,12 @@ REPORT: dict[str, dict[str, str]] = {
             "с какой арендой работали воркеры"
         ),
         "no_effects": "действия обработчиков не записывались, поэтому их повторы не искали",
+        "unchecked_broken": "{verdict}; повторы действий тоже не проверялись: ни одно действие не записано",
+        "unchecked": (
+            "{verdict}; но повторы действий НЕ проверялись: ни одно действие не записано (вызывайте "
+            "leaselab.check.record_effect(job, key=...) в обработчике сразу после действия и передайте check "
+            "--effects ФАЙЛ; chaos называет файл в $LEASELAB_EFFECTS)"
+        ),
         "spec_unordered": (
             "историю не сверяли со спецификацией: сервер нумерует события по мере записи, а не в порядке фиксации"
         ),
