@@ -447,6 +447,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return simulate(args)
 
 
+def cmd_pg(args: argparse.Namespace) -> int:
+    # Imported here: a worker's start must not load the harness.
+    from .harness import pgcommand
+    from .harness.errors import PgCommandError
+
+    if args.action == "start":
+        url, started = pgcommand.start(os.getppid() if args.owner is None else args.owner)
+        print(url)
+        if started and not args.quiet:
+            print(
+                "a throw-away PostgreSQL server: removed by `leaselab pg stop`, or when this shell ends; "
+                "`leaselab pg url` prints its URL again",
+                file=sys.stderr,
+            )
+    elif args.action == "url":
+        state = pgcommand.running()
+        if state is None:
+            raise PgCommandError("no server is running: `leaselab pg start` starts one")
+        print(state["url"])
+    else:
+        print("stopped: its folder is removed" if pgcommand.stop() else "no server was running")
+    return 0
+
+
 def cmd_chaos(args: argparse.Namespace) -> int:
     # Imported here: the lab and the lessons it drives must not load with every worker's start.
     from .chaos.command import main as chaos
@@ -785,6 +809,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
+
+    p = sub.add_parser(
+        "pg",
+        help="start, show or stop a throw-away PostgreSQL server to try the queue on",
+        description="start: a throw-away PostgreSQL server, its database's URL printed (for --db); it is removed "
+        "on `leaselab pg stop`, or when the shell that started it ends. url: print that URL again. stop: stop it "
+        "and remove its folder.",
+    )
+    p.set_defaults(func=cmd_pg)
+    p.add_argument("action", choices=("start", "url", "stop"))
+    p.add_argument(
+        "--owner",
+        type=_positive_int,
+        default=None,
+        metavar="PID",
+        help="start: the process whose end removes the server (default: the shell that ran the command)",
+    )
+    p.add_argument("--quiet", action="store_true", help="start: print the URL alone")
 
     p = command(
         "chaos",
