@@ -321,7 +321,9 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                 left = _lease_left(j.lease_until, now)
                 failed = j.status in ("pending", "dead") and j.last_error
                 width = wide or OUTCOME_WIDTH
-                outcome = _short(j.last_error, width) if failed else _short(j.result, width, as_json=True)
+                # A failed attempt's error is its exception's line, then its traceback: the table shows the line.
+                error = j.last_error if wide or not failed else j.last_error.split("\n", 1)[0]
+                outcome = _short(error, width) if failed else _short(j.result, width, as_json=True)
                 payload = _short(j.payload, wide or PAYLOAD_WIDTH, as_json=True)
                 print(
                     f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
@@ -818,7 +820,11 @@ def build_parser() -> argparse.ArgumentParser:
         "and remove its folder.",
     )
     p.set_defaults(func=cmd_pg)
-    p.add_argument("action", choices=("start", "url", "stop"))
+    p.add_argument(
+        "action",
+        choices=("start", "url", "stop"),
+        help="start a server and print its URL, print that URL again, or stop it and remove its folder",
+    )
     p.add_argument(
         "--owner",
         type=_positive_int,

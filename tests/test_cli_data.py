@@ -136,6 +136,16 @@ def test_show_prints_the_job_its_whole_traceback_and_its_history(capsys, target)
     assert shown["events"][-2]["detail"] == shown["job"]["last_error"]  # the failed event keeps it whole
 
 
+def test_jobs_shows_a_failed_attempts_exception_line_and_wide_its_whole_traceback(capsys, target):
+    job_id = _failed_by_a_real_worker(target)
+    _, out, _ = run(capsys, "jobs", "--db", target)
+    (row,) = [line for line in out.splitlines() if line.split()[0] == str(job_id)]
+    assert row.endswith("ConnectionError: smtp.example.org:25 re…") and "Traceback" not in row
+    _, out, _ = run(capsys, "jobs", "--db", target, "--wide")
+    (row,) = [line for line in out.splitlines() if line.split()[0] == str(job_id)]
+    assert "refused\\n\\nTraceback (most recent call last):" in row  # one line: its newlines shown escaped
+
+
 def test_show_of_an_unknown_job_is_one_error_line(capsys, target):
     Queue(target).close()
     assert_one_clean_error_line(*run(capsys, "show", "42", "--db", target), "no job with id 42")
