@@ -26,6 +26,7 @@ from .errors import (
     LeaselabError,
     LeaseLost,
     TransientError,
+    WrongStatus,
 )
 from .fencing import FencedStore
 from .job import Event, Job, Status
@@ -51,5 +52,6 @@ __all__ = [
     "Status",
     "TransientError",
     "Worker",
+    "WrongStatus",
     "load_handler",
 ]

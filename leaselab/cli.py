@@ -1,8 +1,9 @@
-"""The leaselab command: enqueue, worker, reap, stats, jobs, events, check, chaos, simulate."""
+"""The leaselab command: enqueue, worker, reap, stats, jobs, events, show, retry, cancel, check, chaos, simulate."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -11,13 +12,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import IO, Any
 
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
 from .backoff import Backoff
-from .errors import DatabaseMissing, LeaselabError, QueueFileGone
-from .job import Status
+from .errors import DatabaseMissing, InvalidPayload, LeaselabError, QueueFileGone
+from .job import Event, Job, Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 from .words import LANGS
@@ -58,21 +59,71 @@ def _open(args: argparse.Namespace, create: bool = False, call_timeout: float | 
     )
 
 
-def cmd_enqueue(args: argparse.Namespace) -> int:
+# Jobs a file's lines are enqueued in at a time: one transaction each, so a long file never holds
+# the write lock for long, and one page of payloads is in memory as JSON text, not all of them.
+ENQUEUE_BATCH = 10_000
+
+
+def _payload_lines(source: IO[str], name: str) -> Iterator[tuple[int, Any]]:
+    """Each non-blank line of ``source`` as (its number, the JSON value it holds); a line that is not
+    JSON is refused naming ``name`` and its number."""
+    for number, line in enumerate(source, 1):
+        if not line.strip():
+            continue  # a blank line (the last newline, say) holds no job
+        try:
+            yield number, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}, line {number}: not valid JSON ({exc.msg}, column {exc.colno})") from None
+
+
+def _read_payloads(path: str) -> list[tuple[int, Any]]:
+    """Every (line number, payload) of a JSON-lines file (``-``: standard input), each line read before any
+    is written."""
+    if path == "-":
+        return list(_payload_lines(sys.stdin, "standard input"))
     try:
-        payload = json.loads(args.payload)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"payload is not valid JSON: {exc}") from None
+        with open(path, encoding="utf-8") as source:
+            return list(_payload_lines(source, path))
+    except FileNotFoundError:
+        raise ValueError(f"--file: no file at {path}") from None
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"--file: {path} is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    if (args.payload is None) == (args.file is None):
+        raise ValueError("give a payload, or --file with one JSON payload a line, not both")
+    if args.file is not None:
+        if args.count != 1:
+            raise ValueError("--count repeats one payload; a --file gives one job a line")
+        lines = _read_payloads(args.file)
+        payloads = [payload for _, payload in lines]
+    else:
+        try:
+            payloads = [json.loads(args.payload)] * args.count
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"payload is not valid JSON: {exc}") from None
+    options = {
+        "priority": args.priority,
+        "delay": args.delay,
+        "max_attempts": args.max_attempts,
+        "timeout": args.timeout,
+        "beat_timeout": args.beat_timeout,
+    }
+    ids: list[int] = []
     with _open(args, create=True) as q:
-        ids = q.enqueue_many(
-            [payload] * args.count,
-            priority=args.priority,
-            delay=args.delay,
-            max_attempts=args.max_attempts,
-            timeout=args.timeout,
-            beat_timeout=args.beat_timeout,
-        )
-    print(" ".join(map(str, ids)))
+        if args.file is not None:
+            # Every payload is checked before the first batch is written, so a bad one (too big, nested
+            # too deep) refuses the whole file with its line number, and nothing is written.
+            name = "standard input" if args.file == "-" else args.file
+            for number, payload in lines:
+                try:
+                    q.check_payload(payload)
+                except InvalidPayload as exc:
+                    raise ValueError(f"{name}, line {number}: {exc}") from None
+        for start in range(0, len(payloads), ENQUEUE_BATCH):
+            ids.extend(q.enqueue_many(payloads[start : start + ENQUEUE_BATCH], **options))
+    print(json.dumps(ids) if args.json else " ".join(map(str, ids)))
     return 0
 
 
@@ -229,15 +280,41 @@ def _listing(
                 time.sleep(FOLLOW_POLL)
 
 
+def job_json(job: Job) -> dict[str, Any]:
+    """A job as one JSON object: every field of ``Job`` by its name, the status as its word."""
+    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)}
+    fields["status"] = None if job.status is None else Status(job.status).value
+    return fields
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    """An event as one JSON object: every field of ``Event`` by its name."""
+    return dataclasses.asdict(event)
+
+
+def _json_line(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+# How wide `jobs` cuts a payload and a result or error, unless --wide.
+PAYLOAD_WIDTH, OUTCOME_WIDTH = 24, 40
+
+
 def cmd_jobs(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        header = (
-            f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  "
-            f"{'payload':<24} result/error"
-        )
-        print(header)
+        if not args.json:
+            print(
+                f"{'id':>6}  {'status':<8} {'pri':>4} {'att':>5}  {'worker':<12} {'lease left':>16}  "
+                f"{'payload':<24} result/error"
+            )
+        # --wide cuts nothing: a payload and a result or error are shown whole, on the job's one line
+        # (a traceback's newlines shown escaped); `leaselab show ID` prints one job's error as lines.
+        wide = 10**18 if args.wide else None
 
         def show(jobs: Sequence[Any]) -> None:
+            if args.json:  # one object a line (JSON lines), so a page or a --follow can be read as it comes
+                print("\n".join(_json_line(job_json(j)) for j in jobs))
+                return
             now = q.clock()
             for j in jobs:
                 if j.damage:  # listed, never hidden: the rest of the table stays readable
@@ -245,10 +322,14 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                     continue
                 left = _lease_left(j.lease_until, now)
                 failed = j.status in ("pending", "dead") and j.last_error
-                outcome = _short(j.last_error, 40) if failed else _short(j.result, 40, as_json=True)
+                width = wide or OUTCOME_WIDTH
+                # A failed attempt's error is its exception's line, then its traceback: the table shows the line.
+                error = j.last_error if wide or not failed else j.last_error.split("\n", 1)[0]
+                outcome = _short(error, width) if failed else _short(j.result, width, as_json=True)
+                payload = _short(j.payload, wide or PAYLOAD_WIDTH, as_json=True)
                 print(
                     f"{j.id:>6}  {j.status.value:<8} {j.priority:>4} {j.attempts:>2}/{j.max_attempts:<2}  "
-                    f"{_short(j.worker, 12):<12} {left:>16}  {_short(j.payload, 24, as_json=True):<24} {outcome}"
+                    f"{_short(j.worker, 12):<12} {left:>16}  {payload:<24} {outcome}"
                 )
 
         def fetch(after: int, n: int) -> Sequence[Any]:
@@ -262,9 +343,13 @@ def cmd_events(args: argparse.Namespace) -> int:
     with _open(args) as q:
         if args.job is not None and not q.events(job_id=args.job, limit=1):
             q.get(args.job)  # every job has an "enqueued" event: no history means no such job
-        print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
+        if not args.json:
+            print(f"{'time':<12}  {'job':>6}  {'kind':<10} {'att':>3}  {'worker':<12} detail")
 
         def show(events: Sequence[Any]) -> None:
+            if args.json:  # one object a line, as `jobs --json`
+                print("\n".join(_json_line(event_json(e)) for e in events))
+                return
             for e in events:
                 print(
                     f"{stamp(e.at):<12}  {e.job_id:>6}  {printable(e.kind):<10} {e.attempt:>3}  "
@@ -276,6 +361,70 @@ def cmd_events(args: argparse.Namespace) -> int:
 
         _listing(fetch, show, args.after, args.limit, args.follow)
     return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        job = q.get(args.id)
+        events = q.events(job_id=args.id)
+    if args.json:
+        print(_json_line({"job": job_json(job), "events": [event_json(e) for e in events]}))
+        return 0
+    print(f"job {job.id}")
+    if job.damage:
+        print(f"  damaged:     {printable(job.damage)}")
+    fields = (
+        ("status", None if job.status is None else Status(job.status).value),
+        ("attempts", f"{job.attempts} of {job.max_attempts}"),
+        ("priority", job.priority),
+        ("payload", json.dumps(job.payload, ensure_ascii=False)),
+        ("run at", stamp(job.run_at)),
+        ("created", stamp(job.created_at)),
+        ("started", stamp(job.started_at)),
+        ("finished", stamp(job.finished_at)),
+        ("worker", job.worker or "-"),
+        ("lease until", stamp(job.lease_until)),
+        ("timeout", "-" if job.timeout is None else f"{job.timeout:g}s"),
+        ("beat timeout", "-" if job.beat_timeout is None else f"{job.beat_timeout:g}s"),
+    )
+    for name, value in fields:
+        print(f"  {name + ':':<14}{printable(str(value))}")
+    if job.status is Status.DONE or job.result is not None:
+        print(f"  {'result:':<14}{printable(json.dumps(job.result, ensure_ascii=False))}")
+    if job.last_error:
+        print("  last error:")
+        for line in job.last_error.splitlines():  # in full: a failed attempt's whole traceback
+            print(f"    {printable(line)}")
+    print("history:")
+    print(f"  {'time':<12}  {'kind':<10} {'att':>3}  {'worker':<12} {'token':<8}  detail")
+    for e in events:
+        detail = e.detail.splitlines()[0] if e.detail else ""  # a traceback's first line: the last error above
+        token = "-" if e.token is None else e.token[:8]
+        print(
+            f"  {stamp(e.at):<12}  {printable(e.kind):<10} {e.attempt:>3}  {_short(e.worker, 12):<12} "
+            f"{printable(token):<8}  {printable(detail)}"
+        )
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    if bool(args.ids) == args.dead:
+        raise ValueError("name the dead jobs to retry, or --dead for every one, not both")
+    with _open(args) as q:
+        ids = q.retry(dead=True, attempts=args.attempts) if args.dead else q.retry(args.ids, attempts=args.attempts)
+    _print_ids(args, "retried", ids)
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with _open(args) as q:
+        ids = q.cancel(args.ids, reason=args.reason)
+    _print_ids(args, "cancelled", ids)
+    return 0
+
+
+def _print_ids(args: argparse.Namespace, done: str, ids: list[int]) -> None:
+    print(json.dumps(ids) if args.json else f"{done} {len(ids)}" + (f": {' '.join(map(str, ids))}" if ids else ""))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -312,6 +461,30 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from .sim.command import main as simulate
 
     return simulate(args)
+
+
+def cmd_pg(args: argparse.Namespace) -> int:
+    # Imported here: a worker's start must not load the harness.
+    from .harness import pgcommand
+    from .harness.errors import PgCommandError
+
+    if args.action == "start":
+        url, started = pgcommand.start(os.getppid() if args.owner is None else args.owner)
+        print(url)
+        if started and not args.quiet:
+            print(
+                "a throw-away PostgreSQL server: removed by `leaselab pg stop`, or when this shell ends; "
+                "`leaselab pg url` prints its URL again",
+                file=sys.stderr,
+            )
+    elif args.action == "url":
+        state = pgcommand.running()
+        if state is None:
+            raise PgCommandError("no server is running: `leaselab pg start` starts one")
+        print(state["url"])
+    else:
+        print("stopped: its folder is removed" if pgcommand.stop() else "no server was running")
+    return 0
 
 
 def cmd_chaos(args: argparse.Namespace) -> int:
@@ -435,8 +608,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = command("enqueue", "add jobs with a JSON payload", cmd_enqueue)
-    p.add_argument("payload", help="JSON, e.g. '{\"seconds\": 2}'")
+    p = command("enqueue", "add jobs with a JSON payload, or one job a line of a JSON-lines file", cmd_enqueue)
+    p.add_argument("payload", nargs="?", default=None, help="JSON, e.g. '{\"seconds\": 2}'")
+    p.add_argument(
+        "--file",
+        default=None,
+        metavar="PATH",
+        help="enqueue one job for each line of this file, each line one JSON payload ('-': standard input); "
+        "a line that is not JSON is refused with its number, and nothing is written",
+    )
+    p.add_argument("--json", action="store_true", help="print the new ids as one JSON array")
     p.add_argument(
         "--priority", type=_any_int, default=0, metavar="N", help="a whole number; the highest runs first (default 0)"
     )
@@ -564,6 +745,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
     p = command("jobs", "list jobs as a table", cmd_jobs)
     p.add_argument("--status", choices=[s.value for s in Status], help="only the jobs in this status")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="one JSON object a line, every field of each job")
+    shown.add_argument("--wide", action="store_true", help="cut no payload, result or error to fit the table")
     p.add_argument(
         "--limit",
         type=_non_negative_int,
@@ -582,6 +766,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="show at most this many events, in id order (default: every one, read a page at a time)",
     )
     _paging(p, "events", "events as they are written")
+    p.add_argument("--json", action="store_true", help="one JSON object a line, every field of each event")
+
+    p = command("show", "show one job in full: its fields, its result or whole last error, and its history", cmd_show)
+    p.add_argument("id", type=_any_int, metavar="ID", help="the job's id")
+    p.add_argument("--json", action="store_true", help="one JSON object: the job and its events")
+
+    p = command(
+        "retry",
+        "put dead jobs back to pending, runnable now, with fresh attempts (all or none: a job not dead "
+        "refuses them all)",
+        cmd_retry,
+    )
+    p.add_argument("ids", type=_any_int, nargs="*", metavar="ID", help="the dead jobs to retry")
+    p.add_argument("--dead", action="store_true", help="retry every dead job")
+    p.add_argument(
+        "--attempts",
+        type=_positive_int,
+        default=1,
+        metavar="N",
+        help="fresh attempts each job gets on top of those it used (default 1): its attempt count is kept, "
+        "so every later claim's fence is still new",
+    )
+    p.add_argument("--json", action="store_true", help="print the retried ids as one JSON array")
+
+    p = command(
+        "cancel",
+        "cancel pending or running jobs: each is dead at once; a running one's worker is refused its next "
+        "write and its handler stops at its next lease check (all or none)",
+        cmd_cancel,
+    )
+    p.add_argument("ids", type=_any_int, nargs="+", metavar="ID", help="the jobs to cancel")
+    p.add_argument(
+        "--reason",
+        default="cancelled by hand",
+        help="the history's detail and the job's last error (default: %(default)s)",
+    )
+    p.add_argument("--json", action="store_true", help="print the cancelled ids as one JSON array")
 
     p = command("check", "check that a run kept every promise: exit 0 clean, 1 if it found an anomaly", cmd_check)
     p.add_argument(
@@ -640,6 +861,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")
+
+    p = sub.add_parser(
+        "pg",
+        help="start, show or stop a throw-away PostgreSQL server to try the queue on",
+        description="start: a throw-away PostgreSQL server, its database's URL printed (for --db); it is removed "
+        "on `leaselab pg stop`, or when the shell that started it ends. url: print that URL again. stop: stop it "
+        "and remove its folder.",
+    )
+    p.set_defaults(func=cmd_pg)
+    p.add_argument(
+        "action",
+        choices=("start", "url", "stop"),
+        help="start a server and print its URL, print that URL again, or stop it and remove its folder",
+    )
+    p.add_argument(
+        "--owner",
+        type=_positive_int,
+        default=None,
+        metavar="PID",
+        help="start: the process whose end removes the server (default: the shell that ran the command)",
+    )
+    p.add_argument("--quiet", action="store_true", help="start: print the URL alone")
 
     p = command(
         "chaos",

@@ -36,6 +36,16 @@ class JobNotFound(LeaselabError, LookupError):
         super().__init__(f"no job with id {job_id!r}")
 
 
+class WrongStatus(LeaselabError, ValueError):
+    """Raised when a job named to retry or cancel is not in a status that allows it (only a dead job is
+    retried; only a pending or running one is cancelled); nothing of the call was written."""
+
+    def __init__(self, action: str, statuses: dict[int, str], allowed: str):
+        self.action, self.statuses = action, dict(statuses)
+        named = ", ".join(f"job {job_id} is {status}" for job_id, status in sorted(statuses.items()))
+        super().__init__(f"cannot {action}: {named}; only {allowed} can be. Nothing was changed")
+
+
 class InvalidPayload(LeaselabError, ValueError):
     """Raised when a payload or result cannot be stored as strict JSON (NaN or Infinity, a set, a Python object, too
     deep or too big)."""

@@ -273,6 +273,10 @@ EVENT_COLUMNS = "id, job_id, kind, at, worker, token, attempt, detail"
 HOLDER_RELEASES = ("failed", "timed_out", "released")
 REAPER_RELEASES = ("reaped",)
 RELEASES = HOLDER_RELEASES + REAPER_RELEASES
+# What an operator does by hand (``Queue.retry``, ``Queue.cancel``): a dead job put back to pending, and a
+# pending or running job made dead (a 'dead' event follows), its holder's token then holding nothing.
+RETRIED = "retried"
+CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)

@@ -19,15 +19,17 @@ from typing import Any, NamedTuple
 
 from .arguments import integer, number, positive, text
 from .backends import open_backend
-from .backends.contract import Claim, Claimed, Completion, FullBackend, NewJob, Refusals, Unreadable
+from .backends.contract import ByHand, Claim, Claimed, Completion, FullBackend, NewJob, Refusals, Unreadable
 from .backoff import Backoff
 from .clock import Clock, system_clock
-from .errors import InvalidPayload, JobNotFound, LeaseLost
+from .errors import InvalidPayload, JobNotFound, LeaseLost, WrongStatus
 from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth
 
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1_000_000
 DURABILITIES = ("full", "normal")
+MAX_ERROR = 10_000  # characters of a failure's text kept (last_error, and its event's detail)
+MAX_FRESH_ATTEMPTS = 1_000_000  # the most a retry by hand may add: attempts + this never nears 64 bits
 
 Tracer = Callable[[str, Any], None]
 
@@ -172,6 +174,11 @@ class Queue:
         if size > self.max_payload_bytes:
             raise InvalidPayload(f"{what} is {size} bytes of JSON; the limit is {self.max_payload_bytes}")
         return text
+
+    def check_payload(self, payload: Any) -> None:
+        """Raise ``InvalidPayload`` if ``payload`` could not be enqueued (not strict JSON, nested too deep,
+        past ``max_payload_bytes``): check many before writing any, as ``leaselab enqueue --file`` does."""
+        self._json("payload", payload)
 
     def _new_job(
         self,
@@ -388,7 +395,7 @@ class Queue:
         if not isinstance(error, str):
             raise TypeError(f"error must be a str, got {error!r}")
         now = self._now()
-        error = error[:10_000]
+        error = error[:MAX_ERROR]
         status = self.backend.fail(job_id, token, error, now, _WRITTEN[action].event)
         if status is None:
             return Status(self._lease_lost(job_id, token, now, action, error))
@@ -407,6 +414,67 @@ class Queue:
         released = self.backend.release([token for _, token in held], self._now())
         ids = {job_id for job_id, _ in held}
         return {job_id: Status(status) for job_id, status in released.items() if job_id in ids}
+
+    # -- what an operator does by hand ----------------------------------
+
+    def retry(self, ids: Iterable[int] | None = None, *, dead: bool = False, attempts: int = 1) -> list[int]:
+        """Put dead jobs back to pending, runnable now, and return their ids: those in ``ids``, or with
+        ``dead=True`` every dead job.
+
+        Each gets ``attempts`` fresh attempts on top of those it used: its ``max_attempts`` becomes
+        ``attempts + fresh`` and its attempt count is kept, so the fence (job id, attempt) of every
+        later claim is new and an outside store that accepts only newer fences still refuses the old
+        ones. The history gets a ``retried`` event (its ``attempt`` the count kept); ``last_error``
+        stays until a new attempt writes its own. All or nothing, in one transaction: an unknown id
+        raises ``JobNotFound``, a job that is not dead ``WrongStatus``, and then no job was retried.
+        """
+        fresh = integer("attempts", attempts, 1)
+        if fresh > MAX_FRESH_ATTEMPTS:
+            raise ValueError(f"attempts must be at most {MAX_FRESH_ATTEMPTS}, got {attempts!r}")
+        if dead is not True and dead is not False:
+            raise TypeError(f"dead must be True or False, got {dead!r}")
+        if (ids is None) == (not dead):
+            raise ValueError("retry takes either job ids or dead=True (every dead job), not both and not neither")
+        now = self._now()
+        if ids is None:
+            return sorted(self.backend.retry(None, fresh, now, durable=self._acknowledged).changed)
+        named = self._ids(ids)
+        return self._by_hand(self.backend.retry(named, fresh, now, durable=self._acknowledged), "retry", "a dead job")
+
+    def cancel(self, ids: Iterable[int], reason: str = "cancelled by hand") -> list[int]:
+        """Cancel jobs and return their ids: each pending or running job in ``ids`` becomes dead at once,
+        with a ``cancelled`` event whose detail (and ``last_error``) is ``reason``.
+
+        A running job's handler is not killed: its worker's token no longer holds the job, so the
+        fence refuses its next heartbeat, completion or failure (written into the history as a
+        refused write), and the handler's ``lease.check()`` raises ``LeaseLost`` after the refused
+        beat. All or nothing, in one transaction: an unknown id raises ``JobNotFound``, a job done or
+        dead already ``WrongStatus``, and then no job was cancelled. ``retry`` brings a cancelled job back.
+        """
+        if not isinstance(reason, str) or not reason:
+            raise TypeError(f"reason must be a non-empty str, got {reason!r}")
+        named = self._ids(ids)
+        done = self.backend.cancel(named, reason[:MAX_ERROR], self._now(), durable=self._acknowledged)
+        return self._by_hand(done, "cancel", "a pending or running job")
+
+    @staticmethod
+    def _ids(ids: Iterable[int]) -> list[int]:
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+            raise TypeError(f"ids must be an iterable of job ids, got {ids!r}")
+        named = list(dict.fromkeys(integer("job id", job_id) for job_id in ids))  # each once, in order
+        if not named:
+            raise ValueError("name at least one job id")
+        return named
+
+    @staticmethod
+    def _by_hand(done: ByHand, action: str, allowed: str) -> list[int]:
+        """The ids a retry or cancel changed; the error that says why it changed none."""
+        unknown = [job_id for job_id, status in done.refused.items() if status is None]
+        if unknown:
+            raise JobNotFound(unknown[0])
+        if done.refused:
+            raise WrongStatus(action, {job_id: str(status) for job_id, status in done.refused.items()}, allowed)
+        return sorted(done.changed)
 
     def reap(self, keep: Iterable[str] = ()) -> list[int]:
         """Return every running job whose lease has expired to pending (with backoff) or to dead.

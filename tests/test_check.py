@@ -506,11 +506,21 @@ def test_a_real_clean_run_keeps_every_promise_and_counts_its_zombie(real):
         "refused_writes": 1,
         "effects": 0,
     }
-    assert report.render().splitlines()[0] == "every promise held: 2 jobs, 1 repeated run, 1 zombie refused"
-    assert (
-        report.render("ru").splitlines()[0]
-        == "все обещания сдержаны: 2 задачи, 1 повторный запуск, 1 зомби получил отказ"
+    # No effect was recorded: the headline itself says that repeated effects were not checked, and how to.
+    assert report.render().splitlines()[0] == (
+        "every promise held: 2 jobs, 1 repeated run, 1 zombie refused; but repeated effects were NOT checked: "
+        "no effect was recorded (call leaselab.check.record_effect(job, key=...) in the handler once its effect "
+        "took hold, and give check --effects FILE; chaos names the file in $LEASELAB_EFFECTS)"
     )
+    assert (
+        report.render("ru")
+        .splitlines()[0]
+        .startswith(
+            "все обещания сдержаны: 2 задачи, 1 повторный запуск, 1 зомби получил отказ; но повторы действий НЕ "
+            "проверялись: ни одно действие не записано"
+        )
+    )
+    assert "not looked for" not in report.render()  # said once, in the headline, not again as a footnote
 
 
 def test_a_stale_completion_written_by_another_program_is_caught_with_the_triggers_own_event(target, clock, zombie):
@@ -587,8 +597,15 @@ def test_the_lessons_ledger_through_the_callable_form_tells_a_double_deposit_fro
     with _ledger_run(db, clock, tmp_path / "plain.db", keyed=False) as ledger:
         report = check(db, effects=ledger.effects, now=clock())
     assert [(a.kind, a.job) for a in report.anomalies] == [("effect_repeated", 1)]
-    assert report.anomalies[0].sentence() == "job 1: its effect happened 2 times (attempts 1, 2)"
-    assert report.anomalies[0].sentence("ru") == "задача 1: её действие выполнено 2 раза (попытки 1, 2)"
+    assert report.anomalies[0].sentence() == (
+        "job 1: its effect happened 2 times (attempts 1, 2); fix: let the store keep it once per idempotency key "
+        '(write it under key="job-1", insert-if-absent), or refuse an older attempt\'s write'
+    )
+    assert (
+        report.anomalies[0]
+        .sentence("ru")
+        .startswith("задача 1: её действие выполнено 2 раза (попытки 1, 2); как исправить:")
+    )
     with _ledger_run(db, clock, tmp_path / "keyed.db", keyed=True) as ledger:
         report = check(db, effects=ledger.effects, now=clock())
     assert report.clean and report.counts["repeats_absorbed"] == 1 and report.counts["effects"] == 1
@@ -831,7 +848,7 @@ def test_check_with_an_effects_file_finds_the_repeated_effect(capsys, tmp_path, 
         task(job)  # one claim running its effect twice
         q.complete(job.id, job.token, None)
     code, out, _ = run(capsys, "check", "--db", str(db), "--effects", str(effects))
-    assert code == EXIT_ANOMALY and "effect repeated: job 1: its effect happened 2 times (attempts 1, 1)" in out
+    assert code == EXIT_ANOMALY and "effect repeated: job 1: its effect happened 2 times (attempts 1, 1); fix:" in out
 
 
 def test_check_usage_errors_are_one_line_exit_2_and_create_nothing(capsys, tmp_path):
@@ -877,3 +894,16 @@ def test_a_server_without_the_database_or_the_tables_is_a_clear_error(pg_server)
         assert conn.execute("SELECT count(*) FROM pg_tables WHERE tablename IN ('jobs', 'events')").fetchone()[0] == 0
     with pytest.raises(ServerRefused):
         check(url.rsplit("/", 1)[0] + "/no_such_database_here")
+
+
+def test_an_effects_file_in_another_format_is_refused_with_the_line_it_could_not_read(tmp_path, capsys, target):
+    Queue(target).close()
+    emails = tmp_path / "emails.jsonl"  # what a handler appended: its own lines, not record_effect's
+    emails.write_text('{"job": 1, "attempt": 1, "token": "t", "key": null}\n{"to": "a@example.org", "job": 1}\n')
+    with pytest.raises(InvalidEffects, match=r'emails.jsonl, line 2: .*\'to\' is no field.*\{"to": "a@example.org"'):
+        read_effects(emails)
+    emails.write_text('{"job": 1}\n')
+    with pytest.raises(InvalidEffects, match=r"line 1: .*no attempt"):
+        read_effects(emails)
+    code, out, err = run(capsys, "check", "--db", target, "--effects", str(emails))
+    assert code == 2 and out == "" and "emails.jsonl, line 1" in err and '{"job": 1}' in err

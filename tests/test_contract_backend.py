@@ -14,7 +14,7 @@ import pytest
 
 from leaselab import Job, Queue
 from leaselab.backends import contract, sql
-from leaselab.backends.contract import Claim, Completion, NewJob, Outcome, Unreadable
+from leaselab.backends.contract import ByHand, Claim, Completion, NewJob, Outcome, Unreadable
 from leaselab.backends.sqlite import statements as sqlite_sql
 from tests.support.servers import IN_PROCESS_BACKENDS
 
@@ -125,6 +125,27 @@ def test_release_hands_back_the_jobs_its_tokens_hold_at_once_or_dead_and_leaves_
     assert [e.kind for e in backend.events(first, 0)][-1] == "released"
     assert [e.kind for e in backend.events(last_try, 0)][-2:] == ["released", "dead"]
     assert backend.get(others).token == "another" and backend.get(others).status == "running"
+
+
+def test_retry_and_cancel_change_every_job_named_or_none_and_say_why(queue, clock):
+    backend = queue.backend
+    dead, running, pending = backend.enqueue_many([NewJob('"a"', 0, 0.0, 1), _job(), _job()], 1.0, durable=False)
+    backend.claim(_claim("d", clock()), durable=False)
+    backend.fail(dead, "d", "boom", clock())
+    backend.claim(_claim("r", clock()), durable=False)
+    # One job named may not be changed: nothing is, and each such job's status (None: unknown) is said.
+    assert backend.retry([dead, pending], 3, clock(), durable=False) == ByHand([], {pending: "pending"})
+    assert backend.cancel([pending, dead, 999], "x", clock(), durable=False) == ByHand([], {dead: "dead", 999: None})
+    assert backend.get(pending).status == "pending" and backend.get(dead).status == "dead"
+    cancelled = backend.cancel([pending, running], "stop", clock(), durable=True)
+    assert sorted(cancelled.changed) == [running, pending] and cancelled.refused == {}  # in any order
+    assert backend.fail(running, "r", "late", clock()) is None  # its holder's token holds nothing now
+    retried = backend.retry(None, 2, clock() + 1, durable=False)
+    assert sorted(retried.changed) == [dead, running, pending] and retried.refused == {}
+    job = backend.get(dead)
+    assert (job.status, job.attempts, job.max_attempts, job.run_at) == ("pending", 1, 3, clock() + 1)
+    assert [e.kind for e in backend.events(running, 0)][-3:] == ["cancelled", "dead", "retried"]
+    assert backend.events(running, 0)[-3].detail == "stop"
 
 
 def test_refusals_read_the_outcome_and_write_a_refusal_into_the_history(queue):

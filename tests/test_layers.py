@@ -213,6 +213,8 @@ ALLOWED = {
         "leaselab.chaos.command",
         "leaselab.check",
         "leaselab.errors",
+        "leaselab.harness.errors",
+        "leaselab.harness.pgcommand",
         "leaselab.job",
         "leaselab.printable",
         "leaselab.queue",

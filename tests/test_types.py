@@ -71,7 +71,7 @@ def _backend_copy(change=None) -> str:
     if change is not None:
         source = change(source)
     names = ", ".join(
-        n for n in ("Backend", "Claim", "Claimed", "Completing", "Completion", "NewJob", "Refusals", "Tracer")
+        n for n in ("Backend", "ByHand", "Claim", "Claimed", "Completing", "Completion", "NewJob", "Refusals", "Tracer")
     )
     return (
         f"from __future__ import annotations\nimport threading\n"

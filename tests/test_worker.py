@@ -64,18 +64,26 @@ def test_a_worker_runs_the_handler_on_every_job_and_completes_them(queue):
     assert queue.stats() == {"pending": 0, "running": 0, "done": 5, "dead": 0}
 
 
-def test_a_handler_exception_fails_the_attempt_with_its_message(queue):
+def test_a_handler_exception_fails_the_attempt_with_its_message_and_its_traceback(queue):
     job_id = queue.enqueue("x", max_attempts=3)
 
+    def look_up(key):
+        raise KeyError(key)
+
     def handler(job):
-        raise KeyError("no such thing")
+        look_up("no such thing")
 
     stats = Worker(queue, handler, name="w1").run(max_jobs=1)
     assert (stats.claimed, stats.failed, stats.completed) == (1, 1, 0)
     job = queue.get(job_id)
     assert job.status is Status.PENDING and job.attempts == 1
-    assert job.last_error == "KeyError: 'no such thing'"
-    assert [e.kind for e in queue.events(job_id)][-1] == "failed"
+    # Its one line first (what a listing cut to its width shows), then the traceback, down to the raise.
+    summary, trace = job.last_error.split("\n\n", 1)
+    assert summary == "KeyError: 'no such thing'"
+    assert trace.startswith("Traceback (most recent call last):") and "in look_up" in trace
+    assert trace.endswith("KeyError: 'no such thing'")
+    failed = queue.events(job_id)[-1]
+    assert (failed.kind, failed.detail) == ("failed", job.last_error)
 
 
 def test_a_handler_that_always_fails_ends_dead(queue):

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from ..errors import InvalidPayload, LeaselabError
 from ..job import Event, Job, JobRow, Status
-from .contract import Claim, Claimed, Completing, Completion, NewJob, Outcome, Tracer, Unreadable
+from .contract import ByHand, Claim, Claimed, Completing, Completion, NewJob, Outcome, Tracer, Unreadable
 from .defaults import BackendDefaults
 
 Run = Callable[..., Any]  # run(statement, params) -> the driver's cursor, inside a transaction
@@ -63,6 +63,13 @@ class Count(NamedTuple):
 
     status: str
     jobs: int
+
+
+class _Undo(Exception):
+    """Inside an operator's retry or cancel: a job it was named is not one it may change, so nothing is."""
+
+    def __init__(self, refused: dict[int, str | None]):
+        self.refused = refused
 
 
 class _Refused(Exception):
@@ -326,6 +333,29 @@ class SqlBackend(BackendDefaults):
         self._check_tokens(tokens)
         rows = self.run(self.statements.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
         return {job_id: status for job_id, status in rows}  # RETURNING id, status
+
+    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+        if ids is None:
+            rows = self.run(self.statements.RETRY_DEAD, {"fresh": fresh, "now": now}, durable=durable)
+            return ByHand([job_id for (job_id,) in rows], {})  # RETURNING id
+        return self._by_hand(self.statements.RETRY, {"fresh": fresh, "now": now}, ids, durable)
+
+    def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:
+        return self._by_hand(self.statements.CANCEL, {"reason": reason, "now": now}, ids, durable)
+
+    def _by_hand(self, statement: str, params: dict[str, Any], ids: Sequence[int], durable: bool) -> ByHand:
+        """``statement`` over the jobs in ``ids``, in one transaction rolled back unless it changed every one."""
+        listed = {"ids": json.dumps(list(ids))}
+        try:
+            with self.transaction(durable) as run:
+                changed = [job_id for (job_id,) in run(statement, {**params, **listed}).fetchall()]
+                missed = set(ids) - set(changed)
+                if missed:
+                    found = dict(run(self.statements.STATUSES, {"ids": json.dumps(sorted(missed))}).fetchall())
+                    raise _Undo({job_id: found.get(job_id) for job_id in sorted(missed)})
+                return ByHand(changed, {})
+        except _Undo as undo:
+            return ByHand([], undo.refused)
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:
         self._check_tokens(keep)

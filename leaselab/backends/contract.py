@@ -86,6 +86,15 @@ class Outcome(NamedTuple):
     last_error: str | None
 
 
+class ByHand(NamedTuple):
+    """What an operator's retry or cancel did: the ids it ``changed``, or, when it left a job it was
+    named alone, nothing at all (its transaction rolled back) and ``refused``: {id: that job's
+    status, None for an unknown id}."""
+
+    changed: list[int]
+    refused: dict[int, str | None]
+
+
 @dataclass
 class Completing:
     """The handle of ``Backend.completing``: the driver connection inside the transaction (for the
@@ -182,6 +191,19 @@ class Backend(Protocol):
         """Hand back every running job held by one of ``tokens`` (its holder stops), in one statement:
         pending and runnable at once, or dead if its attempts are spent; {job id: new status}. A job
         another token holds now is left out."""
+        ...
+
+    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+        """Put dead jobs back to pending, runnable at ``now``, with ``fresh`` attempts on top of those they
+        used (``max_attempts`` raised, ``attempts`` kept), each with a ``retried`` event: the jobs in
+        ``ids``, all or none in one transaction (any of them not dead: none, and ``ByHand.refused``
+        says why), or with ``ids`` None every dead job."""
+        ...
+
+    def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:
+        """Make the pending and running jobs in ``ids`` dead, each with a ``cancelled`` event whose detail
+        is ``reason``: all or none in one transaction, as ``retry``. A running job's holder then holds
+        nothing: its token's later writes are refused."""
         ...
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:

@@ -124,6 +124,45 @@ def release(held: str) -> str:
     )
 
 
+# What an operator does by hand, each one conditional statement over the jobs named in :ids (a JSON
+# array; ``listed`` is the dialect's words for that test). A retry puts a dead job back, runnable now,
+# with :fresh attempts on top of those it used: attempts only ever rise, so every claim's fence (its
+# id and attempt) stays one no claim wrote before. It keeps last_error: the reason it died stays
+# readable until a new attempt says otherwise.
+_RETRIED = """
+UPDATE jobs SET status = 'pending', max_attempts = attempts + :fresh, run_at = :now, finished_at = NULL,
+       lease_until = NULL, updated_at = :now, last_event = 'retried'
+ WHERE status = 'dead'{which}
+RETURNING id
+"""
+
+
+def retry(listed: str) -> str:
+    """The retry of the dead jobs in :ids."""
+    return _RETRIED.format(which=f" AND {listed}")
+
+
+# Every dead job, however many: `leaselab retry --dead`.
+RETRY_DEAD = _RETRIED.format(which="")
+
+
+def cancel(listed: str) -> str:
+    """The cancel of the jobs in :ids: a pending one is dead before any worker claims it; a running one
+    is dead under its holder, whose token then holds nothing (status is no longer 'running'), so the
+    fence refuses its next heartbeat, completion or failure. :reason is the history's detail for it."""
+    return f"""
+UPDATE jobs SET status = 'dead', finished_at = :now, lease_until = NULL, last_error = :reason,
+       updated_at = :now, last_event = 'cancelled'
+ WHERE status IN ('pending', 'running') AND {listed}
+RETURNING id
+"""
+
+
+def statuses(listed: str) -> str:
+    """Each job in :ids that exists, with its status: why a retry or cancel left it alone."""
+    return f"SELECT id, status FROM jobs WHERE {listed}"
+
+
 # A job's history is a linked list: jobs.last_event_id is its newest event and each event's
 # prev is the one before, so reading one job's history is one rowid lookup per event, with no
 # index on events to keep up on every write. This walks it newest to oldest, down to :after.

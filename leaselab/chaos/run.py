@@ -140,7 +140,7 @@ class ChaosResult:
         if not self.report.clean or self.faults_overlapping_attempts:
             return self.report.headline(lang)
         key = "toothless" if self.fault_counts() else "toothless_no_faults"
-        return text(key, lang, tally=self.report.tally(lang))
+        return self.report.unchecked(text(key, lang, tally=self.report.tally(lang)), lang)
 
     def render(self, lang: str = "en") -> str:
         counts = self.fault_counts()

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Union
 
+from ..printable import printable
 from .errors import InvalidEffects
 
 ENV = "LEASELAB_EFFECTS"
@@ -79,10 +80,18 @@ def record_effect(
     return line
 
 
+def _shown(text: str) -> str:
+    """A line of someone's file as an error quotes it: one line, control characters escaped, cut to 80."""
+    text = printable(text.strip())
+    return text if len(text) <= 80 else text[:79] + "…"
+
+
 def read_effects(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The lines ``record_effect`` wrote to ``path``, oldest first; an absent file means no effects yet.
 
-    A line that is not a JSON object raises ``InvalidEffects`` naming the file and the line.
+    A line ``record_effect`` could not have written (not JSON, not an object, no ``job`` or ``attempt``, a
+    field it never writes) raises ``InvalidEffects`` naming the file, the line's number and its text:
+    a file in another format must be refused, not read as effects that every job repeated.
     """
     path = os.fspath(path)
     try:
@@ -103,7 +112,18 @@ def read_effects(path: str | os.PathLike) -> list[dict[str, Any]]:
         except ValueError as exc:
             raise InvalidEffects(f"{path}, line {number}: not JSON ({exc})") from None
         if not isinstance(line, dict):
-            raise InvalidEffects(f"{path}, line {number}: not a JSON object, got {text.strip()[:60]!r}")
+            raise InvalidEffects(f"{path}, line {number}: not a JSON object: {_shown(text)}")
+        missing = [name for name in ("job", "attempt") if name not in line]
+        unknown = sorted(set(line) - set(FIELDS))
+        if missing or unknown:
+            why = "; ".join(
+                ([f"no {' or '.join(missing)}"] if missing else [])
+                + ([f"{', '.join(map(repr, unknown))} is no field of it"] if unknown else [])
+            )
+            raise InvalidEffects(
+                f"{path}, line {number}: not an effect line as record_effect writes them ({why}; its fields are "
+                f"{', '.join(FIELDS)}): {_shown(text)}"
+            )
         found.append(line)
     return found
 

@@ -87,12 +87,22 @@ class Report:
         return fill(REPORT[check_lang(lang)]["tally"], lang, self.counts)
 
     def headline(self, lang: str = "en") -> str:
-        """The first line: "every promise held: 40 jobs, 3 repeated runs, 2 zombies refused", or how many broke."""
+        """The first line: "every promise held: 40 jobs, 3 repeated runs, 2 zombies refused", or how many broke;
+        either one said with ``unchecked`` when no effect was recorded."""
         words = REPORT[check_lang(lang)]
         if self.clean:
-            return fill(words["clean"], lang, {"tally": self.tally(lang)})
-        facts = {**self.counts, "anomalies": self.found, "anomalies_n": self.found}
-        return fill(words["broken"], lang, facts)
+            verdict = fill(words["clean"], lang, {"tally": self.tally(lang)})
+        else:
+            verdict = fill(words["broken"], lang, {**self.counts, "anomalies": self.found, "anomalies_n": self.found})
+        return self.unchecked(verdict, lang)
+
+    def unchecked(self, verdict: str, lang: str = "en") -> str:
+        """``verdict``, and, when no effect was recorded, in the same line that repeated effects were not checked
+        and how to record them: a footnote under "every promise held" would be read past."""
+        if "no_effects" not in self.notes:
+            return verdict
+        # A clean verdict is the one a reader trusts: it says how to record effects; a broken one is read anyway.
+        return REPORT[check_lang(lang)]["unchecked" if self.clean else "unchecked_broken"].format(verdict=verdict)
 
     def render(self, lang: str = "en", shown: int | None = SHOWN) -> str:
         """The report for a person, in ``lang``: the headline, the counts, how many anomalies of each kind,
@@ -109,7 +119,7 @@ class Report:
                 for kind, n in self.totals.items()
             )
             lines.append("  " + fill(words["by_kind"], lang, {"kinds": kinds}))
-        lines += ["  " + words[note] for note in self.notes]
+        lines += ["  " + words[note] for note in self.notes if note != "no_effects"]  # that one is in the headline
         for kind, total in self.totals.items():
             held = [a for a in self.anomalies if a.kind == kind]
             for anomaly in held if shown is None else held[:shown]:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..backoff import Backoff
-from ..job import HOLDER_RELEASES, REAPER_RELEASES, RELEASES
+from ..job import CANCELLED, HOLDER_RELEASES, REAPER_RELEASES, RELEASES, RETRIED
 from ..sim.judge import judge
 from .history import History, effect_line, event_line, in_memory, job_line
 from .report import Anomaly
@@ -158,6 +158,20 @@ def fencing_job(job_id: int, events: list[Row]) -> list[Anomaly]:
         kind = e["kind"]
         if kind in ("enqueued", "lease_lost"):
             continue
+        if kind == RETRIED:  # by hand: only a dead job comes back, and its next claim is a new attempt
+            if ended is None or ended["kind"] not in ("dead", CANCELLED):
+                was = "running" if holder is not None else ended["kind"] if ended is not None else "pending"
+                found.append(
+                    Anomaly(
+                        "history_disagrees",
+                        job_id,
+                        [event_line(x) for x in (ended or holder, e) if x is not None],
+                        "disagree.retried_not_dead",
+                        {"event": e["id"], "was": was},
+                    )
+                )
+            ended, holder = None, None
+            continue
         if ended is not None:
             if kind == "dead":  # the trigger's second row after a last release, or a death repeated
                 continue
@@ -229,8 +243,8 @@ def fencing_job(job_id: int, events: list[Row]) -> list[Anomaly]:
                     Anomaly("history_disagrees", job_id, [event_line(e)], "disagree.release_unheld", {"event": e["id"]})
                 )
             holder = None
-        elif kind == "dead":
-            ended = e
+        elif kind in ("dead", CANCELLED):  # a cancel ends the job under its holder: its later writes are stale
+            ended, holder = e, None
     return found
 
 
@@ -288,9 +302,9 @@ def replay(history: list[dict]) -> dict:
             state.update(status="running", attempts=e["attempt"], token=e["token"], worker=e.get("worker"))
         elif kind == "completed":
             state["status"] = "done"
-        elif kind in RELEASES:
+        elif kind in RELEASES or kind == RETRIED:
             state["status"] = "pending"  # a following 'dead' event overrides
-        elif kind == "dead":
+        elif kind in ("dead", CANCELLED):
             state["status"] = "dead"
     return state
 
@@ -489,6 +503,8 @@ def effects_repeated_job(job_id: int, effects: list[Row]) -> list[Anomaly]:
             facts = {"n": len(lines), "attempts": [x["attempt"] if x["attempt"] is not None else "-" for x in lines]}
             if key is not None:
                 facts["key"] = key
+            else:  # the fix the sentence gives: an idempotency key the store keeps once
+                facts["code"] = f'key="job-{job_id}"'
             found.append(
                 Anomaly(
                     "effect_repeated",

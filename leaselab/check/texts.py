@@ -106,8 +106,14 @@ SENTENCES: dict[str, dict[str, str]] = {
             "job {job}: a lost lease was recorded for token {token}, yet its attempt {attempt} "
             "{finished}: the history says it lost what it had finished"
         ),
-        "effect.repeated": "job {job}: its effect happened {times} (attempts {attempts})",
-        "effect.repeated_key": 'job {job}: the effect "{key}" happened {times} (attempts {attempts})',
+        "effect.repeated": (
+            "job {job}: its effect happened {times} (attempts {attempts}); fix: let the store keep it once per "
+            "idempotency key (write it under {code}, insert-if-absent), or refuse an older attempt's write"
+        ),
+        "effect.repeated_key": (
+            'job {job}: the effect "{key}" happened {times} (attempts {attempts}); fix: let the store keep the key '
+            '"{key}" once (insert-if-absent), or refuse an older attempt\'s write'
+        ),
         "disagree.field": "job {job}: its events say the {field} is {expected}, the jobs table says {actual}",
         "disagree.start": "job {job}: its history does not begin with its enqueue",
         "disagree.enqueued_twice": "job {job}: its history enqueues it twice",
@@ -116,6 +122,8 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "job {job}: its history links to event {event}, which does not exist",
         "disagree.release_unheld": "job {job} was taken back to the queue (event {event}) while no one held it",
         "disagree.reaped_after_end": "job {job} was taken back to the queue (event {event}) after it was {ended}",
+        "disagree.retried_not_dead": "job {job} was retried by hand (event {event}) while it was {was}: "
+        "only a dead job can be",
         "disagree.effect_unclaimed": "job {job}: a handler recorded an effect as attempt {attempt}, which was never "
         "claimed",
         "disagree.done_unrun": (
@@ -199,8 +207,16 @@ SENTENCES: dict[str, dict[str, str]] = {
             "задача {job}: для токена {token} записана потеря аренды, хотя его попытка {attempt} "
             "{finished}: история утверждает, что он потерял то, что сам довёл до конца"
         ),
-        "effect.repeated": "задача {job}: её действие выполнено {times} (попытки {attempts})",
-        "effect.repeated_key": "задача {job}: действие с ключом «{key}» выполнено {times} (попытки {attempts})",
+        "effect.repeated": (
+            "задача {job}: её действие выполнено {times} (попытки {attempts}); как исправить: пусть хранилище "
+            "принимает действие один раз на ключ идемпотентности (записывайте его с ключом {code}, вставкой "
+            "только при отсутствии) или отвергает запись устаревшей попытки"
+        ),
+        "effect.repeated_key": (
+            "задача {job}: действие с ключом «{key}» выполнено {times} (попытки {attempts}); как исправить: пусть "
+            "хранилище принимает ключ «{key}» один раз (вставка только при отсутствии) или отвергает запись "
+            "устаревшей попытки"
+        ),
         "disagree.field": "задача {job}: по событиям {field} — «{expected}», а в таблице задач — «{actual}»",
         "disagree.start": "задача {job}: её история начинается не с постановки в очередь",
         "disagree.enqueued_twice": "задача {job}: в её истории две постановки в очередь",
@@ -209,6 +225,8 @@ SENTENCES: dict[str, dict[str, str]] = {
         "disagree.link_missing": "задача {job}: её история ссылается на событие {event}, которого нет",
         "disagree.release_unheld": "задачу {job} вернули в очередь (событие {event}), когда ею никто не владел",
         "disagree.reaped_after_end": "задачу {job} вернули в очередь (событие {event}), когда она уже {ended}",
+        "disagree.retried_not_dead": "задачу {job} запустили повторно вручную (событие {event}), хотя она {was}: "
+        "так можно только с мёртвой задачей",
         "disagree.effect_unclaimed": (
             "задача {job}: обработчик записал действие от имени попытки {attempt}, которую никто не захватывал"
         ),
@@ -263,6 +281,10 @@ SPEC_SENTENCES: dict[str, dict[str, str]] = {
         ),
         "spec.dead_early": "job {job} died after attempt {attempts} of {max}, with attempts left",
         "spec.refused_holder": "job {job}: a write from token {token} was refused while that token still held the job",
+        "spec.retried_not_dead": "job {job} was retried by hand while it was {status}: only a dead job can be",
+        "spec.cancelled_finished": (
+            "job {job} was cancelled after it was {status}: only a pending or running job can be"
+        ),
         "spec.table": "job {job}: the jobs table says the {field} is {actual}, the specification says {expected}",
     },
     "ru": {
@@ -289,6 +311,12 @@ SPEC_SENTENCES: dict[str, dict[str, str]] = {
         "spec.refused_holder": (
             "задача {job}: запись от токена {token} отклонена, хотя задача всё ещё принадлежала этому токену"
         ),
+        "spec.retried_not_dead": (
+            "задачу {job} запустили повторно вручную, когда её статус был «{status}»: так можно только с мёртвой"
+        ),
+        "spec.cancelled_finished": (
+            "задачу {job} отменили, когда её статус был «{status}»: отменить можно только ждущую или работающую"
+        ),
         "spec.table": "задача {job}: в таблице задач {field} — «{actual}», а по спецификации — «{expected}»",
     },
 }
@@ -306,8 +334,10 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
             "released": "hand-back",
             "reaped": "reap",
             "claimed": "claim",
+            "cancelled": "cancel",
         },
-        "ended": {"completed": "done", "dead": "dead"},
+        "ended": {"completed": "done", "dead": "dead", "cancelled": "cancelled"},
+        "was": {"running": "running", "pending": "pending", "completed": "done"},
         "finished": {
             "completed": "completed the job",
             "failed": "failed the job",
@@ -337,13 +367,15 @@ WORDS: dict[str, dict[str, dict[str, str]]] = {
             "released": "возврат задачи владельцем",
             "reaped": "возврат в очередь",
             "claimed": "захват",
+            "cancelled": "отмену",
         },
-        "ended": {"completed": "была выполнена", "dead": "была признана мёртвой"},
+        "ended": {"completed": "была выполнена", "dead": "была признана мёртвой", "cancelled": "была отменена"},
+        "was": {"running": "была в работе", "pending": "ждала запуска", "completed": "была выполнена"},
         "finished": {
             "completed": "успешно завершила задачу",
             "failed": "сама закончила задачу сбоем",
-            "timed_out": "сняла задачу по тайм-ауту",
-            "released": "вернула задачу в очередь",
+            "timed_out": "была снята по тайм-ауту",
+            "released": "закончилась возвратом задачи в очередь",
         },
         "field": {
             "status": "статус",
@@ -407,6 +439,12 @@ REPORT: dict[str, dict[str, str]] = {
         "waiting": "{waiting}",
         "lease_unknown": "reaps and overlapping leases were not timed: the lease the workers used is unknown",
         "no_effects": "no effects were recorded, so repeated effects were not looked for",
+        "unchecked_broken": "{verdict}; repeated effects were not checked either: no effect was recorded",
+        "unchecked": (
+            "{verdict}; but repeated effects were NOT checked: no effect was recorded (call "
+            "leaselab.check.record_effect(job, key=...) in the handler once its effect took hold, and give "
+            "check --effects FILE; chaos names the file in $LEASELAB_EFFECTS)"
+        ),
         "spec_unordered": (
             "the specification did not judge the history: a server numbers its events as they are written, not "
             "as they commit"
@@ -433,6 +471,12 @@ REPORT: dict[str, dict[str, str]] = {
             "с какой арендой работали воркеры"
         ),
         "no_effects": "действия обработчиков не записывались, поэтому их повторы не искали",
+        "unchecked_broken": "{verdict}; повторы действий тоже не проверялись: ни одно действие не записано",
+        "unchecked": (
+            "{verdict}; но повторы действий НЕ проверялись: ни одно действие не записано (вызывайте "
+            "leaselab.check.record_effect(job, key=...) в обработчике сразу после действия и передайте check "
+            "--effects ФАЙЛ; chaos называет файл в $LEASELAB_EFFECTS)"
+        ),
         "spec_unordered": (
             "историю не сверяли со спецификацией: сервер нумерует события по мере записи, а не в порядке фиксации"
         ),

@@ -33,3 +33,7 @@ class ProxyError(LeaselabError):
 
 class SignalsUnsupported(LeaselabError):
     """Raised by pause and resume on a platform without SIGSTOP and SIGCONT (such as Windows)."""
+
+
+class PgCommandError(LeaselabError):
+    """Raised when ``leaselab pg`` cannot do what it was asked: no server is running, or one failed to start."""

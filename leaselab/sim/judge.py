@@ -25,6 +25,9 @@ What it cannot judge, said plainly:
   (an early reap is, when the lease is known);
 - a job's first ``run_at`` once the job was retried (the jobs table keeps only the last): its first
   claim is not judged against a delay;
+- a job's ``max_attempts`` before its last retry by hand (each retry raises it, and the table keeps
+  the last): until then, its deaths are taken as the history says; a retry by hand is judged to take
+  only a dead job, a cancel only a pending or running one;
 - results and errors as the workers sent them (the events do not carry them);
 - the retry delays when the backoff is unknown (``backoff=None``); with jitter, only their least;
 - a server's history: its event ids are handed out as rows are inserted, not as transactions
@@ -39,7 +42,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..backoff import Backoff
-from ..job import HOLDER_RELEASES, RELEASES
+from ..job import CANCELLED, HOLDER_RELEASES, RELEASES, RETRIED
 from .model import Model, Violation
 
 # Seconds: two readings of one clock stored in two REAL columns, or a lease derived by subtraction.
@@ -56,6 +59,8 @@ RULES = (
     "not_dead",
     "dead_early",
     "refused_holder",
+    "retried_not_dead",
+    "cancelled_finished",
     "table",
 )  # every rule a Disagreement may name, each a sentence in leaselab.check.texts
 WITNESS = 8  # events shown, at most: the disagreeing one and those before it that led there
@@ -99,7 +104,12 @@ def judge(
     model = Model(replace(backoff, jitter=0.0) if backoff is not None else Backoff(base=0.0, cap=0.0))
     rows = {j["id"]: j for j in jobs}
     ordered = sorted(events, key=lambda e: e["id"])
-    retried = {e["job_id"] for e in ordered if e["kind"] in RELEASES}
+    retried = {e["job_id"] for e in ordered if e["kind"] in RELEASES or e["kind"] == RETRIED}
+    # Retries by hand still to come, per job: until its last, a job's max_attempts is not the table's.
+    by_hand: dict[int, int] = {}
+    for e in ordered:
+        if e["kind"] == RETRIED:
+            by_hand[e["job_id"]] = by_hand.get(e["job_id"], 0) + 1
     unknown_run_at: set[int] = set()
     lease_known: dict[str, bool] = {}  # token -> its lease_until in the model is a real one
     seen: list[int] = []
@@ -119,7 +129,7 @@ def judge(
             for g in group:
                 seen.append(g["id"])
             nxt = ordered[i + len(group)] if i + len(group) < len(ordered) else None
-            _step(model, rows, group, nxt, unknown_run_at, retried, lease_known, lease_of, backoff is not None)
+            _step(model, rows, group, nxt, unknown_run_at, retried, by_hand, lease_known, lease_of, backoff is not None)
             i += len(group)
         _final(model, rows, backoff is not None and backoff.jitter == 0.0, unknown_run_at)
     except _Found as found:
@@ -137,6 +147,7 @@ def _step(
     nxt: dict | None,
     unknown_run_at: set[int],
     retried: set[int],
+    by_hand: dict[int, int],
     lease_known: dict[str, bool],
     lease_of: Callable[[str | None], float | None],
     backoff_known: bool,
@@ -170,14 +181,30 @@ def _step(
         elif kind == "completed":
             model.complete(job_id, token, None)
         else:
-            _release(model, e, nxt, backoff_known, at_once=kind == "released")
+            _release(model, e, nxt, backoff_known, at_once=kind == "released", max_known=job_id not in by_hand)
         return
     if kind == "reaped":
         if job.status != "running" or job.token != token:
             raise _Found("reap_unheld", e, job_id, token=_short(token), holder=_holder(job))
         if lease_known.get(token) and job.lease_until is not None and job.lease_until >= now + SLACK:
             raise _Found("reap_early", e, job_id, early=job.lease_until - now, attempt=job.attempts)
-        _release(model, e, nxt, backoff_known)
+        _release(model, e, nxt, backoff_known, max_known=job_id not in by_hand)
+        return
+    if kind == RETRIED:  # by hand: a dead job back to pending, runnable now, its attempts kept
+        if job.status != "dead":
+            raise _Found("retried_not_dead", e, job_id, status=job.status)
+        by_hand[job_id] -= 1
+        max_attempts = job.max_attempts
+        if not by_hand[job_id]:  # the last retry: the table's max_attempts is the one it set
+            del by_hand[job_id]
+            max_attempts = rows[job_id]["max_attempts"]
+        model.jobs[job_id] = replace(job, status="pending", run_at=now, lease_until=None, max_attempts=max_attempts)
+        unknown_run_at.discard(job_id)
+        return
+    if kind == CANCELLED:  # by hand: dead at once, its holder's token holding nothing from here on
+        if job.status not in ("pending", "running"):
+            raise _Found("cancelled_finished", e, job_id, status=job.status)
+        model.jobs[job_id] = replace(job, status="dead", lease_until=None)
         return
     if kind == "lease_lost":
         if job.status == "running" and job.token == token:
@@ -249,15 +276,21 @@ def _claim(
         unknown_run_at.discard(job_id)
 
 
-def _release(model: Model, e: dict, nxt: dict | None, backoff_known: bool, at_once: bool = False) -> None:
+def _release(
+    model: Model, e: dict, nxt: dict | None, backoff_known: bool, at_once: bool = False, max_known: bool = True
+) -> None:
     """A failure, a timeout or a reap (or, ``at_once``, a holder's hand-back, with no backoff): the job's
     attempts decide dead or pending again (a reap ends a job as a failure does, so the model's failure
-    carries both); a death is written as the very next event."""
+    carries both); a death is written as the very next event. Without ``max_known`` (a job retried by
+    hand later, which raised its max_attempts) the history's word on its death is taken."""
     job_id = e["job_id"]
     job = model.jobs[job_id]
     token, now = job.token or "", e["at"]
     status = model.release(job_id, token, now) if at_once else model.fail(job_id, token, now)
     died = nxt is not None and nxt["kind"] == "dead" and nxt["job_id"] == job_id
+    if not max_known and died and status != "dead":  # its max_attempts then was below the table's
+        model.jobs[job_id] = replace(model.jobs[job_id], status="dead", lease_until=None)
+        return
     if status == "dead" and not died:
         raise _Found("not_dead", e, job_id, attempts=job.attempts, max=job.max_attempts)
     if status != "dead" and died:

@@ -37,7 +37,7 @@ from ..errors import (
 from ..job import Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
-from . import decisions, faults
+from . import decisions, failure, faults
 from .journal import Journal
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
@@ -781,8 +781,9 @@ class Worker:
                 outcomes[id(lease)] = "lost"
             elif what is decisions.Verdict.COMPLETE:
                 completions.append((lease, result))
-            else:
-                outcomes[id(lease)] = self._fail(lease, f"{type(error).__name__}: {error}")
+            else:  # the whole traceback is kept; the log's line shows its summary
+                assert error is not None  # the verdict fails only an attempt whose handler raised
+                outcomes[id(lease)] = self._fail(lease, failure.described(error), failure.summary(error))
         claimed: list[Lease] = []
         if completions:
             done, claimed = self._complete_and_claim(completions, free, refill)
@@ -856,7 +857,7 @@ class Worker:
             self._journal.outcome("completed", job.id, job.attempts, lease.token)
         return "completed"
 
-    def _fail(self, lease: Lease, error: str) -> str:
+    def _fail(self, lease: Lease, error: str, shown: str | None = None) -> str:
         job = lease.job
         try:
             status = self.outlast(f"fail job {job.id}", lambda: self.queue.fail(job.id, lease.token, error))
@@ -867,7 +868,7 @@ class Worker:
         if status is STOPPED:
             return self._unwritten(lease)
         self.stats.failed += 1
-        self._log(f"failed job {job.id}: {error} -> {status}")
+        self._log(f"failed job {job.id}: {error if shown is None else shown} -> {status}")
         if self._journal is not None:
             self._journal.outcome("failed", job.id, job.attempts, lease.token, str(getattr(status, "value", status)))
         return "failed"

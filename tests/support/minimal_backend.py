@@ -21,6 +21,7 @@ from typing import Any
 from leaselab.backends import register_backend
 from leaselab.backends.contract import (
     Backend,
+    ByHand,
     Claim,
     Claimed,
     Completing,
@@ -42,6 +43,13 @@ SCHEME = "minimal"
 
 class _Refused(Exception):
     """Inside ``completing``: the completion changed no row, so the caller's block rolls back with it."""
+
+
+class _Undone(Exception):
+    """Inside a retry or cancel: a job named is not one it may change, so the whole call rolls back."""
+
+    def __init__(self, refused: dict[int, str | None]):
+        self.refused = refused
 
 
 class MinimalBackend(BackendDefaults):
@@ -151,6 +159,27 @@ class MinimalBackend(BackendDefaults):
             row["id"]: row["status"]
             for row in self._rows(sql.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
         }
+
+    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+        if ids is None:
+            return ByHand([row["id"] for row in self._rows(sql.RETRY_DEAD, {"fresh": fresh, "now": now}, durable)], {})
+        return self._by_hand(sql.RETRY, {"fresh": fresh, "now": now}, ids, durable)
+
+    def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:
+        return self._by_hand(sql.CANCEL, {"reason": reason, "now": now}, ids, durable)
+
+    def _by_hand(self, statement: str, params: dict[str, Any], ids: Sequence[int], durable: bool) -> ByHand:
+        """One transaction, rolled back unless ``statement`` changed every job in ``ids``."""
+        try:
+            with self._transaction(durable) as run:
+                changed = [row["id"] for row in run(statement, {**params, "ids": json.dumps(list(ids))})]
+                missed = sorted(set(ids) - set(changed))
+                if missed:
+                    found = {row["id"]: row["status"] for row in run(sql.STATUSES, {"ids": json.dumps(missed)})}
+                    raise _Undone({job_id: found.get(job_id) for job_id in missed})
+                return ByHand(changed, {})
+        except _Undone as undone:
+            return ByHand([], undone.refused)
 
     def reap(self, now: float, keep: Sequence[str]) -> list[int]:
         return [row["id"] for row in self._rows(sql.REAP, {"now": now, "keep": json.dumps(list(keep))})]

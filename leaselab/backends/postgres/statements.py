@@ -239,6 +239,13 @@ FAIL = pyformat(sql.fail(_BACKOFF))
 # :tokens (a JSON array) are the claims the stopping worker holds.
 RELEASE = pyformat(sql.release(held="token IN (SELECT jsonb_array_elements_text(:tokens::jsonb))"))
 
+# :ids (a JSON array) are the jobs an operator names.
+_LISTED = "id IN (SELECT jsonb_array_elements_text(:ids::jsonb)::bigint)"
+RETRY = pyformat(sql.retry(_LISTED))
+RETRY_DEAD = pyformat(sql.RETRY_DEAD)
+CANCEL = pyformat(sql.cancel(_LISTED))
+STATUSES = pyformat(sql.statuses(_LISTED))
+
 # The reaper steps over rows another transaction holds (SKIP LOCKED): a holder frozen mid-write
 # (SIGSTOP) must not stall every worker's reaper behind its row lock; the next reap takes that
 # row if it is still expired. :keep (a JSON array) are the tokens of the worker that reaps: it

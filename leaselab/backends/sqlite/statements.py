@@ -60,6 +60,13 @@ FAIL = sql.fail(backoff="leaselab_backoff(attempts)")
 # :tokens (a JSON array) are the claims the stopping worker holds.
 RELEASE = sql.release(held="token IN (SELECT value FROM json_each(:tokens))")
 
+# :ids (a JSON array) are the jobs an operator names.
+_LISTED = "id IN (SELECT value FROM json_each(:ids))"
+RETRY = sql.retry(_LISTED)
+RETRY_DEAD = sql.RETRY_DEAD
+CANCEL = sql.cancel(_LISTED)
+STATUSES = sql.statuses(_LISTED)
+
 # :keep (a JSON array) are the tokens of the worker that reaps: it is alive, so its own jobs are
 # not a crashed worker's, whatever a freeze did to their leases. A token in :keep also keeps every
 # job a batch claim took with it (their tokens are it, a dash and the id): a worker keeps the
