@@ -27,7 +27,7 @@ from ..errors import InvalidTarget
 from .contract import Backend, FullBackend
 
 SERVER_SCHEMES = ("postgresql://", "postgres://")
-PSYCOPG = "psycopg[binary]>=3.2"  # pyproject.toml's postgres extra, which a test keeps equal to this
+PSYCOPG = "psycopg[binary]>=3.2.10"  # pyproject.toml's postgres extra, which a test keeps equal to this
 _SERVER_SCHEME = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
 # libpq's connection keywords (the ones a person writes; libpq knows a few more) at the start of
 # the text, after a space, or after a slash: a Fleet makes a relative target absolute before
