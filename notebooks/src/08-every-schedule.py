@@ -302,8 +302,9 @@ print(statements.COMPLETE.strip())
 # same on any machine. The schedules take turns among the scenarios of `explore.PORTFOLIO`: two
 # or three workers, one or two jobs at a time each, clocks that run a little apart, jobs that
 # fail once or on every attempt, delayed jobs, and up to two faults of any kind (a crash, a
-# pause, a cut link, a call held in flight, a lost reply; with APSW installed, as in the lab,
-# one scenario also cuts the power). It says caught, with the shrunk schedule, or not caught.
+# pause, a cut link, a call held in flight, a lost reply), jobs with a timeout whose handler may
+# hang for ever while its worker's heartbeat goes on; with APSW installed, as in the lab, one
+# scenario also cuts the power. It says caught, with the shrunk schedule, or not caught.
 #
 # The worked example keeps the token and drops only `status = 'running'`. The token is still
 # checked, so is that safe? Run the check before you read on.
@@ -318,9 +319,10 @@ print(statements.COMPLETE.strip())
 # берут сценарии из `explore.PORTFOLIO`: два или три воркера, у каждого одна или две задачи
 # одновременно, часы, которые немного расходятся, задачи, которые падают один раз или при
 # каждой попытке, отложенные задачи и до двух сбоев любого вида (падение, пауза, разрыв связи,
-# застрявший в сети вызов, потерянный ответ; если установлен APSW, как в лаборатории, один
-# сценарий ещё и отключает питание). Ячейка скажет, поймана ошибка — и покажет сжатое
-# расписание — или нет.
+# застрявший в сети вызов, потерянный ответ), задачи с тайм-аутом, чей обработчик может
+# зависнуть навсегда, пока heartbeat его воркера продолжает продлевать аренду; если установлен
+# APSW, как в лаборатории, один сценарий ещё и отключает питание. Ячейка скажет, поймана ошибка —
+# и покажет сжатое расписание — или нет.
 #
 # В готовом примере токен сохранён, а убрано только `status = 'running'`. Токен ведь
 # по-прежнему проверяется — значит, безопасно? Запустите проверку, прежде чем читать дальше.
