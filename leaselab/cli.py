@@ -466,7 +466,6 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_pg(args: argparse.Namespace) -> int:
     # Imported here: a worker's start must not load the harness.
     from .harness import pgcommand
-    from .harness.errors import PgCommandError
 
     if args.action == "start":
         url, started = pgcommand.start(os.getppid() if args.owner is None else args.owner)
@@ -478,10 +477,7 @@ def cmd_pg(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
     elif args.action == "url":
-        state = pgcommand.running()
-        if state is None:
-            raise PgCommandError("no server is running: `leaselab pg start` starts one")
-        print(state["url"])
+        print(pgcommand.url())
     else:
         print("stopped: its folder is removed" if pgcommand.stop() else "no server was running")
     return 0

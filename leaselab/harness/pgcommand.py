@@ -129,3 +129,11 @@ def _keep(owner: int) -> int:
 
 if __name__ == "__main__":
     sys.exit(_keep(int(sys.argv[1])))
+
+
+def url() -> str:
+    """The running server's URL; ``PgCommandError`` when none is running."""
+    state = running()
+    if state is None:
+        raise PgCommandError("no server is running: `leaselab pg start` starts one")
+    return state["url"]
