@@ -108,7 +108,16 @@ def raw_insert(conn, n):
 def leaselab_insert(conn, n):
     now = time.time()
     conn.execute(
-        sql.ENQUEUE, {"payload": json.dumps({"n": n}), "priority": 0, "run_at": now, "max_attempts": 5, "now": now}
+        sql.ENQUEUE,
+        {
+            "payload": json.dumps({"n": n}),
+            "priority": 0,
+            "run_at": now,
+            "max_attempts": 5,
+            "timeout": None,
+            "beat_timeout": None,
+            "now": now,
+        },
     ).fetchall()
 
 

@@ -182,7 +182,9 @@ def enqueue_by_hand(url: str, jobs: int) -> None:
         for n in range(jobs):
             now = time.time()
             conn.execute(
-                sql.ENQUEUE, {"payload": str(n), "priority": 0, "run_at": now, "max_attempts": 5, "now": now}
+                sql.ENQUEUE,
+                {"payload": str(n), "priority": 0, "run_at": now, "max_attempts": 5, "now": now}
+                | {"timeout": None, "beat_timeout": None},
             ).fetchone()
 
 

@@ -320,6 +320,8 @@ SMALL_BENCH_ARGS = {
     "audit": "--quick --only leaselab",  # the README command runs; test_audit runs the peers
     "simulate": "--schedules 5 --repeat 1",
     "mutants": "--only unfenced_complete --no-chaos --sim-seconds 30",
+    "check_scale": "--jobs 2000",
+    "enqueue_file": "--lines 500",
 }
 BENCHMARKS_AT_ONCE = 3
 
