@@ -87,11 +87,13 @@ def main_bench(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=100_000, help="lines in the file (default 100,000)")
     args = parser.parse_args(argv)
-    print(f"{'backend':<11} {'lines':>8} {'--file s':>9} {'--count s':>10} {'ratio':>6}  jobs/s (--file)")
+    # A Markdown table, as the other benchmarks print: it pastes into bench/README.md as it is.
+    print(f"| {'backend':<11} | {'lines':>8} | {'--file s':>9} | {'--count s':>10} | {'ratio':>6} | jobs/s (--file) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for row in run(args.lines):
         print(
-            f"{row['backend']:<11} {row['lines']:>8} {row['file_s']:>9.2f} {row['count_s']:>10.2f} "
-            f"{row['file_s'] / row['count_s']:>6.2f}  {row['lines'] / row['file_s']:>10,.0f}"
+            f"| {row['backend']:<11} | {row['lines']:>8} | {row['file_s']:>9.2f} | {row['count_s']:>10.2f} | "
+            f"{row['file_s'] / row['count_s']:>6.2f} | {row['lines'] / row['file_s']:>15,.0f} |"
         )
 
 
