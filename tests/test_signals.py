@@ -41,6 +41,39 @@ def test_a_sigterm_while_the_main_thread_holds_the_events_lock_sets_the_event_on
     assert done.stdout.splitlines() == ["still held, set: False", "set after release: True"]
 
 
+def test_a_signal_that_lands_on_another_thread_acts_while_the_main_thread_sleeps():
+    # The kernel gives a signal sent to the process to any thread that does not block it. One that lands
+    # on a helper thread does not wake a main thread asleep in a handler's time.sleep(3600): a Python
+    # handler would wait that hour. pthread_kill makes the unlucky case certain.
+    done = run_child("""
+        relayed = threading.Event()
+        def act():
+            print("relayed", flush=True)
+            os._exit(0)
+        helper = threading.Thread(target=relayed.wait, daemon=True)
+        helper.start()
+        with Relay({signal.SIGTERM: act}):
+            signal.pthread_kill(helper.ident, signal.SIGTERM)
+            time.sleep(3600)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["relayed"]
+
+
+def test_the_wakeup_descriptor_before_the_relay_is_back_after_it():
+    done = run_child("""
+        import socket
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        signal.set_wakeup_fd(a.fileno())
+        with Relay({signal.SIGUSR1: lambda: None}):
+            pass
+        print(signal.set_wakeup_fd(-1) == a.fileno(), flush=True)
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["True"]
+
+
 def test_the_handlers_before_are_back_after_the_relay_and_sig_ign_ignores():
     done = run_child("""
         def mine(*_):

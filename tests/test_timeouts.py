@@ -225,11 +225,6 @@ def test_sigterm_finishes_within_the_grace_then_hands_the_job_back_at_once(targe
         assert kinds(q, job_id) == ["enqueued", "claimed", "released"]
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open bug: twice under a full suite on both cores, on PostgreSQL, a worker logged its first stop and "
-    "then did not act on the second SIGTERM within 120 s (not reproduced alone, nor on SQLite 40 times)",
-)
 def test_a_second_sigterm_hands_the_job_back_and_quits_now(target):
     with Queue(target) as q:
         job_id = q.enqueue({"seconds": 3600})

@@ -8,8 +8,16 @@ a lock it holds itself, for ever: Python's ``signal`` documentation warns agains
 handler (since gh-144706). A ``leaselab worker`` stopped with SIGTERM hung that way once in CI,
 idle in its poll.
 
-So the handler installed here does one thing that takes no Python lock: it writes the signal's
-number into a pipe. A thread of this module's own reads the pipe and calls the action.
+And a Python handler runs only when the main thread next runs Python code. The kernel hands a
+signal sent to the process to any one of its threads that does not block it: when that is not the
+main thread, a main thread asleep in a handler's ``time.sleep(3600)`` (or waiting in C for a busy
+file) is not woken, and the handler waits for as long as it sleeps. A worker asked to stop by
+SIGTERM then said nothing for minutes, in CI, with both cores busy.
+
+So nothing here waits for the main thread: the relay gives the pipe's write end to
+``signal.set_wakeup_fd``, and the interpreter's own C-level handler, on whichever thread the signal
+lands, writes the signal's number into the pipe at once (it takes no Python lock). A thread of this
+module's own reads the pipe and calls the action; the Python-level handler does nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ class Relay:
         self._name = name
         self._before: dict[int, Callable[[int, FrameType | None], Any] | int | signal.Handlers | None] = {}
         self._read = self._write = -1
+        self._wakeup_before = -1
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> Relay:
@@ -47,6 +56,7 @@ class Relay:
         self._thread = threading.Thread(target=self._serve, name=self._name, daemon=True)
         self._thread.start()
         try:
+            self._wakeup_before = signal.set_wakeup_fd(self._write, warn_on_full_buffer=False)
             for signum, action in self._actions.items():
                 handler = action if action is signal.SIG_IGN else self._handle
                 self._before[signum] = signal.signal(signum, handler)
@@ -59,6 +69,8 @@ class Relay:
         for signum, before in self._before.items():
             signal.signal(signum, before)
         self._before.clear()
+        signal.set_wakeup_fd(self._wakeup_before)  # whoever had it before (asyncio, say) has it again
+        self._wakeup_before = -1
         # Handlers are off, so nothing writes any more: closing the write end ends the thread's read.
         os.close(self._write)
         if self._thread is not None and self._thread is not threading.current_thread():
@@ -66,16 +78,16 @@ class Relay:
         os.close(self._read)
 
     def _handle(self, signum: int, _frame: object) -> None:
-        # On the main thread, between any two bytecodes: nothing here may take a lock.
-        try:
-            os.write(self._write, bytes((signum,)))
-        except OSError:  # a full pipe: that many signals queued already say the same
-            pass
+        """The Python-level handler: it must be there for the C-level one to write to the wakeup pipe,
+        and has nothing left to do (a full pipe drops the byte: that many queued say the same)."""
 
     def _serve(self) -> None:
         while data := os.read(self._read, 64):
             for signum in data:
+                action = self._actions.get(signum)
+                if action is None or action is signal.SIG_IGN:
+                    continue  # a signal the program handles itself (it is written to the pipe too)
                 try:
-                    self._actions[signum]()  # type: ignore[operator]  # SIG_IGN is installed, not relayed
+                    action()  # type: ignore[operator]
                 except Exception:  # a failed action must not end the relay: the next signal still counts
                     traceback.print_exc()
