@@ -213,7 +213,6 @@ ALLOWED = {
         "leaselab.chaos.command",
         "leaselab.check",
         "leaselab.errors",
-        "leaselab.harness.errors",
         "leaselab.harness.pgcommand",
         "leaselab.job",
         "leaselab.printable",

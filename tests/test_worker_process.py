@@ -29,7 +29,8 @@ PROGRAM = textwrap.dedent("""
         print("holding", job.id, flush=True)
         # After a Ctrl-C, hold the job until the worker has said which jobs it finishes: it reads
         # that from the queue, and a job already done by then would not be named.
-        told = lambda: any("stopping" in line or "finishing" in line for line in said)
+        # (Worker.stop() says "stopping: finishing 1 job, at most 25s" first: not that line.)
+        told = lambda: any("Ctrl-C again" in line for line in said)
         while not worker.stopping or (sys.argv[2] == "int" and not told()):
             time.sleep(0.01)
         return "done"
