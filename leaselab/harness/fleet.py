@@ -438,13 +438,19 @@ class Fleet:
         # Until the worker has installed its SIGTERM handler, a stop would kill it outright,
         # and a worker that cannot start at all (a bad file) should fail the spawn, not a log.
         deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+
+        def said_started() -> bool:
             with open(proc.log_path, "rb") as fh:
                 fh.seek(log_start)
-                if f" {STARTED}".encode() in fh.read():
-                    return
+                return f" {STARTED}".encode() in fh.read()
+
+        while time.monotonic() < deadline:
+            if said_started():
+                return
             if proc.popen.poll() is not None:
                 self._notice_exit(proc)
+                if said_started():  # it started, and ended between the read and the poll (a crash handler)
+                    return
                 tail = self.log_tail(proc.name, lines=5)
                 raise WorkerNotRunning(
                     f"worker {proc.name!r} exited at start (code {proc.popen.returncode}); its log ends:\n{tail}"
