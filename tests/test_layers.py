@@ -25,6 +25,7 @@ CORE_MODULES = (
     "leaselab.words",
     "leaselab.printable",
     "leaselab.fencing",
+    "leaselab.lifecycle",
     "leaselab.worker",
     "leaselab.worker.loop",
     "leaselab.worker.lease",
@@ -166,6 +167,7 @@ ALLOWED = {
         "leaselab.harness.effects",
         "leaselab.job",
         "leaselab.lab.timeline",  # lesson 8 draws a simulated run on the lab's timeline
+        "leaselab.lifecycle",  # lessons 1 and 3 draw the state machine from the table the tests make happen
         "leaselab.queue",
         "leaselab.sim.explore",  # lesson 8 runs the simulator and plants the reader's mutant
         "leaselab.sim.mutants",
