@@ -62,6 +62,34 @@ clock = ManualClock()
 q = Queue(work / "lease.db", clock=clock, backoff=Backoff(base=1, cap=60))
 
 # %% [markdown] tags=["en"]
+# ## A job's whole life on one page
+#
+# Before the pieces, the map. A job is in one of four statuses, and only the queue's own
+# calls move it between them. The picture below is drawn from `leaselab.lifecycle`, a table
+# of every move the queue makes, which the project's tests make happen one by one on every
+# backend; so it cannot say something the code does not do. This lesson is about the top
+# half: `claim`, the `heartbeat` loop, and `reap`, which puts a job whose lease ran out back
+# to `pending`, or to `dead` when its attempts are spent. The calls marked `*` are made by
+# the worker that holds the job, and they are fenced: lesson 3 is about that star.
+
+# %% [markdown] tags=["ru"]
+# ## Вся жизнь задачи на одной странице
+#
+# Прежде чем разбирать детали, посмотрим на карту. Задача всегда находится в одном из
+# четырёх статусов, и переводят её между ними только вызовы самой очереди. Схему ниже
+# рисует `leaselab.lifecycle` — таблица всех переходов, которые делает очередь; тесты
+# проекта проделывают каждый из них по очереди на каждом бэкенде, так что схема не может
+# утверждать того, чего нет в коде. Этот урок — о верхней половине схемы: `claim`, петля
+# `heartbeat` и `reap`, который возвращает задачу с истёкшей арендой в `pending`, а если
+# попытки кончились, переводит её в `dead`. Вызовы со звёздочкой делает воркер, которому
+# задача принадлежит, и у них есть fencing-токен: этой звёздочке посвящён урок 3.
+
+# %%
+from leaselab.lessons import diagrams
+
+diagrams.lifecycle(lang)
+
+# %% [markdown] tags=["en"]
 # ## The claim writes a deadline
 #
 # We enqueue one job that may be tried at most three times and claim it as worker `w1`

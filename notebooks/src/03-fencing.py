@@ -207,6 +207,34 @@ say("l3_result", result=q.get(job_id).result)
 print(lessons.history(q.events(job_id), lang=lang))
 
 # %% [markdown] tags=["en"]
+# The same story as a sequence diagram, time running down the page. It is not drawn by
+# hand: `diagrams.zombie` plays the story on a real queue in memory, on a clock moved by
+# hand, and draws the calls it made and the answers it got; below it, the history the
+# queue wrote. Worker A here sends its completion whatever happened while it was frozen,
+# as a write already in flight would. A real `leaselab` worker that knows its lease is
+# gone by its own clock does not send it at all (lesson 6): the fence is for the case
+# where the worker cannot know.
+
+# %% [markdown] tags=["ru"]
+# Та же история в виде диаграммы последовательности; время идёт сверху вниз. Её не
+# рисовали вручную: `diagrams.zombie` разыгрывает историю на настоящей очереди в памяти,
+# на часах, которые переводим мы сами, и рисует сделанные вызовы и полученные ответы, а
+# под диаграммой печатает историю, которую записала очередь. Воркер A здесь отправляет
+# завершение, что бы ни случилось, пока он был заморожен, — как отправилась бы запись,
+# которая уже была в пути. Настоящий воркер `leaselab`, который по своим часам знает, что
+# аренда истекла, вообще ничего не отправит (урок 6): fencing нужен для случая, когда
+# воркер знать этого не может.
+
+# %% tags=["nbval-check-output"]
+from leaselab.lessons import diagrams
+
+story, story_history = diagrams.zombie(lang)
+print(lessons.history(story_history, lang=lang))
+
+# %%
+story
+
+# %% [markdown] tags=["en"]
 # ## The wrong way: a write that checks only the id
 #
 # A lot of real code completes a job by its id alone (`UPDATE … WHERE id = ?`). Then the
