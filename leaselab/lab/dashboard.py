@@ -252,7 +252,8 @@ def said_html(lines: Iterable[Said]) -> str:
             f"<div style='opacity:{1 if newest else 0.6}'><span style='color:#757575;font-size:90%'>"
             f"{esc(clock_time(line.at))}</span> <span{mark} style='color:{colour}'>{esc(line.text)}</span></div>"
         )
-    return "".join(rows)
+    # Tight lines: eight of them at the widget's usual 28px line height would push the tables off screen.
+    return f"<div style='line-height:1.35'>{''.join(rows)}</div>" if rows else ""
 
 
 def clock_time(at: float) -> str:
