@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import html
+import re
+from dataclasses import replace
 
 import pytest
 
-from leaselab.lab.dashboard import Lab
+from leaselab.harness.fleet import WorkerStatus
+from leaselab.lab.dashboard import SAID_KEPT, Lab
 from leaselab.lab.i18n import STRINGS, t
 from leaselab.worker import STARTED
 from tests.support.polling import pid_gone, process_state, wait_until
@@ -419,3 +422,101 @@ def test_check_this_run_after_a_timeout_names_the_timeout_and_nothing_else(targe
     # The specification follows the timeout's backoff (no "claimed before its run_at"); the attempt given
     # up is named, since a handler that ran past its timeout may hang.
     assert [a.kind for a in report.anomalies] == ["timed_out"], report.render()
+
+
+# -- a lab that remembers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+@pytest.mark.parametrize("target", ["sqlite"], indirect=True)
+def test_the_lab_keeps_a_log_of_its_last_eight_actions_oldest_first_with_the_newest_marked(make_lab, lang):
+    lab = make_lab(lang=lang)
+    lab.spawn_button.click()
+    lab.row("w1").buttons["pause"].click()
+    lab.row("w1").buttons["resume"].click()
+    for n in range(1, 7):
+        lab.n_input.value = n
+        lab.enqueue_button.click()
+    lab._callback(lab.pause, "nobody")()  # a wrong click is an action the log keeps too, in red
+    assert len(lab.said) == SAID_KEPT == 8
+    # The spawn and the pause have fallen off the front; the rest are in the order they were taken.
+    assert [s.text for s in lab.said[:-1]] == [t("resumed", lang, name="w1")] + [
+        t("enqueued", lang, n=n) for n in range(1, 7)
+    ]
+    assert lab.said[-1].error and "nobody" in lab.said[-1].text
+    assert not any(s.error for s in lab.said[:-1])
+    shown = html.unescape(lab.message.value)
+    assert t("spawned", lang, name="w1") not in shown and t("paused_msg", lang, name="w1") not in shown
+    positions = [shown.index(s.text) for s in lab.said]
+    assert positions == sorted(positions)
+    # Only the newest line carries the mark a reader's eye (and a browser test) goes to.
+    assert lab.message.value.count("leaselab-message") == 1
+    newest = lab.message.value.split("leaselab-message", 1)[1]
+    assert html.unescape(newest).split(">", 1)[1].startswith(lab.said[-1].text)
+    assert "#c62828" in newest.split("</span>", 1)[0]
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_a_zombies_badge_names_the_job_it_still_believes_it_holds(make_lab, lang):
+    lab = make_lab(lang=lang, lease=1.0)
+    job_id = lab.enqueue(1, seconds=30)[0]
+    lab.spawn_button.click()
+    wait_until(lambda: lab.queue.get(job_id).worker == "w1", message="w1 to claim")
+    lab.row("w1").buttons["pause"].click()
+    wait_until(lambda: badge(lab, "w1") == "lease_expired", message="w1 to be paused past its lease")
+    assert "leaselab-believed" not in lab.row("w1").cells.value  # its job is still its own
+    lab.reap_button.click()
+    assert badge(lab, "w1") == "zombie"
+    cells = lab.row("w1").cells.value
+    believed = cells.split('class="leaselab-believed"', 1)[1].split("</span>", 1)[0]
+    assert html.unescape(believed).endswith(">" + t("believed_jobs", lang, n=1, jobs=job_id))
+    assert html.unescape(believed).startswith(f' title="{t("believed_title", lang, n=1, jobs=job_id)}"')
+    # The job column no longer says "-": the job it lost, struck out.
+    assert f"<s>{job_id}</s>" in cells
+    lab.row("w1").buttons["resume"].click()  # thawed, it learns the job is gone: no zombie, no belief
+    wait_until(lambda: badge(lab, "w1") != "zombie", message="w1 to thaw")
+    assert "leaselab-believed" not in lab.row("w1").cells.value
+
+
+def test_a_worker_cut_off_with_two_jobs_believes_only_in_the_one_taken_from_it():
+    cut = WorkerStatus(
+        name="w1",
+        pid=1,
+        state="running",
+        job_id=4,
+        lease_left=-1.0,
+        lease=1.0,
+        paused_for=None,
+        paused_job=None,
+        returncode=None,
+        handler="h",
+        log_path="w1.log",
+        jobs=(4,),
+        concurrency=2,
+        partitioned_for=3.0,
+        partitioned_jobs=(3, 4),
+    )
+    assert cut.badge == "zombie" and cut.believed_jobs == (3,)
+    assert t("believed_jobs", "ru", n=2, jobs="3, 5") == "задачи 3, 5"
+    assert t("believed_title", "ru", n=1, jobs="3") == "задача 3 для него всё ещё своя"
+    healed = replace(cut, partitioned_for=None, partitioned_jobs=())
+    assert healed.believed_jobs == ()
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_a_worker_killed_by_the_lab_has_a_log_that_ends_saying_so(make_lab, lang):
+    lab = make_lab(lang=lang)
+    lab.spawn_button.click()
+    lab.row("w1").buttons["kill"].click()
+    last = log_of(lab.fleet, "w1").rstrip("\n").splitlines()[-1]
+    assert re.fullmatch(r"\d\d:\d\d:\d\d\.\d{3} w1: " + re.escape(t("killed_log", lang)), last), last
+    lab.refresh()
+    assert html.unescape(lab.log.value).rstrip().removesuffix("</pre>").endswith(t("killed_log", lang))
+
+
+def test_a_worker_that_crashed_by_itself_has_no_line_saying_the_lab_killed_it(make_lab):
+    lab = make_lab()
+    lab.enqueue(1, kind="crash")
+    lab.spawn_button.click()
+    wait_until(lambda: badge(lab, "w1") == "killed", message="w1 to crash on its job")
+    assert t("killed_log", "en") not in log_of(lab.fleet, "w1")

@@ -141,6 +141,7 @@ ALLOWED = {
         "leaselab.worker",
         "leaselab.worker.faults",
         "leaselab.worker.lease",
+        "leaselab.worker.logline",  # the fleet's own line in a worker's log ("killed by the lab") is a log line
     },
     "sim": {
         "leaselab.backends.sqlite.backend",

@@ -12,6 +12,7 @@ import pytest
 from leaselab import Queue
 from leaselab.chaos import proof
 from leaselab.chaos.texts import text
+from leaselab.check.texts import TITLES
 from tests.support.polling import process_state, wait_until
 
 PLAIN = """
@@ -37,6 +38,26 @@ def test_the_plain_payment_repeats_its_effect_under_the_freeze_after_it(tmp_path
     assert [(a.kind, a.job) for a in t.report.anomalies] == [("effect_repeated", 1)]
     assert t.balances["a1"] == 2 * proof.AMOUNT and not t.paid_once
     assert t.chaos.clean  # the queue itself kept every promise: at-least-once, as promised
+
+
+def test_lesson_7s_timeline_flags_the_repeated_payment_without_covering_its_legend(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from leaselab.lab import timeline
+
+    t = proof.trial(PLAIN, tmp_path / "t", fault="after")
+    with Queue(tmp_path / "t" / "queue.db") as q:
+        events = q.events()
+    for lang in ("en", "ru"):
+        # As lesson 7 draws it (notebooks/src/07-your-turn.py), and as a notebook saves it.
+        fig = timeline.draw(timeline.timeline_data(events), report=t.report, lang=lang)
+        fig.savefig(tmp_path / f"timeline-{lang}.png")
+        ax = fig.axes[0]
+        labels = [text for text in ax.texts if text.get_color() == timeline.ANOMALY_COLOUR]
+        assert [label.get_text().strip() for label in labels] == [f"1: {TITLES[lang]['effect_repeated']}"]
+        legend = ax.get_legend().get_window_extent()
+        assert not labels[0].get_window_extent().overlaps(legend), lang
 
 
 @pytest.mark.parametrize("lang", ["en", "ru"])

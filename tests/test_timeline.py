@@ -10,8 +10,10 @@ import matplotlib
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue
+from leaselab.check.report import KINDS, Anomaly, Report
+from leaselab.check.texts import TITLES
 from leaselab.harness.fleet import Action, faults_path
-from leaselab.lab.timeline import Bar, Fault, Mark, draw, load, timeline_data
+from leaselab.lab.timeline import ANOMALY_COLOUR, Bar, Fault, Mark, Timeline, draw, load, timeline_data
 from tests.support.servers import IN_PROCESS_BACKENDS
 
 matplotlib.use("Agg")
@@ -185,3 +187,36 @@ def test_an_attempt_given_up_at_its_timeout_or_handed_back_ends_there_and_a_hang
     for lang, words in (("en", ("given up at its timeout", "hung")), ("ru", ("снята по тайм-ауту", "завис"))):
         labels = [t.get_text() for t in draw(data, lang=lang).axes[0].get_legend().get_texts()]
         assert all(any(word in label for label in labels) for word in words), labels
+
+
+def _flag_labels(ax) -> list:
+    return [text for text in ax.texts if text.get_color() == ANOMALY_COLOUR]
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_a_flag_at_the_end_of_the_run_keeps_its_label_off_the_legend(lang):
+    # The longest anomaly title, flagged at the last moment of the run, and another at its start.
+    longest = max(KINDS, key=lambda kind: len(TITLES[lang][kind]))
+    data = Timeline(
+        lanes=["w1", "w2"],
+        bars=[Bar("w1", 1, 1, 0.0, 4.0, "lease_lost"), Bar("w2", 1, 2, 5.0, 10.0, "completed")]
+        + [Bar("w1", 2, 1, 0.0, 0.5, "completed")],
+        t0=0.0,
+        t1=10.0,
+    )
+    anomalies = [Anomaly(longest, 1, [], "journal.fence_twice"), Anomaly(longest, 2, [], "journal.fence_twice")]
+    fig = draw(data, report=Report(anomalies, counts={}), lang=lang)
+    ax = fig.axes[0]
+    labels = _flag_labels(ax)
+    assert [label.get_text().strip() for label in labels] == [f"{job}: {TITLES[lang][longest]}" for job in (1, 2)]
+    for dpi in (100, 90, 150):  # the lab saves at 90, a notebook at 100 or more: each lays the figure out anew
+        fig.set_dpi(dpi)
+        fig.draw_without_rendering()
+        legend, box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+        for label in labels:
+            extent = label.get_window_extent()
+            assert not extent.overlaps(legend), (dpi, label.get_text(), extent, legend)
+            assert box.x0 <= extent.x0 and extent.x1 <= box.x1 + 0.5, (dpi, label.get_text(), extent, box)
+    # The early flag's label still starts at its flag: only a label that would run out is moved.
+    early = next(label for label in labels if label.get_text().strip().startswith("2:"))
+    assert early.get_position()[0] == pytest.approx(0.5)

@@ -42,6 +42,7 @@ from ..arguments import integer, positive
 from ..backends import is_server_url
 from ..queue import Queue
 from ..worker import STARTED, faults, handler_path, load_handler
+from ..worker.logline import LineLog
 from . import demo
 from .errors import (
     HangUnsupported,
@@ -157,6 +158,16 @@ class WorkerStatus:
             # is reconnected, even after the queue has handed them to someone else.
             return not set(self.partitioned_jobs) <= set(self.jobs)
         return False
+
+    @property
+    def believed_jobs(self) -> tuple[int, ...]:
+        """The jobs a zombie still believes it holds that are no longer its own (reaped or handed on),
+        in id order; none for a worker that is no zombie."""
+        if not self.zombie:
+            return ()
+        if self.state == PAUSED and self.paused_job is not None:
+            return (self.paused_job,)
+        return tuple(sorted(set(self.partitioned_jobs) - set(self.jobs)))
 
     @property
     def lease_expired(self) -> bool:
@@ -661,6 +672,13 @@ class Fleet:
         except FileNotFoundError:
             return ""
         return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
+
+    def note(self, name: str, message: str) -> None:
+        """Append ``message`` to the worker's log as a line of the fleet's own, stamped and named as
+        the worker's own lines are: what the log cannot say for itself, such as who killed it."""
+        path = self._get(name).log_path
+        with self._lock, open(path, "a", encoding="utf-8") as fh:
+            LineLog(fh, clock=self.clock)(f"{name}: {message}")
 
     def status(self) -> list[WorkerStatus]:
         """Every worker, in spawn order: state, current job and lease left (read from the jobs table)."""

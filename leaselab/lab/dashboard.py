@@ -24,12 +24,14 @@ Stable CSS classes for browser tests (``widget.add_class``):
   ``leaselab-spawn``, ``leaselab-pause-all``, ``leaselab-resume-all``, ``leaselab-reap``,
   ``leaselab-refresh``, ``leaselab-timeline``
 - views: ``leaselab-counts``, ``leaselab-workers`` (the box of worker rows),
-  ``leaselab-jobs``, ``leaselab-message``, ``leaselab-legend``, ``leaselab-log``,
+  ``leaselab-jobs``, ``leaselab-actions`` (the log of the last ``SAID_KEPT`` actions, oldest first),
+  ``leaselab-message`` (inside it: the newest action's text), ``leaselab-legend``, ``leaselab-log``,
   ``leaselab-log-worker``, ``leaselab-timeline-image`` (hidden until the timeline button is pressed)
 - per worker NAME: ``leaselab-worker-NAME`` (its row), ``leaselab-pause-NAME``,
   ``leaselab-resume-NAME``, ``leaselab-kill-NAME``, ``leaselab-hang-NAME``, ``leaselab-stop-NAME``;
   inside the row's HTML the badge is ``<span class="leaselab-state leaselab-state-BADGE">`` where
-  BADGE is running, paused, stopping, zombie, lease_expired, hung, waiting, cut_off, killed or exited.
+  BADGE is running, paused, stopping, zombie, lease_expired, hung, waiting, cut_off, killed or exited;
+  beside a zombie's badge, ``<span class="leaselab-believed">`` names the job it still believes it holds.
   On a server queue each worker row also has ``leaselab-partition-NAME`` (cut its network)
   and ``leaselab-heal-NAME`` (reconnect it).
 """
@@ -41,8 +43,10 @@ import io
 import json
 import os
 import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import ipywidgets as W
@@ -70,6 +74,7 @@ BADGE_COLOURS = {
 }
 STATUS_COLOURS = {"pending": "#616161", "running": "#1565c0", "done": "#2e7d32", "dead": "#c62828"}
 JOBS_SHOWN = 200
+SAID_KEPT = 8  # lines in the lab's log of actions: enough to retell a scenario, short enough to read at a glance
 # Pixel widths of the worker columns, shared by the header and every row so they line up;
 # wide enough for the Russian "до конца аренды" on one line.
 WORKER_COLUMNS = (60, 130, 70, 70, 150)
@@ -101,13 +106,29 @@ def badge_html(badge: str, lang: str) -> str:
     )
 
 
+def believed_html(w: WorkerStatus, lang: str) -> str:
+    """What a zombie still believes it holds ("job 3"), to stand beside its badge; "" for any other worker."""
+    if not w.believed_jobs:
+        return ""
+    n, jobs = len(w.believed_jobs), ", ".join(map(str, w.believed_jobs))
+    return (
+        f'<span class="leaselab-believed" title="{esc(t("believed_title", lang, n=n, jobs=jobs))}" '
+        f'style="color:{BADGE_COLOURS["zombie"]};font-size:90%">{esc(t("believed_jobs", lang, n=n, jobs=jobs))}</span>'
+    )
+
+
 def worker_row_html(w: WorkerStatus, lang: str) -> str:
-    """One worker's cells: name, badge, pid, job and lease left, as escaped HTML."""
+    """One worker's cells: name, badge (a zombie's names the job it still believes it holds), pid, job and
+    lease left, as escaped HTML. A zombie that holds nothing any more shows its lost job struck out."""
+    if w.jobs or not w.believed_jobs:
+        job = esc(", ".join(map(str, w.jobs)) if w.jobs else w.job_id)
+    else:
+        job = f"<s>{esc(', '.join(map(str, w.believed_jobs)))}</s>"
     cells = [
         f"<b>{esc(w.name)}</b>",
-        badge_html(w.badge, lang),
+        " ".join(filter(None, (badge_html(w.badge, lang), believed_html(w, lang)))),
         esc(w.pid),
-        esc(", ".join(map(str, w.jobs)) if w.jobs else w.job_id),
+        job,
         esc(_seconds(w.lease_left)),
     ]
     widths = WORKER_COLUMNS
@@ -210,6 +231,40 @@ def report_html(report, lang: str) -> str:
 
 
 @dataclass(frozen=True)
+class Said:
+    """One line of the lab's log of actions: when (the fleet's clock), what, and whether it went wrong."""
+
+    at: float
+    text: str
+    error: bool = False
+
+
+def said_html(lines: Iterable[Said]) -> str:
+    """The log of actions, oldest first, each line stamped; the newest in full colour and marked
+    ``leaselab-message``, the older dimmed. Every value escaped."""
+    lines = list(lines)
+    rows = []
+    for i, line in enumerate(lines):
+        newest = i == len(lines) - 1
+        colour = "#c62828" if line.error else "#2e7d32"
+        mark = " class='leaselab-message'" if newest else ""
+        rows.append(
+            f"<div style='opacity:{1 if newest else 0.6}'><span style='color:#757575;font-size:90%'>"
+            f"{esc(clock_time(line.at))}</span> <span{mark} style='color:{colour}'>{esc(line.text)}</span></div>"
+        )
+    # Tight lines: eight of them at the widget's usual 28px line height would push the tables off screen.
+    return f"<div style='line-height:1.35'>{''.join(rows)}</div>" if rows else ""
+
+
+def clock_time(at: float) -> str:
+    """``at`` (unix seconds) as the local time of day, ``HH:MM:SS``."""
+    try:
+        return datetime.fromtimestamp(at).strftime("%H:%M:%S")
+    except (ValueError, OverflowError, OSError):  # a made-up clock's time no calendar holds: the number
+        return f"{at:.1f}"
+
+
+@dataclass(frozen=True)
 class View:
     """Everything one refresh shows: counts, workers, the newest jobs, and when it was read."""
 
@@ -303,6 +358,7 @@ class Lab:
         self.path = self.fleet.path
         self.view: View | None = None
         self.last_report = None  # what "Check this run" found last
+        self._said: deque[Said] = deque(maxlen=SAID_KEPT)
         self._rows: dict[str, _WorkerRow] = {}
         self._lock = threading.RLock()
         self._stop = threading.Event()
@@ -385,7 +441,7 @@ class Lab:
         self.timeline_button = button("timeline", "leaselab-timeline", self._show_timeline)
         self.check_button = button("check", "leaselab-check", self.check)
 
-        self.message = named(W.HTML(), "leaselab-message")
+        self.message = named(W.HTML(), "leaselab-actions")
         self.counts = named(W.HTML(), "leaselab-counts")
         self.workers_box = named(W.VBox(), "leaselab-workers")
         self.workers_header = W.HTML(workers_header_html(L))
@@ -466,8 +522,15 @@ class Lab:
         return run
 
     def _say(self, text: str, error: bool = False) -> None:
-        colour = "#c62828" if error else "#2e7d32"
-        _set(self.message, "value", f"<span style='color:{colour}'>{esc(text)}</span>")
+        with self._lock:
+            self._said.append(Said(self.fleet.clock(), text, error))
+            _set(self.message, "value", said_html(self._said))
+
+    @property
+    def said(self) -> list[Said]:
+        """The lab's log of actions: what its last ``SAID_KEPT`` actions (and errors) said, oldest first."""
+        with self._lock:
+            return list(self._said)
 
     # -- actions: one public method per button --------------------------------------
 
@@ -530,8 +593,9 @@ class Lab:
         self._say(t("healed_msg", self.lang, name=name))
 
     def kill(self, name: str) -> None:
-        """SIGKILL a worker."""
+        """SIGKILL a worker; its log ends with a line saying the lab killed it."""
         self.fleet.kill(name)
+        self.fleet.note(name, t("killed_log", self.lang))
         self._say(t("killed_msg", self.lang, name=name))
 
     def hang(self, name: str) -> None:

@@ -347,20 +347,24 @@ def draw(
                     zorder=5,
                 )
             )
+    labels = []
     for flag in drawn:
         y = row[flag.worker]
         ax.plot([flag.at - t0], [y - 0.36], linestyle="none", zorder=6, **ANOMALY_STYLE)
-        ax.text(
-            flag.at - t0,
-            y - 0.44,
-            f" {flag.job_id}: {flag.title}",
-            color=ANOMALY_COLOUR,
-            fontsize=8,
-            fontweight="bold",
-            ha="left",
-            va="bottom",
-            zorder=6,
-            clip_on=False,
+        labels.append(
+            ax.text(
+                flag.at - t0,
+                y - 0.44,
+                f" {flag.job_id}: {flag.title}",
+                color=ANOMALY_COLOUR,
+                fontsize=8,
+                fontweight="bold",
+                ha="left",
+                va="bottom",
+                zorder=6,
+                clip_on=False,
+                in_layout=False,  # placed inside the axes below, once the layout is known
+            )
         )
     ax.set_yticks(range(len(lanes)), lanes)
     ax.set_ylim(len(lanes) - 0.5, -0.5 - (0.4 if drawn else 0.0))  # room above the top lane for a flag
@@ -391,4 +395,27 @@ def draw(
         title=t("tl_bar_text", lang),
         title_fontsize=8,
     )
+    keep_inside(ax, labels)
     return fig
+
+
+def keep_inside(ax, labels: Sequence[Any], slack: float = 0.1) -> None:
+    """End each text in ``labels`` at the right edge of ``ax`` if, starting where it stands, it would run
+    past that edge (or come within ``slack`` of its own width of it).
+
+    A flag's label starts at its flag, and a flag near the end of the run would carry it out of the
+    axes into the legend beside them. Where that edge lies is known only once the figure is laid out,
+    so this lays it out first; a label it moves is anchored to the edge itself (x in axes units), so a
+    later ``savefig`` at another dpi, which lays the figure out anew, keeps it inside. The slack covers
+    the few per cent a text's width changes against the axes' from one dpi to another.
+    """
+    if not labels:
+        return
+    ax.figure.draw_without_rendering()
+    edge = ax.get_window_extent().x1
+    for label in labels:
+        extent = label.get_window_extent()
+        if extent.x1 + slack * extent.width > edge:
+            label.set_transform(ax.get_yaxis_transform())  # x in axes units, y still the lane's
+            label.set_x(1.0)
+            label.set_horizontalalignment("right")
