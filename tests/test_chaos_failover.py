@@ -55,6 +55,7 @@ def _chaos(tmp_path, replication, bin_dir, failovers, seconds):
     return result
 
 
+@pytest.mark.chaos
 def test_chaos_fails_a_synchronous_primary_over_again_and_again_and_every_promise_holds(tmp_path, bin_dir):
     result = _chaos(tmp_path, "sync", bin_dir, failovers=3, seconds=9.0)
     assert [a.missed for a in result.applied] == [None, None, None]
@@ -65,6 +66,7 @@ def test_chaos_fails_a_synchronous_primary_over_again_and_again_and_every_promis
     assert "3 faults applied (failover 3)" in result.render()
 
 
+@pytest.mark.chaos
 def test_chaos_failing_over_to_an_asynchronous_standby_held_behind_names_the_acknowledged_outcomes_lost(
     tmp_path, bin_dir
 ):
@@ -89,6 +91,7 @@ def test_failover_goes_only_with_a_replicated_server_chaos_started_and_without_p
     assert "failover" not in applicable(None, server=True, own_server=True)
 
 
+@pytest.mark.chaos
 def test_the_command_starts_a_primary_and_a_standby_fails_over_and_exits_1_naming_the_lost_outcomes(tmp_path):
     from tests.test_chaos_cli import chaos
 
