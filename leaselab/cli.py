@@ -915,8 +915,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--seed", type=_any_int, default=None, metavar="N", help="replay a run's schedule (default: a random seed)"
     )
+    p.add_argument(
+        "--replication",
+        default=None,
+        metavar="sync|async",
+        help="with --faults failover: the throw-away primary's replication to its standby (default sync); async "
+        "holds the standby behind before each failover",
+    )
     p.add_argument("--payload", default="{}", help="every job's JSON payload (default {})")
-    p.add_argument("--out", default=None, help="the run's folder: logs, effects (default: beside the queue)")
+    p.add_argument("--out", default=None, help="the run's folder: logs, effects, journals (default: beside the queue)")
     p.add_argument("--json", action="store_true", help="the result as one JSON document on stdout")
     p.add_argument("--lang", choices=LANGS, default="en", help="the language it speaks (default en)")
 

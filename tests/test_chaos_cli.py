@@ -79,7 +79,7 @@ def test_faults_a_queue_cannot_have_are_refused_by_name():
     with pytest.raises(FaultNotApplicable, match="'server-crash'.*not started by chaos"):
         applicable(["server-crash"], server=True, own_server=False)
     assert applicable(None, server=False, own_server=False) == ("kill", "pause")
-    assert applicable(None, server=True, own_server=True) == FAULTS
+    assert applicable(None, server=True, own_server=True) == tuple(f for f in FAULTS if f != "failover")
 
 
 def test_a_jumping_worker_reads_a_clock_off_by_the_jump_so_on_a_file_it_reaps_a_live_lease(tmp_path, fleet_on):
@@ -294,6 +294,9 @@ def test_a_server_that_does_not_come_back_after_a_crash_ends_the_run_with_an_err
         (("--payload", "{oops"), "payload is not valid JSON"),
         (("--handler", "no_such_module:run"), "cannot import handler module 'no_such_module'"),
         (("--workers", "500"), "workers must be at most 32"),
+        (("--faults", "failover"), "chaos fails over only a replicated server it started itself"),
+        (("--replication", "async"), "--replication goes with --faults failover"),
+        (("--faults", "failover", "--replication", "semi"), "--replication must be one of sync, async"),
     ],
 )
 def test_bad_input_is_refused_with_exit_2_and_a_message_naming_it(tmp_path, args, message):

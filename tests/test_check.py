@@ -147,8 +147,11 @@ class Build:
         self.effects.append({"job": job, "attempt": attempt, "token": token, "key": key})
         return self
 
-    def told(self, kind: str, job: int, token: str, attempt: int = 1, worker: str = "w1") -> Build:
-        self.journal.append({"kind": kind, "job": job, "attempt": attempt, "token": token, "worker": worker})
+    def told(
+        self, kind: str, job: int, token: str, attempt: int = 1, worker: str = "w1", at: float | None = None
+    ) -> Build:
+        entry = {"kind": kind, "job": job, "attempt": attempt, "token": token, "worker": worker}
+        self.journal.append(entry if at is None else {**entry, "at": at})
         return self
 
     def judged(self) -> dict:
@@ -363,6 +366,19 @@ CASES = {
         lambda b: plain(b).told("claimed", 1, "c" * 32).told("completed", 1, "c" * 32),
         {},
         "fence_handed_twice",
+        1,
+    ),
+    "split brain: two holders of one fence each told of their completion while the other held it": (
+        lambda b: (
+            plain(b)
+            .told("claimed", 1, "c" * 32, at=T0 + 1)
+            .told("claimed", 1, "e" * 32, worker="w2", at=T0 + 2)
+            .told("completed", 1, "c" * 32, at=T0 + 3)
+            .told("completed", 1, "e" * 32, worker="w2", at=T0 + 4)
+        ),
+        lambda b: plain(b).told("claimed", 1, "c" * 32, at=T0 + 1).told("completed", 1, "c" * 32, at=T0 + 2),
+        {},
+        "split_brain",
         1,
     ),
     "acknowledged lost: a completion a worker was told of, which the server does not have": (
@@ -762,7 +778,8 @@ def _every_anomaly() -> Report:
 def test_a_russian_report_has_no_english_sentence_and_an_english_one_no_russian():
     report = _every_anomaly()
     assert {a.what for a in report.anomalies} >= {"lost.gone", "stale.token", "effect.repeated", "fence_reused"}
-    ru, en = report.render("ru"), report.render("en")
+    # Every anomaly shown: a "… more not shown" line names the command that shows them, in its own words.
+    ru, en = report.render("ru", shown=None), report.render("en", shown=None)
     prose = [line for line in ru.splitlines() if line and not line.startswith("    ")]  # witnesses are data rows
     assert prose
     for line in prose:

@@ -11,6 +11,8 @@ import sys
 
 from leaselab import Queue, Worker
 from leaselab.check import check
+from leaselab.check.history import History
+from leaselab.check.journal import journal_anomalies, read_journal
 
 
 def _run(db: str, journal=None, jobs: int = 3) -> None:
@@ -69,3 +71,27 @@ def test_check_journal_refuses_a_folder_that_is_not_there(tmp_path):
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
     )
     assert done.returncode == 2 and "--journal: no journal folder" in done.stderr
+
+
+def _fence_told_twice(second_claim_at: float) -> list[dict]:
+    """Attempt 1 of job 1 told to token c (claimed at 1, completed at 2), then to token e (claimed at
+    ``second_claim_at``, completed a second later)."""
+    c, e = "c" * 32, "e" * 32
+    return [
+        {"kind": "claimed", "job": 1, "attempt": 1, "token": c, "worker": "w1", "at": 1.0},
+        {"kind": "completed", "job": 1, "attempt": 1, "token": c, "worker": "w1", "at": 2.0},
+        {"kind": "claimed", "job": 1, "attempt": 1, "token": e, "worker": "w2", "at": second_claim_at},
+        {"kind": "completed", "job": 1, "attempt": 1, "token": e, "worker": "w2", "at": second_claim_at + 1},
+    ]
+
+
+def test_a_fence_handed_again_after_its_first_holder_was_told_is_a_failover_not_a_split_brain():
+    kinds = [a.kind for a in journal_anomalies(History(jobs=[], events=[]), read_journal(_fence_told_twice(3.0)))]
+    assert "fence_handed_twice" in kinds and "split_brain" not in kinds
+
+
+def test_a_fence_whose_two_holders_were_told_while_the_other_held_it_is_a_split_brain_with_four_witnesses():
+    told = read_journal(_fence_told_twice(1.5))
+    found = [a for a in journal_anomalies(History(jobs=[], events=[]), told) if a.kind == "split_brain"]
+    assert len(found) == 1 and found[0].facts["overlap"] == 0.5 and len(found[0].witness) == 4
+    assert "two servers took the queue's writes at once" in found[0].sentence("en")

@@ -204,10 +204,12 @@ ALLOWED = {
         "leaselab.harness.effects",
         "leaselab.harness.errors",
         "leaselab.harness.fleet",
+        "leaselab.harness.pgreplicas",  # the primary and standby a failover run starts and fails over
         "leaselab.harness.pgserver",
         "leaselab.queue",
         "leaselab.words",
         "leaselab.worker",
+        "leaselab.worker.journal",  # a failover waits on what the workers' journals say they were told
     },
     "cli": {
         "leaselab.backends",

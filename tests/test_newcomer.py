@@ -322,6 +322,7 @@ SMALL_BENCH_ARGS = {
     "mutants": "--only unfenced_complete --no-chaos --sim-seconds 30",
     "check_scale": "--jobs 2000",
     "enqueue_file": "--lines 500",
+    "failover": "--runs 1 --seconds 3",
 }
 BENCHMARKS_AT_ONCE = 3
 

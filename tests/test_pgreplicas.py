@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from leaselab.harness.pgreplicas import Replicated
+from leaselab.harness.pgserver import PgNotRunning
 from tests.support.polling import wait_until
 from tests.support.servers import in_memory
 
@@ -87,6 +88,7 @@ def test_two_standbys_stream_and_each_can_be_promoted(bin_dir):
 
 STARTER = r"""
 from leaselab.harness.pgreplicas import Replicated
+from leaselab.harness.pgserver import PgNotRunning
 servers = Replicated(standbys=2).start()
 print(" ".join(str(s.folder) for s in servers.servers), flush=True)
 import sys; sys.stdin.read()  # wait to be killed
@@ -126,3 +128,29 @@ def test_a_replicated_server_whose_starter_is_killed_leaves_no_server_and_no_fol
 def test_a_replicated_server_refuses_bad_options_before_anything_starts(options):
     with pytest.raises(ValueError):
         Replicated(**options)
+
+
+def test_after_each_failover_a_new_standby_on_the_dead_primarys_port_lets_the_same_url_fail_over_again(bin_dir):
+    with Replicated(standbys=1, synchronous="on", bin_dir=bin_dir, parent=in_memory()) as servers:
+        url = servers.create_database("demo")
+        ports = {s.port for s in servers.servers}
+        for round in range(1, 3):
+            _insert(url, 10)
+            servers.stop_primary()
+            servers.promote(servers.standbys[0])
+            standby = servers.replace_primary()
+            assert {s.port for s in servers.servers} == ports and standby.name == f"standby{round + 1}"
+            # The new primary waits for its new standby again: a commit acknowledged is on both.
+            assert servers.primary.query("SHOW synchronous_standby_names") == ["*"]
+            _insert(url, 1)
+            assert standby.query("SELECT count(*) FROM t", "demo") == [str(11 * round)]
+        assert _count(url) == 22
+
+
+def test_a_primary_is_replaced_only_after_it_was_stopped_and_its_standby_promoted(bin_dir):
+    with Replicated(standbys=1, bin_dir=bin_dir, parent=in_memory()) as servers:
+        with pytest.raises(PgNotRunning, match="promoted"):
+            servers.replace_primary()
+        servers.promote(servers.standbys[0])
+        with pytest.raises(PgNotRunning, match="still runs"):
+            servers.replace_primary()

@@ -23,6 +23,7 @@ from ..errors import TransientError
 from ..harness.errors import WorkerNotRunning
 from ..harness.fleet import Fleet
 from . import jumps
+from .failover import Failover
 from .schedule import Schedule, Step
 
 SETTLE_TIMEOUT = 30.0  # seconds a recovered server gets to take the fleet's own connection again
@@ -50,6 +51,7 @@ class Slots:
     The first process of slot ``w2`` is named ``w2``, its replacements ``w2-2``, ``w2-3``...
     ``concurrency`` is one number for every slot or one per slot, taken in turn. With
     ``clock_dir`` every worker can have its clock jump (``jumps``), each reading its own file there.
+    With ``journal`` every worker keeps its journal in that folder (``leaselab worker --journal``).
     """
 
     def __init__(
@@ -62,12 +64,13 @@ class Slots:
         concurrency: tuple[int, ...] = (1,),
         env: dict[str, str] | None = None,
         clock_dir: Path | None = None,
+        journal: Path | None = None,
         poll: float = 0.02,
         max_poll: float = 0.2,
     ):
         self.fleet, self.names, self.handler, self.lease = fleet, names, handler, lease
         self.concurrency, self.env, self.clock_dir = concurrency, dict(env or {}), clock_dir
-        self.poll, self.max_poll = poll, max_poll
+        self.poll, self.max_poll, self.journal = poll, max_poll, journal
         self.killed: list[str] = []  # every process a kill step ended, in order
         self._current: dict[str, str] = {}
         self._generation = dict.fromkeys(names, 0)
@@ -91,6 +94,7 @@ class Slots:
             concurrency=slots,
             env=env,
             launcher=launcher,
+            journal=self.journal,
         )
         self._current[slot] = name
         return name
@@ -109,7 +113,8 @@ class Nemesis:
 
     ``server`` (a ``PgServer`` chaos started) is what ``server-crash`` steps restart, each
     under ``server_lock``. Every lasting fault still open when the run ends, early or not,
-    is ended then: no worker is left frozen, cut off or on a wrong clock.
+    is ended then: no worker is left frozen, cut off or on a wrong clock. ``failover`` strikes the
+    ``failover`` steps on a replicated server chaos started (``failover.Failover``).
     """
 
     def __init__(
@@ -120,8 +125,10 @@ class Nemesis:
         server: Any = None,
         server_lock: threading.Lock | None = None,
         clock: Callable[[], float] = time.monotonic,
+        failover: Failover | None = None,
     ):
         self.schedule, self.slots, self.fleet = schedule, slots, slots.fleet
+        self.failover = failover
         self.server, self.server_lock = server, server_lock or threading.Lock()
         self.clock = clock
         self.applied: list[Applied] = []
@@ -173,6 +180,15 @@ class Nemesis:
             except Exception as exc:  # a server that would not come back: recorded; the drain will show the rest
                 return Applied(step, at, None, f"{type(exc).__name__}: {exc}")
             return Applied(step, at, None)
+        if step.fault == "failover":
+            assert self.failover is not None  # a failover is only scheduled on a replicated server
+            try:
+                missed = self.failover.strike(self.server_lock)
+                if missed is None:
+                    self._settle()
+            except Exception as exc:  # a failover that broke the server: recorded; the run checks it is up
+                return Applied(step, at, None, f"{type(exc).__name__}: {exc}")
+            return Applied(step, at, None, missed)
         assert step.worker is not None  # every other fault is on a worker's slot
         name = self.slots.current(step.worker)
         try:

@@ -11,8 +11,10 @@ A quarter of the jobs go in before the workers start, the rest in batches over t
 eight tenths of the faults, so the faults hit a busy queue throughout. Everything the run
 leaves is in its folder: ``logs/`` (one file per worker process), ``actions.jsonl`` (what
 the fleet did to them), ``effects.jsonl`` (what handlers recorded with
-``leaselab.check.record_effect``; every worker has it in ``LEASELAB_EFFECTS``). Whatever
-happens, Ctrl-C included, every worker is stopped before ``run`` returns or raises.
+``leaselab.check.record_effect``; every worker has it in ``LEASELAB_EFFECTS``), ``journal/``
+(each worker's journal of what the queue told it, which the checker judges the server's history
+by: ``leaselab check --journal``). Whatever happens, Ctrl-C included, every worker is stopped
+before ``run`` returns or raises.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..queue import Queue
 from ..worker import load_handler
 from . import overlap
 from .errors import QueueNotEmpty, ServerNotRecovered
+from .failover import Failover
 from .nemesis import Applied, Nemesis, Slots, run_in_thread
 from .schedule import FAULTS, Schedule, applicable, plan, slots
 from .texts import text
@@ -47,6 +50,7 @@ UP_FRONT = 0.25  # of the jobs, enqueued before the first worker starts
 FEED_OVER = 0.8  # the rest go in over this part of the faults' time ...
 BATCH = 50  # ... this many at a time
 GRACE = 10.0  # seconds a worker gets to finish its job at the end before SIGKILL
+JOURNAL = "journal"  # the run folder's folder of the workers' journals
 EFFECTS_ENV = "LEASELAB_EFFECTS"  # where leaselab.check.record_effect appends, as that module reads it
 
 
@@ -240,7 +244,7 @@ def _fresh(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for name in ("effects.jsonl", "actions.jsonl"):
         (folder / name).unlink(missing_ok=True)
-    for sub in ("logs", "clock"):
+    for sub in ("logs", "clock", JOURNAL):
         shutil.rmtree(folder / sub, ignore_errors=True)
 
 
@@ -265,6 +269,7 @@ def run(
     faults: Iterable[str] | str | None = None,
     seed: int | None = None,
     server: Any = None,
+    servers: Any = None,
     folder: str | os.PathLike | None = None,
     drain_timeout: float | None = None,
     on_start: Callable[[Schedule], None] | None = None,
@@ -278,7 +283,9 @@ def run(
     holds jobs raises ``QueueNotEmpty``: the checker judges every job in it). ``jobs`` is a count
     of ``payload`` jobs, or a list of ``Queue.enqueue`` keyword arguments. ``faults`` defaults to
     every fault the queue can have (``schedule.applicable``); ``server`` is a ``PgServer`` that
-    the caller started for this run, which ``server-crash`` may crash. ``on_start`` gets the
+    the caller started for this run, which ``server-crash`` may crash; ``servers`` is a started
+    ``Replicated`` (``failover.replicated``) whose multi-host URL is ``target``, which ``failover``
+    fails over (``failover`` says how). ``on_start`` gets the
     schedule before any worker starts; ``progress`` gets a ``Progress`` every ``progress_every``
     seconds. The drain after the faults waits at most ``drain_timeout`` (default: the longer of
     60 s and ``seconds``). ``env`` adds to every worker's environment (a ``PYTHONPATH`` to the
@@ -294,7 +301,9 @@ def run(
     lease = positive("lease", lease)
     drain_timeout = max(60.0, seconds) if drain_timeout is None else positive("drain_timeout", drain_timeout)
     progress_every = positive("progress_every", progress_every)
-    chosen = applicable(faults, server=is_server_url(target), own_server=server is not None)
+    chosen = applicable(
+        faults, server=is_server_url(target), own_server=server is not None, replicated=servers is not None
+    )
     seed = secrets.randbelow(2**32) if seed is None else integer("seed", seed, 0)
     schedule = plan(seed, seconds=seconds, workers=workers, lease=lease, faults=chosen)
 
@@ -308,12 +317,21 @@ def run(
     folder = Path(folder) if folder is not None else Path(files_prefix(target) + ".chaos")
     _fresh(folder)
     effects = folder / "effects.jsonl"
+    journal = folder / JOURNAL
+    journal.mkdir()
     if on_start is not None:
         on_start(schedule)
 
     started = time.monotonic()
     server_lock = threading.Lock()
-    fleet = Fleet(target, log_dir=folder / "logs", actions_file=folder / "actions.jsonl", grace=GRACE)
+    # A replicated server's URL names every host: a worker's proxy stands for one, so none is made.
+    fleet = Fleet(
+        target,
+        log_dir=folder / "logs",
+        actions_file=folder / "actions.jsonl",
+        grace=GRACE,
+        proxies=servers is None,
+    )
     clock_dir = None
     if "clock" in chosen:
         clock_dir = folder / "clock"
@@ -326,8 +344,13 @@ def run(
         concurrency=concurrencies,
         env={**(env or {}), EFFECTS_ENV: str(effects)},
         clock_dir=clock_dir,
+        journal=journal,
     )
-    nemesis = Nemesis(schedule, pool, server=server, server_lock=server_lock)
+    failover = None
+    if servers is not None:
+        fleet_slots = sum(concurrencies[i % len(concurrencies)] for i in range(workers))
+        failover = Failover(servers, journal, fleet_slots)
+    nemesis = Nemesis(schedule, pool, server=server, server_lock=server_lock, failover=failover)
     first, rest = job_list[: max(1, int(len(job_list) * UP_FRONT))], job_list[max(1, int(len(job_list) * UP_FRONT)) :]
     enqueued = [0]
     fed: list[BaseException] = []
@@ -397,6 +420,11 @@ def run(
         if raised:
             raise raised[0]
         down = [a for a in nemesis.applied if a.step.fault == "server-crash" and a.missed is not None]
+        if servers is not None and not servers.primary.running:
+            broke = [a for a in nemesis.applied if a.step.fault == "failover" and a.missed is not None]
+            raise ServerNotRecovered(
+                "a failover left no primary running" + (f": {broke[-1].missed}" if broke else "")
+            ) from (fed[0] if fed else None)
         if down:  # the server stayed down: whatever failed after (the feeder, say) failed for that
             raise ServerNotRecovered(
                 f"the server crashed at {down[0].at:.1f}s did not start again: {down[0].missed}"
@@ -426,7 +454,7 @@ def run(
     stats = fleet.queue.stats()
     fleet.queue.close()
     history = load(target, effects=effects)
-    report = check_history(history, lease=lease, idle=drained)
+    report = check_history(history, lease=lease, idle=drained, journal=journal)
     missing = max(0, enqueued[0] - sum(stats.values()))
     applied = list(nemesis.applied)
     running = overlap.attempts(history.events)

@@ -18,9 +18,10 @@ from ..arguments import integer, positive
 from .errors import FaultNotApplicable, UnknownFault
 from .texts import text
 
-FAULTS = ("kill", "pause", "partition", "drop-reply", "clock", "server-crash")
+FAULTS = ("kill", "pause", "partition", "drop-reply", "clock", "server-crash", "failover")
 NETWORK_FAULTS = ("partition", "drop-reply")  # need a network between a worker and its queue: a server
 OWN_SERVER_FAULTS = ("server-crash",)  # need a server that chaos started, and so may crash
+REPLICATED_FAULTS = ("failover",)  # need a primary and a standby that chaos started
 SQLITE_DEFAULT_LEAVES_OUT = ("clock",)  # a file queue trusts each worker's clock: lesson 6's known break
 LASTING = ("pause", "partition", "clock")  # the slot is busy until the step ends
 
@@ -28,6 +29,8 @@ LASTING = ("pause", "partition", "clock")  # the slot is busy until the step end
 WEIGHTS = {"kill": 3, "pause": 4, "partition": 2, "drop-reply": 3, "clock": 1}
 GAP = (0.2, 0.8)  # seconds between two worker faults
 CRASH_GAP = (3.0, 6.0)  # seconds between two server crashes; the first comes after 2 to 5 seconds
+FAILOVER_GAP = (3.0, 6.0)  # seconds between two failovers (each waits for acknowledged outcomes first, and
+# takes a promotion and a new standby's copy); the first comes after 1 to 3 seconds
 PAST_LEASE = (1.5, 3.0)  # a pause or a partition lasts this many leases: long enough to lose the lease
 JUMP = (2.0, 5.0)  # a clock jumps by this many leases, forward or back ...
 JUMP_LASTS = (2.0, 4.0)  # ... for this many leases
@@ -99,11 +102,16 @@ def parse_faults(faults: str | Iterable[str]) -> tuple[str, ...]:
     return tuple(f for f in FAULTS if f in names)
 
 
-def applicable(faults: Iterable[str] | None, *, server: bool, own_server: bool) -> tuple[str, ...]:
+def applicable(
+    faults: Iterable[str] | None, *, server: bool, own_server: bool, replicated: bool = False
+) -> tuple[str, ...]:
     """The faults to run, checked against the queue: ``None`` means every fault it can have.
 
     A SQLite file has no network to cut and no server to crash; a server chaos did not start
-    is somebody's, and is never crashed. Each refusal raises ``FaultNotApplicable`` naming the fault.
+    is somebody's, and is never crashed. A replicated server chaos started (``replicated``) fails
+    over instead of crashing, and its workers reach it by a multi-host URL, which the fleet's
+    one-server proxies cannot stand in for: no partition, no dropped reply. Each refusal raises
+    ``FaultNotApplicable`` naming the fault.
     """
     if faults is None:
         return tuple(
@@ -111,9 +119,23 @@ def applicable(faults: Iterable[str] | None, *, server: bool, own_server: bool) 
             for f in FAULTS
             if (server or (f not in NETWORK_FAULTS and f not in SQLITE_DEFAULT_LEAVES_OUT))
             and (own_server or f not in OWN_SERVER_FAULTS)
+            and (replicated or f not in REPLICATED_FAULTS)
+            and not (replicated and f in NETWORK_FAULTS + OWN_SERVER_FAULTS)
         )
     faults = parse_faults(faults)
     for f in faults:
+        if f in REPLICATED_FAULTS and not replicated:
+            raise FaultNotApplicable(
+                f"fault {f!r} stops a primary and promotes its standby; chaos fails over only a replicated "
+                "server it started itself (use --db postgresql --faults failover)"
+            )
+        if replicated and f in NETWORK_FAULTS + OWN_SERVER_FAULTS:
+            why = (
+                "the failover is this server's crash"
+                if f in OWN_SERVER_FAULTS
+                else "the workers reach it by a multi-host URL, and a worker's proxy stands for one server"
+            )
+            raise FaultNotApplicable(f"fault {f!r} does not go with failover: {why}")
         if f in NETWORK_FAULTS and not server:
             raise FaultNotApplicable(
                 f"fault {f!r} needs a network between the workers and the queue; a SQLite "
@@ -162,5 +184,10 @@ def plan(seed: int, *, seconds: float, workers: int, lease: float, faults: Itera
         while at < seconds:
             steps.append(Step(round(at, 3), "server-crash", None, round(lease * rng.uniform(*DOWN), 3)))
             at += rng.uniform(*CRASH_GAP)
+    if "failover" in faults:
+        at = rng.uniform(1.0, 3.0)
+        while at < seconds:
+            steps.append(Step(round(at, 3), "failover"))
+            at += rng.uniform(*FAILOVER_GAP)
     steps.sort(key=lambda s: (s.at, s.fault, s.worker or ""))
     return Schedule(seed, seconds, workers, lease, faults, tuple(steps))

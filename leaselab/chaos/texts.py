@@ -32,6 +32,13 @@ STRINGS: dict[str, dict[str, str]] = {
         "drop-reply": "drop the reply to {worker}'s next statement (it runs; the answer never comes)",
         "clock": "jump {worker}'s clock by {jump:+.2f}s for {lasts:.2f}s",
         "server-crash": "crash the server, down {lasts:.2f}s, then recover",
+        "failover": "fail over once the workers were told of more: stop the primary at once, promote the standby, "
+        "copy a new standby",
+        "replicated": "a throw-away PostgreSQL primary on 127.0.0.1:{primary} and its standby on 127.0.0.1:{standby}, "
+        "{replication} replication{held}, removed at the end",
+        "replication_sync": "synchronous",
+        "replication_async": "asynchronous",
+        "held": " (the standby held behind before each failover)",
         "proof_after": "under a freeze after the payment",
         "proof_before": "under a crash before the payment",
         "proof_right": (
@@ -48,6 +55,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "label_drop-reply": "drop-reply",
         "label_clock": "clock",
         "label_server-crash": "server-crash",
+        "label_failover": "failover",
     },
     "ru": {
         "seed": "зерно хаоса {seed} (те же сбои в те же моменты ещё раз: --seed {seed})",
@@ -72,6 +80,13 @@ STRINGS: dict[str, dict[str, str]] = {
         "drop-reply": "потерять ответ на следующий запрос {worker} (запрос выполнится, ответ не придёт)",
         "clock": "сдвинуть часы {worker} на {jump:+.2f} с на {lasts:.2f} с",
         "server-crash": "обрушить сервер на {lasts:.2f} с, затем поднять",
+        "failover": "переключиться на реплику, когда воркерам сообщат ещё о чём-то: немедленно остановить основной "
+        "сервер, повысить реплику, скопировать новую",
+        "replicated": "одноразовый основной сервер PostgreSQL на 127.0.0.1:{primary} и его реплика на "
+        "127.0.0.1:{standby}, репликация {replication}{held}, в конце они будут удалены",
+        "replication_sync": "синхронная",
+        "replication_async": "асинхронная",
+        "held": " (перед каждым переключением реплика отстаёт)",
         "proof_after": "при заморозке после платежа",
         "proof_before": "при падении перед платежом",
         "proof_right": (
@@ -88,6 +103,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "label_drop-reply": "потерянный ответ",
         "label_clock": "скачок часов",
         "label_server-crash": "падение сервера",
+        "label_failover": "переключение на реплику",
     },
 }
 

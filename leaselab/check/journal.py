@@ -8,7 +8,14 @@ were told, can say otherwise. Two promises are judged here, each anomaly with bo
 - ``fence_handed_twice``: the journals show one attempt of a job (its fence) handed to two
   tokens or more, whatever the server remembers of it;
 - ``acknowledged_lost``: a worker was told its completion (or failure) was written, and the
-  server has no such completion (the job not done, gone, or done by another token) or failure.
+  server has no such completion (the job not done, gone, or done by another token) or failure;
+- ``split_brain``: two holders of one fence were each told their outcome was written, and each
+  was told it while the other held the fence (from its claim to its outcome, by the journals'
+  clocks): two servers took the queue's writes at once. A failover cannot do that, whatever it
+  loses: the old primary acknowledged its last outcome before it stopped, the new one its first
+  claim after its promotion. Judged by the ``at`` of each line, written just after the worker was
+  told, so the journals' clocks must agree (one machine, or synchronised clocks); a worker frozen
+  between a reply and its line makes its span look longer than it was.
 
 ``read_journal`` takes a folder of ``*.jsonl`` files or a list of entry dicts (a test's). The
 history is read whole (``history.load``): the journals of a run are judged in the memory of
@@ -69,10 +76,18 @@ def journal_anomalies(history: History, entries: list[dict]) -> list[Anomaly]:
     events: dict[int, list[dict]] = defaultdict(list)
     for e in history.events:
         events[e["job_id"]].append(e)
-    found = _fences(entries, jobs, events) + [
-        a for e in entries if e["kind"] in _OUTCOME_EVENTS if (a := _outcome(e, jobs.get(e["job"]), events[e["job"]]))
-    ]
-    return sorted(found, key=lambda a: (a.kind != "fence_handed_twice", a.job or 0))
+    found = (
+        _fences(entries, jobs, events)
+        + _split_brain(entries)
+        + [
+            a
+            for e in entries
+            if e["kind"] in _OUTCOME_EVENTS
+            if (a := _outcome(e, jobs.get(e["job"]), events[e["job"]]))
+        ]
+    )
+    order = ("fence_handed_twice", "split_brain", "acknowledged_lost")
+    return sorted(found, key=lambda a: (order.index(a.kind), a.job or 0))
 
 
 def _fences(entries: list[dict], jobs: dict[int, dict], events: dict[int, list[dict]]) -> list[Anomaly]:
@@ -93,6 +108,49 @@ def _fences(entries: list[dict], jobs: dict[int, dict], events: dict[int, list[d
         facts = {"attempt": attempt, "n": len(held), "tokens": sorted(t[:8] for t in held), "server": server}
         found.append(Anomaly("fence_handed_twice", job, witness, "journal.fence_twice", facts))
     return found
+
+
+def _split_brain(entries: list[dict]) -> list[Anomaly]:
+    """The fences two holders were both told outcomes for, each while the other held the fence."""
+    spans: dict[tuple[int, int], dict[str, list[dict]]] = defaultdict(lambda: defaultdict(list))
+    for e in entries:
+        if e["kind"] == "claimed" or e["kind"] in _OUTCOME_EVENTS:
+            spans[(e["job"], e["attempt"])][e["token"]].append(e)
+    found = []
+    for (job, attempt), by_token in sorted(spans.items()):
+        told: list[tuple[dict, dict]] = []
+        for lines in by_token.values():
+            claim, outcome = _first(lines, "claimed"), _outcome_line(lines)
+            if claim is not None and outcome is not None and "at" in claim and "at" in outcome:
+                told.append((claim, outcome))
+        pair = next(
+            (
+                (a, b)
+                for i, a in enumerate(told)
+                for b in told[i + 1 :]
+                if a[0]["at"] < b[1]["at"] and b[0]["at"] < a[1]["at"]
+            ),
+            None,
+        )
+        if pair is None:
+            continue
+        (claim_a, told_a), (claim_b, told_b) = pair
+        witness = [claim_a["witness"], claim_b["witness"], told_a["witness"], told_b["witness"]]
+        facts = {
+            "attempt": attempt,
+            "tokens": sorted(str(c["token"])[:8] for c in (claim_a, claim_b)),
+            "overlap": round(min(told_a["at"], told_b["at"]) - max(claim_a["at"], claim_b["at"]), 3),
+        }
+        found.append(Anomaly("split_brain", job, witness, "journal.split_brain", facts))
+    return found
+
+
+def _first(lines: list[dict], kind: str) -> dict | None:
+    return next((e for e in lines if e["kind"] == kind), None)
+
+
+def _outcome_line(lines: list[dict]) -> dict | None:
+    return next((e for e in lines if e["kind"] in _OUTCOME_EVENTS), None)
 
 
 def _outcome(e: dict, row: dict | None, events: list[dict]) -> Anomaly | None:

@@ -33,6 +33,7 @@ TITLES: dict[str, dict[str, str]] = {
         "hung": "hung",
         "fence_handed_twice": "fence handed out twice (workers' journals)",
         "acknowledged_lost": "acknowledged outcome lost",
+        "split_brain": "split brain: two servers took writes at once (workers' journals)",
     },
     "ru": {
         "lost": "задача потеряна",
@@ -53,6 +54,7 @@ TITLES: dict[str, dict[str, str]] = {
         "hung": "обработчик завис",
         "fence_handed_twice": "попытка выдана дважды (по журналам воркеров)",
         "acknowledged_lost": "подтверждённый итог потерян",
+        "split_brain": "раздвоение: два сервера принимали записи одновременно (по журналам воркеров)",
     },
 }
 
@@ -83,6 +85,10 @@ SENTENCES: dict[str, dict[str, str]] = {
         "journal.completion_other": (
             "job {job}: worker {worker} was told its completion (attempt {attempt}, token {token}) was written, "
             "but the server has it completed by token {holder}"
+        ),
+        "journal.split_brain": (
+            "job {job}: the holders of attempt {attempt} (tokens {tokens}) were each told their outcome was "
+            "written while the other held it ({overlap} s of overlap): two servers took the queue's writes at once"
         ),
         "journal.failure_lost": (
             "job {job}: worker {worker} was told its failure (attempt {attempt}, token {token}) was written, "
@@ -183,6 +189,10 @@ SENTENCES: dict[str, dict[str, str]] = {
         "journal.completion_other": (
             "задача {job}: воркеру {worker} подтвердили запись завершения (попытка {attempt}, токен {token}), "
             "но на сервере её завершил токен {holder}"
+        ),
+        "journal.split_brain": (
+            "задача {job}: обоим владельцам попытки {attempt} (токены {tokens}) подтвердили запись итога, "
+            "пока ею владел другой (перекрытие {overlap} с): два сервера принимали записи очереди одновременно"
         ),
         "journal.failure_lost": (
             "задача {job}: воркеру {worker} подтвердили запись неудачи (попытка {attempt}, токен {token}), "

@@ -348,6 +348,7 @@ class Fleet:
         env: dict[str, str] | None = None,
         launcher: tuple[str, ...] | None = None,
         job_timeout: float | None = None,
+        journal: str | os.PathLike | None = None,
     ) -> str:
         """Start a worker process and return its name (``w1``, ``w2``, ... unless given).
 
@@ -362,6 +363,7 @@ class Fleet:
         program that changes the process before it runs ``leaselab.cli.main``, as a skewed clock does).
         ``job_timeout`` is the longest a job may run (``leaselab worker --job-timeout``): past it the
         worker gives the job up, and a one-slot worker whose handler hangs exits (status 5).
+        ``journal`` is a folder where the worker keeps its journal (``leaselab worker --journal``).
         """
         load_handler(handler)
         lease = positive("lease", lease)
@@ -404,6 +406,8 @@ class Fleet:
                 argv += ["--concurrency", str(concurrency)]
             if job_timeout is not None:
                 argv += ["--job-timeout", repr(job_timeout)]
+            if journal is not None:
+                argv += ["--journal", os.fspath(journal)]
             # A name reused after its worker died must not inherit that worker's hang.
             hang_path = str(self.log_dir / f"{name}.hang")
             for stale in (hang_path, demo.hung_marker(hang_path)):

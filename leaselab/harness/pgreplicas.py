@@ -7,6 +7,7 @@
         ...
         servers.stop_primary()                  # an immediate stop: no checkpoint, connections drop
         servers.promote(servers.standbys[0])    # the standby takes writes; the URL finds it
+        servers.replace_primary()               # a new standby of it, on the dead primary's port
     # every server stopped, every folder removed
 
 Each server is a ``PgServer`` (``pgserver``): its own temp folder, port and watchdog, so nothing
@@ -114,11 +115,14 @@ class Replicated:
     ):
         if isinstance(standbys, bool) or not isinstance(standbys, int) or not 1 <= standbys <= MAX_STANDBYS:
             raise ValueError(f"standbys must be 1 to {MAX_STANDBYS}, got {standbys!r}")
-        self.primary = PgPrimary(synchronous, settings=settings, **options)
+        self.synchronous, self.apply_delay = synchronous, apply_delay
+        self._settings, self._options = settings, options
+        self.primary: PgServer = PgPrimary(synchronous, settings=settings, **options)
         self.standbys = [
             PgStandby(self.primary, f"standby{i + 1}", apply_delay, settings=settings, **options)
             for i in range(standbys)
         ]
+        self._made = standbys  # standbys made so far, so each new one has a name of its own
         self._held: dict[str, int] = {}  # standby name -> pid of its frozen WAL sender
 
     @property
@@ -204,8 +208,53 @@ class Replicated:
         self.primary.crash()
 
     def promote(self, standby: PgStandby) -> None:
-        """Promote ``standby``: it ends recovery and takes writes; the multi-host URL finds it."""
+        """Promote ``standby``: it ends recovery and takes writes; the multi-host URL finds it.
+
+        It waits for no standby of its own until ``replace_primary`` gives it one (a standby made by an
+        earlier ``replace_primary`` copied a synchronous primary's ``synchronous_standby_names``, under
+        which every commit would wait for a standby that does not exist yet)."""
         standby.promote()
+        standby.query("ALTER SYSTEM RESET synchronous_standby_names")
+        standby.query("SELECT pg_reload_conf()")
+
+    def replace_primary(self) -> PgStandby:
+        """After a failover (``stop_primary``, then ``promote``): the promoted standby becomes ``primary`` and a new
+        standby of it is made on the dead primary's port, so the same multi-host URL names both again and another
+        failover can follow. Returns the new standby once it streams and has replayed all the primary wrote.
+
+        The dead primary's folder is removed first (its data is what a failover gives up). With synchronous
+        replication the new primary acknowledges nothing more until the new standby confirms it, as the first
+        primary did. Only with one standby: a second would have to follow the new primary (``pg_rewind``)."""
+        promoted = [s for s in self.standbys if s.promoted]
+        if len(self.standbys) != 1 or not promoted:
+            raise PgNotRunning("replace_primary needs one standby, promoted (stop_primary() and promote() first)")
+        if self.primary.running:
+            raise PgNotRunning(f"the old primary {self.primary!r} still runs: stop_primary() first")
+        dead, primary = self.primary, promoted[0]
+        port = dead.port
+        dead.stop()
+        self._made += 1
+        standby = PgStandby(
+            primary, f"standby{self._made}", self.apply_delay, settings=self._settings, port=port, **self._options
+        )
+        standby.start()
+        self.primary, self.standbys = primary, [standby]
+        self._wait_streaming()
+        if self.synchronous is not None:
+            primary.query("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            primary.query(f"ALTER SYSTEM SET synchronous_commit = '{self.synchronous}'")
+            primary.query("SELECT pg_reload_conf()")
+            self._wait_synchronous()
+        self.catch_up()
+        return standby
+
+    def _wait_synchronous(self) -> None:
+        """Wait until the primary counts its standby as synchronous: from then on each commit waits for it."""
+        deadline = time.monotonic() + self.primary.timeout
+        while self.primary.query("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'") != ["1"]:
+            if time.monotonic() > deadline:
+                raise PgStartFailed(f"{self.standbys[0].name} did not become synchronous in time")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         """Stop every server and remove its folder. Safe to call twice."""

@@ -189,7 +189,10 @@ class PgServer:
         fsync: bool = False,
         settings: Mapping[str, str | int | float] | None = None,
         parent: str | os.PathLike | None = None,
+        port: int | None = None,
     ):
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535):
+            raise ValueError(f"port must be None or a port number in [1024, 65535], got {port!r}")
         self.bin_dir = Path(bin_dir) if bin_dir is not None else find_bin_dir()
         self.timeout = timeout
         self.fsync = bool(fsync)
@@ -200,6 +203,9 @@ class PgServer:
         self.parent = Path(parent) if parent is not None else None
         if self.parent is not None and not self.parent.is_dir():
             raise ValueError(f"parent must be an existing folder, got {str(parent)!r}")
+        # A port of the caller's choosing: a standby made where a dead primary listened keeps the
+        # clients' multi-host URL right (``pgreplicas``); None, a free one.
+        self.wanted_port = port
         self.port: int | None = None
         self.folder: Path | None = None
         self._user = _run_as()
@@ -292,14 +298,20 @@ class PgServer:
                 raise PgStartFailed(str(exc)) from None
             self.folder = self._watchdog.folder
             self._make_data()
-            for _ in range(5):  # another process may take the free port before the server binds it
-                self.port = free_port()
+            deadline = time.monotonic() + PORT_RETAKE
+            for tries in range(1, 1000):  # another process may take the free port before the server binds it
+                self.port = self.wanted_port or free_port()
                 logged = self._log_size()
                 started = self._serve(PgStartFailed)
                 if started["ok"]:
                     return self
                 if "Address already in use" not in self._log(logged):
                     break
+                # A free port: try another, five times. The chosen one: wait for whoever holds it, as recover() does.
+                if (self.wanted_port is None and tries >= 5) or time.monotonic() > deadline:
+                    break
+                if self.wanted_port is not None:
+                    time.sleep(0.2)
             raise PgStartFailed(f"the server did not start: {started['error']}{self._log()}")
         except BaseException:
             self.stop()
