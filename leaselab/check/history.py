@@ -125,7 +125,9 @@ class Snapshot(Protocol):
     now: float
     ordered: bool
 
-    def per_job(self, only: list[int] | None = None) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
+    def per_job(
+        self, only: list[int] | None = None
+    ) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
         """Each job in id order as ``(row, id, events)``: its row (None when its events outlive it) and its
         events, oldest first; with ``only`` (ids in order), those jobs alone."""
         ...
@@ -175,11 +177,11 @@ class _Listed:
         self.ordered = history.ordered
         self._by_id: dict[int, dict] | None = None
 
-    def per_job(self, only: list[int] | None = None) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
+    def per_job(
+        self, only: list[int] | None = None
+    ) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
         wanted = None if only is None else set(only)
-        jobs = sorted(
-            (j for j in self.history.jobs if wanted is None or j["id"] in wanted), key=lambda j: j["id"]
-        )
+        jobs = sorted((j for j in self.history.jobs if wanted is None or j["id"] in wanted), key=lambda j: j["id"])
         events = sorted(
             (e for e in self.history.events if wanted is None or e["job_id"] in wanted),
             key=lambda e: (e["job_id"], e["id"]),
@@ -220,7 +222,9 @@ class _Driven:
         self._rows, self._one = rows, one
         self.now, self.ordered, self._server = now, ordered, server
 
-    def per_job(self, only: list[int] | None = None) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
+    def per_job(
+        self, only: list[int] | None = None
+    ) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
         if only is None:
             job_rows, event_rows = self._rows(SELECT_JOBS_CHECKED), self._rows(SELECT_EVENTS_BY_JOB)
         elif not only:
