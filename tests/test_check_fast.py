@@ -154,11 +154,12 @@ def mutants() -> dict:
         b.events.append(e)
         row["last_event_id"] = e["id"]
 
-    def interleaved(b: Build) -> Build:
-        """Jobs 1 and 2 written turn about: job 1's events are 1, 3, 5, 7 and job 2's 2, 4, 6, 8."""
-        b.enqueue(1).enqueue(2).claim(1, "c" * 32, T0 + 1).claim(2, "d" * 32, T0 + 1)
-        b.beat(1, "c" * 32, T0 + 2).beat(2, "d" * 32, T0 + 2)
-        return b.complete(1, "c" * 32, T0 + 3).complete(2, "d" * 32, T0 + 3)
+    def interleaved(b: Build, other: str = "d" * 32) -> Build:
+        """Jobs 1 and 2 written turn about (job 2 under the token ``other``): job 1's events are 1, 3, 5, 7 and
+        job 2's 2, 4, 6, 8."""
+        b.enqueue(1).enqueue(2).claim(1, "c" * 32, T0 + 1).claim(2, other, T0 + 1)
+        b.beat(1, "c" * 32, T0 + 2).beat(2, other, T0 + 2)
+        return b.complete(1, "c" * 32, T0 + 3).complete(2, other, T0 + 3)
 
     return {
         "row token forged": lambda b: (done(b), b.rows[1].update(token="forged")),
@@ -180,10 +181,10 @@ def mutants() -> dict:
             done(b, 2),
             ev(b, "completed").update(prev=[e for e in b.events if e["kind"] == "heartbeat"][1]["id"]),
         ),
-        "two links crossed to another job's events, their sum kept": lambda b: (
-            interleaved(b),
-            b.events[4].update(prev=2),  # job 1's heartbeat (5) now follows job 2's enqueue (2), not its claim (3)
-            b.events[6].update(prev=6),  # and its completion (7) job 2's heartbeat (6), not its own (5): 2 + 6 = 3 + 5
+        "two links crossed to another job's claim of the same token, their sum kept": lambda b: (
+            interleaved(b, "c" * 32),
+            b.events[4].update(prev=4),  # job 1's heartbeat (5) now follows job 2's claim (4), not its own (3)
+            b.events[6].update(prev=4),  # and its completion (7) too, not its heartbeat (5): 4 + 4 = 3 + 5
         ),
         "interleaved and untouched, with job 3 forged beside them": lambda b: (
             interleaved(b),
