@@ -22,7 +22,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,12 +37,14 @@ from ..errors import (
 )
 from .effects import EffectSource, effects_from
 from .shapes import (
+    COUNT_JOBS,
     PLAIN_FILE,
     PLAIN_SERVER,
     REST_EVENTS_FILE,
     REST_EVENTS_SERVER,
     REST_JOBS_FILE,
     REST_JOBS_SERVER,
+    ROWS_WITHOUT_HISTORY,
     Plain,
     plain_from,
 )
@@ -239,9 +241,12 @@ class _Driven:
         return merge(jobs, events)
 
     def plain(self, idle: bool) -> Plain | None:
-        if self._server:
-            return plain_from(self._rows(PLAIN_SERVER, {"idle": idle, "now": self.now}))
-        return plain_from(self._rows(PLAIN_FILE, {"idle": idle, "now": self.now}))
+        found = plain_from(self._rows(PLAIN_SERVER if self._server else PLAIN_FILE, {"idle": idle, "now": self.now}))
+        ((rows,),) = list(self._rows(COUNT_JOBS))
+        if rows == found.with_history:
+            return found
+        bare = {job_id for (job_id,) in self._rows(ROWS_WITHOUT_HISTORY)}
+        return replace(found, rest=sorted(bare.union(found.rest)))
 
     def event(self, event_id: int) -> dict[str, Any] | None:
         row = self._one(event_id)

@@ -22,8 +22,10 @@ anomaly the checker knows), so the checker only counts it; every other job (runn
 refused, timed out, retried, cancelled, anything damaged, events whose row is gone, a row with no
 history of its own) is returned by id, and its rows go through every rule as before.
 
-The statement returns two kinds of rows: ``(PLAIN_COUNT, status, jobs, events, claims, repeated)``
-per status of the plain jobs, and ``(PLAIN_REST, None, id, ...)`` for each job the rules must read.
+The statement returns ``(plain, status, id, jobs, events, claims, repeated, with_row)``: with ``plain`` 1, one
+row per status of the plain jobs (``id`` None); with 0, one row per job the rules must read (``status`` None).
+A job row with no event of its own is in no group: ``COUNT_JOBS`` tells whether there is one, and only then
+``ROWS_WITHOUT_HISTORY`` finds them (a million probes saved on every healthy history).
 """
 
 from __future__ import annotations
@@ -31,18 +33,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# What the first column of a row of PLAIN says the row is.
-PLAIN_COUNT = 0
-PLAIN_REST = 1
-
 # Each job's events in one grouped pass, each beside the event its ``prev`` names: is each step one a
 # known-good history takes, and do the links make the chain in id order (see the module's docstring)?
 # Then the job's row and its last event: does the row say what the events leave it saying?
 # Parameters: ``idle`` (a pending job that is due counts only when the workers were not idle) and ``now``.
 _PLAIN = """
 WITH shapes AS (
-  SELECT e.job_id AS job_id, count(*) AS n,
-         sum(CASE
+  SELECT job_id, count(*) AS n, sum(bad) AS bad, coalesce(sum(prev), 0) - sum(id) + max(id) AS gap, max(id) AS last_id
+    FROM (
+  SELECT e.job_id AS job_id, e.id AS id, e.prev AS prev,
+         CASE
+           WHEN e.id < 1 THEN 1
            WHEN e.kind = 'enqueued' THEN
                 CASE WHEN e.prev IS NULL AND e.attempt = 0 AND e.token IS NULL THEN 0 ELSE 1 END
            WHEN p.id IS NULL OR p.job_id <> e.job_id OR p.id >= e.id OR p.at > e.at THEN 1
@@ -55,19 +56,17 @@ WITH shapes AS (
            WHEN e.kind = 'dead' THEN
                 CASE WHEN p.kind = 'failed' AND e.token = p.token AND e.attempt = p.attempt
                           AND (e.worker = p.worker OR (e.worker IS NULL AND p.worker IS NULL)) THEN 0 ELSE 1 END
-           ELSE 1 END) AS bad,
-         sum(CASE WHEN e.prev IS NULL THEN 1 ELSE 0 END) AS roots,
-         coalesce(sum(e.prev), 0) - sum(e.id) + max(e.id) AS gap,
-         max(e.id) AS last_id,
-         sum(CASE WHEN e.kind = 'claimed' THEN 1 ELSE 0 END) AS claims
+           ELSE 1 END AS bad
     FROM events e LEFT JOIN events p ON p.id = e.prev
-   GROUP BY e.job_id
+   LIMIT 9223372036854775807) AS steps
+   GROUP BY job_id
 ),
 judged AS (
-  SELECT s.job_id AS job_id, j.status AS status, s.n AS n, s.claims AS claims,
+  SELECT s.job_id AS job_id, j.status AS status, s.n AS n, j.attempts AS claims,
+         CASE WHEN j.id IS NULL THEN 0 ELSE 1 END AS has_row,
          CASE WHEN j.id IS NOT NULL AND l.id IS NOT NULL
-                   AND s.bad = 0 AND s.roots = 1 AND s.gap = 0 AND j.last_event_id = s.last_id
-                   AND l.attempt <= j.max_attempts AND j.attempts <= j.max_attempts AND j.attempts = s.claims
+                   AND s.bad = 0 AND s.gap = 0 AND j.last_event_id = s.last_id
+                   AND j.attempts = l.attempt AND j.attempts <= j.max_attempts
                    AND (j.token = l.token OR (j.token IS NULL AND l.token IS NULL))
                    AND (j.worker = l.worker OR (j.worker IS NULL AND l.worker IS NULL))
                    AND CASE l.kind
@@ -79,16 +78,21 @@ judged AS (
               THEN 1 ELSE 0 END AS plain
     FROM shapes s LEFT JOIN jobs j ON j.id = s.job_id LEFT JOIN events l ON l.id = s.last_id
 )
-SELECT 0, status, count(*), sum(n), sum(claims), sum(CASE WHEN claims > 1 THEN claims - 1 ELSE 0 END)
-  FROM judged WHERE plain = 1 GROUP BY status
-UNION ALL
-SELECT 1, NULL, job_id, NULL, NULL, NULL FROM judged WHERE plain = 0
-UNION ALL
-SELECT 1, NULL, j.id, NULL, NULL, NULL FROM jobs j
+SELECT plain, CASE WHEN plain = 1 THEN status END, CASE WHEN plain = 0 THEN job_id END,
+       count(*), sum(n), sum(claims), sum(CASE WHEN claims > 1 THEN claims - 1 ELSE 0 END), sum(has_row)
+  FROM judged GROUP BY 1, 2, 3
+"""
+
+# How many rows the jobs table holds: more than PLAIN saw with events means some row has none of its own.
+COUNT_JOBS = "SELECT count(*) FROM jobs"
+
+# The rows with no history of their own, then: each such row's last event is not its own (nor is that of
+# a row whose links were cut, already among the rest). Run only when COUNT_JOBS says there are some.
+ROWS_WITHOUT_HISTORY = """
+SELECT j.id FROM jobs j
  WHERE j.last_event_id IS NULL
     OR NOT EXISTS (SELECT 1 FROM events l WHERE l.id = j.last_event_id AND l.job_id = j.id)
 """
-# The last part: a row none of whose events is its own has no group above; its last event is not its own.
 
 # The same statement in each driver's parameter style (the one text above, its two names renamed).
 PLAIN_FILE = _PLAIN
@@ -115,10 +119,12 @@ SELECT id, job_id, kind, at, worker, token, attempt, detail, prev
 
 @dataclass(frozen=True)
 class Plain:
-    """What ``PLAIN`` found: per status, the plain jobs' counts; and the ids of every other job, in order."""
+    """What ``PLAIN`` found: per status, the plain jobs' counts; the ids of every other job, in order; and how
+    many job rows it saw with events of their own."""
 
     counts: dict[str, PlainCount]
     rest: list[int]
+    with_history: int = 0
 
 
 @dataclass(frozen=True)
@@ -134,10 +140,12 @@ class PlainCount:
 def plain_from(rows: Iterable[tuple]) -> Plain:
     """``PLAIN``'s rows as a ``Plain``."""
     counts: dict[str, PlainCount] = {}
-    rest: set[int] = set()
-    for what, status, number, events, claims, repeated in rows:
-        if what == PLAIN_COUNT:
-            counts[status] = PlainCount(int(number), int(events), int(claims), int(repeated))
+    rest: list[int] = []
+    seen = 0
+    for plain, status, job_id, jobs, events, claims, repeated, with_row in rows:
+        seen += int(with_row)
+        if plain:
+            counts[status] = PlainCount(int(jobs), int(events), int(claims), int(repeated))
         else:
-            rest.add(int(number))
-    return Plain(counts=counts, rest=sorted(rest))
+            rest.append(int(job_id))
+    return Plain(counts=counts, rest=sorted(rest), with_history=seen)
