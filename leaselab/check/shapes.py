@@ -58,6 +58,8 @@ WITH shapes AS (
                           AND (e.worker = p.worker OR (e.worker IS NULL AND p.worker IS NULL)) THEN 0 ELSE 1 END
            ELSE 1 END AS bad
     FROM events e LEFT JOIN events p ON p.id = e.prev
+   -- A limit no table reaches keeps SQLite from merging this into the grouping: the sort then holds four
+   -- numbers an event, not the event and its predecessor (measured: a third less time on a million jobs).
    LIMIT 9223372036854775807) AS steps
    GROUP BY job_id
 ),
