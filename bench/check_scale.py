@@ -12,8 +12,11 @@ resident memory read from ``os.wait4``:
 - the floors, measured in the same run on the same file: ``SELECT count(*)`` of both tables (SQLite's
   own walk, no Python), and a Python walk that fetches every row of both tables, the events ordered by
   job as the checker reads them, and does nothing with them;
+- the floor under the fast path: the shapes statement (``leaselab.check.shapes.PLAIN``, which judges and
+  counts the common histories inside SQLite) run alone through ``sqlite3``, its rows fetched and nothing else;
 - ``leaselab check`` (target: under 10 s and 300 MB at a million jobs), its time per job, and its ratio
-  to the Python walk: what the rules cost beyond reading the rows;
+  to the Python walk; and ``leaselab check --thorough``, which reads every job into Python as check did before
+  the fast path, with the ratio of the two measured in the same run (``÷ thorough``);
 - ``leaselab events --limit 100`` and ``leaselab jobs --limit 100``: a page, whatever the file's size.
 
 Prints one table on stdout. The file lives in ``bench/.data`` and is deleted unless ``--keep``.
@@ -57,6 +60,13 @@ n = sum(1 for _ in conn.execute("SELECT id, status, priority, run_at, attempts, 
 n += sum(1 for _ in conn.execute("SELECT id, job_id, kind, at, worker, token, attempt, detail, prev FROM events"
                                  " ORDER BY job_id, id"))
 print(n)
+"""
+# The fast path's own floor: its one statement inside SQLite, with nothing of the checker around it.
+SHAPES = """
+import sqlite3, sys
+from leaselab.check.shapes import PLAIN_FILE
+conn = sqlite3.connect(sys.argv[1])
+print(len(conn.execute(PLAIN_FILE, {"idle": False, "now": 0.0}).fetchall()))
 """
 COUNT = """
 import sqlite3, sys
@@ -135,8 +145,9 @@ def build(path: Path, n: int) -> float:
     return time.monotonic() - started
 
 
-def child(argv: list[str]) -> tuple[float, float, str]:
-    """Run ``argv``; its wall seconds, its peak resident MB, and the last line it printed."""
+def child(argv: list[str]) -> tuple[float, float, float, str]:
+    """Run ``argv``; its wall seconds, its CPU seconds (user and system), its peak resident MB, and the first
+    line it printed."""
     started = time.monotonic()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None
@@ -144,7 +155,8 @@ def child(argv: list[str]) -> tuple[float, float, str]:
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.monotonic() - started
-    return seconds, usage.ru_maxrss / 1024, (lines[0] if lines else "") + f" (exit {proc.returncode})"
+    cpu = usage.ru_utime + usage.ru_stime
+    return seconds, cpu, usage.ru_maxrss / 1024, (lines[0] if lines else "") + f" (exit {proc.returncode})"
 
 
 def main() -> None:
@@ -168,7 +180,9 @@ def main() -> None:
     cases = [
         ("floor: SELECT count(*) of both tables", [py, "-c", COUNT, str(path)]),
         ("floor: Python walk of every row", [py, "-c", WALK, str(path)]),
+        ("floor: the shapes statement alone", [py, "-c", SHAPES, str(path)]),
         ("leaselab check", [py, "-m", "leaselab", "check", "--db", str(path)]),
+        ("leaselab check --thorough", [py, "-m", "leaselab", "check", "--db", str(path), "--thorough"]),
         ("leaselab events --limit 100", [py, "-m", "leaselab", "events", "--db", str(path), "--limit", "100"]),
         ("leaselab jobs --limit 100", [py, "-m", "leaselab", "jobs", "--db", str(path), "--limit", "100"]),
         ("python -c pass (start-up)", [py, "-c", "pass"]),
@@ -178,14 +192,23 @@ def main() -> None:
         step(name)
         results[name] = child(argv)
     walk = results["floor: Python walk of every row"][0]
+    thorough = results["leaselab check --thorough"][0]
     print(f"\n{args.jobs:,} jobs, file {path.stat().st_size / 2**20:,.0f} MB, built in {built:.1f} s\n")
-    print(f"| {'command':<40} | {'seconds':>8} | {'µs/job':>7} | {'÷ walk':>6} | {'peak MB':>7} | first line")
-    print(f"|{'-' * 42}|{'-' * 10}|{'-' * 9}|{'-' * 8}|{'-' * 9}|---")
-    for name, (seconds, mb, first) in results.items():
+    print(
+        f"| {'command':<40} | {'seconds':>8} | {'CPU s':>6} | {'µs/job':>7} | {'÷ walk':>6} | {'÷ thorough':>10} | "
+        f"{'peak MB':>7} | first line"
+    )
+    print(f"|{'-' * 42}|{'-' * 10}|{'-' * 8}|{'-' * 9}|{'-' * 8}|{'-' * 12}|{'-' * 9}|---")
+    for name, (seconds, cpu, mb, first) in results.items():
         print(
-            f"| {name:<40} | {seconds:8.2f} | {seconds / args.jobs * 1e6:7.2f} | {seconds / walk:6.2f} | "
-            f"{mb:7.0f} | {first[:70]}"
+            f"| {name:<40} | {seconds:8.2f} | {cpu:6.2f} | {seconds / args.jobs * 1e6:7.2f} | {seconds / walk:6.2f} | "
+            f"{seconds / thorough:10.2f} | {mb:7.0f} | {first[:70]}"
         )
+    fast = results["leaselab check"]
+    print(
+        f"\ncheck ÷ check --thorough: {fast[0] / thorough:.2f} (wall), "
+        f"{fast[1] / results['leaselab check --thorough'][1]:.2f} (CPU); check's peak {fast[2]:.0f} MB"
+    )
     if not args.keep:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)

@@ -450,6 +450,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         keep=keep,
         max_run=args.max_run,
         journal=args.journal,
+        thorough=args.thorough,
         **options,
     )
     print(json.dumps(report.to_json(), ensure_ascii=False) if args.json else report.render(args.lang, shown=keep))
@@ -854,6 +855,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--all",
         action="store_true",
         help="show every anomaly with its witnesses (default: the first three of each kind, and how many more)",
+    )
+    p.add_argument(
+        "--thorough",
+        action="store_true",
+        help="read and judge every job in Python, the common histories too (default: those are judged and "
+        "counted inside the database); the same report, slower",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON, for programs")
     p.add_argument("--lang", choices=LANGS, default="en", help="the report's language (default en)")

@@ -64,6 +64,7 @@ def check(
     keep: int | None = None,
     max_run: float | None = None,
     journal: JournalSource = None,
+    thorough: bool = False,
 ) -> Report:
     """Check the run that ``target`` (a SQLite file path or a ``postgresql://`` URL) holds.
 
@@ -83,14 +84,21 @@ def check(
     so is a job still running an attempt claimed longer ago than that (``hung``), whatever its heartbeats.
     A missing file raises ``DatabaseMissing`` and is not created. ``journal``: the workers' journals
     (a folder, ``leaselab worker --journal``), judged against the history (``check.journal``).
+    Without effects, the jobs whose whole history is a common one no rule can fault (``check.shapes``) are
+    judged and counted inside the database, and only the others are read; ``thorough`` reads and judges
+    every job in Python instead: the same report, slower (for a check of the fast path itself).
     """
     _options(lease, idle, runs_recorded, keep)
+    if not isinstance(thorough, bool):
+        raise TypeError(f"thorough must be True or False, got {thorough!r:.40}")
     _max_run(max_run)
     names = _vanished(vanished)
     _backoff(backoff)
     entries = read_journal(journal)
     with snapshot(target, now=now) as view:
-        report = _report(view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep, max_run)
+        report = _report(
+            view, effects_from(effects), lease, idle, runs_recorded, names, backoff, keep, max_run, thorough
+        )
     return _journal(report, lambda: load(target, now=now), entries, keep) if journal is not None else report
 
 
@@ -134,6 +142,7 @@ def _report(
     backoff: Backoff | None,
     keep: int | None,
     max_run: float | None = None,
+    thorough: bool = False,
 ) -> Report:
     found = walk(
         view,
@@ -145,6 +154,7 @@ def _report(
         backoff=backoff,
         keep=keep,
         max_run=max_run,
+        thorough=thorough,
     )
     return Report(anomalies=found.anomalies, counts=found.counts, notes=found.notes, totals=found.totals)
 

@@ -22,7 +22,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -36,6 +36,18 @@ from ..errors import (
     TooManyClients,
 )
 from .effects import EffectSource, effects_from
+from .shapes import (
+    COUNT_JOBS,
+    PLAIN_FILE,
+    PLAIN_SERVER,
+    REST_EVENTS_FILE,
+    REST_EVENTS_SERVER,
+    REST_JOBS_FILE,
+    REST_JOBS_SERVER,
+    ROWS_WITHOUT_HISTORY,
+    Plain,
+    plain_from,
+)
 
 SELECT_JOBS = """
 SELECT id, payload, status, priority, run_at, attempts, max_attempts, lease_until, worker, token,
@@ -115,9 +127,16 @@ class Snapshot(Protocol):
     now: float
     ordered: bool
 
-    def per_job(self) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
+    def per_job(
+        self, only: list[int] | None = None
+    ) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
         """Each job in id order as ``(row, id, events)``: its row (None when its events outlive it) and its
-        events, oldest first."""
+        events, oldest first; with ``only`` (ids in order), those jobs alone."""
+        ...
+
+    def plain(self, idle: bool) -> Plain | None:
+        """The jobs whose whole history is a common one no rule can fault, counted in the database, and the ids
+        of every other job (``shapes``); None when this view cannot tell them apart (walk every job)."""
         ...
 
     def event(self, event_id: int) -> dict[str, Any] | None:
@@ -160,10 +179,19 @@ class _Listed:
         self.ordered = history.ordered
         self._by_id: dict[int, dict] | None = None
 
-    def per_job(self) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
-        jobs = sorted(self.history.jobs, key=lambda j: j["id"])
-        events = sorted(self.history.events, key=lambda e: (e["job_id"], e["id"]))
+    def per_job(
+        self, only: list[int] | None = None
+    ) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
+        wanted = None if only is None else set(only)
+        jobs = sorted((j for j in self.history.jobs if wanted is None or j["id"] in wanted), key=lambda j: j["id"])
+        events = sorted(
+            (e for e in self.history.events if wanted is None or e["job_id"] in wanted),
+            key=lambda e: (e["job_id"], e["id"]),
+        )
         return merge(jobs, events)
+
+    def plain(self, idle: bool) -> Plain | None:
+        return None  # already in memory: the rules read it as fast as a count would
 
     def event(self, event_id: int) -> dict[str, Any] | None:
         if self._by_id is None:
@@ -187,18 +215,38 @@ class _Driven:
 
     def __init__(
         self,
-        rows: Callable[[str], Iterator[tuple]],
+        rows: Callable[..., Iterator[tuple]],
         one: Callable[[int], tuple | None],
         now: float,
         ordered: bool,
+        server: bool,
     ):
         self._rows, self._one = rows, one
-        self.now, self.ordered = now, ordered
+        self.now, self.ordered, self._server = now, ordered, server
 
-    def per_job(self) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
-        jobs = (_job_row(row) for row in self._rows(SELECT_JOBS_CHECKED))
-        events = (dict(zip(EVENT_FIELDS, row, strict=True)) for row in self._rows(SELECT_EVENTS_BY_JOB))
+    def per_job(
+        self, only: list[int] | None = None
+    ) -> Iterator[tuple[dict[str, Any] | None, int, list[dict[str, Any]]]]:
+        if only is None:
+            job_rows, event_rows = self._rows(SELECT_JOBS_CHECKED), self._rows(SELECT_EVENTS_BY_JOB)
+        elif not only:
+            return iter(())
+        elif self._server:
+            job_rows, event_rows = self._rows(REST_JOBS_SERVER, (only,)), self._rows(REST_EVENTS_SERVER, (only,))
+        else:
+            ids = json.dumps(only)
+            job_rows, event_rows = self._rows(REST_JOBS_FILE, (ids,)), self._rows(REST_EVENTS_FILE, (ids,))
+        jobs = (_job_row(row) for row in job_rows)
+        events = (dict(zip(EVENT_FIELDS, row, strict=True)) for row in event_rows)
         return merge(jobs, events)
+
+    def plain(self, idle: bool) -> Plain | None:
+        found = plain_from(self._rows(PLAIN_SERVER if self._server else PLAIN_FILE, {"idle": idle, "now": self.now}))
+        ((rows,),) = list(self._rows(COUNT_JOBS))
+        if rows == found.with_history:
+            return found
+        bare = {job_id for (job_id,) in self._rows(ROWS_WITHOUT_HISTORY)}
+        return replace(found, rest=sorted(bare.union(found.rest)))
 
     def event(self, event_id: int) -> dict[str, Any] | None:
         row = self._one(event_id)
@@ -302,9 +350,9 @@ def _read_file(path: str) -> tuple[list[dict], list[dict], float]:
 def _file_snapshot(path: str, now: float | None) -> Iterator[Snapshot]:
     conn = _connect_file(path)
 
-    def rows(sql: str) -> Iterator[tuple]:
+    def rows(sql: str, params: Any = ()) -> Iterator[tuple]:
         try:
-            yield from conn.execute(sql)
+            yield from conn.execute(sql, params)
         except sqlite3.DatabaseError as exc:
             raise _not_a_queue(path, exc) from None
 
@@ -318,7 +366,7 @@ def _file_snapshot(path: str, now: float | None) -> Iterator[Snapshot]:
             conn.execute("SELECT count(*) FROM jobs WHERE id = 0").fetchone()
         except sqlite3.DatabaseError as exc:  # not SQLite at all, or another application's file
             raise _not_a_queue(path, exc) from None
-        yield _Driven(rows, one, time.time() if now is None else now, ordered=True)
+        yield _Driven(rows, one, time.time() if now is None else now, ordered=True, server=False)
     finally:
         conn.close()  # closing ends the read transaction
 
@@ -386,12 +434,12 @@ def _server_snapshot(url: str, now: float | None) -> Iterator[Snapshot]:
     conn = _connect_server(url)
     cursors = itertools.count()
 
-    def rows(sql: str) -> Iterator[tuple]:
+    def rows(sql: str, params: Any = None) -> Iterator[tuple]:
         try:
             # A server-side cursor: the rows come SERVER_BATCH at a time, never all at once.
             with conn.cursor(name=f"leaselab_check_{next(cursors)}") as cursor:
                 cursor.itersize = SERVER_BATCH
-                cursor.execute(sql)
+                cursor.execute(sql, params)
                 yield from cursor
         except psycopg.Error as exc:
             raise _server_errors(url, exc) from None
@@ -409,7 +457,7 @@ def _server_snapshot(url: str, now: float | None) -> Iterator[Snapshot]:
             (clock,) = conn.execute(SERVER_NOW).fetchone()
         except psycopg.Error as exc:
             raise _server_errors(url, exc) from None
-        yield _Driven(rows, one, clock if now is None else now, ordered=False)
+        yield _Driven(rows, one, clock if now is None else now, ordered=False, server=True)
     finally:
         conn.close()
 

@@ -24,6 +24,7 @@ from ..job import CANCELLED, HOLDER_RELEASES, REAPER_RELEASES, RELEASES, RETRIED
 from ..sim.judge import judge
 from .history import History, effect_line, event_line, in_memory, job_line
 from .report import Anomaly
+from .shapes import PlainCount
 
 WRITES = ("heartbeat", "completed") + HOLDER_RELEASES  # what a holder writes, each fenced by its token
 FINISHES = ("completed",) + HOLDER_RELEASES  # a holder's last word on its attempt
@@ -665,6 +666,17 @@ class Counts:
             self.statuses[j["status"]] += 1
             if self.idle and j["status"] == "pending" and j["run_at"] > self.now:
                 self.waiting += 1
+
+    def add_plain(self, status: str, counted: PlainCount) -> None:
+        """Count the jobs of one ``status`` the database found plain (``shapes``): no refusal, no reap, no
+        effect among them, so only their number, events and claims."""
+        self.jobs += counted.jobs
+        self.statuses[status] += counted.jobs
+        self.events += counted.events
+        self.kinds["claimed"] += counted.claims
+        self.repeated_runs += counted.repeated
+        if self.idle and status == "pending":  # a plain pending job counted with idle workers is not due yet
+            self.waiting += counted.jobs
 
     def result(self) -> dict[str, int]:
         """The counts, by name."""

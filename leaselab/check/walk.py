@@ -71,8 +71,14 @@ def walk(
     backoff: Backoff | None,
     keep: int | None = None,
     max_run: float | None = None,
+    thorough: bool = False,
 ) -> Found:
-    """Every rule over ``view`` and ``effects``; the options are ``check``'s."""
+    """Every rule over ``view`` and ``effects``; the options are ``check``'s.
+
+    Unless ``thorough``, with no effects and no ``runs_recorded``, the jobs whose whole history is a
+    common one no rule can fault are only counted, in the database (``Snapshot.plain``), and only the
+    others are read; ``thorough`` reads every job (the same report, slower: what the fast path is
+    tested against)."""
     kept: dict[str, Kept] = {kind: Kept(keep) for kind in KINDS}
     order = 0
     judged = view.ordered and view.size() <= SPEC_EVENTS
@@ -100,7 +106,11 @@ def walk(
 
     no_effects: list[dict] = []
     now = view.now
-    for j, job_id, events in view.per_job():
+    plain = None if thorough or by_job or runs_recorded else view.plain(idle)
+    if plain is not None:
+        for status, counted in plain.counts.items():
+            tally.add_plain(status, counted)
+    for j, job_id, events in view.per_job(None if plain is None else plain.rest):
         mine = by_job.pop(job_id, no_effects) if by_job else no_effects
         tally.add(j, events, mine)
         if j is not None and not mine and not runs_recorded and rules.plainly_clean(j, events, now, idle):
