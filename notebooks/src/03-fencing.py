@@ -112,32 +112,42 @@ plain, plain_fleet = zombie_run("plain")
 with FencedStore(work / "plain-pages.db") as pages:
     say("l3_page_after", **pages.read("home.html")[0])
 say("l3_queue_result", **plain.get(1).result["value"])
-say("l3_zombie_log", refused="heartbeat refused" in plain_fleet.log_tail("w1"))
+say("l3_zombie_log", refused="heartbeat refused" in plain_fleet.log_tail("w1"),
+    withheld="result not written" in plain_fleet.log_tail("w1"))
+lost = [e for e in plain.events() if e.kind == "lease_lost"]
+say("l3_zombie_history", lost=len(lost), beats=sum(e.detail.startswith("heartbeat") for e in lost))
 
 # %% [markdown] tags=["en"]
 # The page is `w1`'s again: a stale result replaced the newer one, and nothing anywhere
-# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. Its
-# heartbeat was refused (`w1`'s own log, `plain_fleet.log_tail("w1")`, says so), and so
-# was its completion, which carried an old token, as we see next; the queue kept `w2`'s
-# result. But the page write does not pass through the queue, so no refusal could stop it:
-# the handler never asked whether it still held the job, and wrote.
+# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. The
+# first thing the thawed `w1` sent was a heartbeat, and it was refused (`w1`'s own log,
+# `plain_fleet.log_tail("w1")`, says so). From then on the worker knew the lease was gone,
+# so when its handler returned it withheld the completion: it never sent it, and its log
+# says the result was not written. The job's history holds one `lease_lost`, the
+# heartbeat's, and the queue kept `w2`'s result. (Had the completion been sent, with its
+# old token, the queue would have refused it too, as we see next.) But the page write
+# does not pass through the queue, so no refusal could stop it: the handler never asked
+# whether it still held the job, and wrote.
 
 # %% [markdown] tags=["ru"]
 # На странице снова `w1`: устаревший результат заменил новый, и нигде никакой ошибки.
-# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Его
-# heartbeat отклонили (об этом говорит журнал самого `w1`, `plain_fleet.log_tail("w1")`),
-# отклонили и завершение, пришедшее со старым токеном, — это мы разберём дальше; в
-# очереди остался результат `w2`. Но запись страницы идёт мимо очереди, и никакой отказ
-# очереди её остановить не мог: обработчик так и не спросил, держит ли он ещё задачу, и
-# записал.
+# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Первым
+# размороженный `w1` отправил heartbeat, и его отклонили (об этом говорит журнал самого
+# `w1`, `plain_fleet.log_tail("w1")`). С этого момента воркер знал, что аренда потеряна,
+# и, когда обработчик вернулся, не стал отправлять завершение: в журнале воркера сказано,
+# что результат не записан. В истории задачи одно событие `lease_lost` — от heartbeat, а
+# в очереди остался результат `w2`. (Отправь воркер завершение со старым токеном, очередь
+# отклонила бы и его — это мы разберём дальше.) Но запись страницы идёт мимо очереди, и
+# никакой отказ очереди её остановить не мог: обработчик так и не спросил, держит ли он
+# ещё задачу, и записал.
 
 # %% [markdown] tags=["en"]
 # On the timeline: the shaded interval is `w1` frozen; the triangle is the reap; the cross
-# is the zombie's refused write to the queue, after `w2` had already finished.
+# is the zombie's refused heartbeat, after `w2` had already finished.
 
 # %% [markdown] tags=["ru"]
 # На временной шкале: закрашенный интервал — `w1` заморожен; треугольник — возврат задачи
-# в очередь; крестик — отклонённая запись зомби в очередь, уже после того, как `w2` всё
+# в очередь; крестик — отклонённый heartbeat зомби, уже после того, как `w2` всё
 # закончил.
 
 # %% tags=["nbval-ignore-output"]
@@ -146,15 +156,15 @@ timeline.draw(timeline.timeline_data(plain.events(), plain_fleet.actions), lang=
 # %% [markdown] tags=["en"]
 # ## The fence inside the queue
 #
-# Why was the zombie's completion refused? We replay the story with a clock we move
-# ourselves. `w1` claims a job with a 10-second lease and freezes. The lease expires,
+# What would the queue have done with the zombie's completion, had the worker sent it?
+# We replay the story with a clock we move ourselves, and send every write by hand. `w1` claims a job with a 10-second lease and freezes. The lease expires,
 # the reaper puts the job back, `w2` claims it after the backoff and completes.
 
 # %% [markdown] tags=["ru"]
 # ## Fencing внутри очереди
 #
-# Почему завершение от зомби отклонили? Разыграем историю ещё раз на часах, которые мы
-# сами переводим вперёд. `w1` захватывает задачу с арендой на 10 секунд и замирает.
+# Что сделала бы очередь с завершением от зомби, если бы воркер его отправил? Разыграем
+# историю ещё раз на часах, которые мы двигаем сами, и отправим каждую запись вручную. `w1` захватывает задачу с арендой на 10 секунд и замирает.
 # Аренда истекает, reaper возвращает задачу в очередь, после отсрочки повтора её
 # захватывает `w2` и завершает.
 
