@@ -365,12 +365,25 @@ for q in (honest, fast, slow):
 # With a server there is one clock every worker can share: the server's. A
 # `Queue("postgresql://…")` without a `clock` takes its time from the server: it reads
 # `clock_timestamp()` at most every 30 seconds and, between reads, carries that reading
-# forward on its own host's monotonic clock. So every lease is written and compared on the
-# server's time as each worker carries it, however wrong the workers' wall clocks are. The
-# monotonic clock never jumps when a wall clock is set, and over 30 seconds it drifts by
-# microseconds; but it stops while its host is suspended, so a worker that wakes from a
-# suspended laptop or virtual machine runs behind the server until its next read. To show
-# it, `leaselab.harness.skew.spawn` starts a real worker process whose `time.time`, its
+# forward on a clock of its own host that never jumps when a wall clock is set
+# (`leaselab.clock.elapsed`). So every lease is written and compared on the server's time
+# as each worker carries it, however wrong the workers' wall clocks are. The carried time
+# is not exact, for three reasons:
+#
+# - The reading: the server's answer comes back half a round trip after it was read, more
+#   or less; the queue places it at the midpoint of the round trip, so it may be off by up
+#   to half of that round trip (well under a millisecond on a local network).
+# - The rate: two hosts' clocks tick at slightly different rates. While NTP disciplines
+#   both, they part by microseconds over 30 seconds; an undisciplined quartz may be off by
+#   tens of parts per million, a millisecond or two over 30 seconds.
+# - A suspend: `time.monotonic` stops while its host is suspended (a laptop's lid, a
+#   paused virtual machine), and a time carried on it would then lag the server's by the
+#   whole suspend, so a claim could write a lease already in the server's past. So on
+#   Linux the queue carries it on `CLOCK_BOOTTIME`, which counts a suspend; on platforms
+#   without such a clock it falls back to `time.monotonic`, and a worker that wakes runs
+#   behind the server until its next read.
+#
+# To show it, `leaselab.harness.skew.spawn` starts a real worker process whose `time.time`, its
 # wall clock, is shifted by a minute (its monotonic clock is not). Same two jobs, now with
 # two such workers, a minute fast and a minute slow, with the default clock:
 
@@ -384,12 +397,26 @@ for q in (honest, fast, slow):
 # С сервером появляются общие для всех воркеров часы — часы сервера.
 # `Queue("postgresql://…")` без `clock` берёт время у сервера: читает `clock_timestamp()`
 # не чаще раза в 30 секунд, а между чтениями отсчитывает время от последнего показания по
-# монотонным часам своей машины. Так что каждая аренда записывается и сравнивается по
+# часам своей машины, которые не прыгают, когда переставляют настенные
+# (`leaselab.clock.elapsed`). Так что каждая аренда записывается и сравнивается по
 # времени сервера, каким его ведёт каждый воркер, как бы ни врали настенные часы самих
-# воркеров. Монотонные часы не прыгают, когда переставляют настенные, и за 30 секунд
-# уходят на микросекунды; но пока машина спит, они стоят, и воркер, проснувшийся вместе с
-# ноутбуком или виртуальной машиной, отстаёт от сервера до следующего чтения. Чтобы это
-# показать, `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
+# воркеров. Точным это время не будет, и причин три:
+#
+# - Чтение: ответ сервера приходит примерно через половину обращения к серверу после
+#   того, как сервер прочитал свои часы; очередь относит показание к середине обращения,
+#   так что ошибка может достигать половины его длительности (в локальной сети — много
+#   меньше миллисекунды).
+# - Ход: часы двух машин идут с немного разной скоростью. Пока обе подводит NTP, за
+#   30 секунд они расходятся на микросекунды; кварц без подстройки может ошибаться на
+#   десятки миллионных долей, то есть на миллисекунду-другую за 30 секунд.
+# - Сон машины: `time.monotonic` стоит, пока машина спит (закрытая крышка ноутбука,
+#   приостановленная виртуальная машина), и время, отсчитанное по нему, отстало бы от
+#   сервера на весь сон, так что захват мог бы записать аренду, которая по часам сервера
+#   уже в прошлом. Поэтому на Linux очередь отсчитывает время по `CLOCK_BOOTTIME`, который
+#   сон учитывает; там, где таких часов нет, она берёт `time.monotonic`, и проснувшийся
+#   воркер отстаёт от сервера до следующего чтения.
+#
+# Чтобы это показать, `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
 # `time.time`, настенные часы, сдвинут на минуту (монотонные часы не сдвинуты). Те же две
 # задачи, но теперь с двумя такими воркерами — один спешит на минуту, другой на минуту
 # отстаёт — и часами по умолчанию:
@@ -641,20 +668,29 @@ own.close()
 # The handler stopped by itself, before its side effect, while the server still listed
 # the job as running and held by `w3`: nobody told `w3` anything, its own clock did. It
 # stops early on purpose: the server counts the same lease from a moment a little later
-# (when it applied the heartbeat), so the worker's deadline always comes first, with a
-# tenth of the lease to spare, and it gives the job up before anyone could take it. What
-# this cannot stop is a handler already past its last check when it pauses (lesson 3):
-# for that write, the fence.
+# (when it applied the heartbeat), and the worker gives it up a tenth of the lease
+# sooner still, so its deadline comes first as long as its clock runs with the server's.
+# Not always: the worker counts its own deadline on `time.monotonic`, which stops while its
+# host is suspended, and two clocks without NTP drift apart; a worker that wakes from a
+# suspend longer than its lease still finds the lease fresh by its own count, though the
+# server may have handed the job to another. Its next heartbeat is refused then, and
+# `lost` is set, but only then. What neither deadline can stop is a write already past its
+# last check (lesson 3), or made by a worker whose clock misled it: for that write, the
+# fence.
 
 # %% [markdown] tags=["ru"]
 # Обработчик остановился сам, до побочного эффекта, хотя на сервере задача всё ещё
 # числилась за `w3` в статусе `running`: `w3` никто ничего не сообщал, ему подсказали
 # его собственные часы. Раньше времени он сдаётся нарочно: сервер отсчитывает ту же аренду от
-# чуть более позднего момента (когда применил heartbeat), поэтому срок воркера всегда
-# наступает первым, да ещё с запасом в десятую часть аренды, и воркер отказывается от
-# задачи прежде, чем её может забрать кто-то другой. Чего это не остановит, так это
-# обработчик, который замер уже после последней проверки (урок 3): против такой записи
-# нужен fence.
+# чуть более позднего момента (когда применил heartbeat), а воркер отказывается от неё
+# ещё на десятую часть аренды раньше, так что его срок наступает первым — пока его часы
+# идут вровень с часами сервера. Но не всегда: свой срок воркер отсчитывает по
+# `time.monotonic`, который стоит, пока машина спит, а часы без NTP расходятся. Воркер,
+# проснувшийся после сна дольше аренды, по своему счёту всё ещё держит аренду, хотя
+# сервер мог уже отдать задачу другому. Тогда его следующий heartbeat отклонят и `lost`
+# установится, но только тогда. Чего не остановит ни один срок, так это запись, которая
+# уже прошла последнюю проверку (урок 3) или которую сделал воркер, обманутый своими
+# часами: против такой записи нужен fence.
 
 # %% [markdown] tags=["en"]
 # ## 5. A reply that never came
@@ -925,7 +961,10 @@ print(pg_sql.COMPLETE.strip())
 #   rows. The same SQL can be safe on one engine and not on another.
 # - Workers on many machines disagree about the time. Measured by the workers' clocks, a
 #   fast one steals live leases and a slow one keeps dead ones; measured by the server's
-#   clock, neither does. A pause is still a pause, and the server's own clock can still jump.
+#   clock, neither does. The server's time a worker carries is off by up to half the round
+#   trip that read it, and by how far the two clocks part between reads (microseconds under
+#   NTP); on Linux it counts a suspend of the host, elsewhere it lags by one until the next
+#   read. A pause is still a pause, and the server's own clock can still jump.
 # - A worker cut off by the network is a zombie made by the network: its lease expires, the
 #   job goes to another worker, and its late write is refused with `LeaseLost`. The fence,
 #   checked where the write lands, is what saves the result. A handler that checks its
@@ -962,7 +1001,11 @@ print(pg_sql.COMPLETE.strip())
 #   может быть безопасен на одной СУБД и опасен на другой.
 # - Воркеры на многих машинах расходятся во времени. По часам воркеров спешащий отнимает
 #   действующие аренды, а отстающий держит мёртвые; по часам сервера — ни то ни другое.
-#   Пауза остаётся паузой, а часы самого сервера всё ещё могут прыгнуть.
+#   Время сервера, которое ведёт воркер, ошибается на половину обращения, в котором его
+#   прочитали, и на то, насколько двое часов разойдутся между чтениями (при NTP — на
+#   микросекунды); на Linux оно учитывает сон машины, на других системах отстаёт на время
+#   сна до следующего чтения. Пауза остаётся паузой, а часы самого сервера всё ещё могут
+#   прыгнуть.
 # - Воркер, отрезанный от сети, — зомби, которого сделала сеть: его аренда истекает,
 #   задача уходит другому воркеру, а его запоздалая запись отклоняется с `LeaseLost`.
 #   Спасает результат fence, который проверяют там, куда попадает запись. Обработчик,
