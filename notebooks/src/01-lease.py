@@ -304,15 +304,16 @@ say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in real.events(real_
 # %% [markdown] tags=["en"]
 # The job was not lost: `w1` claimed it and died, nobody renewed the lease, `w2`'s reaper
 # took the job back once the lease ran out, and after a one-second backoff `w2` did it
-# as attempt 2. On the timeline `w1`'s bar ends at the kill, where the dark hatching
-# (the time `w1` was dead) begins; the triangle, about a lease after `w1`'s last
-# heartbeat, is the reap.
+# as attempt 2. On the timeline `w1`'s bar ends at the kill (so soon after the claim that
+# it may be only a sliver), where the light grey hatching begins ("killed / down" in the legend: the time `w1` was dead);
+# the triangle, about a lease after `w1`'s last heartbeat, is the reap.
 
 # %% [markdown] tags=["ru"]
 # Задача не потерялась: `w1` её захватил и умер, аренду никто не продлил, reaper в `w2`
 # вернул задачу в очередь, как только аренда истекла, и после секундной отсрочки `w2`
-# выполнил её второй попыткой. На шкале полоса `w1` обрывается в момент SIGKILL, там же
-# начинается тёмная штриховка (время, когда `w1` был мёртв); треугольник примерно через
+# выполнил её второй попыткой. На шкале полоса `w1` обрывается в момент SIGKILL (так
+# скоро после захвата, что от неё может остаться лишь узкая черта), и там же начинается светло-серая штриховка («убит / не
+# работает» в легенде — время, когда `w1` был мёртв); треугольник примерно через
 # срок аренды после последнего heartbeat от `w1` — возврат задачи в очередь.
 
 # %% tags=["nbval-ignore-output"]

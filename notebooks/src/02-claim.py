@@ -374,14 +374,17 @@ say("l2_temp_btree", yes=any("TEMP B-TREE" in step for step in plan))
 # %% [markdown] tags=["en"]
 # See it: put 10 urgent jobs scheduled for an hour from now above one ordinary job that is
 # due, claim, then do the same with 10,000 urgent jobs. `lessons.claim_steps` counts the
-# steps SQLite's engine takes for one claim: a count of work, so it is the same on any
-# machine.
+# steps SQLite's engine takes for one claim: a count of work, not of time, so however
+# busy the machine it is the same wherever the same SQLite build runs the claim (another
+# version of SQLite may plan the statement or count its steps differently).
 
 # %% [markdown] tags=["ru"]
 # Проверим: поставим над одной обычной задачей, которой уже пора, 10 срочных задач,
 # назначенных через час, и захватим; потом то же самое с 10 000 срочных задач.
 # `lessons.claim_steps` считает шаги, которые движок SQLite делает за один захват: это
-# мера работы, а не времени, поэтому на любой машине она одна и та же.
+# мера работы, а не времени, поэтому, как бы ни была загружена машина, она одна и та же
+# везде, где захват выполняет та же сборка SQLite (другая версия SQLite может построить
+# другой план запроса или считать шаги иначе).
 
 # %% tags=["nbval-ignore-output"]
 def steps_past(delayed: int) -> int:

@@ -273,8 +273,10 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # The outside system has to check a fence itself.
 #
 # A random token cannot be compared for "newer or older", but `job.fence` can: it is
-# `(job id, attempts)`, and `attempts` grows by one with every claim, a claim the queue has
-# written to disk before the worker learns of it. A store that remembers, for each key, the
+# `(job id, attempts)`, and `attempts` grows by one with every claim. At
+# `durability="full"`, the default, the queue syncs a claim to disk before the worker
+# learns of it; at `"normal"` a power cut can forget a claim a worker already holds, and
+# hand its fence out again (lesson 5). A store that remembers, for each key, the
 # highest fence it has accepted, and the token of the claim that wrote it, can refuse
 # anything older in one conditional statement. It refuses an equal fence too, unless the
 # same claim is writing again: two claims can hold one fence only if a crash made the
@@ -288,8 +290,10 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # должна проверять fence сама.
 #
 # Случайный токен нельзя сравнить по принципу «новее или старее», а `job.fence` можно:
-# это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате.
-# Очередь записывает захват на диск раньше, чем воркер о нём узнаёт. Хранилище, которое помнит
+# это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате. При
+# `durability="full"` (по умолчанию) очередь синхронизирует захват с диском раньше, чем
+# воркер о нём узнаёт; при `"normal"` отключение питания может стереть захват, который
+# воркер уже получил, и тот же fence будет выдан снова (урок 5). Хранилище, которое помнит
 # для каждого ключа наибольший принятый fence и токен захвата, сделавшего эту запись, может
 # одним условным оператором отказать всему, что старше. Равный fence оно тоже отклоняет,
 # если только пишет не тот же самый захват: один fence может оказаться у двух захватов,

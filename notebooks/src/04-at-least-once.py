@@ -84,14 +84,15 @@ say("l4_alive", n=sum(s.state == "running" for s in fleet.status()))
 # Nothing went wrong in the queue: attempt 1 died, its lease expired, the surviving
 # worker reaped the job and did it as attempt 2, exactly as lesson 1 promised. Yet the
 # effect happened twice. On the timeline the first attempt's bar ends at the crash, where
-# the dark hatching begins; the job waits there until the lease runs out and the reaper
+# the light grey hatching ("killed / down" in the legend) begins; the job waits there until the lease runs out and the reaper
 # (the triangle) hands it on.
 
 # %% [markdown] tags=["ru"]
 # В очереди ничего не сломалось: попытка 1 умерла, её аренда истекла, выживший воркер
 # вернул задачу в очередь и выполнил её второй попыткой, ровно как обещал урок 1. И всё же
 # действие случилось дважды. На временной шкале полоса первой попытки обрывается в момент
-# падения, там же начинается тёмная штриховка; задача ждёт, пока не истечёт аренда и
+# падения, там же начинается светло-серая штриховка («убит / не работает» в легенде);
+# задача ждёт, пока не истечёт аренда и
 # reaper (треугольник) не вернёт её в очередь.
 
 # %% tags=["nbval-ignore-output"]
