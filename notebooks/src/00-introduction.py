@@ -162,7 +162,7 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 
 # %% tags=["nbval-ignore-output"]
 freeze = Fleet(work / "freeze.db")
-freeze.queue.enqueue({"seconds": 2, "hold": str(work / "freeze.gate")})  # attempt 1 waits there
+freeze.queue.enqueue({"seconds": 2, "hold": str(work / "freeze.gate")})  # attempt 1 waits there / попытка 1 ждёт там
 Scenario.parse("""
     spawn w1
     wait running=1
@@ -170,7 +170,7 @@ Scenario.parse("""
     spawn w2
     wait idle
 """, lease=3).run(freeze)
-(work / "freeze.gate").touch()  # only now may w1's attempt finish, once it is thawed
+(work / "freeze.gate").touch()  # only now may w1's attempt finish, once it is thawed / только теперь попытка w1 может закончиться, когда его разморозят
 freeze.resume("w1")
 lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"],
                    what=lessons.text("wait_refused", lang));
@@ -297,7 +297,7 @@ lab
 
 # %% tags=["nbval-check-output"]
 alone = Fleet(work / "exercise-alone.db")
-alone.queue.enqueue({"seconds": 1, "hold": str(work / "exercise-alone.gate")})  # finishes only after the thaw
+alone.queue.enqueue({"seconds": 1, "hold": str(work / "exercise-alone.gate")})  # finishes only after the thaw / закончится только после разморозки
 Scenario.parse("""
     spawn w1
     wait running=1

@@ -262,7 +262,8 @@ say("l2_single_once", jobs=single.jobs, once=single.claims == single.jobs)
 # В SQLite поможет, и интересно посмотреть, как именно. Обычный `BEGIN` (в SQLite он
 # называется `DEFERRED`) не берёт блокировку, пока она не понадобится: оба воркера читают
 # задачу 1 без блокировки на запись. Первый, кто пишет, берёт блокировку. Когда пытается
-# писать второй, SQLite отказывает ему с ошибкой **«database is locked»**, и причин у отказа
+# писать второй, SQLite отказывает ему с ошибкой **`database is locked`** («база данных
+# заблокирована»), и причин у отказа
 # две. Пока первый ещё держит блокировку записи, отказ (`SQLITE_BUSY`) приходит сразу:
 # транзакции, которая уже читала, ждать блокировку нельзя, и тайм-аут ожидания блокировки
 # (`busy_timeout`) даже не учитывается. Когда первый уже зафиксировал транзакцию, снимок
@@ -341,7 +342,7 @@ say("l2_immediate_fact", dups=immediate.duplicates, locked=immediate.locked)
 
 # %% tags=["nbval-check-output"]
 index = [s for s in schema_statements() if "jobs_claim" in s][0]
-print("\n".join(line for line in index.splitlines() if not line.startswith("--")))  # without its comments
+print("\n".join(line for line in index.splitlines() if not line.startswith("--")))  # without its comments / без комментариев
 
 # %% tags=["nbval-ignore-output"]
 plan = lessons.claim_plan(q)

@@ -91,7 +91,7 @@ def zombie_run(name, **options):
     """w1 claims a publish job and is frozen; w2 does the job; w1 is thawed. Returns the queue and fleet."""
     queue = Queue(work / f"{name}.db")
     fleet = Fleet(queue.path)
-    gate = work / f"{name}.gate"  # w1's attempt writes only once this file exists
+    gate = work / f"{name}.gate"  # w1's attempt writes only once this file exists / попытка w1 пишет, только когда этот файл появится
     job_id = queue.enqueue({"store": str(work / f"{name}-pages.db"), "key": "home.html", "seconds": 3,
                             "hold": str(gate), **options})
     fleet.spawn(handler="leaselab.harness.demo:publish", lease=3.0, name="w1")
@@ -172,7 +172,7 @@ timeline.draw(timeline.timeline_data(plain.events(), plain_fleet.actions), lang=
 clock = ManualClock()
 q = Queue(work / "fence.db", clock=clock)
 job_id = q.enqueue({"render": "home"})
-zombie = q.claim("w1", lease=10)          # w1 freezes right after this
+zombie = q.claim("w1", lease=10)          # w1 freezes right after this / w1 замирает сразу после этого
 clock.advance(11)
 say("l3_reaped", ids=q.reap())
 clock.advance(q.backoff.delay(1))
@@ -555,7 +555,7 @@ print(exercises.check_store(MyStore, lang))
 # %% tags=["nbval-check-output"]
 late_id = q.enqueue({"render": "late"})
 late = q.claim("w1", lease=10)
-clock.advance(15)                        # expired, but nobody has reaped yet
+clock.advance(15)                        # expired, but nobody has reaped yet / аренда истекла, но в очередь задачу ещё никто не вернул
 say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock())
 
 # %% [markdown] tags=["en"]

@@ -194,7 +194,7 @@ say("l4_bob", balance=ledger.balance("bob"))
 # %% tags=["nbval-check-output"]
 clock = ManualClock()
 q = Queue(work / "together.db", clock=clock)
-ledger_here = effects.Ledger(q.path)          # the ledger table lives in the queue's own file
+ledger_here = effects.Ledger(q.path)          # the ledger table lives in the queue's own file / таблица реестра лежит в файле самой очереди
 pay_id = q.enqueue({"account": "carol", "amount": 10})
 
 first = q.claim("w1", lease=10)
@@ -206,10 +206,10 @@ except SystemExit:
     say("l4_attempt1", balance=ledger_here.balance("carol"))
 
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(1))
-second = q.claim("w2", lease=10)               # w2 freezes here
+second = q.claim("w2", lease=10)               # w2 freezes here / здесь w2 замирает
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(2))
 third = q.claim("w3", lease=10)
-clock.advance(2)                               # w3 works for two seconds
+clock.advance(2)                               # w3 works for two seconds / w3 работает две секунды
 with effects.completing(q, third, result="paid") as tx:
     effects.record_deposit(tx, "carol", 10, job=third)
 say("l4_attempt3", status=q.get(pay_id).status, balance=ledger_here.balance("carol"))

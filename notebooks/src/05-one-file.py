@@ -99,11 +99,11 @@ work = lessons.scratch("05-one-file")
 # %%
 def cut_after_workload(durability):
     path = work / f"cut-{durability}.db"
-    Queue(path, durability=durability).close()   # an ordinary leaselab file, on the disk before we start
+    Queue(path, durability=durability).close()   # an ordinary leaselab file, on the disk before we start / обычный файл leaselab, на диске ещё до начала
     disk = powercut.VolatileDisk()
     powercut.workload(powercut.Session(path, disk, durability=durability))
     disk.cut()
-    with Queue(path) as q:                       # after the reboot: read it back with leaselab itself
+    with Queue(path) as q:                       # after the reboot: read it back with leaselab itself / после перезагрузки: читаем его самим leaselab
         return [(j.id, j.status.value, j.attempts) for j in q.jobs()]
 
 # %% tags=["nbval-check-output"]
@@ -232,8 +232,8 @@ q.enqueue_many(["a", "b", "c"])
 held = [q.claim(f"w{n}", lease=30) for n in (1, 2, 3)]
 clock.advance(10)
 for job in held:
-    q.heartbeat(job.id, job.token, lease=30)          # everyone is alive and on time
-clock.advance(3600)                                    # the clock jumps an hour ahead
+    q.heartbeat(job.id, job.token, lease=30)          # everyone is alive and on time / все живы и вовремя
+clock.advance(3600)                                    # the clock jumps an hour ahead / часы прыгают на час вперёд
 say("l5_jump_reaped", ids=q.reap())
 clock.advance(60)
 again = [q.claim(f"w{n}", lease=30) for n in (4, 5, 6)]
@@ -260,9 +260,9 @@ say("l5_jump_again", pairs=[(j.id, j.attempts) for j in again])
 
 # %% tags=["nbval-check-output"]
 orphan_id = q.enqueue("orphan")
-orphan = q.claim("w7", lease=30)                       # w7 dies at once
+orphan = q.claim("w7", lease=30)                       # w7 dies at once / w7 сразу умирает
 clock.advance(100)
-behind = Queue(q.path, clock=ManualClock(clock() - 3600))   # the same file, read by a clock an hour behind
+behind = Queue(q.path, clock=ManualClock(clock() - 3600))   # the same file, read by a clock an hour behind / тот же файл, но часы отстают на час
 say("l5_back_reaped", ids=behind.reap())
 say("l5_back_left", seconds=round(behind.get(orphan_id).lease_until - behind.clock()))
 behind.close()
@@ -347,7 +347,8 @@ say("l5_measured", median=statistics.median(late) * 1000, worst=max(late) * 1000
 
 # %% tags=["nbval-check-output"]
 pauses = {0.01: 812_331, 0.1: 20_514, 0.5: 1_203, 1.0: 97, 2.0: 11, 4.5: 2}
-say("l5_histogram", rows=sorted(pauses.items()))
+for pause, count in sorted(pauses.items()):
+    say("l5_histogram", pause=pause, count=count)
 
 # %% [markdown] tags=["en"]
 # Both sides of the choice cost something. A lease **too short** lets a pause look like
@@ -418,11 +419,11 @@ say("l5_histogram", rows=sorted(pauses.items()))
 #   всё, что не синхронизировано: при `durability="normal"` это все подтверждённые записи
 #   после последней контрольной точки (постановки в очередь, захваты, завершения, ошибки);
 #   при `"full"` — только heartbeat, ошибки и возвраты в очередь, а это стоит лишь
-#   повтора. Захват при `"full"`
-#   синхронизируется: fence, выданный дважды, пропустил бы зомби.
-# - Разделяемая память и блокировки файлов WAL работают только в пределах одной машины:
-#   все воркеры работают там, где лежит файл; никогда не кладите файл на сетевую файловую
-#   систему.
+#   повтора. Захват при `"full"` синхронизируется: fence, выданный дважды, пропустил бы
+#   зомби.
+# - Разделяемая память и блокировки файлов WAL действуют только в пределах одной машины:
+#   запускайте все воркеры там, где лежит файл, и никогда не кладите файл на сетевую
+#   файловую систему.
 # - Сроки аренды отмеряются по настенным часам. Скачок вперёд заново выдаёт все
 #   выполняющиеся задачи (каждый обработчик запускается второй раз); скачок назад
 #   продлевает жизнь аренде мёртвого воркера.

@@ -52,11 +52,11 @@ from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race
 lang = lessons.language()
 say = lessons.speaker(lang)
 work = lessons.scratch("06-past-one-file")
-lessons.cleanup_at_exit(work)      # if the kernel dies; the server has a watchdog of its own
+lessons.cleanup_at_exit(work)      # if the kernel dies; the server has a watchdog of its own / на случай, если ядро умрёт; у сервера свой сторож
 home = os.getcwd()
-os.chdir(work)                     # a fleet on a server queue keeps its logs in the current folder
+os.chdir(work)                     # a fleet on a server queue keeps its logs in the current folder / воркеры очереди на сервере пишут журналы в текущую папку
 server = PgServer().start()
-databases = (server.create_database(f"lesson{n}") for n in itertools.count(1))   # next(databases): a fresh, empty one
+databases = (server.create_database(f"lesson{n}") for n in itertools.count(1))   # next(databases): a fresh, empty one / next(databases): новая пустая база
 say("l6_server", started=server.port is not None)
 
 # %% [markdown] tags=["en"]
@@ -145,7 +145,7 @@ say("l6_drained", ok=all(sorted(claims) == list(range(1, 301)) for _, claims in 
 # перед новой попыткой (обработчик занятости SQLite ждёт 1, 2, 5, 10 мс и дольше), так что
 # блокировка может простаивать, пока ждущие спят, и четыре воркера могут выполнить в
 # секунду *меньше* задач, чем один. На сервере их захваты перешагивают через чужие строки
-# и идут бок о бок, насколько позволяют ядра: четыре воркера могут оказаться быстрее
+# и выполняются параллельно, насколько позволяют ядра: четыре воркера могут оказаться быстрее
 # одного, а могут и нет, когда четыре воркера и сервер делят два ядра. Главный выигрыш
 # сервера в эту таблицу не попадает: его воркеры могут работать на других машинах.
 
@@ -338,18 +338,18 @@ say("l6_race_facts", naive=naive_race.duplicates > 0, single=safe_race.duplicate
 
 # %% tags=["nbval-check-output"]
 local = next(databases)
-honest = Queue(local, clock=time.time)                      # a worker whose clock is right
+honest = Queue(local, clock=time.time)                      # a worker whose clock is right / воркер с верными часами
 held_id, abandoned_id = honest.enqueue("held"), honest.enqueue("abandoned")
 held = honest.claim("holder", lease=30)
-abandoned = honest.claim("crashed", lease=1)                # its worker dies at once
-time.sleep(1.5)                                             # the abandoned lease has run out
-fast = Queue(local, clock=lambda: time.time() + 60)         # a worker whose clock is a minute fast
-slow = Queue(local, clock=lambda: time.time() - 60)         # and one whose clock is a minute slow
+abandoned = honest.claim("crashed", lease=1)                # its worker dies at once / её воркер сразу умирает
+time.sleep(1.5)                                             # the abandoned lease has run out / аренда брошенной задачи истекла
+fast = Queue(local, clock=lambda: time.time() + 60)         # a worker whose clock is a minute fast / воркер, чьи часы спешат на минуту
+slow = Queue(local, clock=lambda: time.time() - 60)         # and one whose clock is a minute slow / и воркер, чьи часы на минуту отстают
 say("l6_slow_reaps", ids=slow.reap())
 say("l6_fast_reaps", ids=fast.reap())
 say("l6_held_now", status=honest.get(held_id).status, attempts=honest.get(held_id).attempts)
 try:
-    honest.heartbeat(held.id, held.token, lease=30)         # the healthy holder beats on time
+    honest.heartbeat(held.id, held.token, lease=30)         # the healthy holder beats on time / здоровый держатель аренды вовремя шлёт heartbeat
     say("l6_holder_beats", accepted=True)
 except LeaseLost:
     say("l6_holder_beats", accepted=False)
@@ -423,15 +423,15 @@ for q in (honest, fast, slow):
 
 # %% tags=["nbval-check-output"]
 shared = next(databases)
-q = Queue(shared)                                           # the server's clock
+q = Queue(shared)                                           # the server's clock / часы сервера
 held_id, abandoned_id = q.enqueue("held"), q.enqueue("abandoned")
 held = q.claim("holder", lease=30)
 abandoned = q.claim("crashed", lease=1)
 skewed = [skew.spawn(shared, +60, "fast", work / "fast.log"), skew.spawn(shared, -60, "slow", work / "slow.log")]
-later = q.enqueue("later")                                  # done once a skewed worker has run its loop, reaper included
+later = q.enqueue("later")                                  # done once a skewed worker has run its loop, reaper included / выполнена, когда воркер со сбитыми часами прошёл свой цикл, вместе с reaper
 lessons.wait_until(lambda: q.get(later).status == "done" and q.get(abandoned_id).status == "done",
                    what=lessons.text("wait_done", lang))
-time.sleep(1.5)                                             # and a few more reaps, at least one a second
+time.sleep(1.5)                                             # and a few more reaps, at least one a second / и ещё несколько возвратов в очередь, не реже раза в секунду
 say("l6_held_now", status=q.get(held_id).status, attempts=q.get(held_id).attempts)
 say("l6_holder_beats", accepted=q.heartbeat(held.id, held.token, lease=30) > q.clock())
 say("l6_abandoned_now", status=q.get(abandoned_id).status, attempts=q.get(abandoned_id).attempts,
@@ -500,16 +500,16 @@ for p in skewed:
 cut = Queue(next(databases))
 fleet = Fleet(cut.path, queue=cut, log_dir=work / "cut-logs")
 fleet.spawn(lease=2.0, name="w1")
-job_id = cut.enqueue({"seconds": 3, "hold": str(work / "cut.gate")})  # attempt 1 finishes once the file exists
+job_id = cut.enqueue({"seconds": 3, "hold": str(work / "cut.gate")})  # attempt 1 finishes once the file exists / попытка 1 закончится, когда появится файл
 lessons.wait_until(lambda: cut.get(job_id).worker == "w1", what=lessons.text("wait_claim", lang))
 first = cut.get(job_id)
 fleet.partition("w1")
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
 lessons.wait_until(lambda: fleet.status()[0].badge == "lease_expired", what=lessons.text("l6_wait_expired", lang))
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
-fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease
+fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease / его reaper находит истёкшую аренду
 lessons.wait_until(lambda: cut.get(job_id).status == "done", timeout=30, what=lessons.text("wait_done", lang))
-(work / "cut.gate").touch()                                 # only now may w1's handler finish
+(work / "cut.gate").touch()                                 # only now may w1's handler finish / только теперь обработчик w1 может закончить
 done = cut.get(job_id)
 say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.result["worker"])
 
@@ -529,7 +529,8 @@ say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.res
 # отличается от мёртвого воркера: его аренда истекла, reaper воркера `w2` вернул задачу в
 # очередь, и `w2` выполнил её до конца. А `w1` вовсе не мёртв: его обработчик закончил
 # работу. Ни один heartbeat не был подтверждён, поэтому по своим часам `w1` знает, что
-# аренды у него, возможно, уже нет (в журнале воркера об этом строка «may have run out»),
+# аренды у него, возможно, уже нет (журнал воркера пишется по-английски, и об этом в нём
+# строка со словами `may have run out` — «возможно, истекла»),
 # и обработчик, который спрашивает `lease.check()`, остановился бы. Этот не спрашивал, и
 # `w1` пытается записать результат, пережидая сбой сети: удержалась ли аренда, может
 # сказать только сервер. Пока задачу никто не забрал, на его значке было *аренда истекла*,
@@ -563,7 +564,8 @@ print(lessons.history([e for e in cut.events(job_id) if e.kind != "heartbeat"], 
 # раньше этого завершения. В истории выше видно, какой из двух запросов отклонили
 # (complete или heartbeat).
 # В любом случае `w1` получил `LeaseLost`, результат записан не был (в журнале воркера,
-# `fleet.log_tail("w1")`, об этом строка «result not written»), и результат `w2` остался в
+# `fleet.log_tail("w1")`, об этом строка со словами `result not written` — «результат не
+# записан»), и результат `w2` остался в
 # силе. На временной шкале закрашенный интервал на дорожке `w1` — разрыв сети, так же как в
 # уроке 3 закрашена заморозка.
 
@@ -737,7 +739,7 @@ try:
     say("l6_info_first", error=None)
 except DatabaseUnreachable as exc:
     say("l6_info_first", error=type(exc).__name__)
-unsure.complete(unsure_job.id, unsure_job.token, {"worker": "w1"})   # the retry: the same write, the same token
+unsure.complete(unsure_job.id, unsure_job.token, {"worker": "w1"})   # the retry: the same write, the same token / повтор: та же запись, тот же токен
 say("l6_info_retry", status=unsure.get(unsure_id).status, worker=unsure.get(unsure_id).result["worker"])
 say("l6_info_history", kinds=[e.kind for e in unsure.events(unsure_id)])
 say("l6_info_refusals", n=sum(e.kind == "lease_lost" for e in unsure.events(unsure_id)))
@@ -1122,13 +1124,13 @@ outer.close()
 # того, кто захватит задачу, и ждёт второй попытки этой задачи.
 
 # %% tags=["nbval-check-output"]
-pausing = Queue(next(databases))                         # workers of its own, not the dashboard's
+pausing = Queue(next(databases))                         # workers of its own, not the dashboard's / свои воркеры, не те, что на панели
 pausing_fleet = Fleet(pausing.path, queue=pausing, log_dir=work / "pausing-logs", proxies=False)
 for name in ("w6", "w7"):
     pausing_fleet.spawn(lease=2.0, name=name)
-frozen_id = pausing.enqueue({"seconds": 1, "hold": str(work / "pausing.gate")})  # attempt 1 waits at the gate
+frozen_id = pausing.enqueue({"seconds": 1, "hold": str(work / "pausing.gate")})  # attempt 1 waits at the gate / попытка 1 ждёт у шлагбаума
 frozen = lessons.wait_until(lambda: pausing.get(frozen_id).worker, what=lessons.text("wait_claim", lang))
-pausing_fleet.pause(frozen)                              # w6 or w7, on the server's clock
+pausing_fleet.pause(frozen)                              # w6 or w7, on the server's clock / w6 или w7, по часам сервера
 lessons.wait_until(lambda: pausing.get(frozen_id).attempts == 2, timeout=30,
                    what=lessons.text("l6_wait_expired", lang))
 say("l6_frozen_reaped", other=pausing.get(frozen_id).worker != frozen, attempts=pausing.get(frozen_id).attempts)
