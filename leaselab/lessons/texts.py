@@ -169,7 +169,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         # lesson 6
         "l6_server": "a throw-away PostgreSQL server is running: {started}",
         "l6_wait_drained": "the workers to finish every job",
-        "l6_rate": "{backend} with {workers} {workers|worker process|worker processes}: {rate:,.0f} jobs per second",
+        "l6_rate": "{backend} with {workers} {workers|worker process|worker processes}: "
+        "{rate:,.0f} {rate|job|jobs} per second",
         "l6_drained": "every run did each of its 300 jobs, and claimed none twice: {ok}",
         "l6_isolation": "isolation level: {level}",
         "l6_a_claims": "1. A claims job {id}; its transaction stays open",

@@ -119,10 +119,11 @@ say("l3_zombie_history", lost=len(lost), beats=sum(e.detail.startswith("heartbea
 
 # %% [markdown] tags=["en"]
 # The page is `w1`'s again: a stale result replaced the newer one, and nothing anywhere
-# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. The
-# first thing the thawed `w1` sent was a heartbeat, and it was refused (`w1`'s own log,
-# `plain_fleet.log_tail("w1")`, says so). From then on the worker knew the lease was gone,
-# so when its handler returned it withheld the completion: it never sent it, and its log
+# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. On
+# waking, `w1`'s own clock told it first that the lease may have run out (a freeze longer
+# than the lease; this clock comes back below), and the first thing it sent, a heartbeat,
+# was refused (`w1`'s own log, `plain_fleet.log_tail("w1")`, says both). So when its
+# handler returned, the worker withheld the completion: it never sent it, and its log
 # says the result was not written. The job's history holds one `lease_lost`, the
 # heartbeat's, and the queue kept `w2`'s result. (Had the completion been sent, with its
 # old token, the queue would have refused it too, as we see next.) But the page write
@@ -131,11 +132,12 @@ say("l3_zombie_history", lost=len(lost), beats=sum(e.detail.startswith("heartbea
 
 # %% [markdown] tags=["ru"]
 # На странице снова `w1`: устаревший результат заменил новый, и нигде никакой ошибки.
-# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Первым
-# размороженный `w1` отправил heartbeat, и его отклонили (об этом говорит журнал самого
-# `w1`, `plain_fleet.log_tail("w1")`). С этого момента воркер знал, что аренда потеряна,
-# и, когда обработчик вернулся, не стал отправлять завершение: в журнале воркера сказано,
-# что результат не записан. В истории задачи одно событие `lease_lost` — от heartbeat, а
+# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Сразу
+# после разморозки собственные часы `w1` сказали ему, что аренда, возможно, истекла
+# (заморозка длилась дольше аренды; к этим часам мы ещё вернёмся), а первое, что он отправил,
+# heartbeat, отклонили (об обоих событиях говорит журнал самого `w1`,
+# `plain_fleet.log_tail("w1")`). Поэтому, когда обработчик вернулся, воркер не стал
+# отправлять завершение: в журнале воркера сказано, что результат не записан. В истории задачи одно событие `lease_lost` — от heartbeat, а
 # в очереди остался результат `w2`. (Отправь воркер завершение со старым токеном, очередь
 # отклонила бы и его — это мы разберём дальше.) Но запись страницы идёт мимо очереди, и
 # никакой отказ очереди её остановить не мог: обработчик так и не спросил, держит ли он

@@ -333,14 +333,14 @@ thread.start(); thread.join()
 say("l5_measured", median=statistics.median(late) * 1000, worst=max(late) * 1000)
 
 # %% [markdown] tags=["en"]
-# A tenth of a millisecond as a rule, a few milliseconds at worst, on a quiet machine.
-# The pauses that matter are rarer and longer, and you
+# A tenth of a millisecond as a rule; the worst, a few milliseconds on a quiet machine
+# and tens of them on a busy one. The pauses that matter are rarer and longer, and you
 # see them only by measuring your own workers for days. Here is such a histogram, made up
 # for the exercise but shaped like real ones: seconds of pause, and how many were seen.
 
 # %% [markdown] tags=["ru"]
-# Обычно десятые доли миллисекунды, в худшем случае несколько миллисекунд — на спокойной
-# машине. Паузы, которые имеют значение, реже и длиннее, и
+# Обычно десятые доли миллисекунды; в худшем случае несколько миллисекунд на спокойной
+# машине и десятки — на занятой. Паузы, которые имеют значение, реже и длиннее, и
 # увидеть их можно, только измеряя собственных воркеров днями. Вот такая гистограмма,
 # придуманная для упражнения, но похожая на настоящие: длительность паузы в секундах и
 # сколько раз она встретилась.
