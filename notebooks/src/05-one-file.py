@@ -293,7 +293,7 @@ behind.close()
 # stopped and its work is wasted. So the rule must use the worker's view: the late beat
 # must go out and be acknowledged before `0.9·L`, that is `L/3 + P < 0.9·L`, and a lease
 # tolerates pauses shorter than `(0.9 − 1/3)·L ≈ 0.57·L`. Turned around: **the lease must
-# be longer than 1.8 times the longest pause** you expect (`P / 0.57`, strictly `30P/17`;
+# be longer than 1.8 times the longest pause** you expect (`P / 0.57`, exactly `30P/17`;
 # a beat's round trip comes on top of the pause).
 #
 # First, measure this kernel: a thread asks to sleep 5 ms, again and again, and records

@@ -383,8 +383,9 @@ for q in (honest, fast, slow):
 #   without such a clock it falls back to `time.monotonic`, and a worker that wakes runs
 #   behind the server until its next read.
 #
-# To show it, `leaselab.harness.skew.spawn` starts a real worker process whose `time.time`, its
-# wall clock, is shifted by a minute (its monotonic clock is not). Same two jobs, now with
+# To show that the workers' wall clocks no longer matter, `leaselab.harness.skew.spawn`
+# starts a real worker process whose `time.time`, its wall clock, is shifted by a minute
+# (its other clocks are not). Same two jobs, now with
 # two such workers, a minute fast and a minute slow, with the default clock:
 
 # %% [markdown] tags=["ru"]
@@ -416,8 +417,9 @@ for q in (honest, fast, slow):
 #   сон учитывает; там, где таких часов нет, она берёт `time.monotonic`, и проснувшийся
 #   воркер отстаёт от сервера до следующего чтения.
 #
-# Чтобы это показать, `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
-# `time.time`, настенные часы, сдвинут на минуту (монотонные часы не сдвинуты). Те же две
+# Чтобы показать, что настенные часы воркеров больше ни на что не влияют,
+# `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
+# `time.time`, настенные часы, сдвинут на минуту (остальные его часы не сдвинуты). Те же две
 # задачи, но теперь с двумя такими воркерами — один спешит на минуту, другой на минуту
 # отстаёт — и часами по умолчанию:
 
@@ -671,12 +673,13 @@ own.close()
 # the job as running and held by `w3`: nobody told `w3` anything, its own clock did. It
 # stops early on purpose: the server counts the same lease from a moment a little later
 # (when it applied the heartbeat), and the worker gives it up a tenth of the lease
-# sooner still, so its deadline comes first as long as its clock runs with the server's.
-# Not always: the worker counts its own deadline on `time.monotonic`, which stops while its
-# host is suspended, and two clocks without NTP drift apart; a worker that wakes from a
+# sooner still, so its deadline comes first while both clocks run. (That the two tick at
+# slightly different rates, a few parts per million, is far inside the tenth of the lease
+# it gives up.) A suspend is another matter: the worker counts its own deadline on
+# `time.monotonic`, which stops while its host is suspended. A worker that wakes from a
 # suspend longer than its lease still finds the lease fresh by its own count, though the
-# server may have handed the job to another. Its next heartbeat is refused then, and
-# `lost` is set, but only then. What neither deadline can stop is a write already past its
+# server may have handed the job to another; only its next heartbeat, refused, tells it.
+# What neither deadline can stop is a write already past its
 # last check (lesson 3), or made by a worker whose clock misled it: for that write, the
 # fence.
 
@@ -685,12 +688,13 @@ own.close()
 # числилась за `w3` в статусе `running`: `w3` никто ничего не сообщал, ему подсказали
 # его собственные часы. Раньше времени он сдаётся нарочно: сервер отсчитывает ту же аренду от
 # чуть более позднего момента (когда применил heartbeat), а воркер отказывается от неё
-# ещё на десятую часть аренды раньше, так что его срок наступает первым — пока его часы
-# идут вровень с часами сервера. Но не всегда: свой срок воркер отсчитывает по
-# `time.monotonic`, который стоит, пока машина спит, а часы без NTP расходятся. Воркер,
-# проснувшийся после сна дольше аренды, по своему счёту всё ещё держит аренду, хотя
-# сервер мог уже отдать задачу другому. Тогда его следующий heartbeat отклонят и `lost`
-# установится, но только тогда. Чего не остановит ни один срок, так это запись, которая
+# ещё на десятую часть аренды раньше, так что его срок наступает первым, пока идут и те,
+# и другие часы. (Что они идут с немного разной скоростью, на несколько миллионных долей,
+# с запасом покрывает десятая часть аренды.) Другое дело — сон машины: свой срок воркер
+# отсчитывает по `time.monotonic`, который стоит, пока машина спит. Воркер, проснувшийся
+# после сна дольше аренды, по своему счёту всё ещё держит аренду, хотя сервер мог уже
+# отдать задачу другому; узнает он об этом, только когда отклонят его следующий
+# heartbeat. Чего не остановит ни один срок, так это запись, которая
 # уже прошла последнюю проверку (урок 3) или которую сделал воркер, обманутый своими
 # часами: против такой записи нужен fence.
 
