@@ -12,6 +12,36 @@ Clock = Callable[[], float]
 system_clock: Clock = time.time
 
 
+def _counting_suspend() -> int | None:
+    """The id of a clock that never steps and goes on counting while the host is suspended, if this
+    platform has one that ``time.clock_gettime`` can read: Linux's ``CLOCK_BOOTTIME``."""
+    boottime: int | None = getattr(time, "CLOCK_BOOTTIME", None)
+    if boottime is None:
+        return None
+    try:
+        time.clock_gettime(boottime)
+    except OSError:  # a kernel or a sandbox that refuses it: fall back as on other platforms
+        return None
+    return boottime
+
+
+# What ``elapsed`` reads: CLOCK_BOOTTIME where there is one, else None (then ``time.monotonic``).
+ELAPSED_CLOCK_ID: int | None = _counting_suspend()
+
+
+def elapsed() -> float:
+    """Seconds from an arbitrary start, for measuring how long passed between two readings.
+
+    Never steps when the wall clock is set, like ``time.monotonic``; on Linux it also counts the
+    time the host was suspended, which ``time.monotonic`` (CLOCK_MONOTONIC) leaves out, so a time
+    carried forward on it does not fall behind by a whole suspend. Elsewhere it is
+    ``time.monotonic``, which on some platforms stops while the host sleeps.
+    """
+    if ELAPSED_CLOCK_ID is None:
+        return time.monotonic()
+    return time.clock_gettime(ELAPSED_CLOCK_ID)
+
+
 class ManualClock:
     """A clock that stands still until you move it: ``clock.advance(31)`` is a lease going by.
 

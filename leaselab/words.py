@@ -12,6 +12,9 @@ through ``render``. A template is ``str.format`` text with two additions:
   for grouping (``{rate:,.0f}``) groups by thin no-break spaces only from five digits on
   (``10 000``, but ``5000``), as Russian typography does; English keeps ``10,000`` and ``0.11``.
   A number without a format spec (a job id, a pid) is printed as it is.
+- ``True`` and ``False`` read as words (``yes``, ``да``), and ``None`` as ``nothing`` (``ничего``);
+  a list of numbers given a format spec (``{delays:g}``) reads ``1, 2.5, 4`` (``1; 2,5; 4``),
+  each number as the language writes it.
 """
 
 from __future__ import annotations
@@ -84,13 +87,26 @@ class _Formatter(string.Formatter):
     def format_field(self, value: Any, format_spec: str) -> str:
         if isinstance(value, bool) and not format_spec:  # a reader's words, not Python's True and False
             return YES_NO[self.lang][value]
+        if value is None and not format_spec:  # a claim that found nothing, say: a word, not Python's None
+            return NOTHING[self.lang]
         if isinstance(value, (int, float)):
             return number(value, format_spec, self.lang)
+        if format_spec and isinstance(value, (list, tuple)) and all(_plain_number(v) for v in value):
+            # numbers in a row, each as the language writes it: "1, 2, 4", not Python's [1.0, 2.0, 4.0];
+            # Russian parts them with semicolons, since its decimal comma would make "1, 2,5" ambiguous
+            return LIST_SEPARATOR[self.lang].join(number(v, format_spec, self.lang) for v in value)
         return super().format_field(value, format_spec)
+
+
+def _plain_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 # How a yes-or-no fact reads in a line of text, in each language.
 YES_NO: dict[str, dict[bool, str]] = {"en": {True: "yes", False: "no"}, "ru": {True: "да", False: "нет"}}
+# How an absent value (None) reads in a line of text.
+NOTHING: dict[str, str] = {"en": "nothing", "ru": "ничего"}
+LIST_SEPARATOR: dict[str, str] = {"en": ", ", "ru": "; "}
 
 
 def line(table: dict[str, dict[str, str]], key: str, lang: str, **values: Any) -> str:

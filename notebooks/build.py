@@ -3,7 +3,9 @@
 A source is a jupytext percent-format script. Code cells are shared by both
 languages; every markdown cell carries the tag ``en`` or ``ru`` and goes only to
 that language. So the two notebooks of a lesson have the same code cells, in the
-same order, and differ only in prose.
+same order, and differ only in prose and in the words of code comments: a comment
+written ``# in English / по-русски`` reads ``# in English`` in the English notebook
+and ``# по-русски`` in the Russian one.
 
     python notebooks/build.py              # build and run every lesson whose inputs changed
     python notebooks/build.py 02 03        # rebuild these lessons, changed or not
@@ -31,9 +33,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import json
 import re
 import sys
+import tokenize
 import uuid
 from pathlib import Path
 
@@ -80,6 +84,45 @@ def cell_language(cell) -> str | None:
     return langs[0] if langs else None
 
 
+# A code comment in both languages: the English words, " / ", then the Russian (which has Cyrillic
+# letters, the English none: so a comment that only happens to hold a slash is left alone).
+BILINGUAL_COMMENT = re.compile(r"#(?P<space>\s*)(?P<en>[^\u0400-\u04ff]*?)\s+/\s+(?P<ru>.*[\u0400-\u04ff].*)$")
+
+
+def code_comments(code: str) -> list[tokenize.TokenInfo] | None:
+    """The comment tokens of ``code``, or None if it is not plain Python (a cell magic, say)."""
+    try:
+        return [t for t in tokenize.generate_tokens(io.StringIO(code).readline) if t.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError):
+        return None
+
+
+def in_language(code: str, lang: str) -> str:
+    """``code`` with each bilingual comment (``# English / русский``) in ``lang`` alone."""
+    comments = code_comments(code)
+    if not comments:
+        return code
+    lines = code.split("\n")
+    for token in reversed(comments):  # from the end, so earlier positions stay valid
+        m = BILINGUAL_COMMENT.fullmatch(token.string)
+        if m is None:
+            continue
+        row, col = token.start[0] - 1, token.start[1]
+        words = m.group("en") if lang == "en" else m.group("ru")
+        line = lines[row]
+        lines[row] = line[:col] + "#" + m.group("space") + words + line[col + len(token.string) :]
+    return "\n".join(lines)
+
+
+def _code(source: str) -> tuple:
+    """What a code cell does, without its comments: the same in every language."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (tokenize.TokenError, SyntaxError):
+        return (source,)
+    return tuple((t.type, t.string) for t in tokens if t.type not in (tokenize.COMMENT, tokenize.NL))
+
+
 def split(source: Path) -> dict[str, nbformat.NotebookNode]:
     """The lesson's notebook in each language, without outputs."""
     nb = jupytext.read(source)
@@ -98,6 +141,7 @@ def split(source: Path) -> dict[str, nbformat.NotebookNode]:
             cell.id = f"{source.stem[:2]}-{len(cells):03d}"
             if cell.cell_type == "code":
                 cell.outputs, cell.execution_count = [], None
+                cell.source = in_language(cell.source, lang)
             cells.append(cell)
         book = nbformat.v4.new_notebook(cells=cells)
         book.metadata = {"kernelspec": dict(KERNELSPEC), "language_info": {"name": "python"}}
@@ -106,9 +150,10 @@ def split(source: Path) -> dict[str, nbformat.NotebookNode]:
 
 
 def _shape(cell) -> tuple:
-    """What must match between two notebooks of a lesson: the type of a cell, and all of a code cell."""
+    """What must match between two notebooks of a lesson: the type of a cell, and a code cell's code and
+    tags (its comments are in its notebook's language)."""
     if cell.cell_type == "code":
-        return ("code", cell.source, tuple(cell.metadata.get("tags", [])))
+        return ("code", _code(cell.source), tuple(cell.metadata.get("tags", [])))
     return (cell.cell_type,)
 
 

@@ -214,6 +214,35 @@ def test_the_transfer_check_wants_one_key_per_deposit_that_every_attempt_of_the_
     )
 
 
+def test_a_pause_the_database_survives_can_still_outlast_the_worker_s_own_deadline():
+    # A 7 s lease, its beat due at 7/3 s coming 4.5 s late: at 6.83 s the database still holds the
+    # job (lease_until is 7), but the worker gave the lease up at 0.9 * 7 = 6.3 s after the claim.
+    clock = ManualClock(start=0.0)
+    with Queue(":memory:", clock=clock) as q:
+        q.enqueue("pause")
+        job = q.claim("w", lease=7)
+        clock.advance(7 / 3 + 4.5)
+        assert q.get(job.id).lease_until > clock()
+    assert not exercises.lease_survives(7, 4.5)
+    assert exercises.lease_survives(8, 4.5)  # 8/3 + 4.5 = 7.17 < 0.9 * 8 = 7.2
+    assert exercises.shortest_lease({0.5: 100, 4.5: 2}) == 8
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_lease_size_check_wants_the_worker_s_deadline_not_only_the_database_s(lang):
+    def workers_view(pauses):  # the beat, sent L/3 + P after the last, must beat 0.9 L
+        return math.floor(max(pauses) / (0.9 - 1 / 3)) + 1
+
+    def databases_view(pauses):  # the beat must land before L: L > 1.5 P
+        return math.floor(1.5 * max(pauses)) + 1
+
+    assert exercises.check_lease_size(workers_view, lang).startswith(text("check_right", lang, detail=""))
+    wrong = exercises.check_lease_size(databases_view, lang)
+    assert wrong.startswith(text("check_wrong", lang, detail="")) and "= 7" in wrong and " 8" in wrong
+    assert exercises.check_lease_size(lambda pauses: None, lang) == text("check_todo", lang)
+    assert "ZeroDivisionError" in exercises.check_lease_size(lambda pauses: 1 / 0, lang)
+
+
 def test_a_crashed_job_waits_its_lease_a_reaper_tick_its_backoff_and_a_poll():
     assert exercises.crashed_job_wait(7, 1, 1, 60) == pytest.approx(7 + 1 + 1 + 1)
     assert exercises.crashed_job_wait(10, 3, 1, 60) == pytest.approx(10 + 1 + 4 + 1)

@@ -256,6 +256,8 @@ RETIRED = {
     r"переживает\s+(один|\*\*один\*\*)\s+пропуск": "a lease «выдерживает» a missed beat",
     r"захват\w* из статьи": "no lesson introduces an article: «захват из урока 2»",
     r"токен больше не держит": "«у задачи уже другой токен»",
+    r"отта[иея]\w*": "what we do to a frozen worker is «разморозить», and it never thaws by itself",
+    r"бок о бок|в терминах": "calques: «параллельно», «если говорить о»",
 }
 
 

@@ -85,6 +85,7 @@ def test_the_facts_a_lesson_checks_are_printed_and_the_same_in_both_languages(st
     # Word order differs between the languages; the facts themselves may not.
     # Russian writes 0,11 and 10 000 (words.render): the same fact as 0.11 and 10000.
     ru = [re.sub(r"(?<=\d)\u00a0(?=\d{3})", "", re.sub(r"(?<=\d),(?=\d)", ".", out)) for out in ru]
+    en = [re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", out) for out in en]  # and English 10,000 is 10000
     assert [sorted(FACT.findall(out)) for out in en] == [sorted(FACT.findall(out)) for out in ru]
 
 
@@ -117,3 +118,31 @@ def test_a_prose_cell_without_a_language_is_refused(tmp_path):
     src.write_text("# %% [markdown]\n# Which language am I?\n", encoding="utf-8")
     with pytest.raises(build.SourceError, match="no language tag"):
         build.split(src)
+
+
+def test_a_bilingual_comment_reads_in_each_notebook_s_language_and_the_code_stays_shared(tmp_path):
+    src = tmp_path / "09-comments.py"
+    src.write_text(
+        '# %% [markdown] tags=["en"]\n# Hello\n\n# %% [markdown] tags=["ru"]\n# Привет\n\n'
+        '# %%\nx = "a / b"  # attempt 1 waits there / попытка 1 ждёт там\ny = 2  # just a / slash\n',
+        encoding="utf-8",
+    )
+    books = build.split(src)
+    en, ru = (next(c for c in books[lang].cells if c.cell_type == "code").source for lang in ("en", "ru"))
+    assert en == 'x = "a / b"  # attempt 1 waits there\ny = 2  # just a / slash'
+    assert ru == 'x = "a / b"  # попытка 1 ждёт там\ny = 2  # just a / slash'
+    assert build.drift(books["en"], books["ru"]) == []
+
+
+def test_no_code_comment_in_a_russian_lesson_is_english_alone():
+    english = re.compile(r"[A-Za-z]{3,}")
+    found = []
+    for stem in STEMS:
+        for cell in _read("ru", stem).cells:
+            if cell.cell_type != "code":
+                continue
+            for token in build.code_comments(cell.source) or []:
+                words = token.string.lstrip("#")
+                if english.search(words) and not re.search("[\u0400-\u04ff]", words):
+                    found.append(f"{stem}: {token.string}")
+    assert found == []

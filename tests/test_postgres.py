@@ -498,6 +498,19 @@ def test_the_server_clock_is_read_once_per_resync_not_once_per_call(pg_url, monk
         assert seen == [sql.SERVER_NOW.strip()] and before - RESYNC_STEP_BACK <= after < before + 5
 
 
+def test_the_servers_time_is_carried_on_a_clock_that_counts_a_suspend_of_the_host(pg_url, monkeypatch):
+    from leaselab.backends.postgres import backend
+
+    host = ManualClock(start=5_000.0)  # this host's clock.elapsed(), which we suspend by moving it
+    monkeypatch.setattr(backend, "elapsed", host)
+    with Queue(pg_url) as q:
+        read = q.clock()  # read from the server, placed at the round trip's midpoint: now, on ``host``
+        seen = []
+        q.tracer = lambda statement, params: seen.append(statement)
+        host.advance(20.0)  # the host slept 20 s, which a clock counting a suspend counts
+        assert q.clock() == pytest.approx(read + 20.0) and seen == []  # carried, not read again
+
+
 # -- the worker's hot path: one statement, one round trip --------------------------------------
 
 

@@ -113,3 +113,12 @@ def test_the_plural_rule_and_the_lookup_of_a_text_are_written_once_in_words():
         and (rule.search(p.read_text(encoding="utf-8")) or lookups.search(p.read_text(encoding="utf-8")))
     ]
     assert copies == []
+
+
+def test_none_and_yes_or_no_read_as_words_and_a_list_of_numbers_as_the_language_writes_them():
+    assert words.render("w2 gets: {job}", "en", job=None) == "w2 gets: nothing"
+    assert words.render("w2 получает: {job}", "ru", job=None) == "w2 получает: ничего"
+    assert words.render("{ok}", "ru", ok=True) == "да"
+    assert words.render("{delays:g}", "ru", delays=[1.0, 2.5, 60]) == "1; 2,5; 60"
+    assert words.render("{delays:g}", "en", delays=(1.0, 2.5, 60)) == "1, 2.5, 60"
+    assert words.render("{rows}", "en", rows=[1.0, 2.0]) == "[1.0, 2.0]"  # without a spec, as Python prints it

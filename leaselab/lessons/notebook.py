@@ -175,7 +175,8 @@ def claim_plan(queue: Queue) -> list[str]:
 
 def claim_steps(queue: Queue, worker: str = "lesson", lease: float = 30.0) -> tuple[int, Job | None]:
     """Claim one job and count the SQLite virtual-machine steps it took: work done, not time, so it is
-    the same on any machine. Returns (steps, the claimed job or None)."""
+    the same on any machine with the same SQLite build (another version may plan or count otherwise).
+    Returns (steps, the claimed job or None)."""
     steps = 0
 
     def count() -> int:

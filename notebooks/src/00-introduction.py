@@ -162,7 +162,7 @@ say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
 
 # %% tags=["nbval-ignore-output"]
 freeze = Fleet(work / "freeze.db")
-freeze.queue.enqueue({"seconds": 2, "hold": str(work / "freeze.gate")})  # attempt 1 waits there
+freeze.queue.enqueue({"seconds": 2, "hold": str(work / "freeze.gate")})  # attempt 1 waits there / попытка 1 ждёт там
 Scenario.parse("""
     spawn w1
     wait running=1
@@ -170,7 +170,7 @@ Scenario.parse("""
     spawn w2
     wait idle
 """, lease=3).run(freeze)
-(work / "freeze.gate").touch()  # only now may w1's attempt finish, once it is thawed
+(work / "freeze.gate").touch()  # only now may w1's attempt finish, once it is thawed / только теперь попытка w1 может закончиться, когда его разморозят
 freeze.resume("w1")
 lessons.wait_until(lambda: [e for e in freeze.queue.events() if e.kind == "lease_lost"],
                    what=lessons.text("wait_refused", lang));
@@ -181,16 +181,18 @@ say("l0_result_by", worker=job.result["worker"], attempts=job.attempts)
 say("l0_zombie_tried", events=[(e.kind, e.worker) for e in freeze.queue.events() if e.kind == "lease_lost"])
 
 # %% [markdown] tags=["en"]
-# The woken `w1` still believed the job was its own. Its write was refused
-# (`lease_lost`) because every claim carries a fresh **fencing token** and `w1`'s token
-# no longer matched: `w2`'s result stands. Lesson 3 shows what happens without that
+# The woken `w1` still believed the job was its own. Its first write, a heartbeat, was
+# refused (`lease_lost`) because every claim carries a fresh **fencing token** and `w1`'s
+# token no longer matched. Its own clock had told it too that the lease may have run
+# out, so `w1` did not even send its result: `w2`'s stands. Lesson 3 shows what happens without that
 # check. The timeline: one lane per worker, a bar per attempt (inside it, job·attempt),
 # the shaded interval is the freeze, the triangle the reap, the cross the refused write.
 
 # %% [markdown] tags=["ru"]
-# Проснувшийся `w1` всё ещё считал задачу своей. Его запись отклонили (`lease_lost`),
-# потому что каждый захват получает свежий **fencing-токен**, а токен `w1` уже не
-# совпадал: результат `w2` остался на месте. Что бывает без этой проверки, покажет урок 3.
+# Проснувшийся `w1` всё ещё считал задачу своей. Его первую запись, heartbeat, отклонили
+# (`lease_lost`), потому что каждый захват получает свежий **fencing-токен**, а токен `w1`
+# уже не совпадал. Собственные часы `w1` тоже подсказали ему, что аренда, возможно,
+# истекла, поэтому `w1` даже не отправил свой результат: в силе результат `w2`. Что бывает без этой проверки, покажет урок 3.
 # Временная шкала: своя дорожка у каждого воркера, полоса на каждую попытку (в ней —
 # задача·попытка), закрашенный интервал — заморозка, треугольник — возврат задачи в
 # очередь, крестик — отклонённая запись.
@@ -297,7 +299,7 @@ lab
 
 # %% tags=["nbval-check-output"]
 alone = Fleet(work / "exercise-alone.db")
-alone.queue.enqueue({"seconds": 1, "hold": str(work / "exercise-alone.gate")})  # finishes only after the thaw
+alone.queue.enqueue({"seconds": 1, "hold": str(work / "exercise-alone.gate")})  # finishes only after the thaw / закончится только после разморозки
 Scenario.parse("""
     spawn w1
     wait running=1

@@ -54,9 +54,9 @@ from leaselab.lab import timeline
 from leaselab.lab.i18n import t
 from leaselab.harness.fleet import Fleet
 
-lang = lessons.language()          # "en" or "ru": the folder this notebook lives in
-say = lessons.speaker(lang)         # print() in the notebook's language
-work = lessons.scratch("01-lease")  # a temporary folder; the last cell removes it
+lang = lessons.language()          # "en" or "ru": the folder this notebook lives in / "en" или "ru": папка, в которой лежит этот блокнот
+say = lessons.speaker(lang)         # print() in the notebook's language / print() на языке блокнота
+work = lessons.scratch("01-lease")  # a temporary folder; the last cell removes it / временная папка; последняя ячейка её удаляет
 
 clock = ManualClock()
 q = Queue(work / "lease.db", clock=clock, backoff=Backoff(base=1, cap=60))
@@ -316,7 +316,7 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 # %% tags=["nbval-ignore-output"]
 real = Queue(work / "real.db")
 fleet = Fleet(real.path)
-real_id = real.enqueue({"seconds": 2, "hold": str(work / "real.gate")})  # attempt 1 waits there: no gate, no finish
+real_id = real.enqueue({"seconds": 2, "hold": str(work / "real.gate")})  # attempt 1 waits there: no gate, no finish / попытка 1 ждёт там: нет шлагбаума — нет и конца
 fleet.spawn(handler="leaselab.harness.demo:task", lease=3.0, name="w1")
 lessons.wait_until(lambda: real.get(real_id).status == "running", what=lessons.text("wait_claim", lang))
 fleet.kill("w1")
@@ -332,15 +332,16 @@ say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in real.events(real_
 # %% [markdown] tags=["en"]
 # The job was not lost: `w1` claimed it and died, nobody renewed the lease, `w2`'s reaper
 # took the job back once the lease ran out, and after a one-second backoff `w2` did it
-# as attempt 2. On the timeline `w1`'s bar ends at the kill, where the dark hatching
-# (the time `w1` was dead) begins; the triangle, about a lease after `w1`'s last
-# heartbeat, is the reap.
+# as attempt 2. On the timeline `w1`'s bar ends at the kill (so soon after the claim that
+# it may be only a sliver), where the light grey hatching begins ("killed / down" in the legend: the time `w1` was dead);
+# the triangle, about a lease after `w1`'s last heartbeat, is the reap.
 
 # %% [markdown] tags=["ru"]
 # Задача не потерялась: `w1` её захватил и умер, аренду никто не продлил, reaper в `w2`
 # вернул задачу в очередь, как только аренда истекла, и после секундной отсрочки `w2`
-# выполнил её второй попыткой. На шкале полоса `w1` обрывается в момент SIGKILL, там же
-# начинается тёмная штриховка (время, когда `w1` был мёртв); треугольник примерно через
+# выполнил её второй попыткой. На шкале полоса `w1` обрывается в момент SIGKILL (так
+# скоро после захвата, что от неё может остаться лишь узкая черта), и там же начинается светло-серая штриховка («убит / не
+# работает» в легенде — время, когда `w1` был мёртв); треугольник примерно через
 # срок аренды после последнего heartbeat от `w1` — возврат задачи в очередь.
 
 # %% tags=["nbval-ignore-output"]
@@ -379,7 +380,7 @@ timeline.draw(timeline.timeline_data(real.events(), fleet.actions), lang=lang)
 BEATS = 6
 stuck = Queue(work / "stuck.db")
 stuck_fleet = Fleet(stuck.path)
-stuck_id = stuck.enqueue({"hang": True})  # the handler never returns
+stuck_id = stuck.enqueue({"hang": True})  # the handler never returns / обработчик никогда не вернётся
 stuck_fleet.spawn(handler="leaselab.harness.demo:task", lease=1.0, name="w1")
 lessons.wait_until(lambda: sum(e.kind == "heartbeat" for e in stuck.events(stuck_id)) >= BEATS,
                    what=lessons.text("wait_beats", lang, n=BEATS));
@@ -443,10 +444,10 @@ say("l1_story", events=[(e.kind, e.attempt, e.worker) for e in stuck.events(stuc
 # соединении, и выполняться может не дольше двух секунд.
 
 # %% tags=["nbval-ignore-output"]
-stuck_fleet.kill("w1")  # without a timeout, nobody else would
+stuck_fleet.kill("w1")  # without a timeout, nobody else would / без тайм-аута этого не сделает никто другой
 late = Queue(work / "timeout.db")
 late_fleet = Fleet(late.path)
-late_id = late.enqueue({"hang": 1}, timeout=2)  # attempt 1 hangs; any attempt may run 2 s at most
+late_id = late.enqueue({"hang": 1}, timeout=2)  # attempt 1 hangs; any attempt may run 2 s at most / попытка 1 зависает; любая попытка может идти не дольше 2 с
 late_fleet.spawn(handler="leaselab.harness.demo:task", lease=1.0, name="w2")
 lessons.wait_until(lambda: late_fleet.state("w2") == "exited", what=lessons.text("wait_exit", lang, name="w2"));
 
@@ -526,7 +527,8 @@ timeline.draw(timeline.timeline_data(late.events(), late_fleet.actions), lang=la
 # С `beat_timeout` (`enqueue(..., beat_timeout=30)`, `Worker(beat_timeout=...)`,
 # `--beat-timeout`) воркер продлевает аренду лишь до тех пор, пока `beat()` приходит не
 # реже этого срока. Если вызова не было дольше, попытку снимают так же, как по тайм-ауту,
-# событием `timed_out` (в его пояснении сказано «reported no progress»). Длинная задача,
+# событием `timed_out`; его пояснение воркер пишет по-английски: `reported no progress`
+# («не сообщал о ходе работы»). Длинная задача,
 # которая движется, работает сколько нужно, а застрявшую снимут не позже чем через
 # `beat_timeout`. Кроме того, `beat()`, как и `lease.check()` (урок 3), выбрасывает
 # `LeaseLost`, если аренда, возможно, уже потеряна.

@@ -262,7 +262,8 @@ say("l2_single_once", jobs=single.jobs, once=single.claims == single.jobs)
 # В SQLite поможет, и интересно посмотреть, как именно. Обычный `BEGIN` (в SQLite он
 # называется `DEFERRED`) не берёт блокировку, пока она не понадобится: оба воркера читают
 # задачу 1 без блокировки на запись. Первый, кто пишет, берёт блокировку. Когда пытается
-# писать второй, SQLite отказывает ему с ошибкой **«database is locked»**, и причин у отказа
+# писать второй, SQLite отказывает ему с ошибкой **`database is locked`** («база данных
+# заблокирована»), и причин у отказа
 # две. Пока первый ещё держит блокировку записи, отказ (`SQLITE_BUSY`) приходит сразу:
 # транзакции, которая уже читала, ждать блокировку нельзя, и тайм-аут ожидания блокировки
 # (`busy_timeout`) даже не учитывается. Когда первый уже зафиксировал транзакцию, снимок
@@ -341,7 +342,7 @@ say("l2_immediate_fact", dups=immediate.duplicates, locked=immediate.locked)
 
 # %% tags=["nbval-check-output"]
 index = [s for s in schema_statements() if "jobs_claim" in s][0]
-print("\n".join(line for line in index.splitlines() if not line.startswith("--")))  # without its comments
+print("\n".join(line for line in index.splitlines() if not line.startswith("--")))  # without its comments / без комментариев
 
 # %% tags=["nbval-ignore-output"]
 plan = lessons.claim_plan(q)
@@ -374,14 +375,17 @@ say("l2_temp_btree", yes=any("TEMP B-TREE" in step for step in plan))
 # %% [markdown] tags=["en"]
 # See it: put 10 urgent jobs scheduled for an hour from now above one ordinary job that is
 # due, claim, then do the same with 10,000 urgent jobs. `lessons.claim_steps` counts the
-# steps SQLite's engine takes for one claim: a count of work, so it is the same on any
-# machine.
+# steps SQLite's engine takes for one claim: a count of work, not of time, so however
+# busy the machine it is the same wherever the same SQLite build runs the claim (another
+# version of SQLite may plan the statement or count its steps differently).
 
 # %% [markdown] tags=["ru"]
 # Проверим: поставим над одной обычной задачей, которой уже пора, 10 срочных задач,
 # назначенных через час, и захватим; потом то же самое с 10 000 срочных задач.
 # `lessons.claim_steps` считает шаги, которые движок SQLite делает за один захват: это
-# мера работы, а не времени, поэтому на любой машине она одна и та же.
+# мера работы, а не времени, поэтому, как бы ни была загружена машина, она одна и та же
+# везде, где захват выполняет та же сборка SQLite (другая версия SQLite может построить
+# другой план запроса или считать шаги иначе).
 
 # %% tags=["nbval-ignore-output"]
 def steps_past(delayed: int) -> int:

@@ -91,7 +91,7 @@ def zombie_run(name, **options):
     """w1 claims a publish job and is frozen; w2 does the job; w1 is thawed. Returns the queue and fleet."""
     queue = Queue(work / f"{name}.db")
     fleet = Fleet(queue.path)
-    gate = work / f"{name}.gate"  # w1's attempt writes only once this file exists
+    gate = work / f"{name}.gate"  # w1's attempt writes only once this file exists / попытка w1 пишет, только когда этот файл появится
     job_id = queue.enqueue({"store": str(work / f"{name}-pages.db"), "key": "home.html", "seconds": 3,
                             "hold": str(gate), **options})
     fleet.spawn(handler="leaselab.harness.demo:publish", lease=3.0, name="w1")
@@ -112,32 +112,44 @@ plain, plain_fleet = zombie_run("plain")
 with FencedStore(work / "plain-pages.db") as pages:
     say("l3_page_after", **pages.read("home.html")[0])
 say("l3_queue_result", **plain.get(1).result["value"])
-say("l3_zombie_log", refused="heartbeat refused" in plain_fleet.log_tail("w1"))
+say("l3_zombie_log", refused="heartbeat refused" in plain_fleet.log_tail("w1"),
+    withheld="result not written" in plain_fleet.log_tail("w1"))
+lost = [e for e in plain.events() if e.kind == "lease_lost"]
+say("l3_zombie_history", lost=len(lost), beats=sum(e.detail.startswith("heartbeat") for e in lost))
 
 # %% [markdown] tags=["en"]
 # The page is `w1`'s again: a stale result replaced the newer one, and nothing anywhere
-# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. Its
-# heartbeat was refused (`w1`'s own log, `plain_fleet.log_tail("w1")`, says so), and so
-# was its completion, which carried an old token, as we see next; the queue kept `w2`'s
-# result. But the page write does not pass through the queue, so no refusal could stop it:
-# the handler never asked whether it still held the job, and wrote.
+# reported an error. The queue was not fooled: it refused `w1` as soon as `w1` woke. On
+# waking, `w1`'s own clock told it first that the lease may have run out (a freeze longer
+# than the lease; this clock comes back below), and the first thing it sent, a heartbeat,
+# was refused (`w1`'s own log, `plain_fleet.log_tail("w1")`, says both). So when its
+# handler returned, the worker withheld the completion: it never sent it, and its log
+# says the result was not written. The job's history holds one `lease_lost`, the
+# heartbeat's, and the queue kept `w2`'s result. (Had the completion been sent, with its
+# old token, the queue would have refused it too, as we see next.) But the page write
+# does not pass through the queue, so no refusal could stop it: the handler never asked
+# whether it still held the job, and wrote.
 
 # %% [markdown] tags=["ru"]
 # На странице снова `w1`: устаревший результат заменил новый, и нигде никакой ошибки.
-# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Его
-# heartbeat отклонили (об этом говорит журнал самого `w1`, `plain_fleet.log_tail("w1")`),
-# отклонили и завершение, пришедшее со старым токеном, — это мы разберём дальше; в
-# очереди остался результат `w2`. Но запись страницы идёт мимо очереди, и никакой отказ
-# очереди её остановить не мог: обработчик так и не спросил, держит ли он ещё задачу, и
-# записал.
+# Очередь при этом не обманулась: она отказала `w1`, как только тот проснулся. Сразу
+# после разморозки собственные часы `w1` сказали ему, что аренда, возможно, истекла
+# (заморозка длилась дольше аренды; к этим часам мы ещё вернёмся), а первое, что он отправил,
+# heartbeat, отклонили (об обоих событиях говорит журнал самого `w1`,
+# `plain_fleet.log_tail("w1")`). Поэтому, когда обработчик вернулся, воркер не стал
+# отправлять завершение: в журнале воркера сказано, что результат не записан. В истории задачи одно событие `lease_lost` — от heartbeat, а
+# в очереди остался результат `w2`. (Отправь воркер завершение со старым токеном, очередь
+# отклонила бы и его — это мы разберём дальше.) Но запись страницы идёт мимо очереди, и
+# никакой отказ очереди её остановить не мог: обработчик так и не спросил, держит ли он
+# ещё задачу, и записал.
 
 # %% [markdown] tags=["en"]
 # On the timeline: the shaded interval is `w1` frozen; the triangle is the reap; the cross
-# is the zombie's refused write to the queue, after `w2` had already finished.
+# is the zombie's refused heartbeat, after `w2` had already finished.
 
 # %% [markdown] tags=["ru"]
 # На временной шкале: закрашенный интервал — `w1` заморожен; треугольник — возврат задачи
-# в очередь; крестик — отклонённая запись зомби в очередь, уже после того, как `w2` всё
+# в очередь; крестик — отклонённый heartbeat зомби, уже после того, как `w2` всё
 # закончил.
 
 # %% tags=["nbval-ignore-output"]
@@ -146,15 +158,15 @@ timeline.draw(timeline.timeline_data(plain.events(), plain_fleet.actions), lang=
 # %% [markdown] tags=["en"]
 # ## The fence inside the queue
 #
-# Why was the zombie's completion refused? We replay the story with a clock we move
-# ourselves. `w1` claims a job with a 10-second lease and freezes. The lease expires,
+# What would the queue have done with the zombie's completion, had the worker sent it?
+# We replay the story with a clock we move ourselves, and send every write by hand. `w1` claims a job with a 10-second lease and freezes. The lease expires,
 # the reaper puts the job back, `w2` claims it after the backoff and completes.
 
 # %% [markdown] tags=["ru"]
 # ## Fencing внутри очереди
 #
-# Почему завершение от зомби отклонили? Разыграем историю ещё раз на часах, которые мы
-# сами переводим вперёд. `w1` захватывает задачу с арендой на 10 секунд и замирает.
+# Что сделала бы очередь с завершением от зомби, если бы воркер его отправил? Разыграем
+# историю ещё раз на часах, которые мы двигаем сами, и отправим каждую запись вручную. `w1` захватывает задачу с арендой на 10 секунд и замирает.
 # Аренда истекает, reaper возвращает задачу в очередь, после отсрочки повтора её
 # захватывает `w2` и завершает.
 
@@ -162,7 +174,7 @@ timeline.draw(timeline.timeline_data(plain.events(), plain_fleet.actions), lang=
 clock = ManualClock()
 q = Queue(work / "fence.db", clock=clock)
 job_id = q.enqueue({"render": "home"})
-zombie = q.claim("w1", lease=10)          # w1 freezes right after this
+zombie = q.claim("w1", lease=10)          # w1 freezes right after this / w1 замирает сразу после этого
 clock.advance(11)
 say("l3_reaped", ids=q.reap())
 clock.advance(q.backoff.delay(1))
@@ -211,9 +223,9 @@ print(lessons.history(q.events(job_id), lang=lang))
 # hand: `diagrams.zombie` plays the story on a real queue in memory, on a clock moved by
 # hand, and draws the calls it made and the answers it got; below it, the history the
 # queue wrote. Worker A here sends its completion whatever happened while it was frozen,
-# as a write already in flight would. A real `leaselab` worker that knows its lease is
-# gone by its own clock does not send it at all (lesson 6): the fence is for the case
-# where the worker cannot know.
+# as a write already in flight would. A real `leaselab` worker that knows its lease may be
+# gone by its own clock does not send it at all, as `w1` did not above: the fence is for
+# the write whose sender cannot know.
 
 # %% [markdown] tags=["ru"]
 # Та же история в виде диаграммы последовательности; время идёт сверху вниз. Её не
@@ -222,8 +234,8 @@ print(lessons.history(q.events(job_id), lang=lang))
 # под диаграммой печатает историю, которую записала очередь. Воркер A здесь отправляет
 # завершение, что бы ни случилось, пока он был заморожен, — как отправилась бы запись,
 # которая уже была в пути. Настоящий воркер `leaselab`, который по своим часам знает, что
-# аренда истекла, вообще ничего не отправит (урок 6): fencing нужен для случая, когда
-# воркер знать этого не может.
+# аренда, возможно, истекла, вообще ничего не отправит — как не отправил `w1` выше: fencing
+# нужен для записи, отправитель которой знать этого не может.
 
 # %% tags=["nbval-check-output"]
 from leaselab.lessons import diagrams
@@ -291,8 +303,10 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # The outside system has to check a fence itself.
 #
 # A random token cannot be compared for "newer or older", but `job.fence` can: it is
-# `(job id, attempts)`, and `attempts` grows by one with every claim, a claim the queue has
-# written to disk before the worker learns of it. A store that remembers, for each key, the
+# `(job id, attempts)`, and `attempts` grows by one with every claim. At
+# `durability="full"`, the default, the queue syncs a claim to disk before the worker
+# learns of it; at `"normal"` a power cut can forget a claim a worker already holds, and
+# hand its fence out again (lesson 5). A store that remembers, for each key, the
 # highest fence it has accepted, and the token of the claim that wrote it, can refuse
 # anything older in one conditional statement. It refuses an equal fence too, unless the
 # same claim is writing again: two claims can hold one fence only if a crash made the
@@ -306,8 +320,10 @@ say("l3_after_wakes", result=q.get(bad_id).result)
 # должна проверять fence сама.
 #
 # Случайный токен нельзя сравнить по принципу «новее или старее», а `job.fence` можно:
-# это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате.
-# Очередь записывает захват на диск раньше, чем воркер о нём узнаёт. Хранилище, которое помнит
+# это `(id задачи, attempts)`, и `attempts` растёт на единицу при каждом захвате. При
+# `durability="full"` (по умолчанию) очередь синхронизирует захват с диском раньше, чем
+# воркер о нём узнаёт; при `"normal"` отключение питания может стереть захват, который
+# воркер уже получил, и тот же fence будет выдан снова (урок 5). Хранилище, которое помнит
 # для каждого ключа наибольший принятый fence и токен захвата, сделавшего эту запись, может
 # одним условным оператором отказать всему, что старше. Равный fence оно тоже отклоняет,
 # если только пишет не тот же самый захват: один fence может оказаться у двух захватов,
@@ -569,7 +585,7 @@ print(exercises.check_store(MyStore, lang))
 # %% tags=["nbval-check-output"]
 late_id = q.enqueue({"render": "late"})
 late = q.claim("w1", lease=10)
-clock.advance(15)                        # expired, but nobody has reaped yet
+clock.advance(15)                        # expired, but nobody has reaped yet / аренда истекла, но в очередь задачу ещё никто не вернул
 say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock())
 
 # %% [markdown] tags=["en"]

@@ -84,14 +84,15 @@ say("l4_alive", n=sum(s.state == "running" for s in fleet.status()))
 # Nothing went wrong in the queue: attempt 1 died, its lease expired, the surviving
 # worker reaped the job and did it as attempt 2, exactly as lesson 1 promised. Yet the
 # effect happened twice. On the timeline the first attempt's bar ends at the crash, where
-# the dark hatching begins; the job waits there until the lease runs out and the reaper
+# the light grey hatching ("killed / down" in the legend) begins; the job waits there until the lease runs out and the reaper
 # (the triangle) hands it on.
 
 # %% [markdown] tags=["ru"]
 # В очереди ничего не сломалось: попытка 1 умерла, её аренда истекла, выживший воркер
 # вернул задачу в очередь и выполнил её второй попыткой, ровно как обещал урок 1. И всё же
 # действие случилось дважды. На временной шкале полоса первой попытки обрывается в момент
-# падения, там же начинается тёмная штриховка; задача ждёт, пока не истечёт аренда и
+# падения, там же начинается светло-серая штриховка («убит / не работает» в легенде);
+# задача ждёт, пока не истечёт аренда и
 # reaper (треугольник) не вернёт её в очередь.
 
 # %% tags=["nbval-ignore-output"]
@@ -193,7 +194,7 @@ say("l4_bob", balance=ledger.balance("bob"))
 # %% tags=["nbval-check-output"]
 clock = ManualClock()
 q = Queue(work / "together.db", clock=clock)
-ledger_here = effects.Ledger(q.path)          # the ledger table lives in the queue's own file
+ledger_here = effects.Ledger(q.path)          # the ledger table lives in the queue's own file / таблица реестра лежит в файле самой очереди
 pay_id = q.enqueue({"account": "carol", "amount": 10})
 
 first = q.claim("w1", lease=10)
@@ -205,10 +206,10 @@ except SystemExit:
     say("l4_attempt1", balance=ledger_here.balance("carol"))
 
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(1))
-second = q.claim("w2", lease=10)               # w2 freezes here
+second = q.claim("w2", lease=10)               # w2 freezes here / здесь w2 замирает
 clock.advance(11); q.reap(); clock.advance(q.backoff.delay(2))
 third = q.claim("w3", lease=10)
-clock.advance(2)                               # w3 works for two seconds
+clock.advance(2)                               # w3 works for two seconds / w3 работает две секунды
 with effects.completing(q, third, result="paid") as tx:
     effects.record_deposit(tx, "carol", 10, job=third)
 say("l4_attempt3", status=q.get(pay_id).status, balance=ledger_here.balance("carol"))

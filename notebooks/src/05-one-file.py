@@ -58,8 +58,10 @@ work = lessons.scratch("05-one-file")
 # system for SQLite (through APSW, a Python binding that can define one). Every write
 # reaches the file as usual, and every sync records what the file held at that moment.
 # `cut()` drops every later write and puts each file back to its last synced content:
-# the worst a disk may hold after the reboot (a real one may have kept some later writes
-# too, but nothing promises it). A `Session` on that disk runs leaselab's own
+# the most a sync promises to keep, and all that may be left after the reboot (a real disk
+# may have kept some later writes too, but nothing promises it; and a disk that
+# acknowledges a sync it did not make, or tears a page in half, can do worse, which no
+# setting above it repairs). A `Session` on that disk runs leaselab's own
 # statements, with the durability rule above. The work is the same for both settings:
 # three enqueues, a claim and its completion, and one more claim.
 
@@ -77,7 +79,7 @@ work = lessons.scratch("05-one-file")
 # следующей контрольной точке (checkpoint). При `FULL` синхронизируется каждая фиксация.
 # Что делает leaselab, сказано в разделе README «Durability»: при `durability="full"` (по
 # умолчанию) каждая постановка в очередь, каждый захват и каждое завершение
-# синхронизируются до возврата из вызова, а продления, ошибки и возвраты в очередь — нет.
+# синхронизируются до возврата из вызова, а heartbeat, ошибки и возвраты в очередь — нет.
 # При `durability="normal"` не синхронизируется ничего.
 #
 # Чтобы отключить питание, не выдёргивая вилку, `powercut.VolatileDisk` служит для
@@ -85,8 +87,11 @@ work = lessons.scratch("05-one-file")
 # позволяет такую определить). Каждая запись доходит до файла как обычно, а каждая
 # синхронизация запоминает, что в этот момент было в файле. `cut()` отбрасывает все
 # последующие записи и возвращает каждому файлу содержимое на момент его последней
-# синхронизации: хуже этого диск после перезагрузки ничего не покажет (настоящий мог
-# сохранить и часть более поздних записей, но этого никто не обещает). `Session` на этом диске
+# синхронизации: ровно то, что синхронизация обещает сохранить, и всё, что может остаться
+# после перезагрузки (настоящий диск мог сохранить и часть более поздних записей, но
+# этого никто не обещает; а диск, который подтверждает несделанную синхронизацию или
+# рвёт страницу пополам, может оставить и меньше, и никакая настройка выше этого не
+# исправит). `Session` на этом диске
 # выполняет собственные операторы leaselab по правилу долговечности, описанному выше.
 # Работа при обеих настройках одна и та же: три постановки в очередь, захват и его
 # завершение и ещё один захват.
@@ -94,11 +99,11 @@ work = lessons.scratch("05-one-file")
 # %%
 def cut_after_workload(durability):
     path = work / f"cut-{durability}.db"
-    Queue(path, durability=durability).close()   # an ordinary leaselab file, on the disk before we start
+    Queue(path, durability=durability).close()   # an ordinary leaselab file, on the disk before we start / обычный файл leaselab, на диске ещё до начала
     disk = powercut.VolatileDisk()
     powercut.workload(powercut.Session(path, disk, durability=durability))
     disk.cut()
-    with Queue(path) as q:                       # after the reboot: read it back with leaselab itself
+    with Queue(path) as q:                       # after the reboot: read it back with leaselab itself / после перезагрузки: читаем его самим leaselab
         return [(j.id, j.status.value, j.attempts) for j in q.jobs()]
 
 # %% tags=["nbval-check-output"]
@@ -227,8 +232,8 @@ q.enqueue_many(["a", "b", "c"])
 held = [q.claim(f"w{n}", lease=30) for n in (1, 2, 3)]
 clock.advance(10)
 for job in held:
-    q.heartbeat(job.id, job.token, lease=30)          # everyone is alive and on time
-clock.advance(3600)                                    # the clock jumps an hour ahead
+    q.heartbeat(job.id, job.token, lease=30)          # everyone is alive and on time / все живы и вовремя
+clock.advance(3600)                                    # the clock jumps an hour ahead / часы прыгают на час вперёд
 say("l5_jump_reaped", ids=q.reap())
 clock.advance(60)
 again = [q.claim(f"w{n}", lease=30) for n in (4, 5, 6)]
@@ -255,9 +260,9 @@ say("l5_jump_again", pairs=[(j.id, j.attempts) for j in again])
 
 # %% tags=["nbval-check-output"]
 orphan_id = q.enqueue("orphan")
-orphan = q.claim("w7", lease=30)                       # w7 dies at once
+orphan = q.claim("w7", lease=30)                       # w7 dies at once / w7 сразу умирает
 clock.advance(100)
-behind = Queue(q.path, clock=ManualClock(clock() - 3600))   # the same file, read by a clock an hour behind
+behind = Queue(q.path, clock=ManualClock(clock() - 3600))   # the same file, read by a clock an hour behind / тот же файл, но часы отстают на час
 say("l5_back_reaped", ids=behind.reap())
 say("l5_back_left", seconds=round(behind.get(orphan_id).lease_until - behind.clock()))
 behind.close()
@@ -280,9 +285,16 @@ behind.close()
 # The heartbeat thread stops whenever the whole process stops: a garbage collection, a
 # swap-in, a container throttled by its CPU quota, a busy disk. Lesson 1 showed that a
 # beat every third of the lease tolerates one missed beat. Put as a pause: the beat due
-# at `L/3` after the last one may land as late as `L/3 + P`, and it must land before
-# `L`, so a lease `L` tolerates pauses shorter than `2L/3`. Turned around: **the lease
-# must be longer than 1.5 times the longest pause** you expect.
+# at `L/3` after the last one is sent as late as `L/3 + P`. The database needs it before
+# `L`, so by the database's view a lease tolerates pauses shorter than `2L/3`. But the
+# worker is stricter (lesson 3): it gives the lease up on its own clock at `0.9·L` after
+# the last acknowledged beat was *sent*, and from then on its handler's `lease.check()`
+# raises. A beat the database still accepts after that is too late: the attempt has
+# stopped and its work is wasted. So the rule must use the worker's view: the late beat
+# must go out and be acknowledged before `0.9·L`, that is `L/3 + P < 0.9·L`, and a lease
+# tolerates pauses shorter than `(0.9 − 1/3)·L ≈ 0.57·L`. Turned around: **the lease must
+# be longer than 1.8 times the longest pause** you expect (`P / 0.57`, exactly `30P/17`;
+# a beat's round trip comes on top of the pause).
 #
 # First, measure this kernel: a thread asks to sleep 5 ms, again and again, and records
 # how late it wakes up. This is the pause that the heartbeat would see.
@@ -292,11 +304,18 @@ behind.close()
 #
 # Поток heartbeat останавливается всякий раз, когда останавливается весь процесс: сборка
 # мусора, подкачка из swap, контейнер, упёршийся в квоту процессора, занятый диск. Урок 1
-# показал, что продление каждую треть срока выдерживает один пропуск. В терминах пауз:
-# heartbeat, который должен прийти через `L/3` после предыдущего, может прийти через
-# `L/3 + P`, а успеть ему нужно до `L`, поэтому аренда `L` выдерживает паузы короче
-# `2L/3`. Иначе говоря, **аренда должна быть длиннее самой долгой ожидаемой паузы в
-# 1,5 раза**.
+# показал, что heartbeat каждую треть срока выдерживает один пропуск. Если говорить о
+# паузах, то heartbeat, который должен уйти через `L/3` после предыдущего, уйдёт через
+# `L/3 + P`. Базе данных он нужен до `L`, так что с её точки зрения аренда выдерживает
+# паузы короче `2L/3`. Но воркер строже (урок 3): он сам отказывается от аренды по своим
+# часам через `0,9·L` после того, как *отправил* последний подтверждённый heartbeat, и с
+# этого момента `lease.check()` в его обработчике бросает `LeaseLost`. Heartbeat, который
+# база данных примет позже, опоздал: попытка уже остановлена, её работа пропала.
+# Поэтому правило должно исходить из того, что видит воркер: запоздалый heartbeat должен
+# уйти и получить подтверждение до `0,9·L`, то есть `L/3 + P < 0,9·L`,
+# и аренда выдерживает паузы короче `(0,9 − 1/3)·L ≈ 0,57·L`. Отсюда правило: **аренда
+# должна быть длиннее самой долгой ожидаемой паузы в 1,8 раза** (`P / 0,57`, а точно —
+# `30P/17`; к паузе ещё добавляется время, за которое heartbeat доходит до базы и обратно).
 #
 # Сначала измерим, что бывает в этом ядре Jupyter: поток раз за разом просит заснуть на
 # 5 мс и записывает, на
@@ -314,19 +333,22 @@ thread.start(); thread.join()
 say("l5_measured", median=statistics.median(late) * 1000, worst=max(late) * 1000)
 
 # %% [markdown] tags=["en"]
-# Milliseconds, on a quiet machine. The pauses that matter are rarer and longer, and you
+# A tenth of a millisecond as a rule; the worst, a few milliseconds on a quiet machine
+# and tens of them on a busy one. The pauses that matter are rarer and longer, and you
 # see them only by measuring your own workers for days. Here is such a histogram, made up
 # for the exercise but shaped like real ones: seconds of pause, and how many were seen.
 
 # %% [markdown] tags=["ru"]
-# Миллисекунды — на спокойной машине. Паузы, которые имеют значение, реже и длиннее, и
+# Обычно десятые доли миллисекунды; в худшем случае несколько миллисекунд на спокойной
+# машине и десятки — на занятой. Паузы, которые имеют значение, реже и длиннее, и
 # увидеть их можно, только измеряя собственных воркеров днями. Вот такая гистограмма,
 # придуманная для упражнения, но похожая на настоящие: длительность паузы в секундах и
 # сколько раз она встретилась.
 
 # %% tags=["nbval-check-output"]
 pauses = {0.01: 812_331, 0.1: 20_514, 0.5: 1_203, 1.0: 97, 2.0: 11, 4.5: 2}
-say("l5_histogram", rows=sorted(pauses.items()))
+for pause, count in sorted(pauses.items()):
+    say("l5_histogram", pause=pause, count=count)
 
 # %% [markdown] tags=["en"]
 # Both sides of the choice cost something. A lease **too short** lets a pause look like
@@ -339,8 +361,10 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # in `run_at` (a second after a first attempt, by default). And an idle worker claims at
 # its next poll, at most `max_poll` later (a second by default). So a crashed job runs
 # again at most `L + reap_every + backoff + max_poll` after the crash, if a worker is free
-# to take it. With the histogram above, a 7-second lease survives even the two 4.5-second
-# pauses, and a crashed job waits at most about 7 + 1 + 1 + 1 = 10 seconds.
+# to take it. With the histogram above, an 8-second lease survives even the two 4.5-second
+# pauses (8/3 + 4.5 ≈ 7.17 s, before the worker's 7.2 s). A 7-second lease would not: the
+# database would still accept the late beat at 6.83 s, but the worker gave the lease up at
+# 6.3 s. And a crashed job waits at most about 8 + 1 + 1 + 1 = 11 seconds.
 
 # %% [markdown] tags=["ru"]
 # Ошибиться можно в обе стороны, и обе ошибки дороги. **Слишком короткая** аренда выдаёт
@@ -355,8 +379,11 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # воркер захватит её при следующем опросе очереди, не позже чем через `max_poll` (по
 # умолчанию секунда). Итого задача упавшего воркера снова начнёт выполняться не позже чем
 # через `L + reap_every + отсрочка + max_poll` после падения, если есть свободный воркер.
-# Для гистограммы выше аренда в 7 секунд выдерживает даже обе паузы по 4,5 секунды, а
-# задача упавшего воркера ждёт не больше 7 + 1 + 1 + 1 = 10 секунд.
+# Для гистограммы выше аренда в 8 секунд выдерживает даже обе паузы по 4,5 секунды
+# (8/3 + 4,5 ≈ 7,17 с, раньше, чем воркер откажется от аренды в 7,2 с). Аренда в 7 секунд
+# не выдержала бы: база данных ещё приняла бы запоздалый heartbeat в 6,83 с, но воркер
+# отказался от аренды уже в 6,3 с. А задача упавшего воркера ждёт не больше
+# 8 + 1 + 1 + 1 = 11 секунд.
 
 # %% [markdown] tags=["en"]
 # ## Summary
@@ -370,16 +397,20 @@ say("l5_histogram", rows=sorted(pauses.items()))
 #   the file is; never put the file on a network file system.
 # - Leases are wall-clock deadlines. A jump forward hands every running job out again (a
 #   second run of each handler); a jump backward keeps a dead worker's lease alive.
-# - A lease tolerates pauses shorter than two thirds of it: pick it longer than 1.5 times
-#   the longest pause you measured, and short enough for a crashed job's wait, at most
-#   `lease + reap_every + backoff + max_poll`.
+# - The database keeps a lease through pauses shorter than two thirds of it, but the
+#   worker gives it up at `0.9·L` after its last acknowledged beat was sent, so the worker
+#   keeps it only through pauses shorter than `0.57·L`: pick the lease longer than 1.8
+#   times the longest pause you measured, and short enough for a crashed job's wait, at
+#   most `lease + reap_every + backoff + max_poll`.
 #
 # ## Exercises
 #
 # **1. Write code.** Write `choose_lease(pauses)`: the shortest lease in whole seconds
 # that survives every pause in a histogram like the one above (a dict of pause seconds
-# to counts), with a heartbeat every third of the lease. The check tries your function on
-# several histograms against a real queue.
+# to counts), with a heartbeat every third of the lease, by the worker's view: the late
+# beat must go out before the worker's own deadline, `0.9·L` after the last one. The
+# check tries your function on several histograms against a real queue and a worker's
+# own lease.
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -387,25 +418,29 @@ say("l5_histogram", rows=sorted(pauses.items()))
 # - `SIGKILL` не теряет ни одной зафиксированной транзакции. Отключение питания теряет
 #   всё, что не синхронизировано: при `durability="normal"` это все подтверждённые записи
 #   после последней контрольной точки (постановки в очередь, захваты, завершения, ошибки);
-#   при `"full"` — только продления, ошибки и возвраты в очередь, а это стоит лишь
-#   повтора. Захват при `"full"`
-#   синхронизируется: fence, выданный дважды, пропустил бы зомби.
-# - Разделяемая память и блокировки файлов WAL работают только в пределах одной машины:
-#   все воркеры работают там, где лежит файл; никогда не кладите файл на сетевую файловую
-#   систему.
+#   при `"full"` — только heartbeat, ошибки и возвраты в очередь, а это стоит лишь
+#   повтора. Захват при `"full"` синхронизируется: fence, выданный дважды, пропустил бы
+#   зомби.
+# - Разделяемая память и блокировки файлов WAL действуют только в пределах одной машины:
+#   запускайте все воркеры там, где лежит файл, и никогда не кладите файл на сетевую
+#   файловую систему.
 # - Сроки аренды отмеряются по настенным часам. Скачок вперёд заново выдаёт все
 #   выполняющиеся задачи (каждый обработчик запускается второй раз); скачок назад
 #   продлевает жизнь аренде мёртвого воркера.
-# - Аренда выдерживает паузы короче двух третей своего срока: выбирайте её длиннее
-#   самой долгой измеренной паузы в 1,5 раза, но так, чтобы задача упавшего воркера могла
-#   ждать не дольше `аренда + reap_every + отсрочка + max_poll`.
+# - База данных сохраняет аренду при паузах короче двух третей срока, но воркер
+#   отказывается от неё через `0,9·L` после отправки последнего подтверждённого heartbeat,
+#   так что сам он переживает только паузы короче `0,57·L`. Выбирайте срок в 1,8 раза
+#   длиннее самой долгой измеренной паузы, но не длиннее, чем позволяет ожидание задачи
+#   упавшего воркера: оно доходит до `аренда + reap_every + отсрочка + max_poll`.
 #
 # ## Упражнения
 #
 # **1. Напишите код.** Напишите `choose_lease(pauses)`: самую короткую аренду в целых
 # секундах, которая переживёт каждую паузу из гистограммы вроде той, что выше (словарь
-# «длительность паузы в секундах → сколько раз»), при heartbeat каждую треть срока.
-# Проверка испытает вашу функцию на нескольких гистограммах против настоящей очереди.
+# «длительность паузы в секундах → сколько раз»), при heartbeat каждую треть срока и с
+# точки зрения воркера: запоздалый heartbeat должен уйти раньше собственного срока
+# воркера, `0,9·L` после предыдущего. Проверка испытает вашу функцию на нескольких
+# гистограммах против настоящей очереди и аренды самого воркера.
 
 # %%
 def choose_lease(pauses):
@@ -414,29 +449,37 @@ def choose_lease(pauses):
 # %% [markdown] tags=["en"]
 # <details><summary>Show the answer</summary>
 #
-# The longest pause `P` must be shorter than `2L/3`, so `L > 1.5·P`; the smallest whole
-# number above that:
+# The late beat goes out at `L/3 + P` and must beat the worker's `0.9·L`, so the longest
+# pause `P` must be shorter than `(0.9 − 1/3)·L`, that is `L > P / (0.9 − 1/3)`; the
+# smallest whole number above that:
 #
 # ```python
 # import math
 #
 # def choose_lease(pauses):
-#     return math.floor(1.5 * max(pauses)) + 1
+#     return math.floor(max(pauses) / (0.9 - 1 / 3)) + 1
 # ```
+#
+# The database's view alone, `L > 1.5·P`, gives 7 for the histogram above: a lease the
+# worker gives up during the longest pause.
 # </details>
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Показать ответ</summary>
 #
-# Самая долгая пауза `P` должна быть короче `2L/3`, то есть `L > 1,5·P`; наименьшее целое
-# число больше этого:
+# Запоздалый heartbeat уходит в `L/3 + P` и должен опередить срок воркера `0,9·L`, так
+# что самая долгая пауза `P` должна быть короче `(0,9 − 1/3)·L`, то есть
+# `L > P / (0,9 − 1/3)`; наименьшее целое число больше этого:
 #
 # ```python
 # import math
 #
 # def choose_lease(pauses):
-#     return math.floor(1.5 * max(pauses)) + 1
+#     return math.floor(max(pauses) / (0.9 - 1 / 3)) + 1
 # ```
+#
+# Если смотреть только со стороны базы данных, `L > 1,5·P`, для гистограммы выше
+# получится 7: от такой аренды воркер откажется во время самой долгой паузы.
 # </details>
 
 # %% tags=["nbval-check-output"]

@@ -52,11 +52,11 @@ from leaselab.lessons.race import CLAIM, NAIVE_CLAIM, ServerRace, server_race
 lang = lessons.language()
 say = lessons.speaker(lang)
 work = lessons.scratch("06-past-one-file")
-lessons.cleanup_at_exit(work)      # if the kernel dies; the server has a watchdog of its own
+lessons.cleanup_at_exit(work)      # if the kernel dies; the server has a watchdog of its own / на случай, если ядро умрёт; у сервера свой сторож
 home = os.getcwd()
-os.chdir(work)                     # a fleet on a server queue keeps its logs in the current folder
+os.chdir(work)                     # a fleet on a server queue keeps its logs in the current folder / воркеры очереди на сервере пишут журналы в текущую папку
 server = PgServer().start()
-databases = (server.create_database(f"lesson{n}") for n in itertools.count(1))   # next(databases): a fresh, empty one
+databases = (server.create_database(f"lesson{n}") for n in itertools.count(1))   # next(databases): a fresh, empty one / next(databases): новая пустая база
 say("l6_server", started=server.port is not None)
 
 # %% [markdown] tags=["en"]
@@ -145,7 +145,7 @@ say("l6_drained", ok=all(sorted(claims) == list(range(1, 301)) for _, claims in 
 # перед новой попыткой (обработчик занятости SQLite ждёт 1, 2, 5, 10 мс и дольше), так что
 # блокировка может простаивать, пока ждущие спят, и четыре воркера могут выполнить в
 # секунду *меньше* задач, чем один. На сервере их захваты перешагивают через чужие строки
-# и идут бок о бок, насколько позволяют ядра: четыре воркера могут оказаться быстрее
+# и выполняются параллельно, насколько позволяют ядра: четыре воркера могут оказаться быстрее
 # одного, а могут и нет, когда четыре воркера и сервер делят два ядра. Главный выигрыш
 # сервера в эту таблицу не попадает: его воркеры могут работать на других машинах.
 
@@ -338,18 +338,18 @@ say("l6_race_facts", naive=naive_race.duplicates > 0, single=safe_race.duplicate
 
 # %% tags=["nbval-check-output"]
 local = next(databases)
-honest = Queue(local, clock=time.time)                      # a worker whose clock is right
+honest = Queue(local, clock=time.time)                      # a worker whose clock is right / воркер с верными часами
 held_id, abandoned_id = honest.enqueue("held"), honest.enqueue("abandoned")
 held = honest.claim("holder", lease=30)
-abandoned = honest.claim("crashed", lease=1)                # its worker dies at once
-time.sleep(1.5)                                             # the abandoned lease has run out
-fast = Queue(local, clock=lambda: time.time() + 60)         # a worker whose clock is a minute fast
-slow = Queue(local, clock=lambda: time.time() - 60)         # and one whose clock is a minute slow
+abandoned = honest.claim("crashed", lease=1)                # its worker dies at once / её воркер сразу умирает
+time.sleep(1.5)                                             # the abandoned lease has run out / аренда брошенной задачи истекла
+fast = Queue(local, clock=lambda: time.time() + 60)         # a worker whose clock is a minute fast / воркер, чьи часы спешат на минуту
+slow = Queue(local, clock=lambda: time.time() - 60)         # and one whose clock is a minute slow / и воркер, чьи часы на минуту отстают
 say("l6_slow_reaps", ids=slow.reap())
 say("l6_fast_reaps", ids=fast.reap())
 say("l6_held_now", status=honest.get(held_id).status, attempts=honest.get(held_id).attempts)
 try:
-    honest.heartbeat(held.id, held.token, lease=30)         # the healthy holder beats on time
+    honest.heartbeat(held.id, held.token, lease=30)         # the healthy holder beats on time / здоровый держатель аренды вовремя шлёт heartbeat
     say("l6_holder_beats", accepted=True)
 except LeaseLost:
     say("l6_holder_beats", accepted=False)
@@ -365,13 +365,27 @@ for q in (honest, fast, slow):
 # With a server there is one clock every worker can share: the server's. A
 # `Queue("postgresql://…")` without a `clock` takes its time from the server: it reads
 # `clock_timestamp()` at most every 30 seconds and, between reads, carries that reading
-# forward on its own host's monotonic clock. So every lease is written and compared on the
-# server's time as each worker carries it, however wrong the workers' wall clocks are. The
-# monotonic clock never jumps when a wall clock is set, and over 30 seconds it drifts by
-# microseconds; but it stops while its host is suspended, so a worker that wakes from a
-# suspended laptop or virtual machine runs behind the server until its next read. To show
-# it, `leaselab.harness.skew.spawn` starts a real worker process whose `time.time`, its
-# wall clock, is shifted by a minute (its monotonic clock is not). Same two jobs, now with
+# forward on a clock of its own host that never jumps when a wall clock is set
+# (`leaselab.clock.elapsed`). So every lease is written and compared on the server's time
+# as each worker carries it, however wrong the workers' wall clocks are. The carried time
+# is not exact, for three reasons:
+#
+# - The reading: the server's answer comes back half a round trip after it was read, more
+#   or less; the queue places it at the midpoint of the round trip, so it may be off by up
+#   to half of that round trip (well under a millisecond on a local network).
+# - The rate: two hosts' clocks tick at slightly different rates. While NTP disciplines
+#   both, they part by microseconds over 30 seconds; an undisciplined quartz may be off by
+#   tens of parts per million, a millisecond or two over 30 seconds.
+# - A suspend: `time.monotonic` stops while its host is suspended (a laptop's lid, a
+#   paused virtual machine), and a time carried on it would then lag the server's by the
+#   whole suspend, so a claim could write a lease already in the server's past. So on
+#   Linux the queue carries it on `CLOCK_BOOTTIME`, which counts a suspend; on platforms
+#   without such a clock it falls back to `time.monotonic`, and a worker that wakes runs
+#   behind the server until its next read.
+#
+# To show that the workers' wall clocks no longer matter, `leaselab.harness.skew.spawn`
+# starts a real worker process whose `time.time`, its wall clock, is shifted by a minute
+# (its other clocks are not). Same two jobs, now with
 # two such workers, a minute fast and a minute slow, with the default clock:
 
 # %% [markdown] tags=["ru"]
@@ -384,27 +398,42 @@ for q in (honest, fast, slow):
 # С сервером появляются общие для всех воркеров часы — часы сервера.
 # `Queue("postgresql://…")` без `clock` берёт время у сервера: читает `clock_timestamp()`
 # не чаще раза в 30 секунд, а между чтениями отсчитывает время от последнего показания по
-# монотонным часам своей машины. Так что каждая аренда записывается и сравнивается по
+# часам своей машины, которые не прыгают, когда переставляют настенные
+# (`leaselab.clock.elapsed`). Так что каждая аренда записывается и сравнивается по
 # времени сервера, каким его ведёт каждый воркер, как бы ни врали настенные часы самих
-# воркеров. Монотонные часы не прыгают, когда переставляют настенные, и за 30 секунд
-# уходят на микросекунды; но пока машина спит, они стоят, и воркер, проснувшийся вместе с
-# ноутбуком или виртуальной машиной, отстаёт от сервера до следующего чтения. Чтобы это
-# показать, `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
-# `time.time`, настенные часы, сдвинут на минуту (монотонные часы не сдвинуты). Те же две
+# воркеров. Точным это время не будет, и причин три:
+#
+# - Чтение: ответ сервера приходит примерно через половину обращения к серверу после
+#   того, как сервер прочитал свои часы; очередь относит показание к середине обращения,
+#   так что ошибка может достигать половины его длительности (в локальной сети — много
+#   меньше миллисекунды).
+# - Ход: часы двух машин идут с немного разной скоростью. Пока обе подводит NTP, за
+#   30 секунд они расходятся на микросекунды; кварц без подстройки может ошибаться на
+#   десятки миллионных долей, то есть на миллисекунду-другую за 30 секунд.
+# - Сон машины: `time.monotonic` стоит, пока машина спит (закрытая крышка ноутбука,
+#   усыплённая виртуальная машина), и время, отсчитанное по нему, отстало бы от
+#   сервера на весь сон, так что захват мог бы записать аренду, которая по часам сервера
+#   уже в прошлом. Поэтому на Linux очередь отсчитывает время по `CLOCK_BOOTTIME`, который
+#   сон учитывает; там, где таких часов нет, она берёт `time.monotonic`, и проснувшийся
+#   воркер отстаёт от сервера до следующего чтения.
+#
+# Чтобы показать, что настенные часы воркеров больше ни на что не влияют,
+# `leaselab.harness.skew.spawn` запускает настоящий процесс-воркер, у которого
+# `time.time`, настенные часы, сдвинут на минуту (остальные его часы не сдвинуты). Те же две
 # задачи, но теперь с двумя такими воркерами — один спешит на минуту, другой на минуту
 # отстаёт — и часами по умолчанию:
 
 # %% tags=["nbval-check-output"]
 shared = next(databases)
-q = Queue(shared)                                           # the server's clock
+q = Queue(shared)                                           # the server's clock / часы сервера
 held_id, abandoned_id = q.enqueue("held"), q.enqueue("abandoned")
 held = q.claim("holder", lease=30)
 abandoned = q.claim("crashed", lease=1)
 skewed = [skew.spawn(shared, +60, "fast", work / "fast.log"), skew.spawn(shared, -60, "slow", work / "slow.log")]
-later = q.enqueue("later")                                  # done once a skewed worker has run its loop, reaper included
+later = q.enqueue("later")                                  # done once a skewed worker has run its loop, reaper included / выполнена, когда воркер со сбитыми часами прошёл свой цикл, вместе с reaper
 lessons.wait_until(lambda: q.get(later).status == "done" and q.get(abandoned_id).status == "done",
                    what=lessons.text("wait_done", lang))
-time.sleep(1.5)                                             # and a few more reaps, at least one a second
+time.sleep(1.5)                                             # and a few more reaps, at least one a second / и ещё несколько возвратов в очередь, не реже раза в секунду
 say("l6_held_now", status=q.get(held_id).status, attempts=q.get(held_id).attempts)
 say("l6_holder_beats", accepted=q.heartbeat(held.id, held.token, lease=30) > q.clock())
 say("l6_abandoned_now", status=q.get(abandoned_id).status, attempts=q.get(abandoned_id).attempts,
@@ -473,16 +502,16 @@ for p in skewed:
 cut = Queue(next(databases))
 fleet = Fleet(cut.path, queue=cut, log_dir=work / "cut-logs")
 fleet.spawn(lease=2.0, name="w1")
-job_id = cut.enqueue({"seconds": 3, "hold": str(work / "cut.gate")})  # attempt 1 finishes once the file exists
+job_id = cut.enqueue({"seconds": 3, "hold": str(work / "cut.gate")})  # attempt 1 finishes once the file exists / попытка 1 закончится, когда появится файл
 lessons.wait_until(lambda: cut.get(job_id).worker == "w1", what=lessons.text("wait_claim", lang))
 first = cut.get(job_id)
 fleet.partition("w1")
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
 lessons.wait_until(lambda: fleet.status()[0].badge == "lease_expired", what=lessons.text("l6_wait_expired", lang))
 say("l6_badge", name="w1", badge=t(fleet.status()[0].badge, lang))
-fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease
+fleet.spawn(lease=5.0, name="w2")                           # its reaper finds the expired lease / его reaper находит истёкшую аренду
 lessons.wait_until(lambda: cut.get(job_id).status == "done", timeout=30, what=lessons.text("wait_done", lang))
-(work / "cut.gate").touch()                                 # only now may w1's handler finish
+(work / "cut.gate").touch()                                 # only now may w1's handler finish / только теперь обработчик w1 может закончить
 done = cut.get(job_id)
 say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.result["worker"])
 
@@ -502,7 +531,8 @@ say("l6_done_by", worker=done.worker, attempts=done.attempts, result_by=done.res
 # отличается от мёртвого воркера: его аренда истекла, reaper воркера `w2` вернул задачу в
 # очередь, и `w2` выполнил её до конца. А `w1` вовсе не мёртв: его обработчик закончил
 # работу. Ни один heartbeat не был подтверждён, поэтому по своим часам `w1` знает, что
-# аренды у него, возможно, уже нет (в журнале воркера об этом строка «may have run out»),
+# аренды у него, возможно, уже нет (журнал воркера пишется по-английски, и об этом в нём
+# строка со словами `may have run out` — «возможно, истекла»),
 # и обработчик, который спрашивает `lease.check()`, остановился бы. Этот не спрашивал, и
 # `w1` пытается записать результат, пережидая сбой сети: удержалась ли аренда, может
 # сказать только сервер. Пока задачу никто не забрал, на его значке было *аренда истекла*,
@@ -536,7 +566,8 @@ print(lessons.history([e for e in cut.events(job_id) if e.kind != "heartbeat"], 
 # раньше этого завершения. В истории выше видно, какой из двух запросов отклонили
 # (complete или heartbeat).
 # В любом случае `w1` получил `LeaseLost`, результат записан не был (в журнале воркера,
-# `fleet.log_tail("w1")`, об этом строка «result not written»), и результат `w2` остался в
+# `fleet.log_tail("w1")`, об этом строка со словами `result not written` — «результат не
+# записан»), и результат `w2` остался в
 # силе. На временной шкале закрашенный интервал на дорожке `w1` — разрыв сети, так же как в
 # уроке 3 закрашена заморозка.
 
@@ -641,20 +672,31 @@ own.close()
 # The handler stopped by itself, before its side effect, while the server still listed
 # the job as running and held by `w3`: nobody told `w3` anything, its own clock did. It
 # stops early on purpose: the server counts the same lease from a moment a little later
-# (when it applied the heartbeat), so the worker's deadline always comes first, with a
-# tenth of the lease to spare, and it gives the job up before anyone could take it. What
-# this cannot stop is a handler already past its last check when it pauses (lesson 3):
-# for that write, the fence.
+# (when it applied the heartbeat), and the worker gives it up a tenth of the lease
+# sooner still, so its deadline comes first while both clocks run. (That the two tick at
+# slightly different rates, a few parts per million, is far inside the tenth of the lease
+# it gives up.) A suspend is another matter: the worker counts its own deadline on
+# `time.monotonic`, which stops while its host is suspended. A worker that wakes from a
+# suspend longer than its lease still finds the lease fresh by its own count, though the
+# server may have handed the job to another; only its next heartbeat, refused, tells it.
+# What neither deadline can stop is a write already past its
+# last check (lesson 3), or made by a worker whose clock misled it: for that write, the
+# fence.
 
 # %% [markdown] tags=["ru"]
 # Обработчик остановился сам, до побочного эффекта, хотя на сервере задача всё ещё
 # числилась за `w3` в статусе `running`: `w3` никто ничего не сообщал, ему подсказали
 # его собственные часы. Раньше времени он сдаётся нарочно: сервер отсчитывает ту же аренду от
-# чуть более позднего момента (когда применил heartbeat), поэтому срок воркера всегда
-# наступает первым, да ещё с запасом в десятую часть аренды, и воркер отказывается от
-# задачи прежде, чем её может забрать кто-то другой. Чего это не остановит, так это
-# обработчик, который замер уже после последней проверки (урок 3): против такой записи
-# нужен fence.
+# чуть более позднего момента (когда применил heartbeat), а воркер отказывается от неё
+# ещё на десятую часть аренды раньше, так что его срок наступает первым, пока идут и те,
+# и другие часы. (Что они идут с немного разной скоростью, на несколько миллионных долей,
+# с запасом покрывает десятая часть аренды.) Другое дело — сон машины: свой срок воркер
+# отсчитывает по `time.monotonic`, который стоит, пока машина спит. Воркер, проснувшийся
+# после сна дольше аренды, по своему счёту всё ещё держит аренду, хотя сервер мог уже
+# отдать задачу другому; узнает он об этом, только когда отклонят его следующий
+# heartbeat. Чего не остановит ни один срок, так это запись, которая
+# уже прошла последнюю проверку (урок 3) или которую сделал воркер, обманутый своими
+# часами: против такой записи нужен fence.
 
 # %% [markdown] tags=["en"]
 # ## 5. A reply that never came
@@ -701,7 +743,7 @@ try:
     say("l6_info_first", error=None)
 except DatabaseUnreachable as exc:
     say("l6_info_first", error=type(exc).__name__)
-unsure.complete(unsure_job.id, unsure_job.token, {"worker": "w1"})   # the retry: the same write, the same token
+unsure.complete(unsure_job.id, unsure_job.token, {"worker": "w1"})   # the retry: the same write, the same token / повтор: та же запись, тот же токен
 say("l6_info_retry", status=unsure.get(unsure_id).status, worker=unsure.get(unsure_id).result["worker"])
 say("l6_info_history", kinds=[e.kind for e in unsure.events(unsure_id)])
 say("l6_info_refusals", n=sum(e.kind == "lease_lost" for e in unsure.events(unsure_id)))
@@ -925,7 +967,10 @@ print(pg_sql.COMPLETE.strip())
 #   rows. The same SQL can be safe on one engine and not on another.
 # - Workers on many machines disagree about the time. Measured by the workers' clocks, a
 #   fast one steals live leases and a slow one keeps dead ones; measured by the server's
-#   clock, neither does. A pause is still a pause, and the server's own clock can still jump.
+#   clock, neither does. The server's time a worker carries is off by up to half the round
+#   trip that read it, and by how far the two clocks part between reads (microseconds under
+#   NTP); on Linux it counts a suspend of the host, elsewhere it lags by one until the next
+#   read. A pause is still a pause, and the server's own clock can still jump.
 # - A worker cut off by the network is a zombie made by the network: its lease expires, the
 #   job goes to another worker, and its late write is refused with `LeaseLost`. The fence,
 #   checked where the write lands, is what saves the result. A handler that checks its
@@ -962,7 +1007,11 @@ print(pg_sql.COMPLETE.strip())
 #   может быть безопасен на одной СУБД и опасен на другой.
 # - Воркеры на многих машинах расходятся во времени. По часам воркеров спешащий отнимает
 #   действующие аренды, а отстающий держит мёртвые; по часам сервера — ни то ни другое.
-#   Пауза остаётся паузой, а часы самого сервера всё ещё могут прыгнуть.
+#   Время сервера, которое ведёт воркер, ошибается на половину обращения, в котором его
+#   прочитали, и на то, насколько двое часов разойдутся между чтениями (при NTP — на
+#   микросекунды); на Linux оно учитывает сон машины, на других системах отстаёт на время
+#   сна до следующего чтения. Пауза остаётся паузой, а часы самого сервера всё ещё могут
+#   прыгнуть.
 # - Воркер, отрезанный от сети, — зомби, которого сделала сеть: его аренда истекает,
 #   задача уходит другому воркеру, а его запоздалая запись отклоняется с `LeaseLost`.
 #   Спасает результат fence, который проверяют там, куда попадает запись. Обработчик,
@@ -1079,13 +1128,13 @@ outer.close()
 # того, кто захватит задачу, и ждёт второй попытки этой задачи.
 
 # %% tags=["nbval-check-output"]
-pausing = Queue(next(databases))                         # workers of its own, not the dashboard's
+pausing = Queue(next(databases))                         # workers of its own, not the dashboard's / свои воркеры, не те, что на панели
 pausing_fleet = Fleet(pausing.path, queue=pausing, log_dir=work / "pausing-logs", proxies=False)
 for name in ("w6", "w7"):
     pausing_fleet.spawn(lease=2.0, name=name)
-frozen_id = pausing.enqueue({"seconds": 1, "hold": str(work / "pausing.gate")})  # attempt 1 waits at the gate
+frozen_id = pausing.enqueue({"seconds": 1, "hold": str(work / "pausing.gate")})  # attempt 1 waits at the gate / попытка 1 ждёт у шлагбаума
 frozen = lessons.wait_until(lambda: pausing.get(frozen_id).worker, what=lessons.text("wait_claim", lang))
-pausing_fleet.pause(frozen)                              # w6 or w7, on the server's clock
+pausing_fleet.pause(frozen)                              # w6 or w7, on the server's clock / w6 или w7, по часам сервера
 lessons.wait_until(lambda: pausing.get(frozen_id).attempts == 2, timeout=30,
                    what=lessons.text("l6_wait_expired", lang))
 say("l6_frozen_reaped", other=pausing.get(frozen_id).worker != frozen, attempts=pausing.get(frozen_id).attempts)

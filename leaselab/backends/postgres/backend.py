@@ -26,6 +26,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import ExecStatus
 
 from ...backoff import Backoff
+from ...clock import elapsed
 from ...errors import (
     DatabaseBusy,
     DatabaseMissing,
@@ -180,7 +181,7 @@ class PostgresBackend(SqlBackend):
         self._listening: psycopg.Connection | None = None
         self._notified = threading.Event()
         self._synchronous: bool | None = None
-        self._clock_base: tuple[float, float] | None = None  # (server time, monotonic time) of the last reading
+        self._clock_base: tuple[float, float] | None = None  # (server time, clock.elapsed()) of the last reading
         self._call_timeout: float | None = None
         self._deadline: tuple[float, psycopg.Connection] | None = None  # of the call in flight, if bounded
         self._cut = False  # the watchdog cut the call in flight
@@ -413,16 +414,20 @@ class PostgresBackend(SqlBackend):
         seconds and carried forward between reads by this host's monotonic clock.
 
         Asking the server on every call would add a round trip to every claim and completion.
-        The monotonic clock never jumps when this host's wall clock is set or skewed, and over
-        a resync interval it drifts by microseconds; the reading is taken at the midpoint of
-        its round trip, so the error is at most half of that round trip.
+        The clock carried on is ``clock.elapsed``: it never jumps when this host's wall clock is
+        set or skewed, and on Linux it counts a suspend of the host too (``time.monotonic``
+        stops then, and the carried time would lag the server's by the whole suspend, so a claim
+        could write a lease already in the server's past). Over a resync interval it drifts from
+        the server's clock by the two hosts' rate difference: microseconds while NTP disciplines
+        both, more without it. The reading is placed at the midpoint of its round trip, so it may
+        be off by up to half of that round trip.
         """
         base = self._clock_base
-        if base is None or time.monotonic() - base[1] > CLOCK_RESYNC:
-            sent = time.monotonic()
+        if base is None or elapsed() - base[1] > CLOCK_RESYNC:
+            sent = elapsed()
             ((server,),) = self.run(sql.SERVER_NOW)
-            base = self._clock_base = (server, (sent + time.monotonic()) / 2)
-        return base[0] + (time.monotonic() - base[1])
+            base = self._clock_base = (server, (sent + elapsed()) / 2)
+        return base[0] + (elapsed() - base[1])
 
     # -- the hooks of SqlBackend -----------------------------------------------------------
 
