@@ -21,3 +21,16 @@ def test_on_linux_elapsed_reads_the_boot_clock_which_counts_a_suspend_as_monoton
 def test_elapsed_never_goes_back():
     readings = [clock.elapsed() for _ in range(1000)]
     assert readings == sorted(readings)
+
+
+def test_the_worker_counts_its_own_deadline_on_elapsed_so_a_suspend_counts():
+    # No test can suspend the host; what can be checked is that every place the worker reads its own
+    # time for a lease reads clock.elapsed (CLOCK_BOOTTIME on Linux), not time.monotonic, which stops.
+    import inspect
+
+    from leaselab.worker import lease, loop, pulse
+
+    assert inspect.signature(lease.Lease).parameters["clock"].default is clock.elapsed
+    assert inspect.signature(pulse.Pulse).parameters["clock"].default is clock.elapsed
+    source = inspect.getsource(loop)
+    assert "monotonic" not in source and "elapsed()" in source

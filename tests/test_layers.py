@@ -128,7 +128,14 @@ def _layer(module: str) -> str:
 ALLOWED = {
     "core": {"leaselab.backends", "leaselab.backends.contract", "leaselab.worker"},
     "backends": {"leaselab.backoff", "leaselab.clock", "leaselab.errors", "leaselab.job"},
-    "worker": {"leaselab.arguments", "leaselab.errors", "leaselab.job", "leaselab.printable", "leaselab.queue"},
+    "worker": {
+        "leaselab.arguments",
+        "leaselab.clock",
+        "leaselab.errors",
+        "leaselab.job",
+        "leaselab.printable",
+        "leaselab.queue",
+    },
     "harness": {
         "leaselab.arguments",
         "leaselab.backends",

@@ -1,7 +1,7 @@
 """What a worker decides, apart from threads, sleeps and sockets: one piece of code that the real
 ``Worker`` (its loop, its pulse, its leases) and the simulator (``leaselab.sim``) both call.
 
-Every function here takes what the worker knows (times on its own monotonic clock, what a call
+Every function here takes what the worker knows (times on its own clock, ``clock.elapsed``, what a call
 returned) and says what to do; none of them reads a clock, sleeps, starts a thread or talks to the
 database, except the two recoveries, which say which questions to ask the queue after a call whose
 reply never came and ask them through the queue they are given. Callers look each one up on this

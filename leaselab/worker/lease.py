@@ -3,7 +3,8 @@
 A handler that takes a second argument gets a ``Lease``. Its ``lost`` is set the moment
 a heartbeat comes back refused, and also, without asking anyone, once the lease may
 have run out: the worker counts from when it *sent* the last heartbeat the database
-acknowledged (or the claim), on the monotonic clock, and gives up a safety margin
+acknowledged (or the claim), on its own clock (``clock.elapsed``: on Linux CLOCK_BOOTTIME, which
+keeps counting while the host is suspended), and gives up a safety margin
 before the database could reap the job. So a worker cut off from its database (its
 heartbeats hang, nothing is refused) still learns that it may be a zombie. ``check()``
 raises ``LeaseLost`` then. It narrows the window in which a zombie acts but cannot
@@ -20,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..clock import elapsed
 from ..errors import LeaseLost
 from ..job import Job
 from . import decisions
@@ -36,7 +38,7 @@ class Lease:
 
     ``seconds`` is the lease's length; with it, the lease runs out on the worker's own clock
     ``margin`` seconds (a tenth of the lease by default) before the database could reap it,
-    counted from ``sent``, the monotonic time the claim was sent. Without it (a lease made
+    counted from ``sent``, the time on ``clock`` the claim was sent. Without it (a lease made
     by hand for a test or a lesson), only a refused heartbeat sets ``lost``.
     """
 
@@ -65,7 +67,7 @@ class Lease:
         *,
         sent: float | None = None,
         margin: float | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = elapsed,
         timeout: float | None = None,
         beat_timeout: float | None = None,
     ):
@@ -112,7 +114,7 @@ class Lease:
         return self.job.fence
 
     def renewed(self, sent: float) -> None:
-        """A heartbeat sent at monotonic time ``sent`` was acknowledged: the lease runs from then."""
+        """A heartbeat sent at ``sent`` (on the lease's clock) was acknowledged: the lease runs from then."""
         if self.seconds is not None and self.deadline is not None and not self._is_lost():  # set together
             self.deadline = decisions.renewed_deadline(self.deadline, sent, self.seconds, self.margin)
 
@@ -239,7 +241,7 @@ class Leases:
         return found
 
     def next_overdue(self) -> float | None:
-        """The soonest monotonic time a held lease's attempt will be past one of its limits (None: none has one)."""
+        """The soonest time, on the leases' clock, a held lease's attempt will be past a limit (None: none has one)."""
         with self._lock:
             times = [
                 decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)

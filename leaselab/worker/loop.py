@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from functools import partial
 from operator import itemgetter
 from queue import Empty, SimpleQueue
-from time import monotonic as _monotonic
 from typing import Any, Final, TypeVar
 
 from ..arguments import integer, number, positive
+from ..clock import elapsed
 from ..errors import (
     CallTimeoutTooLong,
     HandlerError,
@@ -697,7 +697,7 @@ class Worker:
         return decisions.claims_to_make(self.concurrency, running, self.stats.claimed, max_jobs, self._stop.is_set())
 
     def _claim(self, n: int) -> list[Lease]:
-        token, sent = new_token(), _monotonic()
+        token, sent = new_token(), elapsed()
         assert self._leases is not None  # made by run(), the only caller
         self._begin_turn()
         tried = [token]  # every token this claim was sent under: a retry takes a fresh one
@@ -729,7 +729,7 @@ class Worker:
             self._write_turn()
 
     def _hold(self, jobs: list[Job], sent: float | None) -> list[Lease]:
-        """A lease for each job just claimed (the claim sent at monotonic ``sent``), held from now on."""
+        """A lease for each job just claimed (the claim sent at ``sent`` on ``clock.elapsed``), held from now on."""
         leases = []
         for job in jobs:
             self.stats.claimed += 1
@@ -794,7 +794,7 @@ class Worker:
         self, completions: list[tuple[Lease, Any]], free: int, token: str
     ) -> tuple[dict[int, str], list[Lease]]:
         items = [(lease.job.id, lease.token, result) for lease, result in completions]
-        sent = _monotonic()
+        sent = elapsed()
 
         if len(items) == 1 and free == 1:  # one slot: the single call, cheaper than a batch of one
             ((job_id, job_token, result),) = items

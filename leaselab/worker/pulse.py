@@ -19,10 +19,10 @@ lease (plus the reap interval and the backoff) after its last heartbeat.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 
+from ..clock import elapsed
 from ..errors import LeaselabError, LeaseLost, QueueFileGone, TransientError
 from ..queue import Queue
 from . import decisions
@@ -45,14 +45,14 @@ class Pulse:
         on_gone: Callable[[QueueFileGone], None] | None = None,
         on_timed_out: Callable[[Lease, str, str | None], None] | None = None,
         *,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = elapsed,
     ):
         self.queue, self.leases, self.lease, self.reap_every = queue, leases, lease, reap_every
         self.log = log
         self.on_reaped = on_reaped
         self.on_gone = on_gone
         self.on_timed_out = on_timed_out  # (lease, reason, the job's new status or None if not written)
-        self._clock = clock  # monotonic seconds; a test steps it and calls tick() itself
+        self._clock = clock  # clock.elapsed's seconds; a test steps it and calls tick() itself
         self._next_beat: float | None = None
         self._next_reap = 0.0
         self.beating = threading.Lock()  # held while a beat runs: see remove()

@@ -675,11 +675,13 @@ own.close()
 # (when it applied the heartbeat), and the worker gives it up a tenth of the lease
 # sooner still, so its deadline comes first while both clocks run. (That the two tick at
 # slightly different rates, a few parts per million, is far inside the tenth of the lease
-# it gives up.) A suspend is another matter: the worker counts its own deadline on
-# `time.monotonic`, which stops while its host is suspended. A worker that wakes from a
-# suspend longer than its lease still finds the lease fresh by its own count, though the
-# server may have handed the job to another; only its next heartbeat, refused, tells it.
-# What neither deadline can stop is a write already past its
+# it gives up.) A suspend of the host (a laptop's lid, a paused virtual machine) is
+# another matter. On Linux the worker counts its own deadline on `CLOCK_BOOTTIME`, which
+# keeps counting through a suspend, so a worker that wakes from one longer than its lease
+# finds the lease gone by its own count too. Elsewhere it counts on `time.monotonic`,
+# which on some platforms stops while the host sleeps: such a worker wakes still finding
+# the lease fresh, though the server may have handed the job to another, and only its
+# next heartbeat, refused, tells it. What neither deadline can stop is a write already past its
 # last check (lesson 3), or made by a worker whose clock misled it: for that write, the
 # fence.
 
@@ -690,11 +692,13 @@ own.close()
 # чуть более позднего момента (когда применил heartbeat), а воркер отказывается от неё
 # ещё на десятую часть аренды раньше, так что его срок наступает первым, пока идут и те,
 # и другие часы. (Что они идут с немного разной скоростью, на несколько миллионных долей,
-# с запасом покрывает десятая часть аренды.) Другое дело — сон машины: свой срок воркер
-# отсчитывает по `time.monotonic`, который стоит, пока машина спит. Воркер, проснувшийся
-# после сна дольше аренды, по своему счёту всё ещё держит аренду, хотя сервер мог уже
-# отдать задачу другому; узнает он об этом, только когда отклонят его следующий
-# heartbeat. Чего не остановит ни один срок, так это запись, которая
+# с запасом покрывает десятая часть аренды.) Другое дело — сон машины (закрытая крышка
+# ноутбука, приостановленная виртуальная машина). На Linux воркер отсчитывает свой срок
+# по `CLOCK_BOOTTIME`, а эти часы идут и во сне, так что воркер, проспавший дольше
+# аренды, и по своему счёту видит, что аренда истекла. На других системах он считает по
+# `time.monotonic`, который кое-где стоит, пока машина спит: такой воркер просыпается с
+# уверенностью, что аренда ещё действует, хотя сервер мог уже отдать задачу другому, и
+# узнаёт правду, только когда отклонят его следующий heartbeat. Чего не остановит ни один срок, так это запись, которая
 # уже прошла последнюю проверку (урок 3) или которую сделал воркер, обманутый своими
 # часами: против такой записи нужен fence.
 
