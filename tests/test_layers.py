@@ -207,6 +207,7 @@ ALLOWED = {
         "leaselab.worker",
     },
     "cli": {
+        "leaselab.arguments",  # a queue's name is checked as argparse reads it, by the queue's own rule
         "leaselab.backends",
         "leaselab.backends.sqlite.backend",
         "leaselab.backoff",

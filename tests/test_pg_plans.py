@@ -53,6 +53,7 @@ def test_a_claim_walks_the_claim_index_in_order_even_before_the_table_was_ever_a
             "id": held[0].id,
             "result": "null",
             "done": json.dumps([{"id": j.id, "token": j.token, "result": "null"} for j in held]),
+            "queue": "default",
         }
         steps = plan(q, getattr(sql, name), params)
     # Guessing a few pending rows, the planner would otherwise read every runnable job with a bitmap

@@ -28,7 +28,9 @@ def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btr
     for _ in range(50):
         j = queue.claim("w", LEASE)
         queue.complete(j.id, j.token)
-    steps = plan(queue, sql.CLAIM, {"now": clock(), "lease_until": clock() + 1, "worker": "w", "token": "t"})
+    steps = plan(
+        queue, sql.CLAIM, {"now": clock(), "lease_until": clock() + 1, "worker": "w", "token": "t", "queue": "default"}
+    )
     assert any("jobs_claim" in s for s in steps), steps
     assert not any("TEMP B-TREE" in s for s in steps), steps
     assert sql.CLAIM.strip().upper().startswith("UPDATE JOBS")
@@ -69,8 +71,8 @@ def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepp
     many, second = lessons.claim_steps(queue)
     assert (first.payload, second.payload) == ("first", "second")
     assert many <= few * 1.5, (few, many)  # without the statistics: ~100,000 steps against ~300
-    steps = plan(queue, sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t"})
-    assert any("jobs_claim (ANY(priority) AND run_at<?)" in s for s in steps), steps
+    steps = plan(queue, sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t", "queue": "default"})
+    assert any("jobs_claim (ANY(priority) AND queue=? AND run_at<?)" in s for s in steps), steps
 
 
 def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_path, clock):

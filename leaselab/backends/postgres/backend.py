@@ -40,11 +40,11 @@ from ...errors import (
     TooManyClients,
 )
 from .. import no_primary, primary_only, scrub
-from ..base import SqlBackend, claimed
+from ..base import SqlBackend, claimed, serving
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 TUPLES_OK = ExecStatus.TUPLES_OK
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
@@ -478,7 +478,7 @@ class PostgresBackend(SqlBackend):
 
     def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
         ((completed, job_id, *rest),) = self.run(  # whether it completed, then the claimed job's JOB_COLUMNS
-            sql.COMPLETE_AND_CLAIM,
+            sql.COMPLETE_AND_CLAIM if len(claim.queues) == 1 else sql.COMPLETE_AND_CLAIM_SEVERAL,
             {
                 "id": done.id,
                 "token": done.token,
@@ -487,6 +487,7 @@ class PostgresBackend(SqlBackend):
                 "lease_until": claim.lease_until,
                 "worker": claim.worker,
                 "next_token": claim.token,
+                **serving(claim.queues),
             },
             durable=durable,
         )
@@ -501,17 +502,24 @@ class PostgresBackend(SqlBackend):
     def complete_many_and_claim(
         self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
     ) -> tuple[list[int], list[Claimed]]:
-        claiming = {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "n": n}
+        claiming = {
+            "now": claim.now,
+            "lease_until": claim.lease_until,
+            "worker": claim.worker,
+            "n": n,
+            **serving(claim.queues),
+        }
+        one_queue = len(claim.queues) == 1
         if len(done) == 1:  # a one-slot worker's every job: no JSON array to build and unpack
             (one,) = done
             rows = self.run(
-                sql.COMPLETE_ONE_AND_CLAIM,
+                sql.COMPLETE_ONE_AND_CLAIM if one_queue else sql.COMPLETE_ONE_AND_CLAIM_SEVERAL,
                 {**claiming, "id": one.id, "token": one.token, "result": one.result, "next_token": claim.token},
                 durable=durable,
             )
         else:
             rows = self.run(
-                sql.COMPLETE_MANY_AND_CLAIM,
+                sql.COMPLETE_MANY_AND_CLAIM if one_queue else sql.COMPLETE_MANY_AND_CLAIM_SEVERAL,
                 {**claiming, "done": self._done(done), "token": claim.token},
                 durable=durable,
             )
