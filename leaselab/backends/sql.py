@@ -59,10 +59,12 @@ RETURNING """
 
 # Which named queues a claim takes from. A worker that serves one queue (every worker that names none
 # serves 'default') asks for it with =, and jobs_claim (each dialect's schema.sql) hands its jobs over
-# in claim order with no sort. A worker that serves several gives their names as a JSON array (each
-# statements module's SERVES_SEVERAL reads it); the index finds each queue's runnable jobs and a sort
-# merges them. Two statements, not one with an array of one: a planner cannot know an array holds one
-# name, and would sort every claim.
+# in claim order with no sort. A worker that serves several gives their names as a JSON array, and
+# each statements module's SERVES_SEVERAL picks, for each queue, its first {limit} runnable jobs from
+# the index (a seek per queue) and lets the claim take the first of those few in claim order: the
+# work is (queues x limit) rows, however long any queue's backlog. Asked as one IN over the queues,
+# both planners read every runnable job of those queues and sorted them all, on every claim. Two
+# statements, not one with an array of one: a planner cannot know an array holds one name.
 SERVES_ONE = " AND queue = :queue"
 
 
@@ -71,7 +73,7 @@ def claim(
 ) -> str:
     """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further
     condition, and which queues it serves (``SERVES_ONE``, or the dialect's several)."""
-    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock, serves=serves)
+    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock, serves=serves.format(limit=limit))
 
 
 def batch_token(token: str = ":token", job_id: str = "id") -> str:

@@ -53,7 +53,14 @@ CLAIM = pyformat("\n" + sql.claim(_SKIP_LOCKED) + "\n")
 
 # A worker serving several named queues: :queues is a JSON array of their names. Each statement that
 # claims has a twin ending in _SEVERAL that serves them (sql.SERVES_ONE says why two).
-SERVES_SEVERAL = " AND queue IN (SELECT jsonb_array_elements_text(:queues::jsonb))"
+# Each queue's first {limit} runnable jobs come from jobs_claim (a LATERAL seek per queue), locked
+# there (SKIP LOCKED) so that rows another claim holds make way for the next of that queue.
+SERVES_SEVERAL = (
+    "\n               AND id IN (SELECT c.id FROM jsonb_array_elements_text(:queues::jsonb) AS q (name)"
+    "\n                   CROSS JOIN LATERAL (SELECT id FROM jobs"
+    "\n                    WHERE status = 'pending' AND run_at <= :now AND queue = q.name"
+    "\n                    ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c)"
+)
 CLAIM_SEVERAL = pyformat("\n" + sql.claim(_SKIP_LOCKED, serves=SERVES_SEVERAL) + "\n")
 
 # A renewal's lease runs from when the server applied it, not from when it was sent: a beat that
@@ -121,7 +128,7 @@ def _pending(limit: str, serves: str) -> str:
     """The runnable jobs the claim takes, in claim order, locked (SKIP LOCKED), as CLAIM picks them."""
     return f"""pending AS (
     SELECT id, attempts + 1 AS attempt, last_event_id AS prev FROM jobs
-     WHERE status = 'pending' AND run_at <= :now{serves}
+     WHERE status = 'pending' AND run_at <= :now{serves.format(limit=limit)}
      ORDER BY priority DESC, run_at ASC, id ASC
      LIMIT {limit}{_SKIP_LOCKED}
 )"""

@@ -32,8 +32,13 @@ CLAIM = "\n" + sql.claim(lock="") + "\n"
 
 CLAIM_MANY = "\n" + sql.claim_many(lock="") + "\n"
 
-# A worker serving several named queues: :queues is a JSON array of their names.
-SERVES_SEVERAL = " AND queue IN (SELECT value FROM json_each(:queues))"
+# A worker serving several named queues: :queues is a JSON array of their names. For each, a correlated
+# subquery seeks its first {limit} runnable jobs through jobs_claim (sql.SERVES_ONE says why).
+SERVES_SEVERAL = (
+    "\n               AND id IN (SELECT c.id FROM json_each(:queues) AS q JOIN jobs AS c ON c.id IN ("
+    "\n                   SELECT id FROM jobs WHERE status = 'pending' AND run_at <= :now AND queue = q.value"
+    "\n                    ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}))"
+)
 CLAIM_SEVERAL = "\n" + sql.claim(lock="", serves=SERVES_SEVERAL) + "\n"
 CLAIM_MANY_SEVERAL = "\n" + sql.claim_many(lock="", serves=SERVES_SEVERAL) + "\n"
 
