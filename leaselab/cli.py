@@ -624,8 +624,18 @@ def _queue(text: str) -> str:
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr, like every other leaselab error."""
 
+    # Options of which a command needs at least one (the worker: --handler, or a --queue with its own),
+    # as argparse names them in its message; checked as the command line is read, as a required one is.
+    one_of: tuple[str, ...] = ()
+
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {printable(message)}\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, rest = super().parse_known_args(args, namespace)
+        if self.one_of and not any(getattr(parsed, o.lstrip("-").replace("-", "_"), None) for o in self.one_of):
+            self.error(f"one of the arguments {' '.join(self.one_of)} is required")
+        return parsed, rest
 
 
 def _paging(p: argparse.ArgumentParser, rows: str, new: str) -> None:
@@ -746,6 +756,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a named queue to serve, by --handler or by its own handler after '='; repeat for several, "
         "e.g. --queue emails=tasks:send --queue sms=tasks:text",
     )
+    p.one_of = ("--handler", "--queue")  # type: ignore[attr-defined]  # our _Parser's, as every subparser is
     p.add_argument(
         "--name", type=_worker_name, default=None, help="the name in the queue's rows and the log (default: worker-PID)"
     )
