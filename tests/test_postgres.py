@@ -39,7 +39,7 @@ from tests.support.servers import open_at_once
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
-    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}"}
+    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}", "queue": "default"}
 
 
 def _waiting_on_a_lock(admin, pid: int) -> bool:
