@@ -326,7 +326,7 @@ class Queue:
         worker = text("worker", worker)
         lease = positive("lease", lease)
         token = new_token() if token is None else _token(name, token)
-        served = _DEFAULT_QUEUES if queues == DEFAULT_QUEUE else queue_names(queues)
+        served = _DEFAULT_QUEUES if queues is DEFAULT_QUEUE or queues == DEFAULT_QUEUE else queue_names(queues)
         now = self._now()
         return Claim(worker, token, now, now + lease, served)
 

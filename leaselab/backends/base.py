@@ -453,13 +453,10 @@ def serving(queues: Sequence[str]) -> dict[str, Any]:
 
 def claiming(claim: Claim) -> dict[str, Any]:
     """The parameters of a claim statement (not its :n), from ``claim``."""
-    return {
-        "now": claim.now,
-        "lease_until": claim.lease_until,
-        "worker": claim.worker,
-        "token": claim.token,
-        **serving(claim.queues),
-    }
+    worker, token, now, lease_until, queues = claim
+    if len(queues) == 1:  # a worker's every claim, one queue: one dict, built in one step
+        return {"now": now, "lease_until": lease_until, "worker": worker, "token": token, "queue": queues[0]}
+    return {"now": now, "lease_until": lease_until, "worker": worker, "token": token, **serving(queues)}
 
 
 def _completing(done: Completion, now: float) -> dict[str, Any]:

@@ -154,7 +154,7 @@ def recover_claim(
     n: int,
     worker: str,
     lease: float,
-    queues: Sequence[str] = (DEFAULT_QUEUE,),
+    queues: str | Sequence[str] = DEFAULT_QUEUE,
 ) -> list[Job]:
     """A claim retried after a transient fault: any try may have committed unseen, so the jobs held
     under a token already ``tried`` are the claim's; only if none are is the claim sent again, under

@@ -34,7 +34,7 @@ from ..errors import (
     QueueFileGone,
     TransientError,
 )
-from ..job import Job
+from ..job import DEFAULT_QUEUE, Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
 from . import decisions, failure, faults
@@ -412,8 +412,10 @@ class Worker:
                 _refuse_coroutine(function, getattr(given, "__qualname__", repr(given)))
                 loaded[key] = function
             self.handlers[served] = loaded[key]
-        # The named queues its claims take jobs from, in the order given.
+        # The named queues its claims take jobs from, in the order given; what each claim names them by
+        # (the default queue's name itself, which the queue takes without checking it again).
         self.queues: tuple[str, ...] = tuple(self.handlers)
+        self._serves: str | tuple[str, ...] = DEFAULT_QUEUE if self.queues == (DEFAULT_QUEUE,) else self.queues
         # One handler for every queue is called as it is; several, through the job's queue.
         self.handler: Callable[..., Any] = next(iter(loaded.values())) if len(loaded) == 1 else ByQueue(self.handlers)
         self.lease = positive("lease", lease)
@@ -724,7 +726,7 @@ class Worker:
             retries.append(leases.keeping(fresh))
             done = list(tried)
             tried.append(fresh)
-            return decisions.recover_claim(self.queue, done, fresh, n, self.name, self.lease, self.queues)
+            return decisions.recover_claim(self.queue, done, fresh, n, self.name, self.lease, self._serves)
 
         leases = self._leases
         try:
@@ -732,7 +734,7 @@ class Worker:
                 try:
                     jobs = self.outlast(
                         "claim",
-                        lambda: self.queue.claim_many(n, self.name, self.lease, token=token, queues=self.queues),
+                        lambda: self.queue.claim_many(n, self.name, self.lease, token=token, queues=self._serves),
                         again=again,
                     )
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
@@ -820,7 +822,7 @@ class Worker:
             def first():
                 try:
                     job = self.queue.complete_and_claim(
-                        job_id, job_token, result, self.name, self.lease, next_token=token, queues=self.queues
+                        job_id, job_token, result, self.name, self.lease, next_token=token, queues=self._serves
                     )
                 except LeaseLost:  # refused and recorded; nothing was claimed
                     return [job_id], []
@@ -829,7 +831,7 @@ class Worker:
 
             def first():
                 return self.queue.complete_many_and_claim(
-                    items, free, self.name, self.lease, token=token, queues=self.queues
+                    items, free, self.name, self.lease, token=token, queues=self._serves
                 )
 
         def again():
