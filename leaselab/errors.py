@@ -67,6 +67,11 @@ class InvalidKey(LeaselabError, ValueError):
     """Raised when a unique job's key is not a non-empty text of at most 200 characters without NUL."""
 
 
+class KeyHeld(LeaselabError, ValueError):
+    """Raised when a dead job is retried by hand while another pending or running job holds its unique key;
+    nothing of the call was written."""
+
+
 class InvalidTarget(LeaselabError, ValueError):
     """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the
     message never repeats it."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from leaselab import Queue
-from leaselab.errors import InvalidKey
+from leaselab.errors import InvalidKey, KeyHeld
 from tests.support.servers import IN_PROCESS_BACKENDS
 
 TARGETS = IN_PROCESS_BACKENDS
@@ -72,3 +72,16 @@ def test_the_key_survives_reopening(target, clock):
         first = q.enqueue_unique("a", "k")
     with Queue(target, clock=clock) as q:
         assert q.enqueue_unique("a", "k").id == first.id and q.get(first.id).key == "k"
+
+
+def test_a_dead_job_is_not_retried_while_another_job_holds_its_key_and_nothing_is_written(queue):
+    first = queue.enqueue_unique("a", "k", max_attempts=1)
+    job = queue.claim("w", LEASE)
+    queue.fail(job.id, job.token, "boom")
+    second = queue.enqueue_unique("b", "k")
+    assert second.new
+    with pytest.raises(KeyHeld, match="unique key"):
+        queue.retry([first.id])
+    assert queue.get(first.id).status == "dead" and queue.get(second.id).status == "pending"
+    queue.cancel([second.id])
+    assert queue.retry([first.id]) == [first.id]  # the key is free: the retry goes through

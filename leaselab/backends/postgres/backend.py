@@ -32,6 +32,7 @@ from ...errors import (
     DatabaseUnreachable,
     DatabaseUnwritable,
     InvalidTarget,
+    KeyHeld,
     LeaselabError,
     NoPrimary,
     NotALeaselabDatabase,
@@ -60,6 +61,7 @@ SERVER_HEAD_START = 0.5
 # SQLSTATE classes and codes, by what they mean to a caller.
 _BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, statement timeout, serialization, deadlock
 _UNWRITABLE = {"25006", "42501", "53100", "53200", "53400"}  # read-only, no privilege, disk full, out of memory
+_UNIQUE_VIOLATION = "23505"  # a second pending or running job with one key (jobs_key)
 _REFUSED = {"3D000", "28000", "28P01"}  # no such database, authorization refused, wrong password
 _REFUSED_AT_CONNECT = re.compile(
     r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
@@ -644,6 +646,8 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
             f"{name}: too many clients: the server refused a new connection, every slot it allows "
             f"(max_connections) is taken ({message})"
         )
+    if code == _UNIQUE_VIOLATION and getattr(getattr(exc, "diag", None), "constraint_name", None) == "jobs_key":
+        return KeyHeld(f"{name}: another pending or running job holds this job's unique key ({message})")
     said = None if code else no_primary(str(exc), url)
     if said is not None:
         return NoPrimary(f"{name}: {said}")

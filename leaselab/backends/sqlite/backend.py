@@ -23,6 +23,7 @@ from ...errors import (
     DatabaseMissing,
     DatabaseUnwritable,
     DiskFull,
+    KeyHeld,
     LeaselabError,
     NotALeaselabDatabase,
     QueueFileGone,
@@ -305,6 +306,8 @@ def translate(exc: Exception, path: str, code: int | None = None, name: str | No
         if short is not None:
             name = name or getattr(exc, "sqlite_errorname", None)
             return DiskFull(path, f"{message}{f' ({name})' if name else ''}; {short}")
+    if "unique constraint failed: jobs.key" in lowered:
+        return KeyHeld(f"{path}: another pending or running job holds this job's unique key ({message})")
     if "locked" in lowered or "busy" in lowered:
         return DatabaseBusy(f"{path}: another process held the write lock past the busy timeout ({message})")
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:
