@@ -465,7 +465,12 @@ def cmd_retry(args: argparse.Namespace) -> int:
     if bool(args.ids) == args.dead:
         raise ValueError("name the dead jobs to retry, or --dead for every one, not both")
     with _open(args) as q:
-        ids = q.retry(dead=True, attempts=args.attempts) if args.dead else q.retry(args.ids, attempts=args.attempts)
+        if args.queue is not None and not args.dead:
+            raise ValueError("--queue picks which dead jobs --dead retries; named jobs are retried wherever they are")
+        if args.dead:
+            ids = q.retry(dead=True, attempts=args.attempts, queue=args.queue)
+        else:
+            ids = q.retry(args.ids, attempts=args.attempts)
     _print_ids(args, "retried", ids)
     return 0
 
@@ -874,6 +879,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("ids", type=_any_int, nargs="*", metavar="ID", help="the dead jobs to retry")
     p.add_argument("--dead", action="store_true", help="retry every dead job")
+    p.add_argument(
+        "--queue", type=_queue, default=None, metavar="NAME", help="with --dead: that queue's dead jobs alone"
+    )
     p.add_argument(
         "--attempts",
         type=_positive_int,

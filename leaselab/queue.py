@@ -482,9 +482,11 @@ class Queue:
 
     # -- what an operator does by hand ----------------------------------
 
-    def retry(self, ids: Iterable[int] | None = None, *, dead: bool = False, attempts: int = 1) -> list[int]:
+    def retry(
+        self, ids: Iterable[int] | None = None, *, dead: bool = False, attempts: int = 1, queue: str | None = None
+    ) -> list[int]:
         """Put dead jobs back to pending, runnable now, and return their ids: those in ``ids``, or with
-        ``dead=True`` every dead job.
+        ``dead=True`` every dead job (of the named ``queue`` alone, if given).
 
         Each gets ``attempts`` fresh attempts on top of those it used: its ``max_attempts`` becomes
         ``attempts + fresh`` and its attempt count is kept, so the fence (job id, attempt) of every
@@ -500,9 +502,12 @@ class Queue:
             raise TypeError(f"dead must be True or False, got {dead!r}")
         if (ids is None) == (not dead):
             raise ValueError("retry takes either job ids or dead=True (every dead job), not both and not neither")
+        if queue is not None and not dead:
+            raise ValueError("queue= picks which dead jobs dead=True retries; named jobs are retried wherever they are")
+        queue = None if queue is None else queue_name(queue)
         now = self._now()
         if ids is None:
-            return sorted(self.backend.retry(None, fresh, now, durable=self._acknowledged).changed)
+            return sorted(self.backend.retry(None, fresh, now, durable=self._acknowledged, queue=queue).changed)
         named = self._ids(ids)
         return self._by_hand(self.backend.retry(named, fresh, now, durable=self._acknowledged), "retry", "a dead job")
 

@@ -154,3 +154,20 @@ def test_jobs_written_by_schema_4_code_paths_still_read_as_default(target, clock
         q.enqueue("x")
         (job,) = q.jobs()
         assert (job.queue, job.key) == ("default", None)
+
+
+def test_retrying_every_dead_job_of_one_queue_leaves_the_other_queues_dead_jobs_alone(queue):
+    def kill(name: str) -> int:
+        job_id = queue.enqueue(name, queue=name, max_attempts=1)
+        job = queue.claim("w", LEASE, queues=name)
+        queue.fail(job.id, job.token, "boom")
+        return job_id
+
+    emails, sms = kill("emails"), kill("sms")
+    assert queue.retry(dead=True, queue="emails") == [emails]
+    assert (queue.get(emails).status, queue.get(sms).status) == ("pending", "dead")
+    assert queue.retry(dead=True) == [sms]
+    with pytest.raises(ValueError, match="dead=True"):
+        queue.retry([sms], queue="sms")
+    with pytest.raises(InvalidQueueName):
+        queue.retry(dead=True, queue="no spaces")

@@ -125,3 +125,16 @@ def test_stats_and_jobs_read_one_queue_or_each(capsys, target):
     ]
     code, out, _ = run(capsys, "jobs", "--db", target, "--queue", "default", "--status", "pending")
     assert len(out.splitlines()) == 2 and '"c"' in out  # the header and job c
+
+
+def test_retry_dead_takes_a_queue(capsys, target):
+    with Queue(target) as q:
+        for name in ("emails", "sms"):
+            q.enqueue(name, queue=name, max_attempts=1)
+            job = q.claim("w", queues=name)
+            q.fail(job.id, job.token, "boom")
+    code, out, err = run(capsys, "retry", "--dead", "--queue", "sms", "--db", target, "--json")
+    assert (code, err, json.loads(out)) == (0, "", [2])
+    assert_one_clean_error_line(*run(capsys, "retry", "1", "--queue", "sms", "--db", target), "--dead")
+    with Queue(target) as q:
+        assert (q.get(1).status, q.get(2).status) == ("dead", "pending")

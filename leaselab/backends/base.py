@@ -361,9 +361,11 @@ class SqlBackend(BackendDefaults):
         rows = self.run(self.statements.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
         return {job_id: status for job_id, status in rows}  # RETURNING id, status
 
-    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+    def retry(
+        self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool, queue: str | None = None
+    ) -> ByHand:
         if ids is None:
-            rows = self.run(self.statements.RETRY_DEAD, {"fresh": fresh, "now": now}, durable=durable)
+            rows = self.run(self.statements.RETRY_DEAD, {"fresh": fresh, "now": now, "queue": queue}, durable=durable)
             return ByHand([job_id for (job_id,) in rows], {})  # RETURNING id
         return self._by_hand(self.statements.RETRY, {"fresh": fresh, "now": now}, ids, durable)
 

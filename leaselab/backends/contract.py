@@ -201,11 +201,13 @@ class Backend(Protocol):
         another token holds now is left out."""
         ...
 
-    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+    def retry(
+        self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool, queue: str | None = None
+    ) -> ByHand:
         """Put dead jobs back to pending, runnable at ``now``, with ``fresh`` attempts on top of those they
         used (``max_attempts`` raised, ``attempts`` kept), each with a ``retried`` event: the jobs in
         ``ids``, all or none in one transaction (any of them not dead: none, and ``ByHand.refused``
-        says why), or with ``ids`` None every dead job."""
+        says why), or with ``ids`` None every dead job (of ``queue`` alone, if given)."""
         ...
 
     def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:

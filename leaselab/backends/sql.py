@@ -169,8 +169,11 @@ def retry(listed: str) -> str:
     return _RETRIED.format(which=f" AND {listed}")
 
 
-# Every dead job, however many: `leaselab retry --dead`.
-RETRY_DEAD = _RETRIED.format(which="")
+# :queue NULL means every queue; a name, that queue's jobs alone (listings, and retrying every dead job).
+_OF_QUEUE = "(CAST(:queue AS TEXT) IS NULL OR queue = :queue)"
+
+# Every dead job, however many, of every queue or of :queue: `leaselab retry --dead [--queue Q]`.
+RETRY_DEAD = _RETRIED.format(which=f" AND {_OF_QUEUE}")
 
 
 def cancel(listed: str) -> str:
@@ -253,9 +256,6 @@ SELECT {JOB_COLUMNS} FROM jobs
 """
 
 # A page of jobs: ids above :after, in id order, at most :limit (the primary key's order: no sort).
-# :queue NULL lists every queue's jobs; a name, that queue's alone (read off each row on the id order's walk).
-_OF_QUEUE = "(CAST(:queue AS TEXT) IS NULL OR queue = :queue)"
-
 LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after AND {_OF_QUEUE} ORDER BY id LIMIT :limit"
 
 LIST_JOBS_BY_STATUS = (

@@ -171,9 +171,12 @@ class MinimalBackend(BackendDefaults):
             for row in self._rows(sql.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
         }
 
-    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+    def retry(
+        self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool, queue: str | None = None
+    ) -> ByHand:
         if ids is None:
-            return ByHand([row["id"] for row in self._rows(sql.RETRY_DEAD, {"fresh": fresh, "now": now}, durable)], {})
+            params = {"fresh": fresh, "now": now, "queue": queue}
+            return ByHand([row["id"] for row in self._rows(sql.RETRY_DEAD, params, durable)], {})
         return self._by_hand(sql.RETRY, {"fresh": fresh, "now": now}, ids, durable)
 
     def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:
