@@ -123,6 +123,8 @@ def leaselab_insert(conn, n):
             "max_attempts": 5,
             "timeout": None,
             "beat_timeout": None,
+            "queue": "default",
+            "key": None,
             "now": now,
         },
     ).fetchall()
