@@ -39,6 +39,8 @@ LONGEST_FIRST = (
 # runs these too.
 QUICK = (
     "tests/test_contract_queue.py",
+    "tests/test_named_queues.py",
+    "tests/test_unique_jobs.py",
     "tests/test_sqlite_file.py",
     "tests/test_sqlite_plans.py",
     "tests/test_sqlite_sync_levels.py",

@@ -91,7 +91,14 @@ def bare_run(
     for _ in range(jobs):
         now = time.time()
         row = conn.execute(
-            claim, {"now": now, "lease_until": now + 300, "worker": "bench", "token": secrets.token_hex(16)}
+            claim,
+            {
+                "now": now,
+                "lease_until": now + 300,
+                "worker": "bench",
+                "token": secrets.token_hex(16),
+                "queue": "default",  # leaselab's claim serves one named queue; the raw one ignores it
+            },
         ).fetchone()
         conn.execute(complete, {"id": row[0], "token": row[token_col], "result": "null", "now": time.time()}).fetchall()
     elapsed = time.perf_counter() - start
@@ -116,6 +123,8 @@ def leaselab_insert(conn, n):
             "max_attempts": 5,
             "timeout": None,
             "beat_timeout": None,
+            "queue": "default",
+            "key": None,
             "now": now,
         },
     ).fetchall()

@@ -270,12 +270,13 @@ def _by_hand(url: str, slots: int, ready, go, run: Callable[[list], list]) -> li
         _ready(ready, go)
         now = time.time()
         held = conn.execute(
-            pg_sql.CLAIM_MANY, {"now": now, "lease_until": now + 30, "worker": "w", "n": slots, "token": new_token()}
+            pg_sql.CLAIM_MANY,
+            {"now": now, "lease_until": now + 30, "worker": "w", "n": slots, "token": new_token(), "queue": "default"},
         ).fetchall()
         while held:
             got.extend(run(held))
             now = time.time()
-            claiming = {"now": now, "lease_until": now + 30, "worker": "w"}
+            claiming = {"now": now, "lease_until": now + 30, "worker": "w", "queue": "default"}
             if slots == 1:
                 (row,) = held
                 nxt = conn.execute(

@@ -184,7 +184,7 @@ def enqueue_by_hand(url: str, jobs: int) -> None:
             conn.execute(
                 sql.ENQUEUE,
                 {"payload": str(n), "priority": 0, "run_at": now, "max_attempts": 5, "now": now}
-                | {"timeout": None, "beat_timeout": None},
+                | {"timeout": None, "beat_timeout": None, "queue": "default", "key": None},
             ).fetchone()
 
 

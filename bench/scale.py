@@ -88,7 +88,8 @@ def claim_plan(data: Path) -> str:
     path = data / "plan.db"
     with Queue(path) as q:
         rows = q.backend.connection.execute(
-            "EXPLAIN QUERY PLAN " + sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t"}
+            "EXPLAIN QUERY PLAN " + sql.CLAIM,
+            {"now": 0, "lease_until": 1, "worker": "w", "token": "t", "queue": "default"},
         ).fetchall()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{path}{suffix}").unlink(missing_ok=True)

@@ -29,7 +29,7 @@ from .errors import (
     WrongStatus,
 )
 from .fencing import FencedStore
-from .job import Event, Job, Status
+from .job import Enqueued, Event, Job, Status
 from .queue import Queue
 from .worker import Lease, Worker, load_handler
 
@@ -38,6 +38,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Backoff",
     "DatabaseMissing",
+    "Enqueued",
     "Event",
     "FencedStore",
     "HandlerError",

@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import IO, Any
 
+from .arguments import queue_name
 from .backends import is_server_url
 from .backends.sqlite.backend import nearest_queue_file
 from .backoff import Backoff
 from .errors import DatabaseMissing, InvalidPayload, LeaselabError, QueueFileGone
-from .job import Event, Job, Status
+from .job import DEFAULT_QUEUE, Event, Job, Status
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 from .words import LANGS
@@ -93,6 +94,8 @@ def _read_payloads(path: str) -> list[tuple[int, Any]]:
 def cmd_enqueue(args: argparse.Namespace) -> int:
     if (args.payload is None) == (args.file is None):
         raise ValueError("give a payload, or --file with one JSON payload a line, not both")
+    if args.key is not None and (args.file is not None or args.count != 1):
+        raise ValueError("--key makes one unique job: give one payload, without --count or --file")
     if args.file is not None:
         if args.count != 1:
             raise ValueError("--count repeats one payload; a --file gives one job a line")
@@ -109,9 +112,18 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         "max_attempts": args.max_attempts,
         "timeout": args.timeout,
         "beat_timeout": args.beat_timeout,
+        "queue": args.queue,
     }
     ids: list[int] = []
     with _open(args, create=True) as q:
+        if args.key is not None:
+            # The id goes to standard output either way, so a script reads it as for any enqueue; that
+            # it is another job's, already there with this key, is said on standard error.
+            enqueued = q.enqueue_unique(payloads[0], args.key, **options)
+            if not enqueued.new:
+                print(f"leaselab enqueue: {printable(str(enqueued))}", file=sys.stderr)
+            print(json.dumps([enqueued.id]) if args.json else enqueued.id)
+            return 0
         if args.file is not None:
             # Every payload is checked before the first batch is written, so a bad one (too big, nested
             # too deep) refuses the whole file with its line number, and nothing is written.
@@ -141,7 +153,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     # handlers before are back when the command returns: main() may run inside a longer-lived
     # program, a test for one.
     with ProcessControl(log, ignore_sigint=args.ignore_sigint) as control:
-        handler = load_handler(args.handler)  # a bad --handler is reported before a bad --db
+        served = _served(args.handler, args.queue)  # a bad --handler or --queue is reported before a bad --db
+        handlers = {name: load_handler(path) for name, path in served.items()}
         # A server not up yet, a first connection dropped, a full disk: waited out as they are
         # mid-run, with the same log lines. Anything retrying cannot fix still exits 2 at once.
         named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
@@ -157,7 +170,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         try:
             worker = Worker(
                 opened,
-                handler,
+                queues=handlers,
                 name=args.name,
                 lease=args.lease,
                 poll=args.poll,
@@ -175,7 +188,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise
         control.attach(worker)
         slots = f", {args.concurrency} at once" if args.concurrency > 1 else ""
-        log(f"{STARTED}{os.getpid()}, handler {args.handler}, lease {args.lease:g}s{slots}); {control.how_to_stop}")
+        if list(served) == [DEFAULT_QUEUE]:
+            serving = f"handler {served[DEFAULT_QUEUE]}"
+        else:
+            serving = "queues " + ", ".join(f"{name}={path}" for name, path in served.items())
+        log(f"{STARTED}{os.getpid()}, {serving}, lease {args.lease:g}s{slots}); {control.how_to_stop}")
         try:
             stats = worker.run()
         except QueueFileGone as exc:  # nothing more can be written: a supervisor should look, not retry blindly
@@ -191,6 +208,33 @@ def cmd_worker(args: argparse.Namespace) -> int:
         return 0
 
 
+def _served(handler: str | None, queues: Sequence[str]) -> dict[str, str]:
+    """{queue: MODULE:FUNCTION} from ``--handler`` and the ``--queue`` options: ``--queue NAME`` is served by
+    ``--handler``, ``--queue NAME=MODULE:FUNCTION`` by its own; with no bare ``--queue``, ``--handler``
+    serves the default queue."""
+    served: dict[str, str] = {}
+
+    def serve(name: str, path: str | None, option: str) -> None:
+        if path is None:
+            raise ValueError(
+                f"--queue {name} takes its handler from --handler: give --handler, or --queue {name}=MODULE:FUNCTION"
+            )
+        if queue_name(name) in served:
+            raise ValueError(f"queue {name!r} is given two handlers ({served[name]} and {path}, by {option})")
+        served[name] = path
+
+    bare = [q for q in queues if "=" not in q]
+    for name in bare:
+        serve(name, handler, f"--queue {name}")
+    for name, path in (q.split("=", 1) for q in queues if "=" in q):
+        serve(name, path, f"--queue {name}={path}")
+    if not bare and handler is not None:
+        serve(DEFAULT_QUEUE, handler, "--handler")
+    if not served:
+        raise ValueError("give --handler MODULE:FUNCTION, or --queue NAME=MODULE:FUNCTION")
+    return served
+
+
 def cmd_reap(args: argparse.Namespace) -> int:
     with _open(args) as q:
         moved = q.reap()
@@ -200,7 +244,17 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as q:
-        counts = q.stats()
+        if args.by_queue:
+            by_queue = q.stats_by_queue()
+            if args.json:
+                print(json.dumps(by_queue))
+            else:
+                statuses = [s.value for s in Status]
+                print(f"{'queue':<20}" + "".join(f"{status:>9}" for status in statuses))
+                for name, counts in by_queue.items():
+                    print(f"{printable(name):<20}" + "".join(f"{counts[status]:>9}" for status in statuses))
+            return 0
+        counts = q.stats(args.queue)
     if args.json:
         print(json.dumps(counts))
     else:
@@ -333,7 +387,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
                 )
 
         def fetch(after: int, n: int) -> Sequence[Any]:
-            return q.jobs(status=args.status, limit=n, after=after)
+            return q.jobs(status=args.status, limit=n, after=after, queue=args.queue)
 
         _listing(fetch, show, args.after, args.limit, args.follow)
     return 0
@@ -411,7 +465,12 @@ def cmd_retry(args: argparse.Namespace) -> int:
     if bool(args.ids) == args.dead:
         raise ValueError("name the dead jobs to retry, or --dead for every one, not both")
     with _open(args) as q:
-        ids = q.retry(dead=True, attempts=args.attempts) if args.dead else q.retry(args.ids, attempts=args.attempts)
+        if args.queue is not None and not args.dead:
+            raise ValueError("--queue picks which dead jobs --dead retries; named jobs are retried wherever they are")
+        if args.dead:
+            ids = q.retry(dead=True, attempts=args.attempts, queue=args.queue)
+        else:
+            ids = q.retry(args.ids, attempts=args.attempts)
     _print_ids(args, "retried", ids)
     return 0
 
@@ -561,11 +620,28 @@ def _worker_name(text: str) -> str:
     return text
 
 
+def _queue(text: str) -> str:
+    try:
+        return queue_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line on stderr, like every other leaselab error."""
 
+    # Options of which a command needs at least one (the worker: --handler, or a --queue with its own),
+    # as argparse names them in its message; checked as the command line is read, as a required one is.
+    one_of: tuple[str, ...] = ()
+
     def error(self, message: str):  # type: ignore[override]
         self.exit(EXIT_BAD_INPUT, f"{self.prog}: error: {printable(message)}\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        parsed, rest = super().parse_known_args(args, namespace)
+        if self.one_of and not any(getattr(parsed, o.lstrip("-").replace("-", "_"), None) for o in self.one_of):
+            self.error(f"one of the arguments {' '.join(self.one_of)} is required")
+        return parsed, rest
 
 
 def _paging(p: argparse.ArgumentParser, rows: str, new: str) -> None:
@@ -634,6 +710,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--count", type=_positive_int, default=1, metavar="N", help="how many identical jobs (default 1)")
     p.add_argument(
+        "--queue",
+        type=_queue,
+        default=DEFAULT_QUEUE,
+        metavar="NAME",
+        help=f"the named queue the jobs wait in; only workers serving it claim them (default {DEFAULT_QUEUE})",
+    )
+    p.add_argument(
+        "--key",
+        default=None,
+        metavar="KEY",
+        help="a unique job: enqueued only if no job with this key is pending or running; else that job's id is "
+        "printed, and standard error says it was already there",
+    )
+    p.add_argument(
         "--timeout",
         type=_positive_float,
         default=None,
@@ -659,11 +749,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("worker", "run one worker process", cmd_worker)
     p.add_argument(
         "--handler",
-        required=True,
+        default=None,
         metavar="MODULE:FUNCTION",
         help="the function that runs each job, e.g. leaselab.harness.demo:task, or myh:work for "
-        "myh.py in the current folder",
+        f"myh.py in the current folder; it serves the {DEFAULT_QUEUE} queue, or the queues named by --queue NAME",
     )
+    p.add_argument(
+        "--queue",
+        action="append",
+        default=[],
+        metavar="NAME[=MODULE:FUNCTION]",
+        help="a named queue to serve, by --handler or by its own handler after '='; repeat for several, "
+        "e.g. --queue emails=tasks:send --queue sms=tasks:text",
+    )
+    p.one_of = ("--handler", "--queue")  # type: ignore[attr-defined]  # our _Parser's, as every subparser is
     p.add_argument(
         "--name", type=_worker_name, default=None, help="the name in the queue's rows and the log (default: worker-PID)"
     )
@@ -740,8 +839,12 @@ def build_parser() -> argparse.ArgumentParser:
     command("reap", "move expired leases back to pending (or dead)", cmd_reap)
     p = command("stats", "count jobs by status", cmd_stats)
     p.add_argument("--json", action="store_true", help="print the counts as one JSON object")
+    per_queue = p.add_mutually_exclusive_group()
+    per_queue.add_argument("--queue", type=_queue, default=None, metavar="NAME", help="count only this queue's jobs")
+    per_queue.add_argument("--by-queue", action="store_true", help="one row of counts for each named queue")
     p = command("jobs", "list jobs as a table", cmd_jobs)
     p.add_argument("--status", choices=[s.value for s in Status], help="only the jobs in this status")
+    p.add_argument("--queue", type=_queue, default=None, metavar="NAME", help="only the jobs of this named queue")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="one JSON object a line, every field of each job")
     shown.add_argument("--wide", action="store_true", help="cut no payload, result or error to fit the table")
@@ -777,6 +880,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("ids", type=_any_int, nargs="*", metavar="ID", help="the dead jobs to retry")
     p.add_argument("--dead", action="store_true", help="retry every dead job")
+    p.add_argument(
+        "--queue", type=_queue, default=None, metavar="NAME", help="with --dead: that queue's dead jobs alone"
+    )
     p.add_argument(
         "--attempts",
         type=_positive_int,

@@ -51,6 +51,27 @@ class InvalidPayload(LeaselabError, ValueError):
     deep or too big)."""
 
 
+class InvalidQueueName(LeaselabError, ValueError):
+    """Raised when a queue's name is not 1 to 64 letters, digits, '_', '-', '.' or ':' beginning with a letter or a
+    digit; the message names the bad name."""
+
+    def __init__(self, name: object, what: str = "queue"):
+        self.name = name
+        super().__init__(
+            f"{what} name {name!r} is not valid: use 1 to 64 letters, digits, '_', '-', '.' or ':', "
+            "beginning with a letter or a digit"
+        )
+
+
+class InvalidKey(LeaselabError, ValueError):
+    """Raised when a unique job's key is not a non-empty text of at most 200 characters without NUL."""
+
+
+class KeyHeld(LeaselabError, ValueError):
+    """Raised when a dead job is retried by hand while another pending or running job holds its unique key;
+    nothing of the call was written."""
+
+
 class InvalidTarget(LeaselabError, ValueError):
     """Raised when a queue's target is neither a SQLite file path nor a postgresql:// URL that can be parsed; the
     message never repeats it."""

@@ -76,8 +76,11 @@ def _load_json(job_id: int, what: str, text: str | bytes) -> Any:
 # The columns every statement that returns a job selects, in this order.
 JOB_COLUMNS = (
     "id, payload, status, priority, run_at, attempts, max_attempts, lease_until, "
-    "worker, token, result, last_error, created_at, started_at, finished_at, timeout, beat_timeout"
+    "worker, token, result, last_error, created_at, started_at, finished_at, timeout, beat_timeout, queue, key"
 )
+
+# The queue a job goes to when none is named, and the one a worker serves when given one handler.
+DEFAULT_QUEUE = "default"
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,10 @@ class Job:
     # the longest its handler may go without ``Lease.beat()`` (None: no such limit).
     timeout: float | None = None
     beat_timeout: float | None = None
+    # The named queue it waits in (only workers serving that queue claim it), and its unique key: while a
+    # job with a key is pending or running, enqueueing that key again returns this job (``Queue.enqueue_unique``).
+    queue: str = DEFAULT_QUEUE
+    key: str | None = None
     # Why this row could not be read in full, or None for a healthy job. Only listings
     # (``Queue.jobs``) return a damaged job, so one bad row hides nothing else; its unreadable
     # fields are None. A claim never hands one to a handler: it fails that attempt instead.
@@ -135,6 +142,8 @@ class Job:
             finished_at,
             timeout,
             beat_timeout,
+            queue,
+            key,
         ) = row
         # A worker builds one Job per claim, so this skips the frozen __init__ (one guarded
         # setattr per field, about half of a claim's Python time) and gives the instance its fields
@@ -163,6 +172,8 @@ class Job:
                 "finished_at": None if finished_at is None else float(finished_at),
                 "timeout": None if timeout is None else float(timeout),
                 "beat_timeout": None if beat_timeout is None else float(beat_timeout),
+                "queue": queue,
+                "key": key,
                 "damage": None,
             },
         )
@@ -229,6 +240,8 @@ class JobRow(NamedTuple):
     finished_at: Any
     timeout: Any
     beat_timeout: Any
+    queue: Any
+    key: Any
 
 
 if JobRow._fields != tuple(JOB_COLUMNS.replace(" ", "").split(",")):  # pragma: no cover  (an edit of one alone)
@@ -277,6 +290,22 @@ RELEASES = HOLDER_RELEASES + REAPER_RELEASES
 # pending or running job made dead (a 'dead' event follows), its holder's token then holding nothing.
 RETRIED = "retried"
 CANCELLED = "cancelled"
+
+
+class Enqueued(NamedTuple):
+    """What ``Queue.enqueue_unique`` did: the job's ``id``, whether it is ``new``, and, when it is not, the
+    ``status`` of the job already holding ``key`` (pending or running), whose id is the one returned."""
+
+    id: int
+    new: bool
+    status: str
+    key: str
+    queue: str
+
+    def __str__(self) -> str:
+        if self.new:
+            return f"job {self.id} enqueued with key {self.key}"
+        return f"job {self.id} already {self.status} with key {self.key}"
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NamedTuple
 
-from .arguments import integer, number, positive, text
+from .arguments import integer, number, positive, queue_name, queue_names, text, unique_key
 from .backends import open_backend
 from .backends.contract import ByHand, Claim, Claimed, Completion, FullBackend, NewJob, Refusals, Unreadable
 from .backoff import Backoff
 from .clock import Clock, system_clock
 from .errors import InvalidPayload, JobNotFound, LeaseLost, WrongStatus
-from .job import MAX_JSON_DEPTH, Event, Job, Status, check_json_depth
+from .job import DEFAULT_QUEUE, MAX_JSON_DEPTH, Enqueued, Event, Job, Status, check_json_depth
 
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1_000_000
@@ -190,6 +190,8 @@ class Queue:
         now: float,
         timeout: float | None = None,
         beat_timeout: float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        key: str | None = None,
     ) -> NewJob:
         payload = self._json("payload", payload)
         priority = integer("priority", priority)
@@ -204,6 +206,8 @@ class Queue:
             max_attempts,
             None if timeout is None else positive("timeout", timeout),
             None if beat_timeout is None else positive("beat_timeout", beat_timeout),
+            queue_name(queue),
+            None if key is None else unique_key(key),
         )
 
     def enqueue(
@@ -216,8 +220,14 @@ class Queue:
         *,
         timeout: float | None = None,
         beat_timeout: float | None = None,
+        queue: str = DEFAULT_QUEUE,
+        key: str | None = None,
     ) -> int:
         """Add a job and return its id. Higher ``priority`` runs first; ``run_at`` overrides ``delay``.
+
+        ``queue`` names the queue it waits in: only a worker serving that queue claims it. With a ``key``,
+        it is a unique job (``enqueue_unique``): while a job with that key is pending or running, no new
+        job is made and that job's id is returned.
 
         ``timeout`` is the longest one attempt may run, in seconds: past it the worker gives the attempt
         up (a ``timed_out`` event; the job is retried after the backoff, or dead), whatever its
@@ -225,9 +235,48 @@ class Queue:
         ``lease.beat()``: its lease is renewed only while it reports progress. None: the worker's own
         defaults (``job_timeout``, ``beat_timeout``), if any.
         """
+        if key is not None:
+            return self.enqueue_unique(
+                payload,
+                key,
+                priority,
+                delay,
+                run_at,
+                max_attempts,
+                timeout=timeout,
+                beat_timeout=beat_timeout,
+                queue=queue,
+            ).id
         now = self._now()
-        job = self._new_job(payload, priority, delay, run_at, max_attempts, now, timeout, beat_timeout)
+        job = self._new_job(payload, priority, delay, run_at, max_attempts, now, timeout, beat_timeout, queue)
         return self.backend.enqueue(job, now, durable=self._acknowledged)
+
+    def enqueue_unique(
+        self,
+        payload: Any,
+        key: str,
+        priority: int = 0,
+        delay: float = 0.0,
+        run_at: float | None = None,
+        max_attempts: int = 5,
+        *,
+        timeout: float | None = None,
+        beat_timeout: float | None = None,
+        queue: str = DEFAULT_QUEUE,
+    ) -> Enqueued:
+        """Add a job with ``key`` unless a job with that key is pending or running; say which job it is.
+
+        Returns an ``Enqueued``: its ``id`` (the new job's, or the one already holding the key), ``new``, and
+        the holder's ``status``; ``str()`` of it reads "job 12 already pending with key invoice-42". Once
+        that job is done or dead the key is free again. Race-free: a unique index decides, so however many
+        processes enqueue one key at once, exactly one job is made. The other arguments are ``enqueue``'s;
+        a job already there keeps its own payload and options.
+        """
+        now = self._now()
+        job = self._new_job(
+            payload, priority, delay, run_at, max_attempts, now, timeout, beat_timeout, queue, unique_key(key)
+        )
+        return self.backend.enqueue_unique(job, now, durable=self._acknowledged)
 
     def enqueue_many(
         self,
@@ -239,6 +288,7 @@ class Queue:
         *,
         timeout: float | None = None,
         beat_timeout: float | None = None,
+        queue: str = DEFAULT_QUEUE,
     ) -> list[int]:
         """Add many jobs in one transaction (one sync to disk) and return their ids, in order.
 
@@ -246,25 +296,39 @@ class Queue:
         arguments are ``enqueue``'s, the same for every job.
         """
         now = self._now()
-        jobs = [self._new_job(p, priority, delay, run_at, max_attempts, now, timeout, beat_timeout) for p in payloads]
+        queue = queue_name(queue)
+        jobs = [
+            self._new_job(p, priority, delay, run_at, max_attempts, now, timeout, beat_timeout, queue) for p in payloads
+        ]
         return self.backend.enqueue_many(jobs, now, durable=self._acknowledged)
 
-    def claim(self, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None) -> Job | None:
+    def claim(
+        self,
+        worker: str = "worker",
+        lease: float = DEFAULT_LEASE,
+        *,
+        token: str | None = None,
+        queues: str | Iterable[str] = DEFAULT_QUEUE,
+    ) -> Job | None:
         """Take the next runnable job and lease it to ``worker`` for ``lease`` seconds, or return None.
+
+        ``queues`` is the named queue to take it from, or several (the next runnable job of any of them,
+        in claim order); the default queue, 'default', if none is named.
 
         ``token`` is the claim's fence token (a fresh random one if None). A caller that makes its
         own can find the job with ``held_by(token)`` if the reply to this call never arrives.
         At ``durability="full"`` the claim is on disk before this returns.
         """
-        claim = self._claim("token", worker, lease, token)
+        claim = self._claim("token", worker, lease, token, queues)
         return self._readable(self.backend.claim(claim, durable=self._acknowledged))
 
-    def _claim(self, name: str, worker: str, lease: float, token: str | None) -> Claim:
+    def _claim(self, name: str, worker: str, lease: float, token: str | None, queues: str | Iterable[str]) -> Claim:
         worker = text("worker", worker)
         lease = positive("lease", lease)
         token = new_token() if token is None else _token(name, token)
+        served = _DEFAULT_QUEUES if queues is DEFAULT_QUEUE or queues == DEFAULT_QUEUE else queue_names(queues)
         now = self._now()
-        return Claim(worker, token, now, now + lease)
+        return Claim(worker, token, now, now + lease, served)
 
     def held_by(self, token: str) -> list[Job]:
         """The running jobs that the claim made with ``token`` still holds, in claim order.
@@ -329,6 +393,7 @@ class Queue:
         lease: float = DEFAULT_LEASE,
         *,
         next_token: str | None = None,
+        queues: str | Iterable[str] = DEFAULT_QUEUE,
     ) -> Job | None:
         """Complete one job and claim the next in one transaction: a worker's hot path.
 
@@ -344,7 +409,7 @@ class Queue:
         this completion having gone through, and the job claimed then is found by ``next_token``.
         """
         job_id, token = self._fence_args(job_id, token)
-        claim = self._claim("next_token", worker, lease, next_token)
+        claim = self._claim("next_token", worker, lease, next_token, queues)
         done = Completion(job_id, token, self._json("result", result))
         completed, job = self.backend.complete_and_claim(done, claim, durable=self._acknowledged)
         if not completed:
@@ -417,9 +482,11 @@ class Queue:
 
     # -- what an operator does by hand ----------------------------------
 
-    def retry(self, ids: Iterable[int] | None = None, *, dead: bool = False, attempts: int = 1) -> list[int]:
+    def retry(
+        self, ids: Iterable[int] | None = None, *, dead: bool = False, attempts: int = 1, queue: str | None = None
+    ) -> list[int]:
         """Put dead jobs back to pending, runnable now, and return their ids: those in ``ids``, or with
-        ``dead=True`` every dead job.
+        ``dead=True`` every dead job (of the named ``queue`` alone, if given).
 
         Each gets ``attempts`` fresh attempts on top of those it used: its ``max_attempts`` becomes
         ``attempts + fresh`` and its attempt count is kept, so the fence (job id, attempt) of every
@@ -435,9 +502,12 @@ class Queue:
             raise TypeError(f"dead must be True or False, got {dead!r}")
         if (ids is None) == (not dead):
             raise ValueError("retry takes either job ids or dead=True (every dead job), not both and not neither")
+        if queue is not None and not dead:
+            raise ValueError("queue= picks which dead jobs dead=True retries; named jobs are retried wherever they are")
+        queue = None if queue is None else queue_name(queue)
         now = self._now()
         if ids is None:
-            return sorted(self.backend.retry(None, fresh, now, durable=self._acknowledged).changed)
+            return sorted(self.backend.retry(None, fresh, now, durable=self._acknowledged, queue=queue).changed)
         named = self._ids(ids)
         return self._by_hand(self.backend.retry(named, fresh, now, durable=self._acknowledged), "retry", "a dead job")
 
@@ -492,7 +562,13 @@ class Queue:
     # -- batches: one statement or one transaction for many jobs ----------
 
     def claim_many(
-        self, n: int, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None
+        self,
+        n: int,
+        worker: str = "worker",
+        lease: float = DEFAULT_LEASE,
+        *,
+        token: str | None = None,
+        queues: str | Iterable[str] = DEFAULT_QUEUE,
     ) -> list[Job]:
         """Lease up to ``n`` runnable jobs to ``worker`` in one statement, in claim order; [] if none.
 
@@ -502,7 +578,7 @@ class Queue:
         At ``durability="full"`` the claims are on disk before this returns.
         """
         n = integer("n", n, 1)
-        claim = self._claim("token", worker, lease, token)
+        claim = self._claim("token", worker, lease, token, queues)
         return self._readable_many(self.backend.claim_many(n, claim, durable=self._acknowledged))
 
     def _readable_many(self, claimed: list[Claimed]) -> list[Job]:
@@ -557,6 +633,7 @@ class Queue:
         lease: float = DEFAULT_LEASE,
         *,
         token: str | None = None,
+        queues: str | Iterable[str] = DEFAULT_QUEUE,
     ) -> tuple[list[int], list[Job]]:
         """``complete_many(done)`` and ``claim_many(n, worker, lease)`` in one transaction: a worker
         with slots refills the slots that just finished. Returns (ids refused, jobs claimed).
@@ -567,7 +644,7 @@ class Queue:
         """
         items = self._completions(done)
         n = integer("n", n, 0)
-        claim = self._claim("token", worker, lease, token)
+        claim = self._claim("token", worker, lease, token, queues)
         completed, claimed = self.backend.complete_many_and_claim(items, n, claim, durable=self._acknowledged)
         return self._refused(items, completed, claim.now), self._readable_many(claimed)
 
@@ -626,10 +703,17 @@ class Queue:
         return job
 
     def jobs(
-        self, status: str | Status | None = None, limit: int = 1000, *, newest_first: bool = False, after: int = 0
+        self,
+        status: str | Status | None = None,
+        limit: int = 1000,
+        *,
+        newest_first: bool = False,
+        after: int = 0,
+        queue: str | None = None,
     ) -> list[Job]:
-        """At most ``limit`` jobs in id order, optionally only those with ``status``; ``newest_first`` gives the
-        latest ``limit``. ``after`` skips the jobs up to that id: the next page starts after the last id seen.
+        """At most ``limit`` jobs in id order, optionally only those with ``status``, or of one ``queue``;
+        ``newest_first`` gives the latest ``limit``. ``after`` skips the jobs up to that id: the next page
+        starts after the last id seen.
 
         A row damaged outside leaselab (a payload that is not JSON, say) does not fail the listing:
         it is listed as a ``Job`` whose ``damage`` says what is wrong, its unreadable fields None.
@@ -643,13 +727,25 @@ class Queue:
                 raise ValueError(
                     f"status must be one of {', '.join(s.value for s in Status)}; got {status!r}"
                 ) from None
-        return self.backend.jobs(status, limit, newest_first, after)
+        queue = None if queue is None else queue_name(queue)
+        return self.backend.jobs(status, limit, newest_first, after, queue)
 
-    def stats(self) -> dict[str, int]:
-        """How many jobs are in each status, all four present, zeros included."""
+    def stats(self, queue: str | None = None) -> dict[str, int]:
+        """How many jobs are in each status, all four present, zeros included: in every queue, or in ``queue``."""
+        by_queue = self.backend.stats()
+        if queue is not None:
+            name = queue_name(queue)
+            by_queue = {name: by_queue.get(name, {})}
         counts = {s.value: 0 for s in Status}
-        counts.update(self.backend.stats())
+        for of_queue in by_queue.values():
+            for status, n in of_queue.items():
+                counts[status] += n
         return counts
+
+    def stats_by_queue(self) -> dict[str, dict[str, int]]:
+        """``stats()`` of each queue that holds any job, in one read, the queues by name in alphabetical order."""
+        by_queue = self.backend.stats()
+        return {name: {s.value: by_queue[name].get(s.value, 0) for s in Status} for name in sorted(by_queue)}
 
     def events(self, job_id: int | None = None, after: int = 0, limit: int | None = None) -> list[Event]:
         """The history of transitions, oldest first; ``after`` skips events up to that event id, and ``limit``
@@ -662,6 +758,9 @@ class Queue:
     def next_run_at(self) -> float | None:
         """When the earliest pending job becomes claimable, or None if nothing is pending."""
         return self.backend.next_run_at()
+
+
+_DEFAULT_QUEUES = (DEFAULT_QUEUE,)  # what every claim that names no queue serves: checked once, here
 
 
 def new_token() -> str:

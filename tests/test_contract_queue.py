@@ -479,7 +479,7 @@ def test_the_tracer_sees_the_exact_claim_statement_and_its_params(queue, clock):
     job = queue.claim("w7", lease=9)
     assert (
         queue.backend.statements.CLAIM.strip(),
-        {"now": clock(), "lease_until": clock() + 9, "worker": "w7", "token": job.token},
+        {"now": clock(), "lease_until": clock() + 9, "worker": "w7", "token": job.token, "queue": "default"},
     ) in seen
     queue.tracer = None
     queue.reap()

@@ -220,7 +220,7 @@ def test_every_command_line_names_a_real_subcommand_and_real_options(place, line
         "leaselab enqeue '{}'",  # no such subcommand
         "leaselab worker --db lab.db --handler m:f --leese 3",  # no such option
         "leaselab stats --db",  # an option without its value
-        "./dev run leaselab worker --db lab.db",  # --handler is required
+        "./dev run leaselab worker --db lab.db",  # --handler (or a --queue) is required
         "leaselab jobs --status finished",  # not one of its choices
     ],
 )

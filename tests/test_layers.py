@@ -220,6 +220,7 @@ ALLOWED = {
         "leaselab.worker.journal",  # a failover waits on what the workers' journals say they were told
     },
     "cli": {
+        "leaselab.arguments",  # a queue's name is checked as argparse reads it, by the queue's own rule
         "leaselab.backends",
         "leaselab.backends.sqlite.backend",
         "leaselab.backoff",

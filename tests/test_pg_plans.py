@@ -53,6 +53,7 @@ def test_a_claim_walks_the_claim_index_in_order_even_before_the_table_was_ever_a
             "id": held[0].id,
             "result": "null",
             "done": json.dumps([{"id": j.id, "token": j.token, "result": "null"} for j in held]),
+            "queue": "default",
         }
         steps = plan(q, getattr(sql, name), params)
     # Guessing a few pending rows, the planner would otherwise read every runnable job with a bitmap
@@ -60,3 +61,38 @@ def test_a_claim_walks_the_claim_index_in_order_even_before_the_table_was_ever_a
     assert any("Index Scan using jobs_claim" in step for step in steps), steps
     assert not any("Bitmap" in step for step in steps), steps
     assert not any("Sort Key" in step and "priority" in step for step in steps), steps
+
+
+@pytest.mark.parametrize("name", [f"{claim}_SEVERAL" for claim in CLAIMS])
+def test_a_claim_of_several_named_queues_reads_each_from_the_claim_index(pg_url, name):
+    with Queue(pg_url) as q:
+        q.backend.run("ALTER TABLE jobs SET (autovacuum_enabled = false)")
+        q.enqueue_many(list(range(3000)), queue="bulk")
+        q.enqueue_many(list(range(20)), queue="a")
+        held = q.claim_many(8, "w", queues="a")
+        now = time.time()
+        params = {
+            "now": now,
+            "lease_until": now + 30,
+            "worker": "w",
+            "token": "t",
+            "next_token": "u",
+            "n": 8,
+            "id": held[0].id,
+            "result": "null",
+            "done": json.dumps([{"id": j.id, "token": j.token, "result": "null"} for j in held]),
+            "queues": json.dumps(["a", "b"]),
+        }
+        steps = plan(q, getattr(sql, name), params)
+    # The queues' names lead the index: the bulk queue's 3000 jobs are never read, whatever the sort after.
+    assert any("Index Scan using jobs_claim" in step or "Index Cond: (queue" in step for step in steps), steps
+    assert any("queue = " in step and "Index Cond" in step for step in steps), steps
+
+
+def test_a_claim_of_one_named_queue_names_it_in_the_index_condition(pg_url):
+    with Queue(pg_url) as q:
+        q.enqueue_many(list(range(100)), queue="a")
+        now = time.time()
+        steps = plan(q, sql.CLAIM, {"now": now, "lease_until": now + 30, "worker": "w", "token": "t", "queue": "a"})
+    assert any("Index Cond: ((queue = " in step for step in steps), steps
+    assert not any("Sort" in step for step in steps), steps

@@ -39,7 +39,7 @@ from tests.support.servers import open_at_once
 
 
 def _claim_params(worker: str, now: float = 1000.0) -> dict:
-    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}"}
+    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}", "queue": "default"}
 
 
 def _waiting_on_a_lock(admin, pid: int) -> bool:
@@ -211,6 +211,31 @@ def test_an_enqueue_notifies_only_when_no_runnable_job_was_already_waiting(pg_ur
             assert notified() == 1
             q.enqueue("now")  # only a job for later waits: a runnable one wakes them
             assert notified() == 1
+    finally:
+        listener.close()
+
+
+def test_an_enqueue_into_a_quiet_named_queue_notifies_though_another_queue_has_a_backlog(pg_url):
+    """A backlog in one queue says nothing of the workers serving another, who may be idle; and a unique
+    enqueue whose key is held inserts nothing and wakes no one."""
+    listener = psycopg.connect(pg_url, autocommit=True)
+    listener.execute("LISTEN leaselab_jobs")
+
+    def notified() -> int:
+        return sum(1 for _ in listener.notifies(timeout=0.5))
+
+    try:
+        with Queue(pg_url, clock=ManualClock(1000)) as q:
+            q.enqueue_many(["a", "b"], queue="busy")
+            assert notified() == 1
+            q.enqueue("c", queue="busy")  # its own queue has a runnable job: its workers are busy
+            assert notified() == 0
+            q.enqueue("mail", queue="quiet")  # a queue with nothing waiting: its idle workers wake
+            assert notified() == 1
+            q.enqueue_unique("x", "k", queue="other")
+            assert notified() == 1
+            assert not q.enqueue_unique("x", "k", queue="other").new
+            assert notified() == 0
     finally:
         listener.close()
 

@@ -65,9 +65,9 @@ def test_a_version_3_file_is_upgraded_in_place_keeps_every_row_and_takes_the_new
         assert q.get(4).timeout == 2.5
     conn = sqlite3.connect(path)
     after = conn.execute("SELECT * FROM jobs WHERE id IN (2) ORDER BY id").fetchall()
-    assert after == [row + (None, None) for row in jobs_before if row[0] == 2]  # the new columns come last, empty
+    assert after == [row + (None, None, "default", None) for row in jobs_before if row[0] == 2]  # new columns last
     assert conn.execute("SELECT * FROM events ORDER BY id").fetchall()[: len(events_before)] == events_before
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%v3%'").fetchall() == []
     fresh = tmp_path / "fresh.db"
@@ -98,7 +98,7 @@ def test_a_version_2_file_is_rebuilt_once_straight_to_the_newest_schema(tmp_path
         assert [e.kind for e in q.events(1)][-1] == "timed_out"
     conn = sqlite3.connect(path)
     assert conn.execute("SELECT id, job_id, kind, token FROM events ORDER BY id").fetchall()[:-1] == events_before
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["events"] == 1  # STRICT
 
 
@@ -113,7 +113,9 @@ def test_a_version_3_database_on_postgresql_is_upgraded_to_the_very_schema_a_new
     events_before = events_of(pg_url)
     with Queue(pg_url) as q:
         assert q.stats() == {"pending": 1, "running": 1, "done": 1, "dead": 0}
-        assert raw(pg_url, "SELECT * FROM jobs WHERE id = 2") == [r + (None, None) for r in jobs_before if r[0] == 2]
+        assert raw(pg_url, "SELECT * FROM jobs WHERE id = 2") == [
+            r + (None, None, "default", None) for r in jobs_before if r[0] == 2
+        ]
         assert events_of(pg_url) == events_before
         q.time_out(1, "c", "ran past its timeout of 5s")
         ((kind, detail),) = raw(pg_url, "SELECT kind, detail FROM events ORDER BY id DESC LIMIT 1")

@@ -28,7 +28,9 @@ def test_the_claim_is_one_statement_served_by_the_claim_index_without_a_temp_btr
     for _ in range(50):
         j = queue.claim("w", LEASE)
         queue.complete(j.id, j.token)
-    steps = plan(queue, sql.CLAIM, {"now": clock(), "lease_until": clock() + 1, "worker": "w", "token": "t"})
+    steps = plan(
+        queue, sql.CLAIM, {"now": clock(), "lease_until": clock() + 1, "worker": "w", "token": "t", "queue": "default"}
+    )
     assert any("jobs_claim" in s for s in steps), steps
     assert not any("TEMP B-TREE" in s for s in steps), steps
     assert sql.CLAIM.strip().upper().startswith("UPDATE JOBS")
@@ -69,8 +71,8 @@ def test_the_claim_jumps_over_delayed_jobs_at_a_higher_priority_instead_of_stepp
     many, second = lessons.claim_steps(queue)
     assert (first.payload, second.payload) == ("first", "second")
     assert many <= few * 1.5, (few, many)  # without the statistics: ~100,000 steps against ~300
-    steps = plan(queue, sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t"})
-    assert any("jobs_claim (ANY(priority) AND run_at<?)" in s for s in steps), steps
+    steps = plan(queue, sql.CLAIM, {"now": 0, "lease_until": 1, "worker": "w", "token": "t", "queue": "default"})
+    assert any("jobs_claim (ANY(priority) AND queue=? AND run_at<?)" in s for s in steps), steps
 
 
 def test_the_claim_statistics_are_written_once_and_a_real_analyze_is_kept(db_path, clock):
@@ -109,3 +111,54 @@ def test_one_jobs_history_is_read_by_walking_its_links_not_by_scanning_every_eve
     whole = queue.events()
     for job_id in (ids[0], ids[150], ids[-1]):
         assert queue.events(job_id) == [e for e in whole if e.job_id == job_id]
+
+
+def _steps(queue: Queue, claim) -> tuple[int, object]:
+    """SQLite virtual-machine steps that ``claim()`` took on the queue's connection: work, not time."""
+    steps = 0
+
+    def count() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    conn = queue.backend.connection
+    conn.set_progress_handler(count, 1)
+    try:
+        job = claim()
+    finally:
+        conn.set_progress_handler(None, 1)
+    return steps, job
+
+
+@sqlite_only
+def test_a_claim_for_a_quiet_queue_seeks_to_it_instead_of_stepping_over_another_queues_backlog(queue):
+    queue.enqueue_many(list(range(20)), queue="bulk")
+    queue.enqueue_many(["first", "second"], queue="quiet")
+    few, first = _steps(queue, lambda: queue.claim("w", LEASE, queues="quiet"))
+    queue.enqueue_many(list(range(20_000)), queue="bulk")  # runnable, same priority, older than none of quiet's
+    many, second = _steps(queue, lambda: queue.claim("w", LEASE, queues="quiet"))
+    assert (first.payload, second.payload) == ("first", "second")
+    assert many <= few * 1.5, (few, many)  # with the queue outside the index: ~100,000 steps more
+    several, third = _steps(queue, lambda: queue.claim("w", LEASE, queues=["quiet", "other"]))
+    assert third is None and several <= few * 3, (few, several)
+
+
+@sqlite_only
+def test_a_claim_of_several_queues_seeks_each_queue_in_the_claim_index_and_sorts_only_those_few(queue, clock):
+    queue.enqueue_many(list(range(50)), queue="a")
+    params = {"now": clock(), "lease_until": 1, "worker": "w", "token": "t", "queues": '["a", "b"]', "n": 2}
+    for statement in (sql.CLAIM_SEVERAL, sql.CLAIM_MANY_SEVERAL):
+        steps = plan(queue, statement, params)
+        assert "CORRELATED LIST SUBQUERY 1" in steps, steps  # once for each queue named
+        assert any("jobs_claim (ANY(priority) AND queue=? AND run_at<?)" in s for s in steps), steps
+        # The sort is of the few rows the seeks found (queues x LIMIT), never of a queue's backlog: the
+        # step count of the test above.
+        assert sum("TEMP B-TREE" in s for s in steps) == 1, steps
+
+
+@sqlite_only
+def test_a_unique_enqueue_finds_the_holder_of_its_key_through_the_key_index(queue):
+    queue.enqueue_many(list(range(50)))
+    queue.enqueue_unique("x", "k")
+    assert any("jobs_key" in s for s in plan(queue, sql.HOLDING_KEY, {"key": "k"}))

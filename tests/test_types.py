@@ -76,7 +76,7 @@ def _backend_copy(change=None) -> str:
     return (
         f"from __future__ import annotations\nimport threading\n"
         f"from contextlib import AbstractContextManager\nfrom typing import Callable, Sequence\n"
-        f"from leaselab.job import Event, Job, Status\nfrom leaselab.backends.contract import {names}\n\n"
+        f"from leaselab.job import Enqueued, Event, Job, Status\nfrom leaselab.backends.contract import {names}\n\n"
         f"{source}\n\n_CONTRACT: type[Backend] = Copy\n\n\n"
         # The same check on an instance, whose message names the member that does not fit.
         f"def _as_backend(copy: Copy) -> Backend:\n    return copy\n"

@@ -20,7 +20,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, TypeVar
 
 from ..errors import InvalidPayload, LeaselabError
-from ..job import Event, Job, JobRow, Status
+from ..job import Enqueued, Event, Job, JobRow, Status
 from .contract import ByHand, Claim, Claimed, Completing, Completion, NewJob, Outcome, Tracer, Unreadable
 from .defaults import BackendDefaults
 
@@ -30,6 +30,10 @@ _UNBOUNDED: AbstractContextManager[None] = nullcontext()
 T = TypeVar("T")
 
 NO_LIMIT = 2**63 - 1  # a page with no bound: the largest LIMIT both dialects take
+
+# How many times a unique enqueue tries again when the job that held its key ended between its
+# insert (refused by jobs_key) and its read of that job: each try needs another job to end just then.
+UNIQUE_TRIES = 100
 
 
 def claimed(rows: Iterable[Sequence[Any]]) -> list[Claimed]:
@@ -61,8 +65,17 @@ class Recorded(NamedTuple):
 class Count(NamedTuple):
     """A row of ``STATS``."""
 
+    queue: str
     status: str
     jobs: int
+
+
+class Holder(NamedTuple):
+    """The row of ``HOLDING_KEY``: the job that holds a key now."""
+
+    id: int
+    status: str
+    queue: str
 
 
 class _Undo(Exception):
@@ -270,6 +283,19 @@ class SqlBackend(BackendDefaults):
         ((job_id,),) = self.run(self.statements.ENQUEUE, _enqueued(job, now), durable=durable)  # RETURNING id
         return job_id
 
+    def enqueue_unique(self, job: NewJob, now: float, *, durable: bool) -> Enqueued:
+        params = _enqueued(job, now)
+        for _ in range(UNIQUE_TRIES):
+            with self.transaction(durable) as run:
+                made = run(self.statements.ENQUEUE_UNIQUE, params).fetchone()  # RETURNING id; None: refused
+                if made is not None:
+                    return Enqueued(made[0], True, Status.PENDING.value, job.key or "", job.queue)
+                held = run(self.statements.HOLDING_KEY, {"key": job.key}).fetchone()
+                if held is not None:
+                    holder = Holder._make(held)
+                    return Enqueued(holder.id, False, holder.status, job.key or "", holder.queue)
+        raise LeaselabError(f"key {job.key!r}: its jobs kept ending as it was enqueued, {UNIQUE_TRIES} times")
+
     def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
         with self.transaction(durable) as run:
             return self._ids_of_each(run, self.statements.ENQUEUE, [_enqueued(job, now) for job in jobs])
@@ -279,16 +305,17 @@ class SqlBackend(BackendDefaults):
         return [job_id for params in each for (job_id,) in [run(statement, params).fetchone()]]
 
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
-        rows = self.run(self.statements.CLAIM, _claiming(claim), durable=durable)
+        statement = self.statements.CLAIM if len(claim.queues) == 1 else self.statements.CLAIM_SEVERAL
+        rows = self.run(statement, claiming(claim), durable=durable)
         return claimed(rows)[0] if rows else None
 
     def claim_many(self, n: int, claim: Claim, *, durable: bool) -> list[Claimed]:
-        return claimed(self.run(self._claim_many_statement(n), {**_claiming(claim), "n": n}, durable=durable))
+        return claimed(self.run(self._claim_many_statement(n, claim), {**claiming(claim), "n": n}, durable=durable))
 
-    def _claim_many_statement(self, n: int) -> str:
-        """The statement that claims up to ``n`` jobs: ``CLAIM_MANY``, unless the dialect has a cheaper
-        one for that ``n`` (the same rows and tokens)."""
-        return self.statements.CLAIM_MANY
+    def _claim_many_statement(self, n: int, claim: Claim) -> str:
+        """The statement that claims up to ``n`` jobs from ``claim.queues``: ``CLAIM_MANY`` (``CLAIM_MANY_SEVERAL``
+        for several queues), unless the dialect has a cheaper one for that ``n`` (the same rows and tokens)."""
+        return self.statements.CLAIM_MANY if len(claim.queues) == 1 else self.statements.CLAIM_MANY_SEVERAL
 
     def held_by(self, token: str) -> list[Claimed]:
         return claimed(self.run(self.statements.HELD_BY, {"token": token}))
@@ -334,9 +361,11 @@ class SqlBackend(BackendDefaults):
         rows = self.run(self.statements.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
         return {job_id: status for job_id, status in rows}  # RETURNING id, status
 
-    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+    def retry(
+        self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool, queue: str | None = None
+    ) -> ByHand:
         if ids is None:
-            rows = self.run(self.statements.RETRY_DEAD, {"fresh": fresh, "now": now}, durable=durable)
+            rows = self.run(self.statements.RETRY_DEAD, {"fresh": fresh, "now": now, "queue": queue}, durable=durable)
             return ByHand([job_id for (job_id,) in rows], {})  # RETURNING id
         return self._by_hand(self.statements.RETRY, {"fresh": fresh, "now": now}, ids, durable)
 
@@ -371,9 +400,11 @@ class SqlBackend(BackendDefaults):
         rows = self.run(self.statements.GET, {"id": job_id})
         return Job.from_row(rows[0]) if rows else None  # JOB_COLUMNS, named by Job.from_row
 
-    def jobs(self, status: Status | None, limit: int, newest_first: bool, after: int = 0) -> list[Job]:
+    def jobs(
+        self, status: Status | None, limit: int, newest_first: bool, after: int = 0, queue: str | None = None
+    ) -> list[Job]:
         sql = self.statements
-        page = {"limit": limit, "after": after}
+        page = {"limit": limit, "after": after, "queue": queue}
         if status is None:
             rows = self.run(sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS, page)
         else:
@@ -383,8 +414,11 @@ class SqlBackend(BackendDefaults):
             )
         return [Job.from_row_or_damaged(row) for row in rows]
 
-    def stats(self) -> dict[str, int]:
-        return {count.status: count.jobs for count in map(Count._make, self.run(self.statements.STATS))}
+    def stats(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for count in map(Count._make, self.run(self.statements.STATS)):
+            counts.setdefault(count.queue, {})[count.status] = count.jobs
+        return counts
 
     def events(self, job_id: int | None, after: int, limit: int | None = None) -> list[Event]:
         page = {"after": after, "limit": NO_LIMIT if limit is None else limit}
@@ -407,12 +441,24 @@ def _enqueued(job: NewJob, now: float) -> dict[str, Any]:
         "max_attempts": job.max_attempts,
         "timeout": job.timeout,
         "beat_timeout": job.beat_timeout,
+        "queue": job.queue,
+        "key": job.key,
         "now": now,
     }
 
 
-def _claiming(claim: Claim) -> dict[str, Any]:
-    return {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "token": claim.token}
+def serving(queues: Sequence[str]) -> dict[str, Any]:
+    """The parameters that say which queues a claim serves: :queue for one (``SERVES_ONE``), :queues (a JSON
+    array) for several (each dialect's ``SERVES_SEVERAL``)."""
+    return {"queue": queues[0]} if len(queues) == 1 else {"queues": json.dumps(list(queues))}
+
+
+def claiming(claim: Claim) -> dict[str, Any]:
+    """The parameters of a claim statement (not its :n), from ``claim``."""
+    worker, token, now, lease_until, queues = claim
+    if len(queues) == 1:  # a worker's every claim, one queue: one dict, built in one step
+        return {"now": now, "lease_until": lease_until, "worker": worker, "token": token, "queue": queues[0]}
+    return {"now": now, "lease_until": lease_until, "worker": worker, "token": token, **serving(queues)}
 
 
 def _completing(done: Completion, now: float) -> dict[str, Any]:

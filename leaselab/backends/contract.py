@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from ..job import Event, Job, Status
+from ..job import DEFAULT_QUEUE, Enqueued, Event, Job, Status
 
 Tracer = Callable[[str, Any], None]
 
@@ -43,6 +43,8 @@ class NewJob(NamedTuple):
     max_attempts: int
     timeout: float | None = None  # the longest one attempt may run, seconds
     beat_timeout: float | None = None  # the longest its handler may go without reporting progress
+    queue: str = DEFAULT_QUEUE  # the named queue it waits in
+    key: str | None = None  # a unique job's key (``enqueue_unique``); None for any other job
 
 
 class Claim(NamedTuple):
@@ -52,6 +54,7 @@ class Claim(NamedTuple):
     token: str
     now: float
     lease_until: float
+    queues: tuple[str, ...] = (DEFAULT_QUEUE,)  # the named queues it takes jobs from; never empty
 
 
 class Completion(NamedTuple):
@@ -154,6 +157,11 @@ class Backend(Protocol):
 
     def enqueue(self, job: NewJob, now: float, *, durable: bool) -> int: ...
 
+    def enqueue_unique(self, job: NewJob, now: float, *, durable: bool) -> Enqueued:
+        """Enqueue ``job`` (its ``key`` set) unless a pending or running job holds that key; then that job,
+        not new. Race-free: however many callers enqueue one key at once, one job is made."""
+        ...
+
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
         """Lease the next runnable job in one statement; None when none is runnable."""
         ...
@@ -193,11 +201,13 @@ class Backend(Protocol):
         another token holds now is left out."""
         ...
 
-    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+    def retry(
+        self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool, queue: str | None = None
+    ) -> ByHand:
         """Put dead jobs back to pending, runnable at ``now``, with ``fresh`` attempts on top of those they
         used (``max_attempts`` raised, ``attempts`` kept), each with a ``retried`` event: the jobs in
         ``ids``, all or none in one transaction (any of them not dead: none, and ``ByHand.refused``
-        says why), or with ``ids`` None every dead job."""
+        says why), or with ``ids`` None every dead job (of ``queue`` alone, if given)."""
         ...
 
     def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:
@@ -222,13 +232,15 @@ class Backend(Protocol):
 
     def get(self, job_id: int) -> Job | None: ...
 
-    def jobs(self, status: Status | None, limit: int, newest_first: bool, after: int = 0) -> list[Job]:
-        """At most ``limit`` jobs with ids above ``after``, in id order (or the newest of them); a damaged row
-        as a ``Job`` whose ``damage`` says why."""
+    def jobs(
+        self, status: Status | None, limit: int, newest_first: bool, after: int = 0, queue: str | None = None
+    ) -> list[Job]:
+        """At most ``limit`` jobs with ids above ``after``, in id order (or the newest of them), of one ``queue``
+        if given; a damaged row as a ``Job`` whose ``damage`` says why."""
         ...
 
-    def stats(self) -> dict[str, int]:
-        """How many jobs are in each status that has any."""
+    def stats(self) -> dict[str, dict[str, int]]:
+        """How many jobs are in each status that has any, by queue: {queue: {status: count}}."""
         ...
 
     def events(self, job_id: int | None, after: int, limit: int | None = None) -> list[Event]:

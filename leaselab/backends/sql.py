@@ -21,10 +21,24 @@ def pyformat(statement: str) -> str:
 
 
 ENQUEUE = """
-INSERT INTO jobs (payload, priority, run_at, max_attempts, timeout, beat_timeout, created_at, updated_at)
-VALUES (:payload, :priority, :run_at, :max_attempts, :timeout, :beat_timeout, :now, :now)
+INSERT INTO jobs (payload, priority, run_at, max_attempts, timeout, beat_timeout, queue, key, created_at, updated_at)
+VALUES (:payload, :priority, :run_at, :max_attempts, :timeout, :beat_timeout, :queue, :key, :now, :now)
 RETURNING id
 """
+
+# A unique job: the same insert, which the partial unique index jobs_key (schema.sql) turns into
+# nothing at all while a pending or running job holds the key. The index decides, not a read before
+# the write: two enqueues of one key at once, in any processes, make one job (PostgreSQL's second
+# insert waits for the first to commit, then does nothing). No row back: HOLDING_KEY says which job won.
+ENQUEUE_UNIQUE = (
+    ENQUEUE.replace("RETURNING id", "")
+    + """ON CONFLICT (key) WHERE key IS NOT NULL AND status IN ('pending', 'running') DO NOTHING
+RETURNING id
+"""
+)
+
+# The job that holds :key now, if any (served by jobs_key).
+HOLDING_KEY = "SELECT id, status, queue FROM jobs WHERE key = :key AND status IN ('pending', 'running')"
 
 # The claim of the article: picking a job and granting its lease are one statement, so two
 # workers, in any processes, can never both get the same job. A server adds row locking to the
@@ -35,7 +49,7 @@ _CLAIMED = (
        lease_until = :lease_until, worker = :worker, token = {token}, started_at = :now,
        updated_at = :now, last_event = 'claimed'
  WHERE id {pick} (SELECT id FROM jobs
-              WHERE status = 'pending' AND run_at <= :now{also}
+              WHERE status = 'pending' AND run_at <= :now{serves}{also}
               ORDER BY priority DESC, run_at ASC, id ASC
               LIMIT {limit}{lock})
 RETURNING """
@@ -43,10 +57,23 @@ RETURNING """
 )
 
 
-def claim(lock: str, token: str = ":token", pick: str = "=", limit: str = "1", also: str = "") -> str:
+# Which named queues a claim takes from. A worker that serves one queue (every worker that names none
+# serves 'default') asks for it with =, and jobs_claim (each dialect's schema.sql) hands its jobs over
+# in claim order with no sort. A worker that serves several gives their names as a JSON array, and
+# each statements module's SERVES_SEVERAL picks, for each queue, its first {limit} runnable jobs from
+# the index (a seek per queue) and lets the claim take the first of those few in claim order: the
+# work is (queues x limit) rows, however long any queue's backlog. Asked as one IN over the queues,
+# both planners read every runnable job of those queues and sorted them all, on every claim. Two
+# statements, not one with an array of one: a planner cannot know an array holds one name.
+SERVES_ONE = " AND queue = :queue"
+
+
+def claim(
+    lock: str, token: str = ":token", pick: str = "=", limit: str = "1", also: str = "", serves: str = SERVES_ONE
+) -> str:
     """The claim's UPDATE: the dialect's row locking, how the token is made, = or IN, the LIMIT, any further
-    condition."""
-    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock)
+    condition, and which queues it serves (``SERVES_ONE``, or the dialect's several)."""
+    return _CLAIMED.format(token=token, pick=pick, limit=limit, also=also, lock=lock, serves=serves.format(limit=limit))
 
 
 def batch_token(token: str = ":token", job_id: str = "id") -> str:
@@ -55,12 +82,12 @@ def batch_token(token: str = ":token", job_id: str = "id") -> str:
     return f"{token} || '-' || {job_id}"
 
 
-def claim_many(lock: str) -> str:
+def claim_many(lock: str, serves: str = SERVES_ONE) -> str:
     """A batch of the same claim: up to :n runnable jobs in claim order, leased in one statement.
 
     Each job's token is ``batch_token()``. RETURNING gives no order; the queue sorts.
     """
-    return claim(lock, token=batch_token(), pick="IN", limit=":n")
+    return claim(lock, token=batch_token(), pick="IN", limit=":n", serves=serves)
 
 
 # A completion: what it writes, with where the result comes from.
@@ -142,8 +169,11 @@ def retry(listed: str) -> str:
     return _RETRIED.format(which=f" AND {listed}")
 
 
-# Every dead job, however many: `leaselab retry --dead`.
-RETRY_DEAD = _RETRIED.format(which="")
+# :queue NULL means every queue; a name, that queue's jobs alone (listings, and retrying every dead job).
+_OF_QUEUE = "(CAST(:queue AS TEXT) IS NULL OR queue = :queue)"
+
+# Every dead job, however many, of every queue or of :queue: `leaselab retry --dead [--queue Q]`.
+RETRY_DEAD = _RETRIED.format(which=f" AND {_OF_QUEUE}")
 
 
 def cancel(listed: str) -> str:
@@ -226,18 +256,21 @@ SELECT {JOB_COLUMNS} FROM jobs
 """
 
 # A page of jobs: ids above :after, in id order, at most :limit (the primary key's order: no sort).
-LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after ORDER BY id LIMIT :limit"
+LIST_JOBS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after AND {_OF_QUEUE} ORDER BY id LIMIT :limit"
 
-LIST_JOBS_BY_STATUS = f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status AND id > :after ORDER BY id LIMIT :limit"
-
-# Newest first: a dashboard shows the latest jobs without reading the whole table (no sort: the key's order).
-LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after ORDER BY id DESC LIMIT :limit"
-
-LIST_JOBS_BY_STATUS_NEWEST = (
-    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status AND id > :after ORDER BY id DESC LIMIT :limit"
+LIST_JOBS_BY_STATUS = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status AND id > :after AND {_OF_QUEUE} ORDER BY id LIMIT :limit"
 )
 
-STATS = "SELECT status, count(*) FROM jobs GROUP BY status"
+# Newest first: a dashboard shows the latest jobs without reading the whole table (no sort: the key's order).
+LIST_JOBS_NEWEST = f"SELECT {JOB_COLUMNS} FROM jobs WHERE id > :after AND {_OF_QUEUE} ORDER BY id DESC LIMIT :limit"
+
+LIST_JOBS_BY_STATUS_NEWEST = (
+    f"SELECT {JOB_COLUMNS} FROM jobs WHERE status = :status AND id > :after AND {_OF_QUEUE}"
+    " ORDER BY id DESC LIMIT :limit"
+)
+
+STATS = "SELECT queue, status, count(*) FROM jobs GROUP BY queue, status"
 
 # A page of the history: events above :after, oldest first, at most :limit.
 EVENTS = f"SELECT {EVENT_COLUMNS} FROM events WHERE id > :after ORDER BY id LIMIT :limit"

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..backends.sqlite import statements as sql
-from ..job import Event, Job
+from ..job import DEFAULT_QUEUE, Event, Job
 from ..queue import Queue
 from ..words import LANGS, check_lang, number, render
 
@@ -166,7 +166,7 @@ def history(events: Iterable[Event], start: float | None = None, times: bool = T
 
 def claim_plan(queue: Queue) -> list[str]:
     """What SQLite plans to do for the claim (``EXPLAIN QUERY PLAN``), one line per step."""
-    params = {"now": 0.0, "lease_until": 0.0, "worker": "plan", "token": "plan"}
+    params = {"now": 0.0, "lease_until": 0.0, "worker": "plan", "token": "plan", "queue": DEFAULT_QUEUE}
     with sqlite3.connect(queue.path) as conn:
         rows = conn.execute("EXPLAIN QUERY PLAN " + sql.CLAIM, params).fetchall()
     conn.close()

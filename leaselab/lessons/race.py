@@ -31,6 +31,7 @@ import psycopg
 
 from ..backends.postgres import statements as sql
 from ..clock import ManualClock
+from ..job import DEFAULT_QUEUE
 from ..queue import Queue
 from .wrong import RaceResult, at_starting_line, run_racers
 
@@ -46,7 +47,7 @@ WAITING_ON_A_LOCK = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE
 
 
 def _params(worker: str, now: float = 1000.0) -> dict:
-    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}"}
+    return {"now": now, "lease_until": now + 30, "worker": worker, "token": f"token-{worker}", "queue": DEFAULT_QUEUE}
 
 
 class ServerRace:
@@ -192,7 +193,14 @@ def _racer(argv: Sequence[str] | None = None) -> int:
         while True:
             now = time.time()
             row = conn.execute(
-                statement, {"now": now, "lease_until": now + 30, "worker": args.name, "token": secrets.token_hex(16)}
+                statement,
+                {
+                    "now": now,
+                    "lease_until": now + 30,
+                    "worker": args.name,
+                    "token": secrets.token_hex(16),
+                    "queue": DEFAULT_QUEUE,
+                },
             ).fetchone()
             if row is None:
                 return 0

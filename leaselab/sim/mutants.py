@@ -89,7 +89,13 @@ RETURNING """
 
 
 def _two_step_claim_many(
-    queue: Queue, n: int, worker: str = "worker", lease: float = DEFAULT_LEASE, *, token: str | None = None
+    queue: Queue,
+    n: int,
+    worker: str = "worker",
+    lease: float = DEFAULT_LEASE,
+    *,
+    token: str | None = None,
+    queues: Any = None,  # the simulator's workers serve the default queue, every job's
 ) -> list[Any]:
     backend: Any = queue.backend  # the SQL backends' escape hatch, run(statement, params)
     token = new_token() if token is None else token
@@ -111,7 +117,7 @@ def _claim_many_unsynced(backend: SqliteBackend, n: int, claim: Any, *, durable:
     return _SQLITE_CLAIM_MANY(backend, n, claim, durable=False)
 
 
-_CLAIMS = ("CLAIM", "CLAIM_MANY", "CLAIM_MANY_OF_ONE")
+_CLAIMS = ("CLAIM", "CLAIM_MANY", "CLAIM_MANY_OF_ONE", "CLAIM_SEVERAL", "CLAIM_MANY_SEVERAL")
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(

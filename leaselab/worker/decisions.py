@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..errors import LeaseLost
+from ..job import DEFAULT_QUEUE
 
 if TYPE_CHECKING:
     from ..job import Job
@@ -146,7 +147,15 @@ def beat_refused(held: int, renewed: Iterable[int]) -> bool:
 # -- after a reply that never came -------------------------------------------------------------
 
 
-def recover_claim(queue: Queue, tried: Sequence[str], token: str, n: int, worker: str, lease: float) -> list[Job]:
+def recover_claim(
+    queue: Queue,
+    tried: Sequence[str],
+    token: str,
+    n: int,
+    worker: str,
+    lease: float,
+    queues: str | Sequence[str] = DEFAULT_QUEUE,
+) -> list[Job]:
     """A claim retried after a transient fault: any try may have committed unseen, so the jobs held
     under a token already ``tried`` are the claim's; only if none are is the claim sent again, under
     the fresh ``token``. Never under one tried: a claim that committed unseen and whose job was
@@ -155,7 +164,7 @@ def recover_claim(queue: Queue, tried: Sequence[str], token: str, n: int, worker
         held = queue.held_by(old)
         if held:
             return held
-    return queue.claim_many(n, worker, lease, token=token)
+    return queue.claim_many(n, worker, lease, token=token, queues=queues)
 
 
 def recover_completion(queue: Queue, items: list[tuple[int, str, Any]], refill: str) -> tuple[list[int], list[Job]]:

@@ -34,7 +34,7 @@ from ..errors import (
     QueueFileGone,
     TransientError,
 )
-from ..job import Job
+from ..job import DEFAULT_QUEUE, Job
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
 from . import decisions, failure, faults
@@ -43,6 +43,7 @@ from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
 from .process import ProcessControl
 from .pulse import Pulse
+from .routing import ByQueue, Queues, handlers_by_queue
 
 STOPPED: Final = faults.STOPPED  # what outlast returns when a stop came while it waited
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
@@ -374,12 +375,15 @@ class Worker:
     worker`` command does, unless ``signals=False``. ``journal``: a folder where the worker appends
     what the queue told it (each claim, each acknowledged outcome; ``worker.journal``), for
     ``leaselab check --journal``; None (the default) keeps none.
+    ``queues``: the named queues it serves (``handler`` serves the default queue alone otherwise): a list
+    of names that ``handler`` serves, or {name: handler} (``leaselab.worker.routing``). Its claims take
+    jobs from those queues only, each job to its queue's handler.
     """
 
     def __init__(
         self,
         queue_or_path: Queue | str | os.PathLike,
-        handler: Handler | str,
+        handler: Handler | str | None = None,
         name: str | None = None,
         lease: float = DEFAULT_LEASE,
         poll: float = 0.05,
@@ -394,12 +398,26 @@ class Worker:
         beat_timeout: float | None = None,
         grace: float | None = DEFAULT_GRACE,
         journal: str | os.PathLike | None = None,
+        queues: Queues | None = None,
     ):
-        # The handler first: a bad handler path must not leave a fresh, empty queue file behind.
-        self.handler = load_handler(handler) if isinstance(handler, str) else handler
-        if not callable(self.handler):
-            raise HandlerError(f"handler must be callable or 'module:function', got {handler!r}")
-        _refuse_coroutine(self.handler, getattr(handler, "__qualname__", repr(handler)))
+        # The handlers first: a bad handler path must not leave a fresh, empty queue file behind.
+        loaded: dict[Any, Callable[..., Any]] = {}  # one import or check per handler, however many queues it serves
+        self.handlers: dict[str, Callable[..., Any]] = {}
+        for served, given in handlers_by_queue(handler, queues).items():
+            key = given if isinstance(given, str) else id(given)
+            if key not in loaded:
+                function = load_handler(given) if isinstance(given, str) else given
+                if not callable(function):
+                    raise HandlerError(f"handler must be callable or 'module:function', got {given!r}")
+                _refuse_coroutine(function, getattr(given, "__qualname__", repr(given)))
+                loaded[key] = function
+            self.handlers[served] = loaded[key]
+        # The named queues its claims take jobs from, in the order given; what each claim names them by
+        # (the default queue's name itself, which the queue takes without checking it again).
+        self.queues: tuple[str, ...] = tuple(self.handlers)
+        self._serves: str | tuple[str, ...] = DEFAULT_QUEUE if self.queues == (DEFAULT_QUEUE,) else self.queues
+        # One handler for every queue is called as it is; several, through the job's queue.
+        self.handler: Callable[..., Any] = next(iter(loaded.values())) if len(loaded) == 1 else ByQueue(self.handlers)
         self.lease = positive("lease", lease)
         self.poll = positive("poll", poll)
         self.max_poll = max(self.poll, positive("max_poll", max_poll))
@@ -497,7 +515,7 @@ class Worker:
             self._log_lines(lines)
 
     def queue_idle(self) -> bool:
-        """True when no job is pending or running: what ``exit_when_idle`` waits for.
+        """True when no job of the queues it serves is pending or running: what ``exit_when_idle`` waits for.
 
         Retried through transient faults; also True when a stop came while it waited.
         """
@@ -708,14 +726,16 @@ class Worker:
             retries.append(leases.keeping(fresh))
             done = list(tried)
             tried.append(fresh)
-            return decisions.recover_claim(self.queue, done, fresh, n, self.name, self.lease)
+            return decisions.recover_claim(self.queue, done, fresh, n, self.name, self.lease, self._serves)
 
         leases = self._leases
         try:
             with leases.keeping(token):  # from the send to _hold, the pulse's reap keeps these jobs
                 try:
                     jobs = self.outlast(
-                        "claim", lambda: self.queue.claim_many(n, self.name, self.lease, token=token), again=again
+                        "claim",
+                        lambda: self.queue.claim_many(n, self.name, self.lease, token=token, queues=self._serves),
+                        again=again,
                     )
                 except InvalidPayload as exc:  # the queue already failed that job; take the next
                     self._log(f"skipped a damaged job: {exc}")
@@ -802,7 +822,7 @@ class Worker:
             def first():
                 try:
                     job = self.queue.complete_and_claim(
-                        job_id, job_token, result, self.name, self.lease, next_token=token
+                        job_id, job_token, result, self.name, self.lease, next_token=token, queues=self._serves
                     )
                 except LeaseLost:  # refused and recorded; nothing was claimed
                     return [job_id], []
@@ -810,7 +830,9 @@ class Worker:
         else:
 
             def first():
-                return self.queue.complete_many_and_claim(items, free, self.name, self.lease, token=token)
+                return self.queue.complete_many_and_claim(
+                    items, free, self.name, self.lease, token=token, queues=self._serves
+                )
 
         def again():
             # The first try may have committed unseen: completions already written under their own
@@ -896,5 +918,6 @@ class Worker:
         self.stats.reaped += len(moved)
 
     def _queue_idle(self) -> bool:
-        counts = self.queue.stats()
-        return counts["pending"] == 0 and counts["running"] == 0
+        by_queue = self.queue.stats_by_queue()  # the queues this worker serves: others' jobs are not its to wait for
+        counts = [by_queue.get(name, {}) for name in self.queues]
+        return not any(of_queue.get("pending", 0) or of_queue.get("running", 0) for of_queue in counts)

@@ -36,7 +36,7 @@ from leaselab.backends.sqlite import statements as sql
 from leaselab.backends.sqlite.backend import prepare, translate
 from leaselab.backoff import Backoff
 from leaselab.errors import DatabaseMissing, InvalidPayload
-from leaselab.job import Event, Job, Status
+from leaselab.job import Enqueued, Event, Job, Status
 
 SCHEME = "minimal"
 
@@ -122,12 +122,23 @@ class MinimalBackend(BackendDefaults):
         (row,) = self._rows(sql.ENQUEUE, {**job._asdict(), "now": now}, durable)
         return row["id"]
 
+    def enqueue_unique(self, job: NewJob, now: float, *, durable: bool) -> Enqueued:
+        # One transaction holds the file's write lock: no other enqueue can come between the two.
+        with self._transaction(durable) as run:
+            made = run(sql.ENQUEUE_UNIQUE, {**job._asdict(), "now": now}).fetchone()
+            if made is not None:
+                return Enqueued(made["id"], True, "pending", job.key or "", job.queue)
+            held = run(sql.HOLDING_KEY, {"key": job.key}).fetchone()
+            return Enqueued(held["id"], False, held["status"], job.key or "", held["queue"])
+
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
-        rows = self._rows(sql.CLAIM, claim._asdict(), durable)
+        one = len(claim.queues) == 1
+        rows = self._rows(sql.CLAIM if one else sql.CLAIM_SEVERAL, _claiming(claim), durable)
         return _claimed(rows[0]) if rows else None
 
     def claim_many(self, n: int, claim: Claim, *, durable: bool) -> list[Claimed]:
-        return [_claimed(row) for row in self._rows(sql.CLAIM_MANY, {**claim._asdict(), "n": n}, durable)]
+        statement = sql.CLAIM_MANY if len(claim.queues) == 1 else sql.CLAIM_MANY_SEVERAL
+        return [_claimed(row) for row in self._rows(statement, {**_claiming(claim), "n": n}, durable)]
 
     def heartbeat(self, job_id: int, token: str, lease: float, now: float | None) -> float | None:
         rows = self._rows(sql.HEARTBEAT, {"id": job_id, "token": token, "lease": lease})
@@ -160,9 +171,12 @@ class MinimalBackend(BackendDefaults):
             for row in self._rows(sql.RELEASE, {"tokens": json.dumps(list(tokens)), "now": now})
         }
 
-    def retry(self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool) -> ByHand:
+    def retry(
+        self, ids: Sequence[int] | None, fresh: int, now: float, *, durable: bool, queue: str | None = None
+    ) -> ByHand:
         if ids is None:
-            return ByHand([row["id"] for row in self._rows(sql.RETRY_DEAD, {"fresh": fresh, "now": now}, durable)], {})
+            params = {"fresh": fresh, "now": now, "queue": queue}
+            return ByHand([row["id"] for row in self._rows(sql.RETRY_DEAD, params, durable)], {})
         return self._by_hand(sql.RETRY, {"fresh": fresh, "now": now}, ids, durable)
 
     def cancel(self, ids: Sequence[int], reason: str, now: float, *, durable: bool) -> ByHand:
@@ -198,17 +212,23 @@ class MinimalBackend(BackendDefaults):
         rows = self._rows(sql.GET, {"id": job_id})
         return Job.from_row(rows[0]) if rows else None
 
-    def jobs(self, status: Status | None, limit: int, newest_first: bool, after: int = 0) -> list[Job]:
+    def jobs(
+        self, status: Status | None, limit: int, newest_first: bool, after: int = 0, queue: str | None = None
+    ) -> list[Job]:
+        page = {"limit": limit, "after": after, "queue": queue}
         if status is None:
             statement = sql.LIST_JOBS_NEWEST if newest_first else sql.LIST_JOBS
-            rows = self._rows(statement, {"limit": limit, "after": after})
+            rows = self._rows(statement, page)
         else:
             statement = sql.LIST_JOBS_BY_STATUS_NEWEST if newest_first else sql.LIST_JOBS_BY_STATUS
-            rows = self._rows(statement, {"status": status.value, "limit": limit, "after": after})
+            rows = self._rows(statement, {"status": status.value, **page})
         return [Job.from_row_or_damaged(row) for row in rows]
 
-    def stats(self) -> dict[str, int]:
-        return {row["status"]: row["count(*)"] for row in self._rows(sql.STATS)}
+    def stats(self) -> dict[str, dict[str, int]]:
+        counts: dict[str, dict[str, int]] = {}
+        for row in self._rows(sql.STATS):
+            counts.setdefault(row["queue"], {})[row["status"]] = row["count(*)"]
+        return counts
 
     def events(self, job_id: int | None, after: int, limit: int | None = None) -> list[Event]:
         page = {"after": after, "limit": -1 if limit is None else limit}  # SQLite: a negative LIMIT is none
@@ -264,3 +284,9 @@ def register() -> None:
 
 # The type checker proves it meets the required contract, and nothing more is asked (tests/test_types.py).
 _CONTRACT: type[Backend] = MinimalBackend
+
+
+def _claiming(claim: Claim) -> dict[str, Any]:
+    """A claim's parameters: :queue for one queue, :queues (a JSON array) for several."""
+    served = {"queue": claim.queues[0]} if len(claim.queues) == 1 else {"queues": json.dumps(list(claim.queues))}
+    return {"worker": claim.worker, "token": claim.token, "now": claim.now, "lease_until": claim.lease_until, **served}

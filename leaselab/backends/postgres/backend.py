@@ -33,6 +33,7 @@ from ...errors import (
     DatabaseUnreachable,
     DatabaseUnwritable,
     InvalidTarget,
+    KeyHeld,
     LeaselabError,
     NoPrimary,
     NotALeaselabDatabase,
@@ -41,11 +42,11 @@ from ...errors import (
     TooManyClients,
 )
 from .. import no_primary, primary_only, scrub
-from ..base import SqlBackend, claimed
+from ..base import SqlBackend, claimed, serving
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 TUPLES_OK = ExecStatus.TUPLES_OK
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id
@@ -61,6 +62,7 @@ SERVER_HEAD_START = 0.5
 # SQLSTATE classes and codes, by what they mean to a caller.
 _BUSY = {"55P03", "57014", "40001", "40P01"}  # lock timeout, statement timeout, serialization, deadlock
 _UNWRITABLE = {"25006", "42501", "53100", "53200", "53400"}  # read-only, no privilege, disk full, out of memory
+_UNIQUE_VIOLATION = "23505"  # a second pending or running job with one key (jobs_key)
 _REFUSED = {"3D000", "28000", "28P01"}  # no such database, authorization refused, wrong password
 _REFUSED_AT_CONNECT = re.compile(
     r'FATAL:\s+(database ".*" does not exist|password authentication failed|'
@@ -483,7 +485,7 @@ class PostgresBackend(SqlBackend):
 
     def complete_and_claim(self, done: Completion, claim: Claim, *, durable: bool) -> tuple[bool, Claimed | None]:
         ((completed, job_id, *rest),) = self.run(  # whether it completed, then the claimed job's JOB_COLUMNS
-            sql.COMPLETE_AND_CLAIM,
+            sql.COMPLETE_AND_CLAIM if len(claim.queues) == 1 else sql.COMPLETE_AND_CLAIM_SEVERAL,
             {
                 "id": done.id,
                 "token": done.token,
@@ -492,6 +494,7 @@ class PostgresBackend(SqlBackend):
                 "lease_until": claim.lease_until,
                 "worker": claim.worker,
                 "next_token": claim.token,
+                **serving(claim.queues),
             },
             durable=durable,
         )
@@ -506,17 +509,24 @@ class PostgresBackend(SqlBackend):
     def complete_many_and_claim(
         self, done: Sequence[Completion], n: int, claim: Claim, *, durable: bool
     ) -> tuple[list[int], list[Claimed]]:
-        claiming = {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "n": n}
+        claiming = {
+            "now": claim.now,
+            "lease_until": claim.lease_until,
+            "worker": claim.worker,
+            "n": n,
+            **serving(claim.queues),
+        }
+        one_queue = len(claim.queues) == 1
         if len(done) == 1:  # a one-slot worker's every job: no JSON array to build and unpack
             (one,) = done
             rows = self.run(
-                sql.COMPLETE_ONE_AND_CLAIM,
+                sql.COMPLETE_ONE_AND_CLAIM if one_queue else sql.COMPLETE_ONE_AND_CLAIM_SEVERAL,
                 {**claiming, "id": one.id, "token": one.token, "result": one.result, "next_token": claim.token},
                 durable=durable,
             )
         else:
             rows = self.run(
-                sql.COMPLETE_MANY_AND_CLAIM,
+                sql.COMPLETE_MANY_AND_CLAIM if one_queue else sql.COMPLETE_MANY_AND_CLAIM_SEVERAL,
                 {**claiming, "done": self._done(done), "token": claim.token},
                 durable=durable,
             )
@@ -641,6 +651,8 @@ def translate(exc: psycopg.Error, name: str, url: str) -> LeaselabError:
             f"{name}: too many clients: the server refused a new connection, every slot it allows "
             f"(max_connections) is taken ({message})"
         )
+    if code == _UNIQUE_VIOLATION and getattr(getattr(exc, "diag", None), "constraint_name", None) == "jobs_key":
+        return KeyHeld(f"{name}: another pending or running job holds this job's unique key ({message})")
     said = None if code else no_primary(str(exc), url)
     if said is not None:
         return NoPrimary(f"{name}: {said}")

@@ -1,4 +1,4 @@
--- leaselab schema for PostgreSQL, version 4: the same two tables as the SQLite file, the same
+-- leaselab schema for PostgreSQL, version 5: the same two tables as the SQLite file, the same
 -- columns, the same event kinds and the same per-job linked list of events. Times are unix
 -- seconds (double precision), so a Job reads the same from either backend. The comment on
 -- each table marks it as leaselab's: a database may hold other applications' tables, but a
@@ -46,12 +46,23 @@ CREATE TABLE jobs (
     -- Version 4: the longest one attempt may run, and the longest its handler may go without
     -- Lease.beat(), in seconds (NULL: no limit). Last, where ALTER TABLE puts them in an upgrade.
     timeout       double precision CHECK (timeout > 0 AND timeout < 'Infinity'),
-    beat_timeout  double precision CHECK (beat_timeout > 0 AND beat_timeout < 'Infinity')
+    beat_timeout  double precision CHECK (beat_timeout > 0 AND beat_timeout < 'Infinity'),
+    -- Version 5: the named queue a job waits in (only a worker serving it claims it), and a unique
+    -- job's key (jobs_key: one pending or running job per key). The name's rule is the queue's
+    -- (leaselab.arguments.queue_name).
+    queue         text    NOT NULL DEFAULT 'default' CHECK (length(queue) BETWEEN 1 AND 64),
+    key           text    CHECK (length(key) BETWEEN 1 AND 200)
 );
 
--- Serves the claim: WHERE status='pending' AND run_at<=? ORDER BY priority DESC, run_at, id.
--- Partial, so a claimed or finished job leaves the index and the claim never walks over it.
-CREATE INDEX jobs_claim ON jobs (priority DESC, run_at, id) WHERE status = 'pending';
+-- Serves the claim: WHERE status='pending' AND run_at<=? AND queue=? ORDER BY priority DESC, run_at, id.
+-- Partial, so a claimed or finished job leaves the index and the claim never walks over it. The
+-- queue first: a worker serving one queue reads its jobs in claim order and never steps over
+-- another queue's (a worker serving several gets each queue's runnable jobs from it, then a sort).
+CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE status = 'pending';
+
+-- One pending or running job per key: what makes a unique job's enqueue race-free (ENQUEUE_UNIQUE's
+-- ON CONFLICT names it). A job done or dead leaves it, and its key may be enqueued again.
+CREATE UNIQUE INDEX jobs_key ON jobs (key) WHERE key IS NOT NULL AND status IN ('pending', 'running');
 
 -- Serves the reaper: WHERE status='running' AND lease_until<?.
 CREATE INDEX jobs_lease ON jobs (lease_until) WHERE status = 'running';
@@ -117,12 +128,16 @@ CREATE TRIGGER jobs_changed BEFORE UPDATE OF last_event ON jobs
 -- by one (measured: 4 processes inserting at once lost a third of their rate). With a runnable
 -- job already waiting, the workers are busy or about to claim; the rare worker that sleeps
 -- through anyway wakes at its next poll, at most a second later, as after a lost notification.
-CREATE FUNCTION leaselab_notify_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Only the new jobs' own queues count (version 5): a backlog in one queue says nothing of the
+-- workers that serve another. A unique enqueue that inserted nothing (its key held) wakes no one.
+CREATE OR REPLACE FUNCTION leaselab_notify_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM jobs
-                    WHERE status = 'pending'
-                      AND run_at <= (SELECT min(run_at) FROM inserted)
-                      AND id NOT IN (SELECT id FROM inserted)) THEN
+    IF EXISTS (SELECT 1 FROM inserted)
+       AND NOT EXISTS (SELECT 1 FROM jobs
+                        WHERE status = 'pending'
+                          AND queue IN (SELECT queue FROM inserted)
+                          AND run_at <= (SELECT min(run_at) FROM inserted)
+                          AND id NOT IN (SELECT id FROM inserted)) THEN
         PERFORM pg_notify('leaselab_jobs', '');
     END IF;
     RETURN NULL;
@@ -132,5 +147,5 @@ CREATE TRIGGER jobs_notify AFTER INSERT ON jobs REFERENCING NEW TABLE AS inserte
     FOR EACH STATEMENT EXECUTE FUNCTION leaselab_notify_enqueued();
 
 -- The mark the backend looks for before it writes anything into a database.
-COMMENT ON TABLE jobs IS 'leaselab queue, schema 4';
-COMMENT ON TABLE events IS 'leaselab queue, schema 4';
+COMMENT ON TABLE jobs IS 'leaselab queue, schema 5';
+COMMENT ON TABLE events IS 'leaselab queue, schema 5';

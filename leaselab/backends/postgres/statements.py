@@ -13,6 +13,8 @@ from .. import sql
 from ..sql import pyformat
 
 ENQUEUE = pyformat(sql.ENQUEUE)
+ENQUEUE_UNIQUE = pyformat(sql.ENQUEUE_UNIQUE)
+HOLDING_KEY = pyformat(sql.HOLDING_KEY)
 COMPLETE = pyformat(sql.COMPLETE)
 LINK_EVENT = pyformat(sql.LINK_EVENT)
 GET = pyformat(sql.GET)
@@ -48,6 +50,18 @@ NEXT_RUN_AT = pyformat(sql.NEXT_RUN_AT)
 _SKIP_LOCKED = "\n              FOR UPDATE SKIP LOCKED"
 
 CLAIM = pyformat("\n" + sql.claim(_SKIP_LOCKED) + "\n")
+
+# A worker serving several named queues: :queues is a JSON array of their names. Each statement that
+# claims has a twin ending in _SEVERAL that serves them (sql.SERVES_ONE says why two).
+# Each queue's first {limit} runnable jobs come from jobs_claim (a LATERAL seek per queue), locked
+# there (SKIP LOCKED) so that rows another claim holds make way for the next of that queue.
+SERVES_SEVERAL = (
+    "\n               AND id IN (SELECT c.id FROM jsonb_array_elements_text(:queues::jsonb) AS q (name)"
+    "\n                   CROSS JOIN LATERAL (SELECT id FROM jobs"
+    "\n                    WHERE status = 'pending' AND run_at <= :now AND queue = q.name"
+    "\n                    ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit} FOR UPDATE SKIP LOCKED) AS c)"
+)
+CLAIM_SEVERAL = pyformat("\n" + sql.claim(_SKIP_LOCKED, serves=SERVES_SEVERAL) + "\n")
 
 # A renewal's lease runs from when the server applied it, not from when it was sent: a beat that
 # waited on another transaction's lock (shorter than the busy timeout, so no error) would otherwise
@@ -110,11 +124,11 @@ _HELD_MANY = """fenced AS (
 )"""
 
 
-def _pending(limit: str, also: str = "") -> str:
+def _pending(limit: str, serves: str) -> str:
     """The runnable jobs the claim takes, in claim order, locked (SKIP LOCKED), as CLAIM picks them."""
     return f"""pending AS (
     SELECT id, attempts + 1 AS attempt, last_event_id AS prev FROM jobs
-     WHERE status = 'pending' AND run_at <= :now{also}
+     WHERE status = 'pending' AND run_at <= :now{serves.format(limit=limit)}
      ORDER BY priority DESC, run_at ASC, id ASC
      LIMIT {limit}{_SKIP_LOCKED}
 )"""
@@ -165,12 +179,18 @@ def _claimed(token: str) -> str:
 # A batch of claims: up to :n runnable jobs, each token the call's :token, a dash and the job id.
 _BATCH_TOKEN = sql.batch_token(job_id="{id}")
 
-CLAIM_MANY = pyformat(f"""
-WITH {_pending(":n")},
+
+def _claim_many(serves: str) -> str:
+    return pyformat(f"""
+WITH {_pending(":n", serves)},
 {_logged(_claimed_events(_BATCH_TOKEN))},
 {_claimed(_BATCH_TOKEN)}
 SELECT * FROM claimed
 """)
+
+
+CLAIM_MANY = _claim_many(sql.SERVES_ONE)
+CLAIM_MANY_SEVERAL = _claim_many(SERVES_SEVERAL)
 
 # A worker's hot path in one statement, one round trip: complete the job it holds (fenced by its
 # token), and only if that changed a row, claim the next job exactly as CLAIM does. Always one
@@ -178,13 +198,20 @@ SELECT * FROM claimed
 # The two UPDATEs touch different rows (the completed job is running, the claim takes a pending
 # one), and the claim waits for the completion through EXISTS, so it never runs after a refusal.
 # Sent as BEGIN, COMPLETE, CLAIM, COMMIT it took four round trips, and lost to two autocommit calls.
-COMPLETE_AND_CLAIM = pyformat(f"""
+
+
+def _complete_and_claim(serves: str) -> str:
+    return pyformat(f"""
 WITH completed AS ({sql.COMPLETE}RETURNING id
 ), claimed AS (
-{sql.claim(_SKIP_LOCKED, token=":next_token", also=" AND EXISTS (SELECT 1 FROM completed)")}
+{sql.claim(_SKIP_LOCKED, token=":next_token", also=" AND EXISTS (SELECT 1 FROM completed)", serves=serves)}
 )
 SELECT (SELECT count(*) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
+
+
+COMPLETE_AND_CLAIM = _complete_and_claim(sql.SERVES_ONE)
+COMPLETE_AND_CLAIM_SEVERAL = _complete_and_claim(SERVES_SEVERAL)
 
 # Many completions in one statement, one round trip. A job missing from what it returns was
 # refused; the queue records those refusals afterwards.
@@ -199,25 +226,39 @@ SELECT id FROM completed
 # round trip. Always at least one row: the ids completed (an array, NULL for none), then one
 # claimed job's columns per row (NULL when none was claimed). The claim does not wait for the
 # completions: a refused job frees its slot as a completed one does.
-COMPLETE_MANY_AND_CLAIM = pyformat(f"""
+
+
+def _complete_many_and_claim(serves: str) -> str:
+    return pyformat(f"""
 WITH {_HELD_MANY},
-{_pending(":n")},
+{_pending(":n", serves)},
 {_logged(_COMPLETED_EVENTS, _claimed_events(_BATCH_TOKEN))},
 {_COMPLETED},
 {_claimed(_BATCH_TOKEN)}
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
 
+
+COMPLETE_MANY_AND_CLAIM = _complete_many_and_claim(sql.SERVES_ONE)
+COMPLETE_MANY_AND_CLAIM_SEVERAL = _complete_many_and_claim(SERVES_SEVERAL)
+
 # The same with one completion, what a one-slot worker sends for every job: the job's id, token and
 # result as parameters, not a JSON array the server unpacks (jsonb_to_recordset) for each job.
 # The claims' token is :next_token here, since :token is the completion's fence.
-COMPLETE_ONE_AND_CLAIM = pyformat(f"""
+
+
+def _complete_one_and_claim(serves: str) -> str:
+    return pyformat(f"""
 WITH completed AS ({sql.COMPLETE}RETURNING id
 ), claimed AS (
-{sql.claim(_SKIP_LOCKED, token=sql.batch_token(":next_token"), pick="IN", limit=":n")}
+{sql.claim(_SKIP_LOCKED, token=sql.batch_token(":next_token"), pick="IN", limit=":n", serves=serves)}
 )
 SELECT (SELECT array_agg(id) FROM completed), claimed.* FROM (VALUES (1)) AS one (row) LEFT JOIN claimed ON true
 """)
+
+
+COMPLETE_ONE_AND_CLAIM = _complete_one_and_claim(sql.SERVES_ONE)
+COMPLETE_ONE_AND_CLAIM_SEVERAL = _complete_one_and_claim(SERVES_SEVERAL)
 
 # The queue's Backoff.delay(attempts), in SQL: base * 2**(attempts-1), stretched by up to
 # jitter, capped at cap. The backend adds base, cap and jitter to the statement's parameters.
@@ -392,5 +433,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _schema_statement("CREATE OR REPLACE FUNCTION leaselab_job_changed()"),
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 4'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 4'",
+    ),
+    # 4 -> 5: jobs gain queue (every job so far in 'default') and key (NULL: not a unique job), the claim's
+    # index is built anew with the queue first, jobs_key keeps one pending or running job per key, and
+    # the wake-up trigger counts only the new jobs' queues (its function taken from schema.sql as it is).
+    4: (
+        "LOCK TABLE jobs, events IN ACCESS EXCLUSIVE MODE",
+        "ALTER TABLE jobs ADD COLUMN queue text NOT NULL DEFAULT 'default' CHECK (length(queue) BETWEEN 1 AND 64),"
+        " ADD COLUMN key text CHECK (length(key) BETWEEN 1 AND 200)",
+        "DROP INDEX jobs_claim",
+        "CREATE INDEX jobs_claim ON jobs (queue, priority DESC, run_at, id) WHERE status = 'pending'",
+        "CREATE UNIQUE INDEX jobs_key ON jobs (key) WHERE key IS NOT NULL AND status IN ('pending', 'running')",
+        _schema_statement("CREATE OR REPLACE FUNCTION leaselab_notify_enqueued()"),
+        "COMMENT ON TABLE jobs IS 'leaselab queue, schema 5'",
+        "COMMENT ON TABLE events IS 'leaselab queue, schema 5'",
     ),
 }

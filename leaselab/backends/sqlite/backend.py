@@ -23,17 +23,18 @@ from ...errors import (
     DatabaseMissing,
     DatabaseUnwritable,
     DiskFull,
+    KeyHeld,
     LeaselabError,
     NotALeaselabDatabase,
     QueueFileGone,
     SchemaTooNew,
     UnsupportedSQLite,
 )
-from ..base import SqlBackend, claimed
+from ..base import SqlBackend, claimed, claiming
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 PAGE_SIZE = 1024  # for new files; see schema.sql
 APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -215,7 +216,9 @@ class SqliteBackend(SqlBackend):
     def _translate(self, exc: sqlite3.Error) -> LeaselabError:
         return translate(exc, self.path)
 
-    def _claim_many_statement(self, n: int) -> str:
+    def _claim_many_statement(self, n: int, claim: Claim) -> str:
+        if len(claim.queues) > 1:
+            return sql.CLAIM_MANY_SEVERAL
         return sql.CLAIM_MANY_OF_ONE if n == 1 else sql.CLAIM_MANY
 
     # -- SQLite's own strategy -------------------------------------------------------------
@@ -228,10 +231,7 @@ class SqliteBackend(SqlBackend):
                 sql.COMPLETE, {"id": done.id, "token": done.token, "result": done.result, "now": claim.now}
             ).rowcount:
                 return False, None
-            rows = run(
-                sql.CLAIM,
-                {"now": claim.now, "lease_until": claim.lease_until, "worker": claim.worker, "token": claim.token},
-            ).fetchall()
+            rows = run(sql.CLAIM if len(claim.queues) == 1 else sql.CLAIM_SEVERAL, claiming(claim)).fetchall()
         return True, (claimed(rows)[0] if rows else None)
 
     def complete_many(self, done: Sequence[Completion], now: float, *, durable: bool) -> list[int]:
@@ -252,16 +252,7 @@ class SqliteBackend(SqlBackend):
                 if run(sql.COMPLETE, {"id": item.id, "token": item.token, "result": item.result, "now": now}).rowcount:
                     completed.append(item.id)
             if claim is not None and n > 0:
-                rows = run(
-                    self._claim_many_statement(n),
-                    {
-                        "now": claim.now,
-                        "lease_until": claim.lease_until,
-                        "worker": claim.worker,
-                        "token": claim.token,
-                        "n": n,
-                    },
-                ).fetchall()
+                rows = run(self._claim_many_statement(n, claim), {**claiming(claim), "n": n}).fetchall()
         return completed, claimed(rows)
 
 
@@ -315,6 +306,8 @@ def translate(exc: Exception, path: str, code: int | None = None, name: str | No
         if short is not None:
             name = name or getattr(exc, "sqlite_errorname", None)
             return DiskFull(path, f"{message}{f' ({name})' if name else ''}; {short}")
+    if "unique constraint failed: jobs.key" in lowered:
+        return KeyHeld(f"{path}: another pending or running job holds this job's unique key ({message})")
     if "locked" in lowered or "busy" in lowered:
         return DatabaseBusy(f"{path}: another process held the write lock past the busy timeout ({message})")
     if "readonly" in lowered or "read-only" in lowered or "unable to open" in lowered:

@@ -1,4 +1,4 @@
--- leaselab schema, version 4. The whole queue lives in these two tables.
+-- leaselab schema, version 5. The whole queue lives in these two tables.
 -- STRICT (SQLite 3.37+): a column holds only its own type, so no program writing into the
 -- file can put text where the claim and the reaper compare numbers ('soon' sorts above every
 -- number, so such a lease would never expire). The CHECKs keep times finite (9e999 is
@@ -29,6 +29,11 @@ CREATE TABLE IF NOT EXISTS jobs (
     last_event_id INTEGER,                           -- newest events row of this job: the head of its history
     timeout      REAL    CHECK (timeout > 0 AND timeout < 9e999),           -- longest one attempt may run, s
     beat_timeout REAL    CHECK (beat_timeout > 0 AND beat_timeout < 9e999), -- longest without Lease.beat(), s
+    -- Version 5: the named queue a job waits in (only a worker serving it claims it), and a unique
+    -- job's key (jobs_key: one pending or running job per key). After the others, where ALTER TABLE
+    -- puts them in an upgrade. The name's rule is the queue's (leaselab.arguments.queue_name).
+    queue        TEXT    NOT NULL DEFAULT 'default' CHECK (length(queue) BETWEEN 1 AND 64),
+    key          TEXT    CHECK (length(key) BETWEEN 1 AND 200),
     -- A running job always has a lease that can run out and a token to fence with: without
     -- them the reaper could never bring it back.
     CHECK (status <> 'running' OR (lease_until IS NOT NULL AND token IS NOT NULL)),
@@ -37,9 +42,16 @@ CREATE TABLE IF NOT EXISTS jobs (
     CHECK (status <> 'pending' OR attempts < max_attempts)
 ) STRICT;
 
--- Serves the claim: WHERE status='pending' AND run_at<=? ORDER BY priority DESC, run_at, id.
--- Partial, so a claimed or finished job leaves the index and the claim never walks over it.
-CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, run_at, id) WHERE status = 'pending';
+-- Serves the claim: WHERE status='pending' AND run_at<=? AND queue=? ORDER BY priority DESC, run_at, id.
+-- Partial, so a claimed or finished job leaves the index and the claim never walks over it. The
+-- queue after the priority: SQLite skip-scans the priority levels (CLAIM_STATISTICS) and, in each,
+-- seeks straight to the queue's runnable jobs, already in run_at, id order: no sort for one queue,
+-- and for several only the jobs of one level are sorted ("TEMP B-TREE FOR RIGHT PART OF ORDER BY").
+CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, queue, run_at, id) WHERE status = 'pending';
+
+-- One pending or running job per key: what makes a unique job's enqueue race-free (ENQUEUE_UNIQUE's
+-- ON CONFLICT names it). A job done or dead leaves it, and its key may be enqueued again.
+CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs (key) WHERE key IS NOT NULL AND status IN ('pending', 'running');
 
 -- Serves the reaper: WHERE status='running' AND lease_until<?.
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_until) WHERE status = 'running';

@@ -10,11 +10,13 @@ from .. import sql
 from ..sql import (  # noqa: F401  (re-exported: the statements both dialects run as they are)
     COMPLETE,
     ENQUEUE,
+    ENQUEUE_UNIQUE,
     EVENTS,
     EVENTS_FOR_JOB,
     FAILED_BY,
     GET,
     HELD_BY,
+    HOLDING_KEY,
     LINK_EVENT,
     LIST_JOBS,
     LIST_JOBS_BY_STATUS,
@@ -29,6 +31,16 @@ from ..sql import (  # noqa: F401  (re-exported: the statements both dialects ru
 CLAIM = "\n" + sql.claim(lock="") + "\n"
 
 CLAIM_MANY = "\n" + sql.claim_many(lock="") + "\n"
+
+# A worker serving several named queues: :queues is a JSON array of their names. For each, a correlated
+# subquery seeks its first {limit} runnable jobs through jobs_claim (sql.SERVES_ONE says why).
+SERVES_SEVERAL = (
+    "\n               AND id IN (SELECT c.id FROM json_each(:queues) AS q JOIN jobs AS c ON c.id IN ("
+    "\n                   SELECT id FROM jobs WHERE status = 'pending' AND run_at <= :now AND queue = q.value"
+    "\n                    ORDER BY priority DESC, run_at ASC, id ASC LIMIT {limit}))"
+)
+CLAIM_SEVERAL = "\n" + sql.claim(lock="", serves=SERVES_SEVERAL) + "\n"
+CLAIM_MANY_SEVERAL = "\n" + sql.claim_many(lock="", serves=SERVES_SEVERAL) + "\n"
 
 # A batch of one (a one-slot worker's claims and refills, a slot freed on its own): the batch's
 # tokens, picked with = instead of IN. For IN, SQLite fills a temporary table with the subquery's
@@ -85,15 +97,16 @@ RECORD_LEASE_LOST = sql.record_lease_lost(lock="")
 # What the planner is told about jobs_claim, written once when the schema is made. Without
 # statistics SQLite walks the index from the top priority down and steps over every job that
 # is not yet runnable: 100,000 delayed jobs at a high priority made every claim take 5 ms.
-# These figures say what queues are like (many jobs share each of a few priority levels), and
-# with them SQLite skip-scans: for each priority level, from the highest, it jumps straight to
-# the jobs already runnable (the plan reads "ANY(priority) AND run_at<?"). A real ANALYZE
-# replaces them; on a large queue it comes to the same plan. "ANALYZE sqlite_schema" creates
-# the statistics table if needed and makes this connection read it again.
+# These figures say what queues are like (many jobs share each of a few priority levels, spread
+# over a few named queues), and with them SQLite skip-scans: for each priority level, from the
+# highest, it jumps straight to the queue's jobs already runnable (the plan reads "ANY(priority)
+# AND queue=? AND run_at<?"). A real ANALYZE replaces them; on a large queue it comes to the same
+# plan. "ANALYZE sqlite_schema" creates the statistics table if needed and makes this connection
+# read it again.
 CLAIM_STATISTICS: tuple[str, ...] = (
     "ANALYZE sqlite_schema",
-    "INSERT INTO sqlite_stat1 (tbl, idx, stat) SELECT 'jobs', 'jobs_claim', '1000000 100000 1 1'"
-    " WHERE NOT EXISTS (SELECT 1 FROM sqlite_stat1 WHERE tbl = 'jobs')",
+    "INSERT INTO sqlite_stat1 (tbl, idx, stat) SELECT 'jobs', 'jobs_claim', '1000000 100000 20000 1 1'"
+    " WHERE NOT EXISTS (SELECT 1 FROM sqlite_stat1 WHERE tbl = 'jobs' AND idx = 'jobs_claim')",
     "ANALYZE sqlite_schema",
 )
 
@@ -110,6 +123,9 @@ CLAIM_STATISTICS: tuple[str, ...] = (
 # harmless one (a blob by its hex text), the job keeps its id and history, and a job that
 # was pending or running becomes dead, its last_error and a 'dead' event naming every bad value.
 # A finished job keeps its status; its last_error names what was repaired.
+# 4 -> 5: jobs gain queue (every job so far in 'default') and key (NULL: not a unique job); jobs_claim
+# is built anew with the queue in it, so its old statistics go (CLAIM_STATISTICS writes the new ones),
+# and jobs_key is made by schema.sql.
 # 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), and the history four kinds,
 # 'timed_out' and 'released', and 'retried' and 'cancelled' for what an operator does by hand.
 # A CHECK cannot be changed in place, so the events table is built anew and its rows copied, ids
@@ -206,6 +222,13 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN timeout REAL CHECK (timeout > 0 AND timeout < 9e999)",
         "ALTER TABLE jobs ADD COLUMN beat_timeout REAL CHECK (beat_timeout > 0 AND beat_timeout < 9e999)",
         "ALTER TABLE events RENAME TO events_v3",
+    ),
+    4: (
+        "DROP INDEX IF EXISTS jobs_claim",
+        "ALTER TABLE jobs ADD COLUMN queue TEXT NOT NULL DEFAULT 'default' CHECK (length(queue) BETWEEN 1 AND 64)",
+        "ALTER TABLE jobs ADD COLUMN key TEXT CHECK (length(key) BETWEEN 1 AND 200)",
+        "ANALYZE sqlite_schema",
+        "DELETE FROM sqlite_stat1 WHERE tbl = 'jobs' AND idx = 'jobs_claim'",
     ),
 }
 
