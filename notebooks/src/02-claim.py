@@ -353,9 +353,12 @@ say("l2_uses_index", yes=any("jobs_claim" in step for step in plan))
 say("l2_temp_btree", yes=any("TEMP B-TREE" in step for step in plan))
 
 # %% [markdown] tags=["en"]
-# Read the plan's last line: `ANY(priority) AND run_at<?`. SQLite does not walk the index
-# job by job. For each priority level, from the highest down, it jumps straight to the jobs
-# whose `run_at` has already passed, and the first one it meets is the answer. That matters
+# Read the plan's last line: `ANY(priority) AND queue=? AND run_at<?`. (A job belongs to a
+# named queue, `default` unless it was given another, and a worker claims only from the
+# queues it serves; the index keeps the queue's name between the priority and `run_at`.)
+# SQLite does not walk the index job by job. For each priority level, from the highest
+# down, it jumps straight to the jobs of this queue whose `run_at` has already passed, and
+# the first one it meets is the answer. That matters
 # when many jobs wait at a high priority for a later `run_at` (scheduled work, or retries
 # in backoff): a plain walk would step over every one of them on every claim, while the
 # jump costs one seek per priority level. leaselab writes a line of statistics into the
@@ -363,9 +366,12 @@ say("l2_temp_btree", yes=any("TEMP B-TREE" in step for step in plan))
 # is what lets SQLite choose the jump.
 
 # %% [markdown] tags=["ru"]
-# Посмотрите на последнюю строку плана: `ANY(priority) AND run_at<?`. SQLite не идёт по
-# индексу от задачи к задаче. Для каждого уровня приоритета, начиная с высшего, он сразу
-# переходит к задачам, чей `run_at` уже наступил, и первая встреченная и есть ответ. Это
+# Посмотрите на последнюю строку плана: `ANY(priority) AND queue=? AND run_at<?`. (Каждая
+# задача лежит в именованной очереди — в `default`, если ей не назначили другую, — а воркер
+# захватывает задачи только из тех очередей, которые обслуживает; в индексе имя очереди
+# стоит между приоритетом и `run_at`.) SQLite не идёт по индексу от задачи к задаче. Для
+# каждого уровня приоритета, начиная с высшего, он сразу переходит к задачам этой очереди,
+# чей `run_at` уже наступил, и первая встреченная и есть ответ. Это
 # важно, когда много задач с высоким приоритетом ждут своего `run_at` (работа по
 # расписанию или повторы после ошибок): простой проход перешагивал бы через каждую из них
 # при каждом захвате, а переход стоит одного поиска на уровень приоритета. Создавая схему,
