@@ -307,7 +307,7 @@ def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0, tries: in
 
 CANDIDATES = 4  # failing schedules ``hunt`` shrinks, keeping the smallest witness
 COLLAPSE = 6  # the longest stretch of actions ``shrink`` tries to replace by ``EXPIRE``
-MILDER = {"pause": (0.5,)}  # a fault's milder forms, for shrinking
+MILDER = {"pause": (0.5,), "suspend": (0.5,), "jump": (0.5,)}  # a fault's milder forms, for shrinking
 
 
 def _size(result: Run) -> tuple[int, int, float]:
