@@ -948,7 +948,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="LIST",
         help="comma-separated faults to strike, of crash, pause, cut, delay, lose, power, hang, suspend, jump "
-        "(default: all but power and hang; '' for none); hang gives the jobs a timeout of 1.2 leases",
+        "(default: all but power, hang, suspend and jump; '' for none); hang gives the jobs a timeout of 1.2 leases",
     )
     p.add_argument(
         "--durability",

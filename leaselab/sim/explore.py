@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Violation
-from .world import DEFAULT_FAULTS, EXPIRE, FAULTS, HANG_TIMEOUT, NEEDS_TIMEOUT, Action, Scenario, World
+from .world import CLOCK_FAULTS, DEFAULT_FAULTS, EXPIRE, FAULTS, HANG_TIMEOUT, NEEDS_TIMEOUT, Action, Scenario, World
 
 DRAIN_ORDER = ("deliver", "retry", "finish", "give_up", "beat", "claim", "reap", "start", "tick")
 MAX_STEPS = 400  # a random schedule's length at most, before the drain
@@ -326,7 +326,8 @@ def _size(result: Run) -> tuple[int, int, float]:
 PORTFOLIO: tuple[Scenario, ...] = (
     Scenario(workers=2, jobs=3),
     Scenario(workers=2, jobs=3, slots=2),
-    Scenario(workers=3, jobs=3, skew=0.03),
+    # Clocks apart, and clocks that stop while a host sleeps or step forward (``world.CLOCK_FAULTS``).
+    Scenario(workers=3, jobs=3, skew=0.03, faults=DEFAULT_FAULTS + CLOCK_FAULTS),
     Scenario(workers=2, jobs=4, slots=2, skew=0.03),
     Scenario(workers=2, jobs=3, max_attempts=1),
     # Jobs with a timeout (the fourth runs past it every time, so it ends dead), and handlers that hang.

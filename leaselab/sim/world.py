@@ -47,8 +47,10 @@ HANG_TIMEOUT = 1.2  # leases: the jobs' timeout where a scenario strikes hangs a
 # Faults of a worker's clock: a suspend (its host sleeps and its monotonic clock stands still meanwhile, as
 # CLOCK_MONOTONIC does across a suspend) and a jump (its clock steps forward). Never struck at a worker already
 # paused: a clock's history is then one freeze or step at a time, which ``SimWorker.at`` inverts exactly.
+# Struck where a scenario names them (``explore.PORTFOLIO``'s scenario of clocks apart does): among the default
+# faults they would thin out the others', and the witnesses of what those find would grow.
 CLOCK_FAULTS = ("suspend", "jump")
-DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK and f not in NEEDS_TIMEOUT)
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK + NEEDS_TIMEOUT + CLOCK_FAULTS)
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
