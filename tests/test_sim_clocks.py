@@ -113,6 +113,18 @@ def test_the_suspend_is_what_exposes_the_unfenced_completion_where_pauses_alone_
     assert explore.run(shrunk.scenario, shrunk.seed, actions=shrunk.actions).violation is None  # fenced: held
 
 
+def test_exhaustively_no_pause_gets_a_zombies_completion_past_the_workers_deadline_and_one_suspend_does():
+    # Every schedule of two workers, one job and one fault, nine actions deep: with a pause, the missing fence
+    # never shows (the worker's own deadline, on a clock that counts the pause, always stops it); with a
+    # suspend the first few states already show it.
+    with mutants.planted("unfenced_complete"):
+        paused, states, _ = explore.exhaustive(Scenario(workers=2, jobs=1, faults=("pause",), max_faults=1), depth=9)
+        assert paused is None and states > 1000
+        found, _, _ = explore.exhaustive(Scenario(workers=2, jobs=1, faults=("suspend",), max_faults=1), depth=9)
+    assert found is not None and found.violation is not None and found.violation.kind == "fence"
+    assert ("suspend", "w1", 1.5) in found.actions and len(found.actions) <= 9
+
+
 def test_the_clock_faults_read_back_in_russian_and_are_drawn():
     run = explore.run(ONE_JOB, 0, actions=[("claim", "w1"), ("suspend", "w1", 1.5), ("jump", "w2", 1.0)])
     ru = "\n".join(report.steps(run, "ru"))

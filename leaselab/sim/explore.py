@@ -156,6 +156,8 @@ def state_of(world: World) -> str:
                     round(w.at(w.next_beat) - world.t, 6),
                     max(round(w.paused_until - world.t, 6), 0),
                     max(round(w.cut_until - world.t, 6), 0),
+                    # asleep with its clock stopped, or only paused: the same wait, another clock after it
+                    any(kind == "suspend" and until > world.t for kind, _, until in w.shifts),
                 )
             )
         )
