@@ -168,6 +168,18 @@ def test_at_normal_a_power_cut_takes_back_an_acknowledged_claim_and_the_simulato
     assert _kind(_power("normal"), [("power",)]) is None
 
 
+def test_at_normal_a_claim_a_checkpoint_synced_survives_the_cut_and_nothing_is_reported_lost():
+    # The setting promises nothing, but a disk may keep more than it promised: then nothing was taken back.
+    world = World(_power("normal"))
+    try:
+        world.step(("claim", "w1"))
+        world._db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        world.step(("power",))
+        assert [row["status"] for row in world._rows().values()] == ["pending", "running", "pending"]
+    finally:
+        world.close()
+
+
 @pytest.mark.parametrize("durability, kind", [("full", "lost_on_power_cut"), ("normal", "torn_on_power_cut")])
 def test_a_state_after_the_cut_that_no_commit_left_is_named_by_what_the_setting_promised(durability, kind):
     # A write behind the queue's back, synced: after the cut the table holds a row no call ever made.
@@ -203,6 +215,12 @@ def test_simulate_takes_the_durability_and_the_clock_faults_by_name(tmp_path):
     assert len(result["witness"]["actions"]) <= 3
     replayed = _simulate("--replay", "leaselab-witness.json", cwd=tmp_path)
     assert replayed.returncode == 1 and "the trace is the saved one, step for step" in replayed.stdout
+    ru = _simulate(
+        "--faults", "crash,power", "--durability", "normal", "--schedules", "100", "--lang", "ru", cwd=tmp_path
+    )
+    assert ru.returncode == 1
+    assert "очередь лежит на диске, который может остаться без питания, durability='normal'" in ru.stdout
+    assert "отключение питания отняло подтверждённую запись (при durability='normal' это допустимо)" in ru.stdout
     clocks = _simulate("--faults", "suspend,jump,crash", "--schedules", "40", cwd=tmp_path)
     assert clocks.returncode == 0, clocks.stdout + clocks.stderr
     assert "suspend, jump, crash" in clocks.stdout
