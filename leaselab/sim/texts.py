@@ -189,8 +189,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "bad_seconds": "{option} должно быть числом секунд больше 0, а не «{value}»",
         "unknown_fault": "--faults: сбоя «{fault}» нет; есть такие сбои: {known}",
         "bad_durability": "--durability принимает одно из значений {known}, а не «{value}»",
-        "durability_needs_power": "--durability важен, только когда может отключиться питание: добавьте power "
-        "в --faults",
+        "durability_needs_power": "--durability имеет смысл, только если может отключиться питание: добавьте "
+        "power в --faults",
         "needs_apsw": "--faults: отключению питания нужен APSW (pip install 'leaselab[lab]'): очередь кладётся на "
         "диск, который забывает всё несинхронизированное",
         "together": "{first} и {second} нельзя указать вместе",
@@ -264,7 +264,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "step_suspend": "хост {w} уходит в сон на {seconds:g} с, и монотонные часы воркера всё это время стоят",
         "step_jump": "часы {w} скачком уходят вперёд на {seconds:g} с",
         "step_zombie_effect": "обработчик {w} для задачи {job} совершает действие, когда аренда уже кончилась: "
-        "его часы не заметили сна",
+        "часы воркера не заметили сна",
         "step_out_of_service": "{w} завершается: во всех слотах висят обработчики, вышедшие за тайм-аут",
         "call_claim": "захват",
         "call_complete": "завершение",
