@@ -204,6 +204,8 @@ class SimWorker:
     def clock(self) -> float:
         """The worker's monotonic clock: the world's time, running at its own rate, less what a suspend froze and
         plus what a jump stepped."""
+        if not self.shifts:  # asked for at every step of every schedule: the common case without a call more
+            return self.world.t * self.rate + self.offset
         return self.reading(self.world.t)
 
     def reading(self, t: float) -> float:
