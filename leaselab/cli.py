@@ -1067,8 +1067,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--faults",
         default=None,
         metavar="LIST",
-        help="comma-separated faults to strike, of crash, pause, cut, delay, lose, power, hang (default: all but "
-        "power and hang; '' for none); hang gives the jobs a timeout of 1.2 leases",
+        help="comma-separated faults to strike, of crash, pause, cut, delay, lose, power, hang, suspend, jump "
+        "(default: all but power, hang, suspend and jump; '' for none); hang gives the jobs a timeout of 1.2 leases",
+    )
+    p.add_argument(
+        "--durability",
+        default=None,
+        metavar="{full,normal}",
+        help="the queue's durability where the power can fail (with power in --faults; default full): at normal "
+        "a power cut may take back acknowledged writes, and the simulator shows which",
     )
     p.add_argument("--replay", default=None, metavar="FILE", help="run a saved witness again, step for step")
     p.add_argument(

@@ -20,6 +20,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ..queue import DURABILITIES
 from . import explore, mutants, report
 from .errors import BadOption, SimulateUsageError
 from .explore import Run
@@ -33,7 +34,18 @@ DEFAULT_STATES = 500  # --exhaustive's limit on distinct states when --schedules
 SHRINK_BUDGET = 20.0  # seconds spent shrinking a witness at most
 DEFAULT_SAVE = "leaselab-witness.json"
 PROGRESS_AFTER, PROGRESS_EVERY = 2.0, 1.0  # seconds: a short run prints no progress at all
-REPLAY_EXCLUDES = ("seed", "seconds", "schedules", "exhaustive", "workers", "jobs", "faults", "mutant", "handler")
+REPLAY_EXCLUDES = (
+    "seed",
+    "seconds",
+    "schedules",
+    "exhaustive",
+    "workers",
+    "jobs",
+    "faults",
+    "durability",
+    "mutant",
+    "handler",
+)
 
 
 @dataclass
@@ -99,6 +111,16 @@ def _faults(value: str | None) -> tuple[str, ...]:
     return named
 
 
+def _durability(value: str | None, faults: tuple[str, ...]) -> str:
+    if value is None:
+        return Scenario.durability
+    if value not in DURABILITIES:
+        raise BadOption("bad_durability", known=", ".join(DURABILITIES), value=value)
+    if not any(f in ON_DISK for f in faults):  # in memory, nothing is ever synced or lost
+        raise BadOption("durability_needs_power")
+    return value
+
+
 @contextmanager
 def _planted(mutant: str | None, handler: str | None) -> Iterator[Any]:
     """The mutant planted (if any) and the handler loaded and recorded (if any) for the block."""
@@ -144,6 +166,7 @@ def _main(args: argparse.Namespace, lang: str) -> int:
     workers = _whole("--workers", args.workers, 1, Scenario.workers)
     jobs = _whole("--jobs", args.jobs, 1, Scenario.jobs)
     faults = _faults(args.faults)
+    durability = _durability(args.durability, faults)
     _check_mutant(args.mutant)
     if args.handler is not None:
         load(args.handler)  # a bad --handler is said before anything is printed
@@ -154,6 +177,7 @@ def _main(args: argparse.Namespace, lang: str) -> int:
         max_faults=Scenario.max_faults if faults else 0,
         # A hung handler holds its job for ever unless the job has a timeout: that is what one is for.
         timeout=HANG_TIMEOUT if any(f in NEEDS_TIMEOUT for f in faults) else None,
+        durability=durability,
     )
     chosen = args.workers is not None or args.jobs is not None or args.faults is not None
     portfolio = _portfolio(scenario) if chosen or args.exhaustive else explore.PORTFOLIO
@@ -272,6 +296,8 @@ def _preamble(portfolio: tuple[Scenario, ...], seed: int, args: argparse.Namespa
                 seed=seed,
             )
         )
+    if args.faults is not None and any(f in ON_DISK for f in portfolio[0].faults):  # the reader's own power cut
+        print(text("on_disk", lang, durability=portfolio[0].durability))
     if args.mutant is not None:
         print(text("mutant", lang, name=args.mutant))
     if args.handler is not None:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .model import Violation
-from .world import DEFAULT_FAULTS, EXPIRE, FAULTS, HANG_TIMEOUT, NEEDS_TIMEOUT, Action, Scenario, World
+from .world import CLOCK_FAULTS, DEFAULT_FAULTS, EXPIRE, FAULTS, HANG_TIMEOUT, NEEDS_TIMEOUT, Action, Scenario, World
 
 DRAIN_ORDER = ("deliver", "retry", "finish", "give_up", "beat", "claim", "reap", "start", "tick")
 MAX_STEPS = 400  # a random schedule's length at most, before the drain
@@ -156,6 +156,8 @@ def state_of(world: World) -> str:
                     round(w.at(w.next_beat) - world.t, 6),
                     max(round(w.paused_until - world.t, 6), 0),
                     max(round(w.cut_until - world.t, 6), 0),
+                    # asleep with its clock stopped, or only paused: the same wait, another clock after it
+                    any(kind == "suspend" and until > world.t for kind, _, until in w.shifts),
                 )
             )
         )
@@ -307,7 +309,7 @@ def shrink(failing: Run, *, handler: Any = None, budget: float = 30.0, tries: in
 
 CANDIDATES = 4  # failing schedules ``hunt`` shrinks, keeping the smallest witness
 COLLAPSE = 6  # the longest stretch of actions ``shrink`` tries to replace by ``EXPIRE``
-MILDER = {"pause": (0.5,)}  # a fault's milder forms, for shrinking
+MILDER = {"pause": (0.5,), "suspend": (0.5,), "jump": (0.5,)}  # a fault's milder forms, for shrinking
 
 
 def _size(result: Run) -> tuple[int, int, float]:
@@ -326,7 +328,8 @@ def _size(result: Run) -> tuple[int, int, float]:
 PORTFOLIO: tuple[Scenario, ...] = (
     Scenario(workers=2, jobs=3),
     Scenario(workers=2, jobs=3, slots=2),
-    Scenario(workers=3, jobs=3, skew=0.03),
+    # Clocks apart, and clocks that stop while a host sleeps or step forward (``world.CLOCK_FAULTS``).
+    Scenario(workers=3, jobs=3, skew=0.03, faults=DEFAULT_FAULTS + CLOCK_FAULTS),
     Scenario(workers=2, jobs=4, slots=2, skew=0.03),
     Scenario(workers=2, jobs=3, max_attempts=1),
     # Jobs with a timeout (the fourth runs past it every time, so it ends dead), and handlers that hang.

@@ -65,6 +65,8 @@ KINDS = (
     "reaped_own_job",
     "stuck",
     "lost_on_power_cut",
+    "torn_on_power_cut",
+    "acknowledged_lost",
     "renewed_past_timeout",
 )
 

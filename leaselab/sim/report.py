@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
+from ..queue import DURABILITIES
 from ..words import number
 from .errors import BadReplayFile
 from .explore import Run
@@ -60,6 +61,13 @@ STEP_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("timed_out", rf"{_W}: job {_JOB} timed out -> (?P<status>\w+)"),
         ("timeout_unwritten", rf"{_W}: job {_JOB}'s timeout not written: (?P<why>link cut|reply lost)"),
         ("hang", rf"{_W}'s handler of job {_JOB} hangs: its pulse goes on"),
+        ("suspend", rf"{_W}'s host suspends for (?P<seconds>[\d.e+-]+)s: its monotonic clock stands still"),
+        ("jump", rf"{_W}'s clock jumps (?P<seconds>[\d.e+-]+)s forward"),
+        (
+            "zombie_effect",
+            rf"{_W}'s handler of job {_JOB} writes its effect after its lease ended: "
+            r"its clock did not count the suspend",
+        ),
         ("out_of_service", rf"{_W} exits: every slot holds a handler past its timeout"),
     )
 )
@@ -137,9 +145,11 @@ def steps(run: Run, lang: str = "en", *, ms: bool = False, titled: bool = False)
 def spans(run: Run) -> dict[str, Any]:
     """Per worker, its attempts and faults, in the shape ``leaselab.lab.timeline`` draws (``Timeline``'s fields:
     ``lanes``; ``bars`` with ``worker, job_id, attempt, start, end, outcome``; ``faults`` with ``worker, kind,
-    start, end``, kinds ``pause``, ``partition`` (a cut link) and ``kill`` (a crash); ``marks`` with ``worker, at,
-    kind, job_id``; ``t0`` and ``t1`` in virtual seconds). ``points`` adds what the lab has no shape for: a call
-    held in flight (``delay``) or answered into the void (``lose``), and the broken promise (``broken``)."""
+    start, end``, kinds ``pause`` (a suspended host too), ``partition`` (a cut link) and ``kill`` (a crash);
+    ``marks`` with ``worker, at, kind, job_id``; ``t0`` and ``t1`` in virtual seconds). ``points`` adds what the lab
+    has no shape for: a call held in flight (``delay``) or answered into the void (``lose``), a hung handler
+    (``hang``), a suspend's stopped clock (``suspend``), a clock's jump (``jump``), and the broken promise
+    (``broken``)."""
     end = max(run.virtual, 1e-9)
     lanes: list[str] = []
     bars: list[dict[str, Any]] = []
@@ -178,9 +188,13 @@ def spans(run: Run) -> dict[str, Any]:
                     marks.append({"worker": holder, "at": t, "kind": "reaped", "job_id": job})
         elif step.key == "crash":
             faults.append({"worker": w, "kind": "kill", "start": t, "end": end})
-        elif step.key in ("pause", "cut"):
-            kind = "pause" if step.key == "pause" else "partition"
+        elif step.key in ("pause", "cut", "suspend"):  # a suspended host is paused, as the lab draws it
+            kind = "partition" if step.key == "cut" else "pause"
             faults.append({"worker": w, "kind": kind, "start": t, "end": min(t + float(f["seconds"]), end)})
+            if step.key == "suspend":
+                points.append({"worker": w, "at": t, "kind": "suspend"})
+        elif step.key == "jump":
+            points.append({"worker": w, "at": t, "kind": "jump"})
         elif step.key == "hang":
             points.append({"worker": w, "at": t, "kind": "hang"})
         elif step.key in ("armed_delay", "armed_lose"):
@@ -195,7 +209,17 @@ def spans(run: Run) -> dict[str, Any]:
     return {"lanes": lanes, "bars": bars, "faults": faults, "marks": marks, "points": points, "t0": 0.0, "t1": end}
 
 
-_FAULT_LETTERS = {"kill": "X", "pause": "P", "partition": "C", "delay": "D", "lose": "L", "hang": "H", "broken": "!"}
+_FAULT_LETTERS = {
+    "kill": "X",
+    "pause": "P",
+    "partition": "C",
+    "delay": "D",
+    "lose": "L",
+    "hang": "H",
+    "suspend": "S",
+    "jump": "J",
+    "broken": "!",
+}
 
 
 def drawing(run: Run, lang: str = "en", width: int = WIDTH) -> list[str]:
@@ -344,6 +368,8 @@ def load(path: str | os.PathLike) -> Witness:
             given[name] = tuple(value)
         elif name == "timeout" and (value is None or type(value) in (int, float)):
             given[name] = None if value is None else float(value)
+        elif name == "durability" and value in DURABILITIES:
+            given[name] = value
         elif name in known and isinstance(default, float) and type(value) in (int, float):
             given[name] = float(value)
         elif name in known and isinstance(default, int) and type(value) is int:

@@ -24,6 +24,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "clocks_even": "clocks that agree",
         "no_faults": "none",
         "mutant": "planted mutant: {name}",
+        "on_disk": "the queue on a disk that can lose power, at durability='{durability}'",
         "handler": "your handler {spec} runs {work:g} lease-seconds of virtual time per job; its effects are recorded",
         "clean": "every promise held: {schedules:,} {schedules|schedule|schedules}, {steps:,} {steps|step|steps}, "
         "{virtual:,.1f} s of virtual time simulated in {elapsed:.1f} s",
@@ -41,7 +42,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "at_ms": "{ms:6d} ms",
         "timeline": "timeline (virtual seconds, one row per worker):",
         "legend": "[1·2] job 1, attempt 2   X crash   P pause   C link cut   D call held in flight   L reply lost   "
-        "H handler hangs   ! the promise broken",
+        "H handler hangs   S host asleep, its clock stopped   J clock jumped   ! the promise broken",
         "saved": "witness saved to {path}; replay it with: leaselab simulate --replay {path}",
         "replaying": "replaying the witness {path} (saved by leaselab {version})",
         "replay_fails": "it still fails: {title}",
@@ -54,6 +55,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "bad_whole": "{option} must be a whole number of at least {least}, got '{value}'",
         "bad_seconds": "{option} must be a number of seconds above 0, got '{value}'",
         "unknown_fault": "--faults: no fault named '{fault}'; the faults are {known}",
+        "bad_durability": "--durability must be one of {known}, not '{value}'",
+        "durability_needs_power": "--durability matters only where the power can fail: add power to --faults",
         "needs_apsw": "--faults: a power cut needs APSW (pip install 'leaselab[lab]'): the queue goes on a disk "
         "that forgets what was not synced",
         "together": "{first} and {second} cannot be given together",
@@ -88,6 +91,8 @@ STRINGS: dict[str, dict[str, str]] = {
         "kind_reap": "the reaper took back other jobs than those whose leases had ended",
         "kind_queue_error": "the queue raised an error on a call the specification allows",
         "kind_lost_on_power_cut": "an acknowledged write lost in a power cut",
+        "kind_torn_on_power_cut": "after a power cut the table is in a state no commit left",
+        "kind_acknowledged_lost": "an acknowledged write taken back by a power cut, as durability='normal' allows",
         "kind_effect_repeated": "effect repeated (the handler is not idempotent)",
         "kind_fence": "a write accepted from a token that no longer held the job",
         "kind_stuck": "a job stuck, neither done nor dead",
@@ -123,6 +128,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "step_timed_out": "{w}: job {job} timed out -> {status}",
         "step_timeout_unwritten": "{w}: job {job}'s timeout not written: {why}",
         "step_hang": "{w}'s handler of job {job} hangs: its pulse goes on",
+        "step_suspend": "{w}'s host suspends for {seconds:g}s: its monotonic clock stands still",
+        "step_jump": "{w}'s clock jumps {seconds:g}s forward",
+        "step_zombie_effect": "{w}'s handler of job {job} writes its effect after its lease ended: its clock did not "
+        "count the suspend",
         "step_out_of_service": "{w} exits: every slot holds a handler past its timeout",
         "call_claim": "claim",
         "call_complete": "complete",
@@ -145,6 +154,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "clocks_even": "часы идут вровень",
         "no_faults": "нет",
         "mutant": "внедрён мутант: {name}",
+        "on_disk": "очередь лежит на диске, который может остаться без питания, durability='{durability}'",
         "handler": "ваш обработчик {spec} работает {work:g} срока аренды виртуального времени на задачу; его "
         "действия записываются",
         "clean": "все обещания сдержаны: {schedules:,} {schedules|расписание|расписания|расписаний}, {steps:,} "
@@ -165,7 +175,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "at_ms": "{ms:6d} мс",
         "timeline": "временная шкала (виртуальные секунды, по дорожке на воркер):",
         "legend": "[1·2] задача 1, попытка 2   X падение   P пауза   C связь отрезана   D вызов задержан в сети   "
-        "L ответ потерян   H обработчик завис   ! обещание нарушено",
+        "L ответ потерян   H обработчик завис   S хост спит, часы стоят   J часы скакнули   ! обещание нарушено",
         "saved": "свидетельство сохранено в {path}; повторить его: leaselab simulate --replay {path}",
         "replaying": "повтор свидетельства {path} (сохранено leaselab {version})",
         "replay_fails": "ошибка воспроизводится: {title}",
@@ -178,6 +188,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "bad_whole": "{option} должно быть целым числом не меньше {least}, а не «{value}»",
         "bad_seconds": "{option} должно быть числом секунд больше 0, а не «{value}»",
         "unknown_fault": "--faults: сбоя «{fault}» нет; есть такие сбои: {known}",
+        "bad_durability": "--durability принимает одно из значений {known}, а не «{value}»",
+        "durability_needs_power": "--durability имеет смысл, только если может отключиться питание: добавьте "
+        "power в --faults",
         "needs_apsw": "--faults: отключению питания нужен APSW (pip install 'leaselab[lab]'): очередь кладётся на "
         "диск, который забывает всё несинхронизированное",
         "together": "{first} и {second} нельзя указать вместе",
@@ -211,6 +224,9 @@ STRINGS: dict[str, dict[str, str]] = {
         "kind_reap": "reaper вернул не те задачи, чьи аренды истекли",
         "kind_queue_error": "очередь ответила ошибкой на вызов, который спецификация допускает",
         "kind_lost_on_power_cut": "подтверждённая запись пропала при отключении питания",
+        "kind_torn_on_power_cut": "после отключения питания таблица в состоянии, которого не оставлял ни один коммит",
+        "kind_acknowledged_lost": "отключение питания отняло подтверждённую запись (при durability='normal' это "
+        "допустимо)",
         "kind_effect_repeated": "действие повторилось (обработчик не идемпотентен)",
         "kind_fence": "принята запись от токена, который задачу уже не держал",
         "kind_stuck": "задача застряла: она не выполнена и не мертва",
@@ -245,6 +261,10 @@ STRINGS: dict[str, dict[str, str]] = {
         "step_timed_out": "{w}: задача {job} снята по тайм-ауту -> {status}",
         "step_timeout_unwritten": "{w}: снятие задачи {job} по тайм-ауту не записано: {why}",
         "step_hang": "обработчик {w} для задачи {job} завис, а пульс продолжает продлевать аренду",
+        "step_suspend": "хост {w} уходит в сон на {seconds:g} с, и монотонные часы воркера всё это время стоят",
+        "step_jump": "часы {w} скачком уходят вперёд на {seconds:g} с",
+        "step_zombie_effect": "обработчик {w} для задачи {job} совершает действие, когда аренда уже кончилась: "
+        "часы воркера не заметили сна",
         "step_out_of_service": "{w} завершается: во всех слотах висят обработчики, вышедшие за тайм-аут",
         "call_claim": "захват",
         "call_complete": "завершение",

@@ -35,7 +35,8 @@ from ..worker.lease import Lease
 from .model import Model, Violation
 
 EPOCH = 1_767_225_600.0  # the queue's clock at virtual time 0: 2026-01-01T00:00:00Z
-FAULTS = ("crash", "pause", "cut", "delay", "lose", "power", "hang")  # every fault the world can strike, by name
+# Every fault the world can strike, by name.
+FAULTS = ("crash", "pause", "cut", "delay", "lose", "power", "hang", "suspend", "jump")
 # Faults that need the queue on a disk that can lose power (APSW's volatile disk, leaselab.harness.powercut):
 # slower, and APSW is an extra, so a scenario strikes them only when it names them.
 ON_DISK = ("power",)
@@ -43,7 +44,13 @@ ON_DISK = ("power",)
 # (without one, the job is held for ever, as promised: that is what a timeout is for).
 NEEDS_TIMEOUT = ("hang",)
 HANG_TIMEOUT = 1.2  # leases: the jobs' timeout where a scenario strikes hangs and names none of its own
-DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK and f not in NEEDS_TIMEOUT)
+# Faults of a worker's clock: a suspend (its host sleeps and its monotonic clock stands still meanwhile, as
+# CLOCK_MONOTONIC does across a suspend) and a jump (its clock steps forward). Never struck at a worker already
+# paused: a clock's history is then one freeze or step at a time, which ``SimWorker.at`` inverts exactly.
+# Struck where a scenario names them (``explore.PORTFOLIO``'s scenario of clocks apart does): among the default
+# faults they would thin out the others', and the witnesses of what those find would grow.
+CLOCK_FAULTS = ("suspend", "jump")
+DEFAULT_FAULTS = tuple(f for f in FAULTS if f not in ON_DISK + NEEDS_TIMEOUT + CLOCK_FAULTS)
 TICK = 0.001  # past a deadline by this much: the reaper's "lease_until < now" holds
 LATE = 0.05  # of the lease: a worker whose due step waits longer than this, while time moves, was slow
 Action = tuple[Any, ...]
@@ -83,6 +90,7 @@ TOUCHED = (
     " BEGIN INSERT OR REPLACE INTO touched (id, gone) VALUES (old.id, 1); END",
 )
 TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING *"  # the rows touched since the last time, each as it is now
+CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"  # the WAL into the file, synced at either durability
 
 
 class HandlerFailed(Exception):
@@ -122,6 +130,9 @@ class Scenario:
     skew: float = 0.0  # each worker's clock runs up to this fraction fast or slow
     backoff: float = 0.2  # the queue's backoff base, seconds
     timeout: float | None = None  # each job's timeout, in leases (the fourth of every four runs 1.6)
+    # The queue's durability (``queue.DURABILITIES``) where it is on a disk that can lose power ("power" among
+    # the faults): what a power cut may take is what that setting allows (``World._power_cut``).
+    durability: str = "full"
 
     def job_specs(self) -> list[dict[str, Any]]:
         """The jobs, the same for every schedule: every third delayed, every second fails once, the third
@@ -174,6 +185,9 @@ class SimWorker:
     def __init__(self, world: World, name: str, rate: float):
         self.world, self.name, self.rate = world, name, rate
         self.offset = world.t * (1 - rate)  # its clock starts at the world's time
+        # What clock faults did to it, in the order struck: ("suspend", start, end) froze it from start to end
+        # (world times); ("jump", at, seconds) stepped it forward by seconds at world time at.
+        self.shifts: list[tuple[str, float, float]] = []
         self.leases: dict[str, Lease] = {}  # held: renewed by the pulse until handed in
         self.ends: dict[str, float] = {}  # token -> virtual time its handler returns
         self.kept: list[str] = []  # tokens of claims and outcomes in flight: see decisions.keep_from_reaper
@@ -188,12 +202,29 @@ class SimWorker:
         self.alive = True
 
     def clock(self) -> float:
-        """The worker's monotonic clock: the world's time, running at its own rate."""
-        return self.world.t * self.rate + self.offset
+        """The worker's monotonic clock: the world's time, running at its own rate, less what a suspend froze and
+        plus what a jump stepped."""
+        if not self.shifts:  # asked for at every step of every schedule: the common case without a call more
+            return self.world.t * self.rate + self.offset
+        return self.reading(self.world.t)
+
+    def reading(self, t: float) -> float:
+        """What the worker's clock reads at world time ``t``."""
+        clock = t * self.rate + self.offset
+        for kind, start, size in self.shifts:
+            if kind == "suspend":
+                clock -= self.rate * min(max(t - start, 0.0), size - start)
+            elif t >= start:
+                clock += size
+        return clock
 
     def at(self, clock: float) -> float:
-        """The world's time when the worker's clock reads ``clock``."""
-        return (clock - self.offset) / self.rate
+        """The world's time when the worker's clock first reads ``clock``."""
+        t = (clock - self.offset) / self.rate
+        for kind, start, size in self.shifts:  # each shift moves the times after it, in the order struck
+            if t > start:
+                t = t + (size - start) if kind == "suspend" else max(start, t - size / self.rate)
+        return t
 
     def paused(self) -> bool:
         return self.world.t < self.paused_until
@@ -255,7 +286,13 @@ class World:
                 timeout=timeout,
             )
             self.model.enqueue(job_id, spec["priority"], EPOCH + spec["delay"], scenario.max_attempts, timeout)
-        self.synced = dict(self.model.jobs)  # the rows as of the disk's last sync (enqueues sync at "full")
+        if self.disk is not None:  # the jobs were enqueued before the schedule began, and are on the disk
+            self.queue.backend.connection.execute(CHECKPOINT)  # type: ignore[attr-defined]  # the SQL backends'
+        # What a power cut may leave (``_power_cut``): the table as after any commit from the last one the disk
+        # must keep on, oldest first; and which of those the last call that acknowledged an enqueue, a claim or
+        # a completion left, with that call.
+        self.kept: list[dict[int, Any]] = [dict(self.model.jobs)]
+        self.acknowledged: tuple[int, str] = (0, "the enqueues")
         for _ in range(scenario.workers):
             self._start(1 + skews.uniform(-scenario.skew, scenario.skew))
         self._watch_rows()
@@ -277,8 +314,9 @@ class World:
         return Queue(":memory:", clock=lambda: self.db_now, backoff=self.backoff)
 
     def _on_disk(self) -> Queue:
-        """The queue on a file of a fresh volatile disk, at ``durability="full"``: the setting at which an
-        acknowledged enqueue, claim or completion is promised to survive a power cut."""
+        """The queue on a file of a fresh volatile disk, at the scenario's durability: at ``"full"`` an
+        acknowledged enqueue, claim or completion is promised to survive a power cut; at ``"normal"`` only what
+        a sync (a checkpoint) wrote is, and a cut may take back the commits after it."""
         from ..harness.powercut import VolatileDisk  # APSW: only a scenario with a power cut needs it
 
         if self._folder is None:
@@ -289,7 +327,7 @@ class World:
             self.disk.target(os.path.join(self._folder, "q.db")),
             clock=lambda: self.db_now,
             backoff=self.backoff,
-            durability="full",
+            durability=self.scenario.durability,
             create=False,
         )
 
@@ -331,7 +369,9 @@ class World:
         if self.faults < self.scenario.max_faults:
             for w in live:
                 actions.extend(
-                    a for a in self._faults_of(w.name, w.armed is not None) if a[0] != "hang" or w.can_hang()
+                    a
+                    for a in self._faults_of(w.name, w.armed is not None)
+                    if (a[0] != "hang" or w.can_hang()) and (a[0] not in CLOCK_FAULTS or t >= w.paused_until)
                 )
         if self.faults < self.scenario.max_faults and self.disk is not None and live:
             actions.append(("power",))
@@ -354,8 +394,10 @@ class World:
                 if kind == "pause":
                     for length in (0.5, 1.5):
                         actions.append(("pause", name, length))
-                elif kind == "cut":
-                    actions.append(("cut", name, 1.5))
+                elif kind in ("cut", "suspend"):
+                    actions.append((kind, name, 1.5))
+                elif kind == "jump":
+                    actions.append(("jump", name, 1.0))
                 else:
                     actions.append((kind, name))
             self._fault_actions[key] = actions
@@ -644,6 +686,15 @@ class World:
         now = self._queue_now(w)
         self.effects.append((lease.job.id, lease.token, self.t))
         if job.status != "running" or job.token != lease.token or self.model.expired_at(job.id, now):
+            if "suspend" in self.attempts[lease.token].faults:
+                # A clock that stood still while the host slept cannot tell the worker its lease is gone: no
+                # check of its own can, which is why every write it sends the queue is fenced (and why an
+                # outside store must fence too). The queue's fence is judged when the outcome arrives.
+                self.note(
+                    f"{w.name}'s handler of job {lease.job.id} writes its effect after its lease ended: "
+                    "its clock did not count the suspend"
+                )
+                return
             raise Violation(
                 "effect_without_lease",
                 f"{w.name}'s handler of job {lease.job.id} (attempt {lease.job.attempts}) wrote its effect at "
@@ -726,12 +777,16 @@ class World:
 
     def _beat(self, w: SimWorker) -> None:
         held = w.renewable()
-        sent, lease_s = w.clock(), self.scenario.lease
+        sent, lease_s, sent_at = w.clock(), self.scenario.lease, EPOCH + self.t
         pairs = [(lease.job.id, lease.token) for lease in held]
 
         def apply() -> dict[int, float]:
             return self._op(
-                w, f"heartbeat {[i for i, _ in pairs]}", lambda: self.queue.heartbeat_many(pairs, lease_s), beat=pairs
+                w,
+                f"heartbeat {[i for i, _ in pairs]}",
+                lambda: self.queue.heartbeat_many(pairs, lease_s),
+                beat=pairs,
+                sent=sent_at,
             )
 
         def reply(renewed: dict[int, float]) -> None:
@@ -904,11 +959,22 @@ class World:
                 self.attempts[token].faults.add("crash")
             self.note(f"{w.name} crashes")
         elif kind == "pause":
-            w.paused_until = self.t + action[2] * self.scenario.lease
+            # A pause struck at a worker paused or suspended longer does not wake it sooner.
+            w.paused_until = max(w.paused_until, self.t + action[2] * self.scenario.lease)
             self.note(f"{w.name} pauses for {action[2] * self.scenario.lease:g}s")
         elif kind == "cut":
             w.cut_until = self.t + action[2] * self.scenario.lease
             self.note(f"{w.name}'s link is cut for {action[2] * self.scenario.lease:g}s")
+        elif kind == "suspend":
+            length = action[2] * self.scenario.lease
+            w.paused_until = self.t + length
+            w.shifts.append(("suspend", self.t, self.t + length))
+            self.note(f"{w.name}'s host suspends for {length:g}s: its monotonic clock stands still")
+        elif kind == "jump":
+            w.shifts.append(("jump", self.t, action[2] * self.scenario.lease))
+            self.note(f"{w.name}'s clock jumps {action[2] * self.scenario.lease:g}s forward")
+            for lease in w.leases.values():  # its deadline watcher wakes to a clock past its deadlines
+                lease.expired()
         elif kind == "hang":
             token = min((t for t, end in w.ends.items() if end < math.inf), key=w.ends.__getitem__)
             w.ends[token] = math.inf
@@ -932,7 +998,6 @@ class World:
 
     def _call(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
         self.db_now = now = self._queue_now(w)
-        syncs = 0 if self.disk is None else self.disk.syncs
         before = dict(self.model.jobs)
         after = f"{w.name}'s {what} at {self.t:.3f}"
         try:
@@ -950,7 +1015,7 @@ class World:
                         f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
             self._compare(before, after)
-            self._note_sync(syncs)
+            self._note_sync(before, after)
             raise
         except TransientError:
             raise
@@ -959,34 +1024,78 @@ class World:
         self._judge(w, answer, now, after, before, **expect)
         self._compare(before, after)
         # A claim or completion that wrote nothing (an empty claim) commits no page, so it syncs nothing.
-        self._note_sync(syncs, durable=("claim" in expect or "done" in expect) and self.model.jobs != before)
+        self._note_sync(before, after, durable=("claim" in expect or "done" in expect) and self.model.jobs != before)
         return answer
 
-    def _note_sync(self, syncs: int, durable: bool = False) -> None:
-        """What a power cut must leave: the whole table as of the last call the durability rule says is on
-        disk when it returns (at "full": a claim, a completion; and with it every commit before it, the WAL
-        being written in order), or of any call that did sync (a checkpoint, say)."""
-        if self.disk is not None and (durable or self.disk.syncs != syncs):
-            self.synced = dict(self.model.jobs)
+    def _note_sync(self, before: dict, after: str, durable: bool = False) -> None:
+        """What a power cut may leave, after a call (``before``: the model's jobs before it; ``durable``: it
+        acknowledged an enqueue, a claim or a completion). At "full" a durable call is on the disk when it
+        returns, and with it every commit before it (the WAL is written in order): the table as after it is the
+        least the cut may leave. Any other commit may be lost, or kept; at "normal", every one since the
+        schedule began (the setting promises nothing it syncs; a checkpoint that did sync more only means the
+        disk keeps a later state of the list). What the setting promises, not what this disk happened to sync:
+        a sync during a call (the WAL's header, when the log starts over) need not hold the call's commit."""
+        if self.disk is None:
+            return
+        if durable and self.scenario.durability == "full":
+            self.kept = [dict(self.model.jobs)]
+        elif self.model.jobs != before:
+            self.kept.append(dict(self.model.jobs))
+        if durable:
+            self.acknowledged = (len(self.kept) - 1, after)
 
     def _power_cut(self) -> None:
         """The machine loses power: the queue's file keeps only what was synced, and every worker on it dies
-        (a SQLite queue and its workers share one machine). The rows read back must be the model's as of the
-        last sync: an acknowledged durable write that is gone is a broken promise."""
+        (a SQLite queue and its workers share one machine). The rows read back must be the table as after one
+        of the commits the cut may leave (``kept``); a real disk may keep more than this one does, never less.
+        At "full" anything else is ``lost_on_power_cut``: an acknowledged write gone. At "normal" it is
+        ``torn_on_power_cut`` (more lost than the last sync allows, or a state no commit made); and the rows
+        being what the setting allows, the acknowledged writes the cut took back are ``acknowledged_lost``:
+        what the setting costs, found and shown like a broken promise, because a claim's fence may then be
+        handed out twice."""
         self.note("the power fails: every worker dies and the disk keeps only what was synced")
         for w in self.live():
             self._strike(w, ("crash", w.name))
         self.disk.cut()
         self.queue = self._on_disk()
         self._watch_rows()
-        self.model.jobs = dict(self.synced)
+        rows = self._rows()
+        left, index = None, len(self.kept)
+        for index in range(len(self.kept) - 1, -1, -1):  # the least lost first
+            self.model.jobs = dict(self.kept[index])
+            try:
+                self.model.compare(rows, "the power cut")
+            except Violation as wrong:
+                left = wrong
+                continue
+            left = None
+            break
         self._due, self._pending = None, self.model.pending()
-        try:
-            self.model.compare(self._rows(), "the power cut")
-        except Violation as lost:
+        if left is not None:
+            if self.scenario.durability == "full":
+                raise Violation(
+                    "lost_on_power_cut", f"an acknowledged write did not survive the power cut: {left.message}"
+                )
             raise Violation(
-                "lost_on_power_cut", f"an acknowledged write did not survive the power cut: {lost.message}"
-            ) from None
+                "torn_on_power_cut",
+                "the rows after the power cut are not the table as any commit since the last sync left it: "
+                + left.message,
+            )
+        acknowledged, by = self.acknowledged
+        promised, self.kept, self.acknowledged = self.kept[acknowledged], [dict(self.model.jobs)], (0, by)
+        if index >= acknowledged:  # the disk kept every acknowledged write, and maybe more
+            return
+        for job_id, want in sorted(promised.items()):
+            got = self.model.jobs.get(job_id)
+            if got is None or (want.status, want.attempts, want.token) != (got.status, got.attempts, got.token):
+                raise Violation(
+                    "acknowledged_lost",
+                    f"the power cut took back what {by} acknowledged: job {job_id} was {want.status} "
+                    f"(attempt {want.attempts}), it is "
+                    + ("gone" if got is None else f"{got.status} (attempt {got.attempts})")
+                    + f" after it; durability='{self.scenario.durability}' syncs nothing before it answers, so "
+                    "a power cut may take back the last commits, and a claim's fence may be handed out again",
+                )
 
     def _compare(self, before: dict, after: str) -> None:
         """The model against the queue's rows after a call: the first time every row, then the rows a statement
@@ -1067,14 +1176,20 @@ class World:
             for job_id in want:
                 job = m.jobs[job_id]
                 # The worker counts the timeout on its own clock, from the claim's send (no later than the
-                # queue's claim), so by the queue's clock it ends by claimed_at + timeout / rate.
+                # queue's claim), so by the queue's clock it ends by claimed_at + timeout / rate, later by what
+                # a suspend froze of its clock since (the handler stood still too); a jump only brings it sooner.
                 if job.timeout is not None and job.claimed_at is not None:
                     end = job.claimed_at + job.timeout / w.rate
-                    if now > end + TICK:
+                    for kind, start, until in w.shifts:
+                        if kind == "suspend" and EPOCH + until > job.claimed_at:
+                            end += EPOCH + until - max(EPOCH + start, job.claimed_at)
+                    # Judged when the worker sent it: one held in the network may arrive later, as any write may.
+                    sent = expect.get("sent", now)
+                    if sent > end + TICK:
                         raise Violation(
                             "renewed_past_timeout",
-                            f"{after}: the heartbeat renewed job {job_id}'s lease {now - job.claimed_at:.3f}s "
-                            f"into its attempt, past its timeout of {job.timeout:g}s: a hung handler would hold "
+                            f"{after}: the heartbeat sent {sent - job.claimed_at:.3f}s into job {job_id}'s attempt "
+                            f"renewed its lease, past its timeout of {job.timeout:g}s: a hung handler would hold "
                             "it for ever",
                         )
         if "fail" in expect:
@@ -1109,7 +1224,9 @@ class World:
         if last is None or last.ended not in ("returned", "lost"):
             return
         # A handler that found its lease gone on its own clock had a heartbeat fail: a lost reply may do that.
-        excuses = {"crash", "pause", "cut", "delay", "late", "timeout"} | ({"lose"} if last.ended == "lost" else set())
+        excuses = {"crash", "pause", "cut", "delay", "late", "timeout", *CLOCK_FAULTS}
+        if last.ended == "lost":
+            excuses.add("lose")
         if not (last.faults & excuses):
             raise Violation(
                 "needless_rerun",
