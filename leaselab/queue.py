@@ -604,8 +604,26 @@ class Queue:
         if not held:
             return {}
         now = self._renewal_now()
-        renewed = self.backend.heartbeat_many([t for _, t in held], lease, now)
-        lost = [(job_id, token, None) for job_id, token in held if job_id not in renewed]
+        # The answer names jobs, not tokens: a job given twice (a worker that claimed again the job it
+        # still runs, frozen past its lease) goes in a batch of its own, so each answer says which
+        # token renewed it. Almost always there is one batch, one statement.
+        batches: list[list[tuple[int, str]]] = [held]
+        if len({job_id for job_id, _ in held}) < len(held):
+            batches = []
+            ids: list[set[int]] = []  # the job ids in each batch
+            for pair in held:
+                n = next((i for i, taken in enumerate(ids) if pair[0] not in taken), len(batches))
+                if n == len(batches):
+                    batches.append([])
+                    ids.append(set())
+                batches[n].append(pair)
+                ids[n].add(pair[0])
+        renewed: dict[int, float] = {}
+        lost = []
+        for batch in batches:
+            answer = self.backend.heartbeat_many([t for _, t in batch], lease, now)
+            renewed.update(answer)
+            lost += [(job_id, token, None) for job_id, token in batch if job_id not in answer]
         if lost:
             with self.backend.refusals() as refusals:
                 _settle(refusals, lost, "heartbeat", self._now() if now is None else now)

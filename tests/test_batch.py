@@ -175,6 +175,24 @@ def test_heartbeat_many_renews_every_held_lease_in_one_statement_and_names_what_
     assert queue.heartbeat_many([], lease=7) == {}
 
 
+def test_heartbeat_many_given_one_job_under_two_tokens_renews_only_the_token_on_the_row(queue, clock):
+    # A worker frozen past its lease may claim the very job it still runs on another slot: its beat
+    # then names that job twice, under its old token and its new one. The answer names jobs, so a
+    # single statement would let the new token's renewal pass for the old one's too.
+    queue.enqueue("x")
+    old = queue.claim("w1", lease=5)
+    clock.advance(6)
+    queue.reap()
+    clock.advance(60)
+    new = queue.claim("w1", lease=5)
+    assert new.id == old.id and new.token != old.token
+    before = len(queue.events(old.id))
+    renewed = queue.heartbeat_many([(old.id, old.token), (new.id, new.token)], lease=7)
+    assert renewed == {new.id: clock() + 7}
+    lost = [e for e in queue.events(old.id)[before:] if e.kind == "lease_lost"]
+    assert [(e.token, e.attempt) for e in lost] == [(old.token, 1)]  # the old token's refusal, written
+
+
 @pytest.mark.parametrize("target", ["sqlite"], indirect=True)  # the checker reads the file with sqlite3
 def test_the_history_of_batched_work_passes_the_chaos_checker(queue, db_path, clock):
     queue.enqueue_many([{"i": i} for i in range(20)], max_attempts=3)

@@ -105,3 +105,21 @@ def test_the_own_deadline_in_the_module_is_the_one_a_lease_uses(tmp_path, monkey
     assert Lease(job, 1.0, sent=0.0).deadline == pytest.approx(0.9)
     monkeypatch.setattr(decisions, "own_deadline", lambda sent, seconds, margin: math.inf)
     assert Lease(job, 1.0, sent=0.0).deadline == math.inf
+
+
+def test_of_two_attempts_of_one_job_a_worker_holds_the_earlier_is_superseded_and_its_beat_refused():
+    held = [(4, 1), (5, 2), (4, 2)]
+    assert decisions.superseded(held) == {(4, 1)}
+    assert decisions.superseded([(4, 1), (5, 1)]) == set()
+    renewed = {4: 100.0, 5: 100.0}  # the answer names job 4: attempt 2's renewal, not attempt 1's
+    assert decisions.beat_refused(4, renewed, (4, 1) in decisions.superseded(held))
+    assert not decisions.beat_refused(4, renewed, (4, 2) in decisions.superseded(held))
+
+
+def test_the_simulator_no_longer_finds_a_stale_attempt_renewed_by_its_successors_beat():
+    # The schedule the simulator found (portfolio scenario 4, seed 535): w1, frozen past its lease,
+    # claimed job 4 again on its other slot; its beat renewed attempt 2, and attempt 1's handler,
+    # still running, took that for its own lease and wrote its effect as a zombie.
+    from leaselab.sim import explore
+
+    assert explore.run(explore.PORTFOLIO[3], 535).violation is None

@@ -59,7 +59,7 @@ def _beat_once_a_lease(lease: float) -> float:
     return lease
 
 
-def _never_refused(held: int, renewed: Any) -> bool:
+def _never_refused(held: int, renewed: Any, superseded: bool = False) -> bool:
     return False
 
 

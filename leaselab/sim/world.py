@@ -790,8 +790,9 @@ class World:
             )
 
         def reply(renewed: dict[int, float]) -> None:
+            stale = decisions.superseded((lease.job.id, lease.job.attempts) for lease in held)
             for lease in held:
-                if decisions.beat_refused(lease.job.id, renewed):
+                if decisions.beat_refused(lease.job.id, renewed, (lease.job.id, lease.job.attempts) in stale):
                     lease.refuse()
                     self.note(f"{w.name}: heartbeat refused for job {lease.job.id}")
                 else:

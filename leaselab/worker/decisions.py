@@ -138,10 +138,23 @@ def verdict(refused: bool, error: BaseException | None) -> Verdict:
     return Verdict.COMPLETE if error is None else Verdict.FAIL
 
 
-def beat_refused(held: int, renewed: Iterable[int]) -> bool:
+def beat_refused(held: int, renewed: Iterable[int], superseded: bool = False) -> bool:
     """True when a heartbeat that asked to renew job ``held`` did not renew it: the statement matched
-    by token, so a job missing from its answer was fenced off."""
-    return held not in renewed
+    by token, so a job missing from its answer was fenced off. ``superseded``: this worker also holds
+    a later attempt of the same job (``superseded`` below), so the job in the answer is that
+    attempt's, and this one's token holds nothing."""
+    return superseded or held not in renewed
+
+
+def superseded(held: Iterable[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Of the ``(job id, attempt)`` a worker holds, those a later attempt of the same job, also held,
+    makes stale. A worker frozen past its lease can claim the very job it still runs on another slot;
+    only the latest claim's token can be on the row, and a heartbeat's answer names jobs, not tokens."""
+    latest: dict[int, int] = {}
+    pairs = list(held)
+    for job_id, attempt in pairs:
+        latest[job_id] = max(attempt, latest.get(job_id, attempt))
+    return {(job_id, attempt) for job_id, attempt in pairs if attempt < latest[job_id]}
 
 
 # -- after a reply that never came -------------------------------------------------------------

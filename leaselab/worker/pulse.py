@@ -142,8 +142,9 @@ class Pulse:
                 self.log(f"heartbeat failed: {exc}")
                 return False
             kept = []
+            stale = decisions.superseded((lease.job.id, lease.job.attempts) for lease in held)
             for lease in held:
-                if decisions.beat_refused(lease.job.id, renewed):
+                if decisions.beat_refused(lease.job.id, renewed, (lease.job.id, lease.job.attempts) in stale):
                     lease.refuse()
                     self.log(f"lease lost on job {lease.job.id} (attempt {lease.job.attempts}): heartbeat refused")
                 else:  # the statement matched by token: this very claim was renewed
