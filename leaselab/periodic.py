@@ -144,6 +144,17 @@ def tick_key(name: str, tick: float) -> str:
     return f"{name}@{moment.replace(tzinfo=None).isoformat(timespec=spec)}Z"
 
 
+_TICK_KEY = re.compile(r"([A-Za-z0-9][A-Za-z0-9_.:-]{0,99})@(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{6})?)Z")
+
+
+def tick_of(key: str | None) -> tuple[str, float] | None:
+    """The schedule's name and tick time of a key ``tick_key`` made; None for any other key."""
+    found = _TICK_KEY.fullmatch(key) if key is not None else None
+    if found is None:
+        return None
+    return found.group(1), datetime.fromisoformat(found.group(2)).replace(tzinfo=timezone.utc).timestamp()
+
+
 # What a schedule file's entries may hold: Schedule's arguments, each a JSON value.
 FIELDS = ("name", "every", "cron", "payload", "queue", "catch_up", "start", "priority", "max_attempts")
 
