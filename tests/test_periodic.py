@@ -10,7 +10,11 @@ import pytest
 from leaselab import ManualClock, Queue, Schedule
 from leaselab.backends.contract import NewJob
 from leaselab.errors import InvalidSchedule
-from leaselab.periodic import MAX_CATCH_UP, Due, due, load_schedules, next_tick, tick_key
+from leaselab.periodic import MAX_CATCH_UP, Due, due, load_schedules, next_tick, tick_key, tick_of
+from tests.support.servers import IN_PROCESS_BACKENDS
+
+# Run on every backend: SQLite, PostgreSQL, APSW and the minimal one (the required contract alone).
+TARGETS = IN_PROCESS_BACKENDS
 
 T0 = 1_767_225_600.0  # 2026-01-01T00:00:00Z, a whole hour: ManualClock's start
 
@@ -75,6 +79,9 @@ def test_a_cron_schedule_ticks_at_its_times_in_utc():
 def test_a_ticks_key_is_the_schedules_name_and_the_utc_time():
     assert tick_key("digest", T0 + 3600) == "digest@2026-01-01T01:00:00Z"
     assert tick_key("fast", T0 + 0.25) == "fast@2026-01-01T00:00:00.250000Z"
+    assert tick_of("digest@2026-01-01T01:00:00Z") == ("digest", T0 + 3600)
+    assert tick_of(tick_key("fast", T0 + 0.25)) == ("fast", T0 + 0.25)
+    assert tick_of("invoice-42") is None and tick_of(None) is None and tick_of("x@2026-01-01") is None
 
 
 @pytest.mark.parametrize(
