@@ -30,7 +30,6 @@ from .errors import (
 )
 from .fencing import FencedStore
 from .job import Enqueued, Event, Job, Status
-from .periodic import Schedule
 from .queue import Queue
 from .worker import Lease, Worker, load_handler
 
@@ -51,7 +50,6 @@ __all__ = [
     "LeaselabError",
     "ManualClock",
     "Queue",
-    "Schedule",
     "Status",
     "TransientError",
     "Worker",

@@ -289,7 +289,7 @@ class Queue:
         finished. A caller that loses the race reads the new last tick and decides again.
         """
         if not isinstance(schedule, Schedule):
-            raise TypeError(f"schedule must be a leaselab.Schedule, got {schedule!r}")
+            raise TypeError(f"schedule must be a leaselab.periodic.Schedule, got {schedule!r}")
         for _ in range(SCHEDULE_TRIES):
             last = self.backend.schedule_last(schedule.name)
             now = self._now()

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from leaselab import ManualClock, Queue, Schedule
+from leaselab import ManualClock, Queue
 from leaselab.backends.contract import NewJob
 from leaselab.errors import InvalidSchedule
-from leaselab.periodic import MAX_CATCH_UP, Due, due, load_schedules, next_tick, tick_key, tick_of
+from leaselab.periodic import MAX_CATCH_UP, Due, Schedule, due, load_schedules, next_tick, tick_key, tick_of
 from tests.support.servers import IN_PROCESS_BACKENDS
 
 # Run on every backend: SQLite, PostgreSQL, APSW and the minimal one (the required contract alone).
@@ -219,3 +219,8 @@ def test_a_bad_schedule_file_is_refused_naming_the_file_and_entry(tmp_path, text
     path.write_text(text)
     with pytest.raises(InvalidSchedule, match=says):
         load_schedules(str(path))
+
+
+def test_run_schedule_refuses_what_is_not_a_schedule(db_path):
+    with Queue(db_path) as q, pytest.raises(TypeError, match="leaselab.periodic.Schedule"):
+        q.run_schedule({"name": "digest", "every": 60})

@@ -23,7 +23,8 @@ EVERY = 0.05
 RACER = textwrap.dedent(
     """
     import os, sys, time
-    from leaselab import Queue, Schedule
+    from leaselab import Queue
+    from leaselab.periodic import Schedule
     target, gate, every, ticks = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
     schedule = Schedule("race", every=every, catch_up="all")
     with Queue(target, durability="normal") as q:

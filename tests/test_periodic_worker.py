@@ -14,8 +14,9 @@ from datetime import datetime
 
 import pytest
 
-from leaselab import Queue, Schedule, Worker
+from leaselab import Queue, Worker
 from leaselab.errors import InvalidPayload
+from leaselab.periodic import Schedule
 from tests.test_cli import assert_one_clean_error_line, run
 
 WAIT = 120.0  # the longest a test waits for ticks to come due and be run, on a busy machine

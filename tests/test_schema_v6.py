@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from leaselab import ManualClock, Queue, Schedule
+from leaselab import ManualClock, Queue
+from leaselab.periodic import Schedule
 from tests.support.sqlite_marks import old_file
 
 DATA = Path(__file__).parent / "data"

@@ -223,8 +223,8 @@ def test_a_flag_at_the_end_of_the_run_keeps_its_label_off_the_legend(lang):
 
 
 def test_a_schedules_ticks_are_drawn_across_the_lanes_at_their_times(target, clock):
-    from leaselab import Schedule
     from leaselab.lab.timeline import TICK_COLOUR, Tick
+    from leaselab.periodic import Schedule
 
     with Queue(target, clock=clock) as q:
         s = Schedule("beat", every=60)

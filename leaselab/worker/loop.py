@@ -480,7 +480,7 @@ class Worker:
         # run the same ones: each tick is enqueued once). Their payloads are checked now, not at a tick.
         for schedule in schedules:
             if not isinstance(schedule, Schedule):
-                raise TypeError(f"schedules must be leaselab.Schedule objects, got {schedule!r}")
+                raise TypeError(f"schedules must be leaselab.periodic.Schedule objects, got {schedule!r}")
             self.queue.check_payload(schedule.payload)
         self.scheduler = Scheduler(self.queue, schedules, self.log, max_wait=self.max_poll) if schedules else None
 
