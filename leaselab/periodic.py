@@ -73,6 +73,21 @@ class Schedule:
         integer("priority", self.priority)
         integer("max_attempts", self.max_attempts, 1)
 
+    def latest_tick(self, moment: float) -> float:
+        """Its newest tick time at or before ``moment``."""
+        if self.every is not None:
+            k = math.floor((moment - self.start) / self.every)
+            while self.start + k * self.every > moment:  # a float's rounding may overshoot by one
+                k -= 1
+            while self.start + (k + 1) * self.every <= moment:
+                k += 1
+            return self.start + k * self.every
+        from croniter import croniter
+
+        before = float(croniter(self.cron, datetime.fromtimestamp(moment, timezone.utc)).get_prev(float))
+        after = next(self.ticks_after(before))
+        return after if after <= moment else before  # moment may be a tick itself
+
     def ticks_after(self, moment: float) -> Iterator[float]:
         """Its tick times strictly after ``moment``, in order, without end."""
         if self.every is not None:
@@ -117,19 +132,21 @@ def due(schedule: Schedule, last: float | None, now: float) -> Due:
     """
     if last is None:
         return Due([], now)  # a new schedule starts now: its first tick is the next one
-    ticks: list[float] = []
-    for tick in schedule.ticks_after(last):
-        if tick > now or len(ticks) > MAX_CATCH_UP:
-            break
-        ticks.append(tick)
-    if not ticks:
+    first = next(schedule.ticks_after(last))
+    if first > now:
         return Due([], None)
     if schedule.catch_up == "all":
-        ticks = ticks[:MAX_CATCH_UP]
+        ticks: list[float] = []
+        for tick in schedule.ticks_after(last):
+            if tick > now or len(ticks) == MAX_CATCH_UP:
+                break
+            ticks.append(tick)
         return Due(ticks, ticks[-1])
-    if schedule.catch_up == "latest" or len(ticks) == 1:
-        return Due([ticks[-1]], ticks[-1])
-    return Due([], ticks[-1])  # "none", and a tick was missed: skip to the newest, enqueue nothing
+    # Found directly, not by walking from last: a month down on a one-second schedule is millions of ticks.
+    newest = schedule.latest_tick(now)
+    if schedule.catch_up == "latest" or newest == first:
+        return Due([newest], newest)
+    return Due([], newest)  # "none", and a tick was missed: skip to the newest, enqueue nothing
 
 
 def next_tick(schedule: Schedule, last: float | None, now: float) -> float:

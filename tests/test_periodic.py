@@ -62,6 +62,15 @@ def test_catch_up_all_enqueues_at_most_a_bounded_number_per_call_and_the_rest_ne
     assert due(s, first.advance_to, T0 + 5000).ticks[0] == T0 + MAX_CATCH_UP + 1
 
 
+@pytest.mark.parametrize("schedule", [Schedule("often", every=1), Schedule("minutely", cron="* * * * *")])
+def test_after_a_long_downtime_latest_is_the_newest_tick_found_without_walking_every_missed_one(schedule):
+    month = 30 * 86400
+    assert due(schedule, T0, T0 + month + 0.5) == Due([T0 + month], T0 + month)
+    assert due(schedule, T0, T0 + month) == Due([T0 + month], T0 + month)  # now itself a tick
+    none = Schedule(schedule.name, every=schedule.every, cron=schedule.cron, catch_up="none")
+    assert due(none, T0, T0 + month + 0.5) == Due([], T0 + month)
+
+
 def test_every_ticks_are_aligned_on_start_so_every_scheduler_agrees():
     s = Schedule("offset", every=60, start=T0 + 15)
     assert next(s.ticks_after(T0 + 100)) == T0 + 135
