@@ -20,6 +20,7 @@ from .backends.sqlite.backend import nearest_queue_file
 from .backoff import Backoff
 from .errors import DatabaseMissing, InvalidPayload, LeaselabError, QueueFileGone
 from .job import DEFAULT_QUEUE, Event, Job, Status
+from .periodic import load_schedules
 from .printable import has_unprintable, printable
 from .queue import DEFAULT_LEASE, DURABILITIES, Queue
 from .words import LANGS
@@ -155,6 +156,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     with ProcessControl(log, ignore_sigint=args.ignore_sigint) as control:
         served = _served(args.handler, args.queue)  # a bad --handler or --queue is reported before a bad --db
         handlers = {name: load_handler(path) for name, path in served.items()}
+        schedules = load_schedules(args.schedule) if args.schedule is not None else []
         # A server not up yet, a first connection dropped, a full disk: waited out as they are
         # mid-run, with the same log lines. Anything retrying cannot fix still exits 2 at once.
         named = args.name or f"worker-{os.getpid()}"  # as the worker will prefix its own lines
@@ -182,6 +184,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 beat_timeout=args.beat_timeout,
                 grace=args.grace,
                 journal=args.journal,
+                schedules=schedules,
             )
         except BaseException:
             opened.close()
@@ -193,6 +196,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
         else:
             serving = "queues " + ", ".join(f"{name}={path}" for name, path in served.items())
         log(f"{STARTED}{os.getpid()}, {serving}, lease {args.lease:g}s{slots}); {control.how_to_stop}")
+        if schedules:
+            log(f"{worker.name}: running schedules {', '.join(s.name for s in schedules)} from {args.schedule}")
         try:
             stats = worker.run()
         except QueueFileGone as exc:  # nothing more can be written: a supervisor should look, not retry blindly
@@ -788,6 +793,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="while idle the wait doubles up to this many seconds (default 1)",
     )
     p.add_argument("--exit-when-idle", action="store_true", help="exit once no job is pending or running")
+    p.add_argument(
+        "--schedule",
+        default=None,
+        metavar="FILE",
+        help="also enqueue the ticks of the periodic schedules in FILE (a JSON list of "
+        '{"name": ..., "every": SECONDS or "cron": "*/5 * * * *", "payload": ...}); '
+        "any number of workers may run the same file: each tick is enqueued once",
+    )
     p.add_argument(
         "--journal",
         default=None,

@@ -67,6 +67,11 @@ class InvalidKey(LeaselabError, ValueError):
     """Raised when a unique job's key is not a non-empty text of at most 200 characters without NUL."""
 
 
+class InvalidSchedule(LeaselabError, ValueError):
+    """Raised when a periodic job's schedule is malformed: its name, its period or cron expression, its catch-up
+    policy, or a schedule file's line."""
+
+
 class KeyHeld(LeaselabError, ValueError):
     """Raised when a dead job is retried by hand while another pending or running job holds its unique key;
     nothing of the call was written."""

@@ -22,13 +22,15 @@ from .backends import open_backend
 from .backends.contract import ByHand, Claim, Claimed, Completion, FullBackend, NewJob, Refusals, Unreadable
 from .backoff import Backoff
 from .clock import Clock, system_clock
-from .errors import InvalidPayload, JobNotFound, LeaseLost, WrongStatus
+from .errors import InvalidPayload, JobNotFound, LeaselabError, LeaseLost, WrongStatus
 from .job import DEFAULT_QUEUE, MAX_JSON_DEPTH, Enqueued, Event, Job, Status, check_json_depth
+from .periodic import Schedule, due, next_tick, tick_key
 
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1_000_000
 DURABILITIES = ("full", "normal")
 MAX_ERROR = 10_000  # characters of a failure's text kept (last_error, and its event's detail)
+SCHEDULE_TRIES = 100  # run_schedule's reads again after losing the race: each loss means another scheduler moved it
 MAX_FRESH_ATTEMPTS = 1_000_000  # the most a retry by hand may add: attempts + this never nears 64 bits
 
 Tracer = Callable[[str, Any], None]
@@ -277,6 +279,45 @@ class Queue:
             payload, priority, delay, run_at, max_attempts, now, timeout, beat_timeout, queue, unique_key(key)
         )
         return self.backend.enqueue_unique(job, now, durable=self._acknowledged)
+
+    def run_schedule(self, schedule: Schedule) -> list[int]:
+        """Enqueue the ticks of ``schedule`` due now (``leaselab.periodic.due``); the new jobs' ids.
+
+        Each tick's job has the key ``tick_key(name, tick)``. Race-free: the ticks are enqueued in the
+        transaction that moves the schedule's last tick past them with a compare-and-set, so however many
+        processes run one schedule at once, each tick is enqueued exactly once, even long after its job
+        finished. A caller that loses the race reads the new last tick and decides again.
+        """
+        if not isinstance(schedule, Schedule):
+            raise TypeError(f"schedule must be a leaselab.periodic.Schedule, got {schedule!r}")
+        for _ in range(SCHEDULE_TRIES):
+            last = self.backend.schedule_last(schedule.name)
+            now = self._now()
+            ticks, advance_to = due(schedule, last, now)
+            if advance_to is None:
+                return []
+            payload = self._json("payload", schedule.payload)
+            jobs = [
+                NewJob(
+                    payload,
+                    schedule.priority,
+                    tick,
+                    schedule.max_attempts,
+                    None,
+                    None,
+                    schedule.queue,
+                    tick_key(schedule.name, tick),
+                )
+                for tick in ticks
+            ]
+            made = self.backend.advance_schedule(schedule.name, last, advance_to, jobs, now, durable=self._acknowledged)
+            if made is not None:
+                return made
+        raise LeaselabError(f"schedule {schedule.name}: other schedulers kept moving it, {SCHEDULE_TRIES} times")
+
+    def next_tick(self, schedule: Schedule) -> float:
+        """When ``schedule`` next has a tick due, by this queue's clock (unix seconds)."""
+        return next_tick(schedule, self.backend.schedule_last(schedule.name), self._now())
 
     def enqueue_many(
         self,

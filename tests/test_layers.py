@@ -133,6 +133,7 @@ ALLOWED = {
         "leaselab.clock",
         "leaselab.errors",
         "leaselab.job",
+        "leaselab.periodic",  # a worker runs periodic schedules (worker/scheduler.py)
         "leaselab.printable",
         "leaselab.queue",
     },
@@ -185,6 +186,7 @@ ALLOWED = {
         "leaselab.words",
     },
     "lab": {
+        "leaselab.periodic",  # the timeline draws a schedule's ticks
         "leaselab.backends",
         "leaselab.check",
         "leaselab.errors",
@@ -220,6 +222,7 @@ ALLOWED = {
         "leaselab.worker.journal",  # a failover waits on what the workers' journals say they were told
     },
     "cli": {
+        "leaselab.periodic",  # worker --schedule FILE
         "leaselab.arguments",  # a queue's name is checked as argparse reads it, by the queue's own rule
         "leaselab.backends",
         "leaselab.backends.sqlite.backend",

@@ -170,7 +170,7 @@ def test_a_version_1_database_is_upgraded_in_place_to_the_very_schema_a_new_data
         assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "reaped", "claimed", "completed"]
     fresh = pg_server.create_database(f"fresh_{os.getpid()}_{abs(hash(pg_url)) % 10**6}")
     Queue(fresh).close()
-    assert SCHEMA_VERSION == 5
+    assert SCHEMA_VERSION == 6
     assert catalog(pg_url) == catalog(fresh)
     jobs, events, _ = history.load(pg_url)
     assert history.check_fencing(events) == history.check_attempts(jobs, events) == []

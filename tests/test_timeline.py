@@ -220,3 +220,30 @@ def test_a_flag_at_the_end_of_the_run_keeps_its_label_off_the_legend(lang):
     # The early flag's label still starts at its flag: only a label that would run out is moved.
     early = next(label for label in labels if label.get_text().strip().startswith("2:"))
     assert early.get_position()[0] == pytest.approx(0.5)
+
+
+def test_a_schedules_ticks_are_drawn_across_the_lanes_at_their_times(target, clock):
+    from leaselab.lab.timeline import TICK_COLOUR, Tick
+    from leaselab.periodic import Schedule
+
+    with Queue(target, clock=clock) as q:
+        s = Schedule("beat", every=60)
+        q.run_schedule(s)
+        ticks = []
+        for _ in range(3):
+            clock.advance(60)
+            (made,) = q.run_schedule(s)
+            ticks.append(Tick("beat", q.get(made).run_at, made))
+            clock.advance(5)
+            job = q.claim("w1")
+            q.complete(job.id, job.token)
+        q.enqueue("not a tick", key="beat@soon")  # a key of the user's own: no tick
+        data = load(target)
+    assert data.ticks == ticks
+    fig = draw(data)
+    ax = fig.axes[0]
+    drawn = [line.get_xdata()[0] for line in ax.get_lines() if line.get_color() == TICK_COLOUR and line.get_xdata()]
+    assert drawn == [tick.at - data.t0 for tick in ticks]
+    assert "a periodic schedule's tick (its job due)" in [t.get_text() for t in ax.get_legend().get_texts()]
+    ru = draw(data, lang="ru").axes[0]
+    assert "тик периодического расписания (срок его задачи)" in [t.get_text() for t in ru.get_legend().get_texts()]

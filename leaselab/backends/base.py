@@ -85,6 +85,10 @@ class _Undo(Exception):
         self.refused = refused
 
 
+class _Lost(Exception):
+    """Inside ``advance_schedule``: another scheduler moved the last tick first, so nothing is written."""
+
+
 class _Refused(Exception):
     """Inside ``completing``: the fenced completion changed no row, so the transaction must roll back."""
 
@@ -295,6 +299,27 @@ class SqlBackend(BackendDefaults):
                     holder = Holder._make(held)
                     return Enqueued(holder.id, False, holder.status, job.key or "", holder.queue)
         raise LeaselabError(f"key {job.key!r}: its jobs kept ending as it was enqueued, {UNIQUE_TRIES} times")
+
+    def schedule_last(self, name: str) -> float | None:
+        rows = self.run(self.statements.SCHEDULE_LAST, {"name": name})
+        return rows[0][0] if rows else None
+
+    def advance_schedule(
+        self, name: str, last: float | None, tick: float, jobs: Sequence[NewJob], now: float, *, durable: bool
+    ) -> list[int] | None:
+        try:
+            with self.transaction(durable) as run:
+                if last is None:
+                    moved = run(self.statements.SCHEDULE_START, {"name": name, "tick": tick}).rowcount
+                else:
+                    moved = run(self.statements.SCHEDULE_ADVANCE, {"name": name, "tick": tick, "last": last}).rowcount
+                if not moved:
+                    raise _Lost
+                # ENQUEUE_UNIQUE: a tick's key held by a job someone enqueued by hand is left to that job.
+                made = [run(self.statements.ENQUEUE_UNIQUE, _enqueued(job, now)).fetchone() for job in jobs]
+                return [row[0] for row in made if row is not None]
+        except _Lost:
+            return None
 
     def enqueue_many(self, jobs: Sequence[NewJob], now: float, *, durable: bool) -> list[int]:
         with self.transaction(durable) as run:

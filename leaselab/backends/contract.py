@@ -162,6 +162,18 @@ class Backend(Protocol):
         not new. Race-free: however many callers enqueue one key at once, one job is made."""
         ...
 
+    def schedule_last(self, name: str) -> float | None:
+        """The last tick handled of the periodic schedule ``name``; None if no scheduler ran it yet."""
+        ...
+
+    def advance_schedule(
+        self, name: str, last: float | None, tick: float, jobs: Sequence[NewJob], now: float, *, durable: bool
+    ) -> list[int] | None:
+        """In one transaction: move schedule ``name``'s last tick from ``last`` (None: no row yet) to ``tick``
+        and enqueue ``jobs`` (each with its tick's key); their ids, or None, writing nothing, if the last tick
+        was no longer ``last`` (another scheduler moved it first). Race-free: one caller per ``last`` wins."""
+        ...
+
     def claim(self, claim: Claim, *, durable: bool) -> Claimed | None:
         """Lease the next runnable job in one statement; None when none is runnable."""
         ...

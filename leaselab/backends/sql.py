@@ -40,6 +40,15 @@ RETURNING id
 # The job that holds :key now, if any (served by jobs_key).
 HOLDING_KEY = "SELECT id, status, queue FROM jobs WHERE key = :key AND status IN ('pending', 'running')"
 
+# Periodic jobs (leaselab.periodic): a schedule's last handled tick, and its compare-and-set. Both
+# dialects' row locks make the set race-free: of schedulers that read the same :last, one UPDATE changes
+# the row and the others, blocked behind it until it commits, find :last gone and change nothing; the
+# ticks are enqueued in that same transaction, so only the winner's jobs ever exist. A first run
+# inserts the row, and a racing first insert does nothing (ON CONFLICT on the primary key).
+SCHEDULE_LAST = "SELECT last_tick FROM schedules WHERE name = :name"
+SCHEDULE_START = "INSERT INTO schedules (name, last_tick) VALUES (:name, :tick) ON CONFLICT (name) DO NOTHING"
+SCHEDULE_ADVANCE = "UPDATE schedules SET last_tick = :tick WHERE name = :name AND last_tick = :last"
+
 # The claim of the article: picking a job and granting its lease are one statement, so two
 # workers, in any processes, can never both get the same job. A server adds row locking to the
 # subquery ({lock}: see the PostgreSQL statements). claim() writes it once for the single claim,

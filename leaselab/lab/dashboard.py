@@ -632,7 +632,9 @@ class Lab:
         from .timeline import draw, timeline_data
 
         return draw(
-            timeline_data(self.queue.events(), self.fleet.actions or None, now=self.fleet.clock()),
+            timeline_data(
+                self.queue.events(), self.fleet.actions or None, now=self.fleet.clock(), jobs=self.queue.jobs()
+            ),
             lang=self.lang,
             report=report,
         )

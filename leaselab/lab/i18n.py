@@ -127,6 +127,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "tl_empty": "No attempts recorded yet.",
         "tl_bar_text": "in a bar: job·attempt",
         "tl_anomaly": "a broken promise (the checker's report names it)",
+        "tl_tick": "a periodic schedule's tick (its job due)",
     },
     "ru": {
         "title": "leaselab — {path}",
@@ -241,6 +242,7 @@ STRINGS: dict[str, dict[str, str]] = {
         "tl_empty": "Попыток пока нет.",
         "tl_bar_text": "в полосе: задача·попытка",
         "tl_anomaly": "нарушенное обещание (его называет отчёт проверки)",
+        "tl_tick": "тик периодического расписания (срок его задачи)",
     },
 }
 

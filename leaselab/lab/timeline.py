@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..harness.fleet import Action, read_actions
-from ..job import Event
+from ..job import Event, Job
+from ..periodic import tick_of
 from ..words import check_lang
 from .i18n import t
 
@@ -44,6 +45,8 @@ FAULT_COLOURS = {
     "kill": "#424242",
     "silent": "#bdbdbd",
 }
+TICK_COLOUR = "#6a1b9a"  # purple: a periodic schedule's tick, a line across every lane
+TICK_JOBS = 10_000  # the jobs load() reads for ticks: a lab's file holds far fewer
 ANOMALY_COLOUR = "#d50000"  # a broken promise, as the checker names it
 ANOMALY_STYLE: dict[str, Any] = dict(marker="*", color=ANOMALY_COLOUR, markersize=13, markeredgecolor="white")
 FAULT_LABELS = {k: f"tl_{k}" for k in FAULT_COLOURS}
@@ -93,6 +96,15 @@ class Flag:
     job_id: int
 
 
+@dataclass(frozen=True)
+class Tick:
+    """A periodic schedule's tick: at ``at`` its job ``job_id`` fell due (``leaselab.periodic``)."""
+
+    schedule: str
+    at: float
+    job_id: int
+
+
 @dataclass
 class Timeline:
     """What the picture shows, as data: times are unix seconds; ``t0`` is the first event."""
@@ -101,6 +113,7 @@ class Timeline:
     bars: list[Bar] = field(default_factory=list)
     marks: list[Mark] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
+    ticks: list[Tick] = field(default_factory=list)  # periodic ticks within t0..t1, drawn across every lane
     t0: float = 0.0
     t1: float = 0.0
 
@@ -142,12 +155,16 @@ def _faults_from_actions(actions: Sequence[Action], end: float) -> list[Fault]:
 
 
 def timeline_data(
-    events: Iterable[Event], actions: Sequence[Action] | None = None, now: float | None = None
+    events: Iterable[Event],
+    actions: Sequence[Action] | None = None,
+    now: float | None = None,
+    jobs: Iterable[Job] = (),
 ) -> Timeline:
     """Turn events (and, if known, the fleet's actions) into lanes, bars, marks and faults.
 
     ``now`` closes attempts still running (default: the last event or action).
-    With ``actions`` None, faults are derived from the events alone.
+    With ``actions`` None, faults are derived from the events alone. ``jobs`` (the queue's) give the
+    periodic ticks: each job whose key a schedule made (``leaselab.periodic.tick_key``) is a tick.
     """
     events = list(events)
     actions = list(actions or [])
@@ -204,7 +221,12 @@ def timeline_data(
     names = {b.worker for b in bars} | {m.worker for m in marks} | {f.worker for f in faults}
     names |= {a.worker for a in actions}
     bars.sort(key=lambda b: (b.start, b.worker))
-    return Timeline(lanes=sorted(names, key=_natural), bars=bars, marks=marks, faults=faults, t0=t0, t1=t1)
+    ticks = sorted(
+        (Tick(found[0], found[1], job.id) for job in jobs for found in [tick_of(job.key)] if found is not None),
+        key=lambda tick: (tick.at, tick.schedule),
+    )
+    ticks = [tick for tick in ticks if t0 <= tick.at <= t1]  # missed ticks caught up long after stay off the picture
+    return Timeline(lanes=sorted(names, key=_natural), bars=bars, marks=marks, faults=faults, ticks=ticks, t0=t0, t1=t1)
 
 
 def flags(data: Timeline, report, lang: str = "en") -> list[Flag]:
@@ -234,7 +256,8 @@ def load(path: str | os.PathLike) -> Timeline:
 
     with Queue(path) as q:
         events = q.events()
-    return timeline_data(events, read_actions(path) or None)
+        jobs = q.jobs(limit=TICK_JOBS)
+    return timeline_data(events, read_actions(path) or None, jobs=jobs)
 
 
 def draw(
@@ -320,6 +343,8 @@ def draw(
                 zorder=3,
                 clip_on=True,
             )
+    for tick in data.ticks:
+        ax.axvline(tick.at - t0, color=TICK_COLOUR, linestyle=":", linewidth=1.2, zorder=1.5)
     styles: dict[str, dict[str, Any]] = {
         "reaped": dict(marker="v", color="black", markersize=9),
         "lease_lost": dict(marker="X", color="#b71c1c", markersize=10, markeredgecolor="white"),
@@ -384,6 +409,8 @@ def draw(
     for kind, key in (("reaped", "tl_mark_reaped"), ("lease_lost", "tl_mark_lease_lost")):
         if any(m.kind == kind for m in data.marks):
             handles.append(Line2D([], [], linestyle="none", label=t(key, lang), **styles[kind]))
+    if data.ticks:
+        handles.append(Line2D([], [], color=TICK_COLOUR, linestyle=":", label=t("tl_tick", lang)))
     if drawn:
         handles.append(Line2D([], [], linestyle="none", label=t("tl_anomaly", lang), **ANOMALY_STYLE))
     ax.legend(

@@ -15,7 +15,7 @@ import inspect
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -35,6 +35,7 @@ from ..errors import (
     TransientError,
 )
 from ..job import DEFAULT_QUEUE, Job
+from ..periodic import Schedule
 from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
 from . import decisions, failure, faults
@@ -44,6 +45,7 @@ from .logline import LineLog
 from .process import ProcessControl
 from .pulse import Pulse
 from .routing import ByQueue, Queues, handlers_by_queue
+from .scheduler import Scheduler
 
 STOPPED: Final = faults.STOPPED  # what outlast returns when a stop came while it waited
 # How a worker process's line saying it is ready begins (``leaselab worker`` prints it once its signal
@@ -378,6 +380,8 @@ class Worker:
     ``queues``: the named queues it serves (``handler`` serves the default queue alone otherwise): a list
     of names that ``handler`` serves, or {name: handler} (``leaselab.worker.routing``). Its claims take
     jobs from those queues only, each job to its queue's handler.
+    ``schedules``: periodic ``Schedule`` objects whose ticks a thread of the worker enqueues while ``run()``
+    runs (``leaselab.worker.scheduler``); any number of workers may run the same ones.
     """
 
     def __init__(
@@ -399,6 +403,7 @@ class Worker:
         grace: float | None = DEFAULT_GRACE,
         journal: str | os.PathLike | None = None,
         queues: Queues | None = None,
+        schedules: Sequence[Schedule] = (),
     ):
         # The handlers first: a bad handler path must not leave a fresh, empty queue file behind.
         loaded: dict[Any, Callable[..., Any]] = {}  # one import or check per handler, however many queues it serves
@@ -471,6 +476,13 @@ class Worker:
         self._slots: _Inline | _Threads | None = None
         self._abandoned = False  # the grace ran out: run() returns without waiting for its handlers
         self._grace_timer: threading.Timer | None = None
+        # Periodic schedules this worker enqueues the ticks of while it runs (any number of workers may
+        # run the same ones: each tick is enqueued once). Their payloads are checked now, not at a tick.
+        for schedule in schedules:
+            if not isinstance(schedule, Schedule):
+                raise TypeError(f"schedules must be leaselab.periodic.Schedule objects, got {schedule!r}")
+            self.queue.check_payload(schedule.payload)
+        self.scheduler = Scheduler(self.queue, schedules, self.log, max_wait=self.max_poll) if schedules else None
 
     def close(self) -> None:
         """Close the queue the worker opened from a path; a queue passed in is left open for its owner."""
@@ -637,6 +649,8 @@ class Worker:
         running = 0
         wait_for = self.poll
         self._slots, self._abandoned = slots, False
+        if self.scheduler is not None:
+            self.scheduler.start()
         with self._running():
             try:
                 starting: list[Lease] = []
@@ -669,6 +683,8 @@ class Worker:
                     # Wake when a handler finishes, or after a poll interval to refill free slots.
                     woken = slots.finished(timeout=self.poll if free else None)
             finally:
+                if self.scheduler is not None:
+                    self.scheduler.stop()
                 if self._grace_timer is not None:
                     self._grace_timer.cancel()
                 slots.shutdown(wait=not self._abandoned)

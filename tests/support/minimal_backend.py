@@ -122,6 +122,24 @@ class MinimalBackend(BackendDefaults):
         (row,) = self._rows(sql.ENQUEUE, {**job._asdict(), "now": now}, durable)
         return row["id"]
 
+    def schedule_last(self, name: str) -> float | None:
+        rows = self._rows(sql.SCHEDULE_LAST, {"name": name})
+        return rows[0]["last_tick"] if rows else None
+
+    def advance_schedule(
+        self, name: str, last: float | None, tick: float, jobs: Sequence[NewJob], now: float, *, durable: bool
+    ) -> list[int] | None:
+        # One transaction holds the file's write lock: the compare-and-set and the enqueues go together.
+        with self._transaction(durable) as run:
+            if last is None:
+                moved = run(sql.SCHEDULE_START, {"name": name, "tick": tick}).rowcount
+            else:
+                moved = run(sql.SCHEDULE_ADVANCE, {"name": name, "tick": tick, "last": last}).rowcount
+            if not moved:
+                return None  # nothing was written: the commit ends an empty transaction
+            made = [run(sql.ENQUEUE_UNIQUE, {**job._asdict(), "now": now}).fetchone() for job in jobs]
+            return [row["id"] for row in made if row is not None]
+
     def enqueue_unique(self, job: NewJob, now: float, *, durable: bool) -> Enqueued:
         # One transaction holds the file's write lock: no other enqueue can come between the two.
         with self._transaction(durable) as run:

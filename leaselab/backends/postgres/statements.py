@@ -15,6 +15,9 @@ from ..sql import pyformat
 ENQUEUE = pyformat(sql.ENQUEUE)
 ENQUEUE_UNIQUE = pyformat(sql.ENQUEUE_UNIQUE)
 HOLDING_KEY = pyformat(sql.HOLDING_KEY)
+SCHEDULE_LAST = pyformat(sql.SCHEDULE_LAST)
+SCHEDULE_START = pyformat(sql.SCHEDULE_START)
+SCHEDULE_ADVANCE = pyformat(sql.SCHEDULE_ADVANCE)
 COMPLETE = pyformat(sql.COMPLETE)
 LINK_EVENT = pyformat(sql.LINK_EVENT)
 GET = pyformat(sql.GET)
@@ -347,6 +350,13 @@ def _schema_statement(start: str) -> str:
     return text[begin : text.index("$$;", begin) + len("$$")]
 
 
+def _schema_statement_to(start: str, end: str) -> str:
+    """The statement of schema.sql that begins with ``start``, to the first ``end`` after it."""
+    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    begin = text.index(start)
+    return text[begin : text.index(end, begin) + len(end)]
+
+
 _UPGRADE_NOW = "extract(epoch FROM now())::float8"  # one time for the whole upgrade: its transaction's
 _TIMES = ("run_at", "lease_until", "created_at", "started_at", "finished_at", "updated_at")
 
@@ -447,5 +457,11 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _schema_statement("CREATE OR REPLACE FUNCTION leaselab_notify_enqueued()"),
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 5'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 5'",
+    ),
+    # 5 -> 6: periodic schedules' last ticks get their table (schema.sql's statement as it is); no row changes.
+    5: (
+        _schema_statement_to("CREATE TABLE schedules (", ");"),
+        "COMMENT ON TABLE jobs IS 'leaselab queue, schema 6'",
+        "COMMENT ON TABLE events IS 'leaselab queue, schema 6'",
     ),
 }

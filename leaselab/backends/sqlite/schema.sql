@@ -1,4 +1,4 @@
--- leaselab schema, version 5. The whole queue lives in these two tables.
+-- leaselab schema, version 6. The queue lives in two tables (jobs, events); periodic jobs add a third.
 -- STRICT (SQLite 3.37+): a column holds only its own type, so no program writing into the
 -- file can put text where the claim and the reaper compare numbers ('soon' sorts above every
 -- number, so such a lease would never expire). The CHECKs keep times finite (9e999 is
@@ -55,6 +55,15 @@ CREATE UNIQUE INDEX IF NOT EXISTS jobs_key ON jobs (key) WHERE key IS NOT NULL A
 
 -- Serves the reaper: WHERE status='running' AND lease_until<?.
 CREATE INDEX IF NOT EXISTS jobs_lease ON jobs (lease_until) WHERE status = 'running';
+
+-- Version 6: each periodic schedule's last handled tick (leaselab.periodic). A scheduler enqueues a
+-- tick's job in the same transaction as it moves last_tick past that tick with a compare-and-set, so a
+-- tick is enqueued once however many schedulers race, and long after its job finished. An upgrade
+-- from 5 only adds this table.
+CREATE TABLE IF NOT EXISTS schedules (
+    name      TEXT PRIMARY KEY CHECK (length(name) BETWEEN 1 AND 100),
+    last_tick REAL NOT NULL CHECK (abs(last_tick) < 9e999)   -- unix seconds
+) STRICT;
 
 CREATE TABLE IF NOT EXISTS events (
     id      INTEGER PRIMARY KEY,

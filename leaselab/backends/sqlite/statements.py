@@ -24,6 +24,9 @@ from ..sql import (  # noqa: F401  (re-exported: the statements both dialects ru
     LIST_JOBS_NEWEST,
     NEXT_RUN_AT,
     OUTCOME,
+    SCHEDULE_ADVANCE,
+    SCHEDULE_LAST,
+    SCHEDULE_START,
     STATS,
 )
 
@@ -126,6 +129,7 @@ CLAIM_STATISTICS: tuple[str, ...] = (
 # 4 -> 5: jobs gain queue (every job so far in 'default') and key (NULL: not a unique job); jobs_claim
 # is built anew with the queue in it, so its old statistics go (CLAIM_STATISTICS writes the new ones),
 # and jobs_key is made by schema.sql.
+# 5 -> 6: periodic schedules' last ticks get their table, made by schema.sql; nothing else changes.
 # 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), and the history four kinds,
 # 'timed_out' and 'released', and 'retried' and 'cancelled' for what an operator does by hand.
 # A CHECK cannot be changed in place, so the events table is built anew and its rows copied, ids
