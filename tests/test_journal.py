@@ -11,7 +11,7 @@ import sys
 
 from leaselab import Queue, Worker
 from leaselab.check import check
-from leaselab.check.history import History
+from leaselab.check.history import History, load
 from leaselab.check.journal import journal_anomalies, read_journal
 
 
@@ -59,6 +59,23 @@ def test_check_journal_names_a_completion_the_queue_forgot_with_both_witnesses(t
     assert done.returncode == 1, done.stderr
     assert "acknowledged outcome lost" in done.stdout
     assert "job=2 completed attempt=1 worker=w1" in done.stdout and "jobs#2 status=" in done.stdout
+
+
+def test_a_failure_the_server_forgot_is_no_broken_promise_the_attempt_is_reaped_and_runs_again(tmp_path):
+    # A failure is committed without waiting for the disk at every durability (docs/durability.md):
+    # a server crash right after its reply may lose it, and the job then stays running under the
+    # attempt's claim until the reaper takes it back. The journal judges the promises the queue makes.
+    db, folder = str(tmp_path / "q.db"), tmp_path / "journal"
+    with Queue(db) as q:
+        q.enqueue({"n": 1})
+        with Worker(q, lambda job: 1 / 0, name="w1", exit_when_idle=True, signals=False, journal=folder) as worker:
+            worker.run(max_jobs=1)
+    (path,) = folder.glob("w1-*.jsonl")
+    assert [json.loads(line)["kind"] for line in path.read_text().splitlines()] == ["claimed", "failed"]
+    with sqlite3.connect(db) as conn:  # the failure forgotten: the row and history as before it
+        conn.execute("DELETE FROM events WHERE job_id = 1 AND kind = 'failed'")
+        conn.execute("UPDATE jobs SET status = 'running', lease_until = 9e9 WHERE id = 1")
+    assert [a.kind for a in journal_anomalies(load(db), read_journal(folder))] == []
 
 
 def test_check_journal_refuses_a_folder_that_is_not_there(tmp_path):

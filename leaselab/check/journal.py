@@ -7,8 +7,11 @@ were told, can say otherwise. Two promises are judged here, each anomaly with bo
 
 - ``fence_handed_twice``: the journals show one attempt of a job (its fence) handed to two
   tokens or more, whatever the server remembers of it;
-- ``acknowledged_lost``: a worker was told its completion (or failure) was written, and the
-  server has no such completion (the job not done, gone, or done by another token) or failure;
+- ``acknowledged_lost``: a worker was told its completion was written, and the server has no such
+  completion (the job not done, gone, or done by another token). A failure is not judged: the queue
+  never promises one durable (it is committed without waiting for the disk or a standby, at every
+  ``durability``; docs/durability.md), and one lost only leaves its attempt to be reaped and run
+  again, as at-least-once allows;
 - ``split_brain``: two holders of one fence were each told their outcome was written, and each
   was told it while the other held the fence (from its claim to its outcome, by the journals'
   clocks): two servers took the queue's writes at once. A failover cannot do that, whatever it
@@ -34,7 +37,9 @@ from .history import History, event_line, job_line
 from .report import Anomaly
 
 JournalSource = str | os.PathLike | list[dict] | None
-_OUTCOME_EVENTS = {"completed": ("completed",), "failed": ("failed", "dead")}
+# The outcomes whose acknowledgement is a promise, with the events that keep it (a failure is none:
+# see the module's docstring).
+_OUTCOME_EVENTS = {"completed": ("completed",)}
 
 
 def read_journal(source: JournalSource) -> list[dict]:
@@ -159,8 +164,6 @@ def _outcome(e: dict, row: dict | None, events: list[dict]) -> Anomaly | None:
         return None
     facts: dict[str, Any] = {"attempt": e["attempt"], "token": str(e["token"])[:8], "worker": e.get("worker") or "-"}
     witness = [e["witness"]] + ([job_line(row)] if row is not None else [f"jobs#{e['job']} (no such row)"])
-    if e["kind"] == "failed":
-        return Anomaly("acknowledged_lost", e["job"], witness, "journal.failure_lost", facts)
     done = [x for x in events if x["kind"] == "completed"]
     witness += [event_line(x) for x in done]
     if done:

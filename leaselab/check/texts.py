@@ -90,10 +90,6 @@ SENTENCES: dict[str, dict[str, str]] = {
             "job {job}: the holders of attempt {attempt} (tokens {tokens}) were each told their outcome was "
             "written while the other held it ({overlap} s of overlap): two servers took the queue's writes at once"
         ),
-        "journal.failure_lost": (
-            "job {job}: worker {worker} was told its failure (attempt {attempt}, token {token}) was written, "
-            "but the server's history has no such failure"
-        ),
         "stale.token": "job {job}: the queue accepted a {write} from token {token} while token {holder} held the job",
         "stale.unheld": "job {job}: the queue accepted a {write} from token {token} while no one held the job",
         "stale.after_end": "job {job}: the queue accepted a {write} from token {token} after the job was {ended}",
@@ -193,10 +189,6 @@ SENTENCES: dict[str, dict[str, str]] = {
         "journal.split_brain": (
             "задача {job}: обоим владельцам попытки {attempt} (токены {tokens}) подтвердили запись итога, "
             "пока ею владел другой (перекрытие {overlap} с): два сервера принимали записи очереди одновременно"
-        ),
-        "journal.failure_lost": (
-            "задача {job}: воркеру {worker} подтвердили запись неудачи (попытка {attempt}, токен {token}), "
-            "но в истории сервера такой неудачи нет"
         ),
         "stale.token": "задача {job}: очередь приняла {write} от токена {token}, хотя задачей владел токен {holder}",
         "stale.unheld": "задача {job}: очередь приняла {write} от токена {token}, когда задачей никто не владел",
