@@ -133,3 +133,14 @@ def test_the_worker_command_ends_with_its_heartbeat_histogram(tmp_path):
     assert match, line[0]
     counted = [int(n) for n in re.findall(r"[≤>][\d.]+m?s: (\d+)", match.group(2) or "")]
     assert sum(counted) == int(match.group(1))
+
+
+def test_claims_and_completions_count_nothing_only_heartbeats_do(tmp_path):
+    # The histogram is written by the pulse alone: a worker that never beats (its first beat is twenty
+    # minutes away) claims and completes every job with the histogram untouched, so the claim path
+    # pays nothing for it; and the histogram holds no lock of its own to contend for.
+    with Queue(tmp_path / "q.db") as q:
+        q.enqueue_many(list(range(20)))
+        stats = Worker(q, lambda job: job.payload, lease=3600, exit_when_idle=True, signals=False).run()
+    assert (stats.completed, stats.heartbeat_latencies.total) == (20, 0)
+    assert not [v for v in vars(stats.heartbeat_latencies).values() if hasattr(v, "acquire")]
