@@ -188,7 +188,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_beats": "heartbeats answered within {bound:g} ms: {count}",
         "l5_sized": "longest pause {pause:.2f} ms + longest round trip {trip:g} ms: "
         "the worker keeps any lease above {lease:.1f} ms",
-        "l5_dead": "job {id}: {status} after {attempts} {attempts|attempt|attempts}, last error \"{error}\"",
+        "l5_dead": 'job {id}: {status} after {attempts} {attempts|attempt|attempts}, last error "{error}"',
         "l5_retried": "retried job {id}: now {status}; attempts used: {attempts} of {max_attempts}",
         "l5_ex_case": "choose_lease({pauses}) = {got}; a real queue and a worker's own deadline say {want}",
         "l5_ex_error": "choose_lease raised {error}",
@@ -454,8 +454,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_beats": "heartbeat с ответом не дольше {bound:g} мс: {count}",
         "l5_sized": "самая долгая пауза {pause:.2f} мс + самый долгий ответ на heartbeat {trip:g} мс: "
         "воркер удержит любую аренду длиннее {lease:.1f} мс",
-        "l5_dead": "задача {id}: {status} после {attempts} {attempts|попытки|попыток|попыток}, последняя ошибка «{error}»",
-        "l5_retried": "задача {id} снова в очереди: теперь {status}, использовано попыток: {attempts} из {max_attempts}",
+        "l5_dead": "задача {id}: {status} после {attempts} {attempts|попытки|попыток|попыток}, "
+        "последняя ошибка «{error}»",
+        "l5_retried": "задача {id} снова в очереди: теперь {status}, "
+        "использовано попыток: {attempts} из {max_attempts}",
         "l5_ex_case": "choose_lease({pauses}) = {got}, а настоящие очередь и срок самого воркера дают {want}",
         "l5_ex_error": "choose_lease выбросила {error}",
         # lesson 6
