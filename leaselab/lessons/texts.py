@@ -451,7 +451,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_back_left": "аренда упавшего воркера выглядит действительной ещё {seconds} с",
         "l5_measured": "опоздание пробуждения после сна на 5 мс: медиана {median:.2f} мс, худшее {worst:.2f} мс",
         "l5_histogram": "пауза {pause:g} с: встретилась {count:,} {count|раз|раза|раз}",
-        "l5_beats": "heartbeat с ответом не дольше {bound:g} мс: {count}",
+        "l5_beats": "ответ на heartbeat за {bound:g} мс или быстрее: {count}",
         "l5_sized": "самая долгая пауза {pause:.2f} мс + самый долгий ответ на heartbeat {trip:g} мс: "
         "воркер удержит любую аренду длиннее {lease:.1f} мс",
         "l5_dead": "задача {id}: {status} после {attempts} {attempts|попытки|попыток|попыток}, "
