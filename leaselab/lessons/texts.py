@@ -184,7 +184,6 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_back_reaped": "after the jump back, the reaper takes back: {ids}",
         "l5_back_left": "the crashed worker's lease looks valid for another {seconds} s",
         "l5_measured": "late wake-ups of a 5 ms sleep: median {median:.2f} ms, worst {worst:.2f} ms",
-        "l5_histogram": "a pause of {pause:g} s: seen {count:,} {count|time|times}",
         "l5_beats": "heartbeats answered within {bound:g} ms: {count}",
         "l5_sized": "longest pause {pause:.2f} ms + longest round trip {trip:g} ms: "
         "the worker keeps any lease above {lease:.1f} ms",
@@ -450,7 +449,6 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_back_reaped": "после скачка назад reaper возвращает: {ids}",
         "l5_back_left": "аренда упавшего воркера выглядит действительной ещё {seconds} с",
         "l5_measured": "опоздание пробуждения после сна на 5 мс: медиана {median:.2f} мс, худшее {worst:.2f} мс",
-        "l5_histogram": "пауза {pause:g} с: встретилась {count:,} {count|раз|раза|раз}",
         "l5_beats": "ответ на heartbeat за {bound:g} мс или быстрее: {count}",
         "l5_sized": "самая долгая пауза {pause:.2f} мс + самый долгий ответ на heartbeat {trip:g} мс: "
         "воркер удержит любую аренду длиннее {lease:.1f} мс",
