@@ -208,7 +208,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             opened.close()
         log(
             f"exiting: claimed {stats.claimed}, completed {stats.completed}, failed {stats.failed}, "
-            f"lost {stats.lost}, reaped {stats.reaped}"
+            f"lost {stats.lost}, reaped {stats.reaped}; {stats.heartbeat_latencies.describe()}"
         )
         return 0
 

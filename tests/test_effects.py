@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 
 from leaselab import LeaseLost, ManualClock, Queue
 from leaselab.harness import effects
+from leaselab.harness.errors import KeyReused
 
 
 def test_plain_deposits_all_count_and_keyed_ones_count_once(tmp_path):
@@ -72,3 +75,64 @@ def test_deposit_handler_crashing_after_its_effect_pays_twice_unless_keyed(tmp_p
     with effects.Ledger(ledger_file) as ledger:
         assert (ledger.balance("a"), ledger.balance("b")) == (20, 10)
     q.close()
+
+
+# -- a key kept as payment services keep it: with the request's hash, until it expires ------------
+
+
+def test_a_kept_key_moves_money_once_and_a_repeat_within_its_lifetime_moves_nothing(tmp_path):
+    clock = ManualClock()
+    with effects.Ledger(tmp_path / "keys.db", clock=clock, key_ttl=60) as ledger:
+        first = ledger.deposit_once("frank", 10, key="order-7")
+        clock.advance(59)
+        again = ledger.deposit_once("frank", 10, key="order-7")
+        assert (first, again) == (effects.Outcome.DEPOSITED, effects.Outcome.REPEAT)
+        assert ledger.balance("frank") == 10
+
+
+def test_the_same_key_with_a_different_request_is_refused_and_writes_nothing(tmp_path):
+    with effects.Ledger(tmp_path / "keys.db") as ledger:
+        ledger.deposit_once("frank", 10, key="order-7")
+        with pytest.raises(KeyReused, match="order-7"):
+            ledger.deposit_once("frank", 100, key="order-7")
+        with pytest.raises(KeyReused):
+            ledger.deposit_once("grace", 10, key="order-7")
+        assert (ledger.balance("frank"), ledger.balance("grace"), len(ledger.entries())) == (10, 0, 1)
+    raw = sqlite3.connect(tmp_path / "keys.db")  # read the file itself: the first request's hash is what is kept
+    assert raw.execute("SELECT request FROM idempotency_keys").fetchall() == [(effects.request_hash("frank", 10),)]
+    raw.close()
+
+
+def test_an_expired_key_is_forgotten_so_the_same_request_moves_money_again(tmp_path):
+    clock = ManualClock()
+    with effects.Ledger(tmp_path / "keys.db", clock=clock, key_ttl=60) as ledger:
+        ledger.deposit_once("frank", 10, key="order-7")
+        clock.advance(60)
+        assert ledger.deposit_once("frank", 10, key="order-7") is effects.Outcome.DEPOSITED
+        assert ledger.deposit_once("frank", 25, key="order-8") is effects.Outcome.DEPOSITED
+        clock.advance(61)
+        assert ledger.deposit_once("frank", 99, key="order-8") is effects.Outcome.DEPOSITED  # forgotten: new
+        assert ledger.balance("frank") == 10 + 10 + 25 + 99
+
+
+def test_a_deposit_that_fails_after_taking_its_key_leaves_neither_key_nor_money(tmp_path):
+    path = tmp_path / "keys.db"
+    with effects.Ledger(path) as ledger:
+        ledger.deposit("frank", 1)
+        raw = sqlite3.connect(path)  # a trigger that fails the deposit's insert, after the key was taken
+        raw.execute("CREATE TRIGGER no_more BEFORE INSERT ON ledger BEGIN SELECT RAISE(ABORT, 'disk full'); END")
+        raw.commit()
+        with pytest.raises(sqlite3.IntegrityError, match="disk full"):
+            ledger.deposit_once("frank", 10, key="order-7")
+        raw.execute("DROP TRIGGER no_more")
+        raw.commit()
+        assert raw.execute("SELECT count(*) FROM idempotency_keys").fetchone() == (0,)
+        raw.close()
+        assert ledger.deposit_once("frank", 10, key="order-7") is effects.Outcome.DEPOSITED  # not a "repeat"
+        assert ledger.balance("frank") == 11
+
+
+@pytest.mark.parametrize("ttl", [0, -1, "60", True, float("nan")])
+def test_a_key_lifetime_must_be_a_positive_number(tmp_path, ttl):
+    with pytest.raises(ValueError, match="key_ttl"):
+        effects.Ledger(tmp_path / "keys.db", key_ttl=ttl)

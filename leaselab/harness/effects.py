@@ -2,23 +2,30 @@
 
 The effect in the lessons is a deposit into a ledger table in a SQLite file. A
 plain deposit repeated by a second attempt counts the money twice. Keyed by the
-job id, the repeat is ignored. Written in the queue's own file, in the same
-transaction as the fenced completion, it happens exactly when the job is done.
+job id, the repeat is ignored. ``Ledger.deposit_once`` keeps a key as Stripe's API documents its
+own, remembered until it expires and refused (``KeyReused``) when it comes back with different
+parameters; here it is stored with a hash of the request, in the same transaction as the deposit.
+Written in the queue's own file, in the same transaction as the fenced completion, the effect
+happens exactly when the job is done.
 ``deposit`` is a handler for worker processes; ``completing`` is the transaction.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
+import json
 import os
 import signal
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from ..job import Job
 from ..queue import Queue
+from .errors import KeyReused
 
 LEDGER_TABLE = """
 CREATE TABLE IF NOT EXISTS ledger (
@@ -39,6 +46,40 @@ VALUES (:key, :account, :amount, :job_id, :attempt)
 # The same insert, but a key seen before changes nothing: a repeat is harmless.
 DEPOSIT_ONCE = DEPOSIT + "ON CONFLICT (key) DO NOTHING\n"
 
+# The keys a receiver remembers: each with a hash of the request it came with, and until when.
+KEYS_TABLE = """
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key        TEXT PRIMARY KEY,
+    request    TEXT NOT NULL,             -- sha256 of the request the key first came with
+    expires_at REAL NOT NULL
+)
+"""
+
+# Take the key: a new key, or one whose time ran out, is (re)written; a live one changes nothing.
+TAKE_KEY = """
+INSERT INTO idempotency_keys (key, request, expires_at) VALUES (:key, :request, :expires_at)
+ON CONFLICT (key) DO UPDATE SET request = excluded.request, expires_at = excluded.expires_at
+WHERE idempotency_keys.expires_at <= :now
+"""
+
+KEPT_REQUEST = "SELECT request FROM idempotency_keys WHERE key = ?"
+
+DEFAULT_KEY_TTL = 24 * 3600.0  # how long a key is remembered: a day (Stripe may prune a key once it is that old)
+
+
+class Outcome(enum.Enum):
+    """What ``Ledger.deposit_once`` did."""
+
+    DEPOSITED = "deposited"  # the key was new (or had expired): the money moved
+    REPEAT = "repeat"  # the same key with the same request, still remembered: nothing moved
+
+
+def request_hash(account: str, amount: int) -> str:
+    """The fingerprint a key is stored with: the same request gives the same hash, any change another."""
+    canonical = json.dumps({"account": account, "amount": amount}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
 BALANCE = "SELECT coalesce(sum(amount), 0) FROM ledger WHERE account = ?"
 
 ENTRIES = "SELECT key, account, amount, job_id, attempt FROM ledger ORDER BY id"
@@ -47,6 +88,7 @@ ENTRIES = "SELECT key, account, amount, job_id, attempt FROM ledger ORDER BY id"
 def _connect(path: str | os.PathLike) -> sqlite3.Connection:
     conn = sqlite3.connect(os.fspath(path), timeout=30.0, isolation_level=None)
     conn.execute(LEDGER_TABLE)
+    conn.execute(KEYS_TABLE)
     return conn
 
 
@@ -68,15 +110,55 @@ def record_deposit(
 
 
 class Ledger:
-    """A table of deposits in a SQLite file: the outside world a handler changes."""
+    """A table of deposits in a SQLite file: the outside world a handler changes.
 
-    def __init__(self, path: str | os.PathLike):
+    ``clock`` (wall-clock seconds) and ``key_ttl`` (seconds) decide when a key of ``deposit_once``
+    is forgotten.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike, *, clock: Callable[[], float] = time.time, key_ttl: float = DEFAULT_KEY_TTL
+    ):
+        if not isinstance(key_ttl, int | float) or isinstance(key_ttl, bool) or not key_ttl > 0:
+            raise ValueError(f"key_ttl must be a positive number of seconds, got {key_ttl!r}")
         self.path = os.fspath(path)
+        self.clock, self.key_ttl = clock, float(key_ttl)
         self._conn = _connect(self.path)
 
     def deposit(self, account: str, amount: int, job: Job | None = None, key: str | None = None) -> bool:
         """Add a deposit; with a ``key`` seen before, add nothing. True if a row was written."""
         return record_deposit(self._conn, account, amount, job=job, key=key)
+
+    def deposit_once(self, account: str, amount: int, key: str, job: Job | None = None) -> Outcome:
+        """Deposit under an idempotency key, the key and the deposit in one transaction.
+
+        A key not seen, or seen more than ``key_ttl`` seconds ago, is stored with the request's
+        hash and the money moves (``DEPOSITED``); the same key with the same request within
+        ``key_ttl`` moves nothing (``REPEAT``); with a different request it raises ``KeyReused``
+        and nothing is written. A crash between the two writes leaves neither: no key without
+        its deposit, so a retry is never taken for a repeat of a deposit that never happened.
+        """
+        request, now = request_hash(account, amount), self.clock()
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            taken = self._conn.execute(
+                TAKE_KEY, {"key": key, "request": request, "expires_at": now + self.key_ttl, "now": now}
+            ).rowcount
+            if taken == 1:
+                record_deposit(self._conn, account, amount, job=job)
+                outcome = Outcome.DEPOSITED
+            elif self._conn.execute(KEPT_REQUEST, (key,)).fetchone()[0] == request:
+                outcome = Outcome.REPEAT
+            else:
+                raise KeyReused(
+                    f"idempotency key {key!r} was used for a different request within {self.key_ttl:g}s: "
+                    f"refused, not taken for a repeat"
+                )
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+        return outcome
 
     def balance(self, account: str) -> int:
         """The sum of the account's deposits."""

@@ -37,3 +37,7 @@ class SignalsUnsupported(LeaselabError):
 
 class PgCommandError(LeaselabError):
     """Raised when ``leaselab pg`` cannot do what it was asked: no server is running, or one failed to start."""
+
+
+class KeyReused(LeaselabError, ValueError):
+    """Raised when an idempotency key still remembered arrives with a different payload: a new request, not a repeat."""

@@ -170,6 +170,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l4_attempt3": "attempt 3: the job is {status} | carol has {balance}",
         "l4_attempt2": "attempt 2 wakes up: LeaseLost, its deposit rolled back | carol has {balance}",
         "l4_ledger": "ledger: {entries}",
+        "l4_key_deposited": "{amount} under key order-7: deposited | frank has {balance}",
+        "l4_key_repeat": "{amount} under key order-7: a repeat, nothing moved | frank has {balance}",
+        "l4_key_reused": "{amount} under key order-7: refused (KeyReused), nothing written | frank has {balance}",
         "l4_ex_balances": "dave (keyed): {dave} | erin (plain): {erin}",
         # lesson 5
         "l5_cut": "durability={durability}: after the cut (id, status, attempts): {jobs}",
@@ -181,7 +184,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_back_reaped": "after the jump back, the reaper takes back: {ids}",
         "l5_back_left": "the crashed worker's lease looks valid for another {seconds} s",
         "l5_measured": "late wake-ups of a 5 ms sleep: median {median:.2f} ms, worst {worst:.2f} ms",
-        "l5_histogram": "a pause of {pause:g} s: seen {count:,} {count|time|times}",
+        "l5_beats": "heartbeats answered within {bound:g} ms: {count}",
+        "l5_sized": "longest pause {pause:.2f} ms + longest round trip {trip:g} ms: "
+        "the worker keeps any lease above {lease:.1f} ms",
+        "l5_dead": 'job {id}: {status} after {attempts} {attempts|attempt|attempts}, last error "{error}"',
+        "l5_retried": "retried job {id}: now {status}; attempts used: {attempts} of {max_attempts}",
         "l5_ex_case": "choose_lease({pauses}) = {got}; a real queue and a worker's own deadline say {want}",
         "l5_ex_error": "choose_lease raised {error}",
         # lesson 6
@@ -429,6 +436,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l4_attempt3": "попытка 3: задача {status} | у Кэрол {balance}",
         "l4_attempt2": "попытка 2 просыпается: LeaseLost, её зачисление откатилось | у Кэрол {balance}",
         "l4_ledger": "реестр: {entries}",
+        "l4_key_deposited": "{amount} по ключу order-7: зачислено | у Фрэнка {balance}",
+        "l4_key_repeat": "{amount} по ключу order-7: повтор, ничего не зачислено | у Фрэнка {balance}",
+        "l4_key_reused": "{amount} по ключу order-7: отказ (KeyReused), ничего не записано | у Фрэнка {balance}",
         "l4_ex_balances": "у Дэйва (с ключом): {dave} | у Эрин (без ключа): {erin}",
         "l5_cut": "durability={durability}: после отключения (id, статус, попытки): {jobs}",
         "l5_killed_rc": "процесс завершился с кодом {rc} (убит сигналом 9)",
@@ -439,7 +449,13 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_back_reaped": "после скачка назад reaper возвращает: {ids}",
         "l5_back_left": "аренда упавшего воркера выглядит действительной ещё {seconds} с",
         "l5_measured": "опоздание пробуждения после сна на 5 мс: медиана {median:.2f} мс, худшее {worst:.2f} мс",
-        "l5_histogram": "пауза {pause:g} с: встретилась {count:,} {count|раз|раза|раз}",
+        "l5_beats": "ответ на heartbeat за {bound:g} мс или быстрее: {count}",
+        "l5_sized": "самая долгая пауза {pause:.2f} мс + самый долгий ответ на heartbeat {trip:g} мс: "
+        "воркер удержит любую аренду длиннее {lease:.1f} мс",
+        "l5_dead": "задача {id}: {status} после {attempts} {attempts|попытки|попыток|попыток}, "
+        "последняя ошибка «{error}»",
+        "l5_retried": "задача {id} снова в очереди: теперь {status}, "
+        "использовано попыток: {attempts} из {max_attempts}",
         "l5_ex_case": "choose_lease({pauses}) = {got}, а настоящие очередь и срок самого воркера дают {want}",
         "l5_ex_error": "choose_lease выбросила {error}",
         # lesson 6

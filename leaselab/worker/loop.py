@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from operator import itemgetter
 from queue import Empty, SimpleQueue
@@ -40,6 +40,7 @@ from ..printable import has_unprintable
 from ..queue import DEFAULT_LEASE, Queue, new_token
 from . import decisions, failure, faults
 from .journal import Journal
+from .latency import Histogram
 from .lease import Lease, Leases, wants_lease
 from .logline import LineLog
 from .process import ProcessControl
@@ -184,13 +185,18 @@ def _dotted_hint(file: str, attr: str) -> str:
 
 @dataclass
 class WorkerStats:
-    """What one worker did: every claimed job ends in exactly one of the last three counters."""
+    """What one worker did: every claimed job ends in exactly one of completed, failed and lost.
+
+    ``heartbeat_latencies`` counts the round trip of each acknowledged heartbeat by bucket (``Histogram``),
+    what a lease must outlast (lesson 5); the pulse's thread writes it, a reader may read it at any time.
+    """
 
     claimed: int = 0
     completed: int = 0
     failed: int = 0
     lost: int = 0
     reaped: int = 0
+    heartbeat_latencies: Histogram = field(default_factory=Histogram)
 
 
 def outlast(
@@ -720,6 +726,7 @@ class Worker:
                 on_reaped=self._reaped,
                 on_gone=self._file_gone,
                 on_timed_out=self._timed_out,
+                latencies=self.stats.heartbeat_latencies,
             ) as self._pulse:
                 yield
         finally:

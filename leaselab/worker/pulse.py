@@ -26,6 +26,7 @@ from ..clock import elapsed
 from ..errors import LeaselabError, LeaseLost, QueueFileGone, TransientError
 from ..queue import Queue
 from . import decisions
+from .latency import Histogram
 from .lease import Lease, Leases
 
 Log = Callable[[str], None]
@@ -46,6 +47,7 @@ class Pulse:
         on_timed_out: Callable[[Lease, str, str | None], None] | None = None,
         *,
         clock: Callable[[], float] = elapsed,
+        latencies: Histogram | None = None,
     ):
         self.queue, self.leases, self.lease, self.reap_every = queue, leases, lease, reap_every
         self.log = log
@@ -53,6 +55,7 @@ class Pulse:
         self.on_gone = on_gone
         self.on_timed_out = on_timed_out  # (lease, reason, the job's new status or None if not written)
         self._clock = clock  # clock.elapsed's seconds; a test steps it and calls tick() itself
+        self.latencies = latencies  # each acknowledged beat's round trip is counted here, if given
         self._next_beat: float | None = None
         self._next_reap = 0.0
         self.beating = threading.Lock()  # held while a beat runs: see remove()
@@ -141,6 +144,8 @@ class Pulse:
             except LeaselabError as exc:  # a busy file or a lost server: the next beat tries again
                 self.log(f"heartbeat failed: {exc}")
                 return False
+            if self.latencies is not None:  # one bucket increment, on this thread only: nothing to lock
+                self.latencies.record(self._clock() - sent)
             kept = []
             stale = decisions.superseded((lease.job.id, lease.job.attempts) for lease in held)
             for lease in held:

@@ -151,6 +151,88 @@ say("l4_bob", balance=ledger.balance("bob"))
 # сторона: ключ переносит проверку на дубль туда, где действие и происходит.
 
 # %% [markdown] tags=["en"]
+# ## The key as receivers keep it
+#
+# The ledger above ignores a key it has seen, forever, whatever came with it. A receiver in
+# production does three things more, and `Ledger.deposit_once` does them on the same SQLite file:
+#
+# - **The key is stored in the same transaction as the effect.** Stored apart, a crash between
+#   the two writes leaves a key without its deposit (the retry is taken for a repeat, and the
+#   money never moves) or a deposit without its key (the retry moves it again).
+# - **The key expires.** A table of every key ever seen only grows, so receivers forget keys
+#   after a while: Stripe's API documents that it may prune a key once it is at least 24 hours
+#   old, and that a key reused after that starts a new request. Every retry must therefore
+#   arrive within the key's lifetime: here, a job's last attempt must reach the ledger within
+#   a day of the first deposit.
+# - **The same key with a different request is refused, not taken for a repeat.** The
+#   receiver keeps a hash of the request the key came with; Stripe compares the incoming
+#   parameters with the original request's and returns an error if they differ. Taking the
+#   second request for a repeat would drop it without a word: a caller whose keys collide
+#   (a counter that started again from 1, say) would lose payments and never know.
+#
+# The statement that takes the key writes it only if it is new or its time has run out; the
+# deposit follows in the same transaction:
+
+# %% [markdown] tags=["ru"]
+# ## Ключ, каким его хранит получатель
+#
+# Реестр выше игнорирует уже виденный ключ навсегда, что бы с ним ни пришло. Получатель в
+# реальной системе делает ещё три вещи, и `Ledger.deposit_once` делает их в том же файле SQLite:
+#
+# - **Ключ записывается в той же транзакции, что и действие.** Если писать их порознь, падение
+#   между двумя записями оставит либо ключ без зачисления (повтор примут за дубль, и деньги так
+#   и не придут), либо зачисление без ключа (повтор зачислит деньги ещё раз).
+# - **Срок хранения ключа ограничен.** Таблица всех когда-либо виденных ключей только растёт,
+#   поэтому получатели со временем их забывают: в документации API Stripe сказано, что ключи
+#   старше 24 часов могут удаляться и что запрос с удалённым ключом считается новым. Значит,
+#   каждый повтор должен прийти, пока ключ ещё помнят: здесь последняя попытка задачи должна
+#   дойти до реестра в пределах суток после первого зачисления.
+# - **Тот же ключ с другим запросом отклоняется, а не принимается за повтор.** Получатель
+#   хранит хеш запроса, с которым пришёл ключ; Stripe сравнивает параметры нового запроса с
+#   параметрами исходного и при расхождении возвращает ошибку. Если принять второй запрос за
+#   повтор, он молча пропадёт: вызывающая сторона, у которой ключи совпали (скажем, счётчик
+#   снова начался с 1), будет терять платежи и не узнает об этом.
+#
+# Оператор, который занимает ключ, записывает его, только если ключ новый или его срок
+# истёк; зачисление идёт следом в той же транзакции:
+
+# %% tags=["nbval-check-output"]
+print(effects.TAKE_KEY.strip())
+
+# %% [markdown] tags=["en"]
+# Frank's order 7 arrives, then its repeat, then a request for 100 under the same key; a day
+# later, the first request once more. The clock is one we move ourselves.
+
+# %% [markdown] tags=["ru"]
+# Приходит заказ 7 Фрэнка, потом его повтор, потом запрос на 100 с тем же ключом; через сутки —
+# снова первый запрос. Часы мы двигаем сами.
+
+# %% tags=["nbval-check-output"]
+from leaselab.harness.errors import KeyReused
+
+keyclock = ManualClock()
+bank = effects.Ledger(work / "keys.db", clock=keyclock, key_ttl=24 * 3600)   # a key is kept for a day / ключ хранится сутки
+for amount in (10, 10, 100):
+    try:
+        outcome = bank.deposit_once("frank", amount, key="order-7").value
+    except KeyReused:
+        outcome = "reused"
+    say(f"l4_key_{outcome}", amount=amount, balance=bank.balance("frank"))
+keyclock.advance(24 * 3600)                     # a day later the key is forgotten / через сутки ключ забыт
+outcome = bank.deposit_once("frank", 10, key="order-7").value
+say(f"l4_key_{outcome}", amount=10, balance=bank.balance("frank"))
+bank.close()
+
+# %% [markdown] tags=["en"]
+# The last line is the price of expiry: a repeat that comes after the key was forgotten moves
+# the money again. The key's lifetime is part of the contract, as the lease is.
+
+# %% [markdown] tags=["ru"]
+# Последняя строка — плата за ограниченный срок: повтор, пришедший после того, как ключ
+# забыли, снова переводит деньги. Срок хранения ключа — такая же часть договора, как срок
+# аренды.
+
+# %% [markdown] tags=["en"]
 # ## Way two: the effect in the same transaction as the completion
 #
 # When the effect is a change to data in the same SQLite file as the queue, there is a
@@ -236,6 +318,107 @@ print(lessons.history(q.events(pay_id), lang=lang))
 timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 
 # %% [markdown] tags=["en"]
+# ## Outbox and inbox
+#
+# The two ways above have names in the literature on messaging.
+#
+# - **Inbox**: the receiver records the id (the key) of each message it has handled in a table,
+#   in the same transaction as the effect, and skips a message whose id is already there. The
+#   `idempotency_keys` table of `deposit_once` is an inbox; so is the ledger's `key` column.
+# - **Outbox**: the sender cannot put a message to another system into its own transaction,
+#   so it writes the message as a row of an *outbox* table in the same transaction as its data
+#   change, and a separate relay sends the rows later and marks them sent. The message then
+#   leaves if and only if the change committed. The relay itself is at-least-once (it may die
+#   between sending and marking), so the receiver still needs an inbox. Way two above is the
+#   same move in the other direction: the effect joins the transaction that completes the job.
+#
+# ## The same ideas in SQS, Celery and Kafka
+#
+# - **Amazon SQS.** A received message stays in the queue, invisible to other consumers for
+#   the *visibility timeout* (30 seconds unless set otherwise): the lease. A consumer that
+#   needs longer extends it with `ChangeMessageVisibility`: the heartbeat. It deletes the
+#   message with `DeleteMessage` when done: the completion. A message not deleted in time
+#   becomes visible again and can be received again: the reaper. Each receipt comes with its own
+#   *receipt handle*, different every time the message is received, like leaselab's token
+#   for each claim. But it is no fence: AWS documents that `DeleteMessage` with an older
+#   handle still succeeds, while the message might not be deleted, so a zombie is not told it
+#   was one. And a standard queue may deliver a message even after it was deleted, so AWS asks
+#   for idempotent consumers.
+# - **Celery.** By default a worker acknowledges a task's message just before it runs the task
+#   (*early acknowledgment*): a worker killed mid-task loses the task, which is at-most-once.
+#   With `acks_late` it acknowledges after the task has run, so the message is delivered again
+#   if the machine loses power or the worker is killed mid-task: at-least-once, and the task
+#   must be idempotent. What plays the lease depends on the broker: over AMQP an unacknowledged
+#   message comes back when the worker's connection closes; over Redis and SQS, after the
+#   transport's `visibility_timeout`. One more thing Celery's documentation states: if the
+#   child process running the task is itself terminated (by a signal, or by the task calling
+#   `sys.exit`), the message is acknowledged even with `acks_late`.
+# - **Kafka.** A consumer does not acknowledge messages one by one; it commits an *offset*,
+#   its position in a partition. Committed after processing, it gives at-least-once: a consumer
+#   that dies before the commit leaves the records after the last committed offset to be read
+#   and processed again. Committed before processing, it gives at-most-once. A consumer that
+#   does not call `poll()` within `max.poll.interval.ms` is taken out of its group and its
+#   partitions go to another member; its late commit then fails with `CommitFailedException`.
+#   That is a fence, on the offset only: whatever the late consumer wrote elsewhere stays
+#   written.
+#
+# In all three, as here, the queue's side can bring a message back and refuse a late
+# acknowledgment at best; making the repeat harmless is the receiver's job.
+
+# %% [markdown] tags=["ru"]
+# ## Outbox и inbox
+#
+# У обоих способов выше есть названия, принятые в литературе об обмене сообщениями.
+#
+# - **Inbox** («входящие»): получатель записывает id (ключ) каждого обработанного сообщения в
+#   таблицу в той же транзакции, что и действие, и пропускает сообщение, id которого там уже
+#   есть. Таблица `idempotency_keys` у `deposit_once` — это inbox, как и столбец `key` реестра.
+# - **Outbox** («исходящие»): отправитель не может включить в свою транзакцию отправку
+#   сообщения в другую систему, поэтому записывает сообщение строкой таблицы *outbox* в той же
+#   транзакции, что и изменение своих данных, а отдельный процесс-ретранслятор позже отправляет строки и
+#   помечает их отправленными. Тогда сообщение уходит в том и только в том случае, если
+#   изменение зафиксировано. Сам ретранслятор работает по принципу at-least-once (он может
+#   умереть между отправкой и пометкой), так что без inbox у получателя всё равно не обойтись.
+#   Способ второй выше — тот же приём в обратную сторону: действие входит в транзакцию,
+#   которая завершает задачу.
+#
+# ## Те же идеи в SQS, Celery и Kafka
+#
+# - **Amazon SQS.** Полученное сообщение остаётся в очереди, но другие потребители не видят
+#   его в течение *visibility timeout* (30 секунд, если не задано иное): это аренда.
+#   Потребитель, которому нужно больше времени, продлевает его вызовом
+#   `ChangeMessageVisibility`: это heartbeat. Закончив, он удаляет сообщение вызовом
+#   `DeleteMessage`: это завершение. Сообщение, которое не удалили вовремя, снова становится
+#   видимым, и его можно получить ещё раз: это reaper. Каждое получение приносит свой *receipt handle*,
+#   новый при каждом получении сообщения, как токен у каждого захвата в leaselab. Но это не
+#   fence: по документации AWS, `DeleteMessage` со старым receipt handle
+#   завершается успешно, а сообщение при этом может остаться в очереди, так что зомби не
+#   узнает, что он зомби. А стандартная очередь может выдать сообщение даже после удаления,
+#   поэтому AWS советует делать потребителей идемпотентными.
+# - **Celery.** По умолчанию воркер подтверждает сообщение задачи непосредственно перед её
+#   запуском (*раннее подтверждение*): если воркер убьют посреди задачи, она пропадёт, и это
+#   at-most-once. С `acks_late` воркер подтверждает сообщение после выполнения задачи, поэтому
+#   оно придёт снова, если машина потеряет питание или воркер убьют посреди задачи: это
+#   at-least-once, и задача должна быть идемпотентной. Что играет роль аренды, зависит от
+#   брокера: в AMQP неподтверждённое сообщение возвращается, когда закрывается соединение
+#   воркера, в Redis и SQS — по истечении `visibility_timeout` транспорта. И ещё одно, о чём
+#   прямо говорит документация Celery: если завершается сам дочерний процесс, выполняющий
+#   задачу (по сигналу или потому, что задача вызвала `sys.exit`), сообщение подтверждается
+#   даже с `acks_late`.
+# - **Kafka.** Потребитель не подтверждает сообщения по одному, а фиксирует *offset* — свою
+#   позицию в разделе (partition). Если фиксировать offset после обработки, получится
+#   at-least-once: когда потребитель умирает до фиксации, записи после последнего
+#   зафиксированного offset прочитают и обработают снова. Если до обработки — at-most-once.
+#   Потребителя, который не вызывает `poll()` в течение `max.poll.interval.ms`, исключают из
+#   группы, а его разделы отдают другому участнику; его запоздалая фиксация offset тогда
+#   завершается ошибкой `CommitFailedException`. Это fence, но только для offset: всё, что
+#   запоздавший потребитель успел записать в другие места, так и останется записанным.
+#
+# Во всех трёх системах, как и здесь, сторона очереди в лучшем случае может вернуть
+# сообщение и отклонить запоздалое подтверждение; сделать повтор безвредным — дело
+# получателя.
+
+# %% [markdown] tags=["en"]
 # ## Why not exactly once?
 #
 # Look at where the trouble was: between doing the effect and recording that it was
@@ -275,6 +458,12 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #   again: leaselab is **at-least-once**, by design.
 # - An **idempotency key** taken from the job (not the attempt) lets the receiving side
 #   ignore the repeat.
+# - A receiver keeps the key **in the same transaction as the effect**, with a hash of the
+#   request, **for a limited time**, and **refuses** the same key with a different request
+#   instead of taking it for a repeat. That is the *inbox*; the sender's side has the
+#   *outbox*. SQS's visibility timeout and receipt handle, Celery's `acks_late` and Kafka's
+#   offsets committed after processing are the same at-least-once, and need the same
+#   idempotent receiver.
 # - When the effect is data in the queue's own file, write it **in the same transaction**
 #   as the fenced completion: a crash rolls both back, a zombie's commit is refused. Keep
 #   that transaction short: it holds the file's one write lock.
@@ -300,6 +489,12 @@ timeline.draw(timeline.timeline_data(q.events()), lang=lang)
 #   обработчика: leaselab — это **at-least-once**, так задумано.
 # - **Ключ идемпотентности**, взятый из задачи (а не из попытки), позволяет принимающей
 #   стороне проигнорировать повтор.
+# - Получатель хранит ключ **в той же транзакции, что и действие**, вместе с хешем запроса и
+#   **ограниченное время**, а тот же ключ с другим запросом **отклоняет**, а не принимает за
+#   повтор. Это *inbox*; на стороне отправителя ему соответствует *outbox*. Visibility
+#   timeout и receipt handle в SQS, `acks_late` в Celery и offset в Kafka, зафиксированный
+#   после обработки, — это тот же at-least-once, и получатель там нужен такой же
+#   идемпотентный.
 # - Если действие — данные в файле самой очереди, пишите его **в той же транзакции**, что
 #   и завершение с проверкой токена: падение откатит и то и другое, а фиксацию зомби
 #   отклонят. Транзакция должна быть короткой: она держит единственную блокировку записи

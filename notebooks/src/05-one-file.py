@@ -31,7 +31,7 @@ import statistics
 import threading
 import time
 
-from leaselab import ManualClock, Queue, lessons
+from leaselab import ManualClock, Queue, Worker, lessons
 from leaselab.lessons import exercises
 
 from leaselab.harness import powercut
@@ -334,21 +334,61 @@ say("l5_measured", median=statistics.median(late) * 1000, worst=max(late) * 1000
 
 # %% [markdown] tags=["en"]
 # A tenth of a millisecond as a rule; the worst, a few milliseconds on a quiet machine
-# and tens of them on a busy one. The pauses that matter are rarer and longer, and you
-# see them only by measuring your own workers for days. Here is such a histogram, made up
-# for the exercise but shaped like real ones: seconds of pause, and how many were seen.
+# and tens of them on a busy one. That is the pause before a beat is sent. The other half
+# of the delay is the beat's round trip: a beat sent on time but acknowledged `r` later
+# renews the worker's deadline only from when it was sent, so the condition is
+# `L/3 + P + r < 0.9·L`. The worker measures `r` itself: every acknowledged heartbeat's round
+# trip is counted in a histogram with fixed buckets, `worker.stats.heartbeat_latencies`
+# (`leaselab worker` prints it in its last line). Here is a real worker's, on a real queue:
+# six half-second jobs with a 0.3-second lease, so a beat every 0.1 s.
 
 # %% [markdown] tags=["ru"]
 # Обычно десятые доли миллисекунды; в худшем случае несколько миллисекунд на спокойной
-# машине и десятки — на занятой. Паузы, которые имеют значение, реже и длиннее, и
-# увидеть их можно, только измеряя собственных воркеров днями. Вот такая гистограмма,
-# придуманная для упражнения, но похожая на настоящие: длительность паузы в секундах и
-# сколько раз она встретилась.
+# машине и десятки — на занятой. Это пауза перед отправкой heartbeat. Вторая половина
+# задержки — время, за которое heartbeat доходит до базы и возвращается с ответом: heartbeat,
+# отправленный вовремя, но подтверждённый через `r`, продлевает срок воркера лишь от момента
+# отправки, так что условие принимает вид `L/3 + P + r < 0,9·L`. `r` воркер измеряет сам:
+# время ответа на каждый подтверждённый heartbeat попадает в гистограмму с фиксированными
+# интервалами, `worker.stats.heartbeat_latencies` (`leaselab worker` печатает её в последней
+# строке). Вот гистограмма настоящего воркера на настоящей очереди: шесть задач по полсекунды
+# при аренде 0,3 секунды, то есть heartbeat каждые 0,1 с.
 
-# %% tags=["nbval-check-output"]
-pauses = {0.01: 812_331, 0.1: 20_514, 0.5: 1_203, 1.0: 97, 2.0: 11, 4.5: 2}
-for pause, count in sorted(pauses.items()):
-    say("l5_histogram", pause=pause, count=count)
+# %% tags=["nbval-ignore-output"]
+beats_queue = Queue(work / "beats.db")
+beats_queue.enqueue_many([{"seconds": 0.5}] * 6)
+measuring = Worker(beats_queue, "leaselab.harness.demo:task", name="w1", lease=0.3, exit_when_idle=True, signals=False)
+beats = measuring.run().heartbeat_latencies
+for bound, count in beats.buckets().items():
+    say("l5_beats", bound=bound * 1000, count=count)
+
+# %% [markdown] tags=["en"]
+# The worst of each, added, is the delay this machine showed; a lease survives it when
+# `L > (P + r) / (0.9 − 1/3)`:
+
+# %% [markdown] tags=["ru"]
+# Худшее из каждого ряда, сложенное, — это задержка, которую показала эта машина; аренда её
+# переживёт, если `L > (P + r) / (0,9 − 1/3)`:
+
+# %% tags=["nbval-ignore-output"]
+worst = max(late) + beats.longest()
+say("l5_sized", pause=max(late) * 1000, trip=beats.longest() * 1000, lease=worst / (0.9 - 1 / 3) * 1000)
+
+# %% [markdown] tags=["en"]
+# Milliseconds, over a few seconds of one machine. The pauses that matter (a long garbage
+# collection, swapping, a container throttled by its CPU quota) are rarer and longer, and you
+# see them only by measuring your own workers for days: keep the histogram of every worker,
+# take its highest bucket that counted anything, add the longest pause you saw, and size the
+# lease from that sum. A bucket's bound is the most a round trip in it took, so the lease
+# errs on the long side.
+
+# %% [markdown] tags=["ru"]
+# Миллисекунды — за несколько секунд на одной машине. Паузы, которые имеют значение
+# (долгая сборка мусора, подкачка из swap, контейнер, упёршийся в квоту процессора), реже и
+# длиннее, и увидеть их можно, только измеряя собственных воркеров днями: сохраняйте
+# гистограмму каждого воркера, берите самый верхний интервал, в который хоть что-то попало,
+# прибавляйте самую долгую замеченную паузу и выбирайте аренду по этой сумме. Граница
+# интервала — это самое большее, сколько длился попавший в него ответ, так что ошибиться
+# можно только в сторону более долгого срока аренды.
 
 # %% [markdown] tags=["en"]
 # Both sides of the choice cost something. A lease **too short** lets a pause look like
@@ -361,8 +401,8 @@ for pause, count in sorted(pauses.items()):
 # in `run_at` (a second after a first attempt, by default). And an idle worker claims at
 # its next poll, at most `max_poll` later (a second by default). So a crashed job runs
 # again at most `L + reap_every + backoff + max_poll` after the crash, if a worker is free
-# to take it. With the histogram above, an 8-second lease survives even the two 4.5-second
-# pauses (8/3 + 4.5 ≈ 7.17 s, before the worker's 7.2 s). A 7-second lease would not: the
+# to take it. Say the longest delay you measured over days was 4.5 seconds: an 8-second lease
+# survives it (8/3 + 4.5 ≈ 7.17 s, before the worker's 7.2 s). A 7-second lease would not: the
 # database would still accept the late beat at 6.83 s, but the worker gave the lease up at
 # 6.3 s. And a crashed job waits at most about 8 + 1 + 1 + 1 = 11 seconds.
 
@@ -379,11 +419,81 @@ for pause, count in sorted(pauses.items()):
 # воркер захватит её при следующем опросе очереди, не позже чем через `max_poll` (по
 # умолчанию секунда). Итого задача упавшего воркера снова начнёт выполняться не позже чем
 # через `L + reap_every + отсрочка + max_poll` после падения, если есть свободный воркер.
-# Для гистограммы выше аренда в 8 секунд выдерживает даже обе паузы по 4,5 секунды
-# (8/3 + 4,5 ≈ 7,17 с, раньше, чем воркер откажется от аренды в 7,2 с). Аренда в 7 секунд
-# не выдержала бы: база данных ещё приняла бы запоздалый heartbeat в 6,83 с, но воркер
+# Пусть самая долгая задержка, измеренная за несколько дней, — 4,5 секунды: аренда в
+# 8 секунд её выдерживает (8/3 + 4,5 ≈ 7,17 с, раньше, чем воркер откажется от аренды
+# в 7,2 с). Аренда в 7 секунд не выдержала бы: база данных ещё приняла бы запоздалый heartbeat в 6,83 с, но воркер
 # отказался от аренды уже в 6,3 с. А задача упавшего воркера ждёт не больше
 # 8 + 1 + 1 + 1 = 11 секунд.
+
+# %% [markdown] tags=["en"]
+# ## What to do with dead jobs
+#
+# A job is `dead` when its last attempt failed, timed out or was reaped, or when someone
+# cancelled it. The queue never runs a dead job again by itself: that is a person's decision,
+# and the `leaselab` command has what it takes.
+#
+# - **Watch the count.** `leaselab stats` counts jobs by status; a growing number of dead
+#   jobs is worth an alert.
+# - **Read before acting.** `leaselab jobs --status dead` lists them with their last errors;
+#   `leaselab show ID` prints one job's whole last error, traceback included, and its
+#   history. The error tells which kind of death it was: a bug in the handler, a service that
+#   was down, a payload that can never succeed.
+# - **Then decide.** Once the cause is gone (the fix deployed, the service back), `leaselab
+#   retry ID` (or `--dead`, every dead job) puts jobs back to `pending` with `--attempts N`
+#   fresh attempts, one by default. The attempt count is kept, so the next claim's fence
+#   `(job id, attempt)` is new, and a store that accepts only newer fences still refuses the
+#   old attempts' writes (lesson 3). A job that can never succeed stays dead, as a record. A
+#   pending or running job that must not run any more is stopped with `leaselab cancel ID`:
+#   it is dead at once, and its running attempt is fenced off. Retrying every dead job with
+#   many attempts only spends workers on the jobs that can never succeed: retry a few, with
+#   one attempt each, and watch what happens.
+#
+# The same through the library, on a clock we move: a letter whose both attempts fail, then
+# its retry once the mail server is back.
+
+# %% [markdown] tags=["ru"]
+# ## Что делать с мёртвыми задачами
+#
+# Задача становится `dead`, когда её последняя попытка завершилась ошибкой, превысила
+# тайм-аут или была возвращена reaper, а также когда её отменили вручную. Сама очередь
+# мёртвую задачу больше не запускает: это решение принимает человек, и у команды `leaselab`
+# для этого есть всё нужное.
+#
+# - **Следите за числом.** `leaselab stats` считает задачи по статусам; растущее число мёртвых
+#   задач — повод для оповещения.
+# - **Сначала прочитайте.** `leaselab jobs --status dead` перечисляет их с последними
+#   ошибками; `leaselab show ID` показывает последнюю ошибку задачи целиком, с трассировкой
+#   стека, и её историю. По ошибке видно, от чего задача умерла: ошибка в обработчике,
+#   недоступный сервис или данные, с которыми задача не выполнится никогда.
+# - **Потом решайте.** Когда причина устранена (исправление выкачено, сервис снова работает),
+#   `leaselab retry ID` (или `--dead` — все мёртвые задачи) возвращает задачи в `pending` и
+#   даёт им `--attempts N` новых попыток, по умолчанию одну. Счётчик попыток сохраняется,
+#   поэтому fence следующего захвата `(id задачи, попытка)` новый, и хранилище, которое
+#   принимает только более новые fence, по-прежнему отклоняет записи старых попыток (урок 3).
+#   Задача, которая не выполнится никогда, так и остаётся мёртвой, как запись о случившемся.
+#   Задачу в `pending` или `running`, которую больше нельзя выполнять, останавливает
+#   `leaselab cancel ID`: она сразу становится мёртвой, а её текущую попытку отсекает
+#   fencing. Если вернуть в очередь все мёртвые задачи сразу и с многими попытками, воркеры
+#   будут тратить время на те, что не выполнятся никогда: возвращайте по несколько, с одной
+#   попыткой, и смотрите, что получится.
+#
+# То же через библиотеку, на часах, которые мы двигаем сами: письмо, обе попытки которого
+# заканчиваются ошибкой, и его повтор, когда почтовый сервер снова работает.
+
+# %% tags=["nbval-check-output"]
+dead_clock = ManualClock()
+dq = Queue(work / "dead.db", clock=dead_clock)
+letter = dq.enqueue({"to": "ops@example.org"}, max_attempts=2)
+for _ in range(2):                                   # both attempts fail / обе попытки заканчиваются ошибкой
+    job = dq.claim("w1", lease=30)
+    dq.fail(job.id, job.token, "SMTP 421: service not available")
+    dead_clock.advance(60)                           # past the backoff / после отсрочки повтора
+dead = dq.get(letter)
+say("l5_dead", id=letter, status=dead.status.value, attempts=dead.attempts, error=dead.last_error)
+dq.retry([letter])                                   # the mail server is back / почтовый сервер снова работает
+again = dq.get(letter)
+say("l5_retried", id=letter, status=again.status.value, attempts=again.attempts, max_attempts=again.max_attempts)
+dq.close()
 
 # %% [markdown] tags=["en"]
 # ## Summary
@@ -400,14 +510,18 @@ for pause, count in sorted(pauses.items()):
 # - The database keeps a lease through pauses shorter than two thirds of it, but the
 #   worker gives it up at `0.9·L` after its last acknowledged beat was sent, so the worker
 #   keeps it only through pauses shorter than `0.57·L`: pick the lease longer than 1.8
-#   times the longest pause you measured, and short enough for a crashed job's wait, at
-#   most `lease + reap_every + backoff + max_poll`.
+#   times the longest delay you measured (the pause before a beat plus its round trip, which
+#   the worker records in `stats.heartbeat_latencies`), and short enough for a crashed job's
+#   wait, at most `lease + reap_every + backoff + max_poll`.
+# - A dead job waits for a person: count them (`stats`), read why they died (`jobs --status
+#   dead`, `show`), and once the cause is gone bring them back with fresh attempts (`retry`);
+#   stop what must not run with `cancel`.
 #
 # ## Exercises
 #
 # **1. Write code.** Write `choose_lease(pauses)`: the shortest lease in whole seconds
-# that survives every pause in a histogram like the one above (a dict of pause seconds
-# to counts), with a heartbeat every third of the lease, by the worker's view: the late
+# that survives every delay in a histogram like the worker's above (a dict of seconds to
+# counts, as `beats.buckets()` gives), with a heartbeat every third of the lease, by the worker's view: the late
 # beat must go out before the worker's own deadline, `0.9·L` after the last one. The
 # check tries your function on several histograms against a real queue and a worker's
 # own lease.
@@ -430,14 +544,20 @@ for pause, count in sorted(pauses.items()):
 # - База данных сохраняет аренду при паузах короче двух третей срока, но воркер
 #   отказывается от неё через `0,9·L` после отправки последнего подтверждённого heartbeat,
 #   так что сам он переживает только паузы короче `0,57·L`. Выбирайте срок в 1,8 раза
-#   длиннее самой долгой измеренной паузы, но не длиннее, чем позволяет ожидание задачи
-#   упавшего воркера: оно доходит до `аренда + reap_every + отсрочка + max_poll`.
+#   длиннее самой долгой измеренной задержки (пауза перед heartbeat плюс время ответа на
+#   него, которое воркер записывает в `stats.heartbeat_latencies`), но не длиннее, чем
+#   позволяет ожидание задачи упавшего воркера: оно доходит до
+#   `аренда + reap_every + отсрочка + max_poll`.
+# - Мёртвая задача ждёт человека: следите за их числом (`stats`), выясняйте, от чего они
+#   умерли (`jobs --status dead`, `show`), а когда причина устранена, возвращайте их в
+#   очередь с новыми попытками (`retry`); то, что выполнять больше нельзя, останавливайте
+#   командой `cancel`.
 #
 # ## Упражнения
 #
 # **1. Напишите код.** Напишите `choose_lease(pauses)`: самую короткую аренду в целых
-# секундах, которая переживёт каждую паузу из гистограммы вроде той, что выше (словарь
-# «длительность паузы в секундах → сколько раз»), при heartbeat каждую треть срока и с
+# секундах, которая переживёт каждую задержку из гистограммы вроде той, что записал воркер
+# выше (словарь «секунды → сколько раз», какой возвращает `beats.buckets()`), при heartbeat каждую треть срока и с
 # точки зрения воркера: запоздалый heartbeat должен уйти раньше собственного срока
 # воркера, `0,9·L` после предыдущего. Проверка испытает вашу функцию на нескольких
 # гистограммах против настоящей очереди и аренды самого воркера.
@@ -460,8 +580,8 @@ def choose_lease(pauses):
 #     return math.floor(max(pauses) / (0.9 - 1 / 3)) + 1
 # ```
 #
-# The database's view alone, `L > 1.5·P`, gives 7 for the histogram above: a lease the
-# worker gives up during the longest pause.
+# The database's view alone, `L > 1.5·P`, gives 7 for a longest delay of 4.5 s: a lease the
+# worker gives up during that delay.
 # </details>
 
 # %% [markdown] tags=["ru"]
@@ -478,8 +598,8 @@ def choose_lease(pauses):
 #     return math.floor(max(pauses) / (0.9 - 1 / 3)) + 1
 # ```
 #
-# Если смотреть только со стороны базы данных, `L > 1,5·P`, для гистограммы выше
-# получится 7: от такой аренды воркер откажется во время самой долгой паузы.
+# Если смотреть только со стороны базы данных, `L > 1,5·P`, для самой долгой задержки
+# в 4,5 с получится 7: от такой аренды воркер откажется посреди этой задержки.
 # </details>
 
 # %% tags=["nbval-check-output"]
