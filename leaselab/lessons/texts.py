@@ -140,7 +140,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_same_work": "a thousand times more delayed jobs, about the same work: {yes}",
         "l2_order_now": "now: {order} then {then}",
         "l2_order_later": "a day later: {payload}",
-        "l2_alone": "naive claim, one worker, duplicates: {dups}",
+        "l2_ex_done_steps": "steps of a claim past {n:,} done {n|job|jobs}: {steps}",
         # lesson 3
         "l3_page_before": "the page before w1 wakes: written by {worker}, attempt {attempt}",
         "l3_page_after": "the page after w1 woke: written by {worker}, attempt {attempt}",
@@ -170,7 +170,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l4_attempt3": "attempt 3: the job is {status} | carol has {balance}",
         "l4_attempt2": "attempt 2 wakes up: LeaseLost, its deposit rolled back | carol has {balance}",
         "l4_ledger": "ledger: {entries}",
-        "l4_ex_balances": "dave (keyed): {dave} | erin (plain): {erin}",
+        "l4_ex_fee": "dave's balance after three keyed deposits of 10: {balance}",
         # lesson 5
         "l5_cut": "durability={durability}: after the cut (id, status, attempts): {jobs}",
         "l5_killed_rc": "the process ended with {rc} (killed by signal 9)",
@@ -436,7 +436,8 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l2_same_work": "отложенных задач в тысячу раз больше, а работы почти столько же: {yes}",
         "l2_order_now": "сейчас: {order}, потом {then}",
         "l2_order_later": "через сутки: {payload}",
-        "l2_alone": "наивный захват, один воркер, дублей: {dups}",
+        "l2_ex_done_steps": "шагов захвата при {n:,} "
+        "{n|выполненной задаче|выполненных задачах|выполненных задачах}: {steps}",
         "l3_page_before": "страница до того, как w1 проснулся: её записал {worker}, попытка {attempt}",
         "l3_page_after": "страница после того, как w1 проснулся: её записал {worker}, попытка {attempt}",
         "l3_zombie_log": "журнал w1: heartbeat отклонён: {refused}; результат не отправлен: {withheld}",
@@ -464,7 +465,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l4_attempt3": "попытка 3: задача {status} | у Кэрол {balance}",
         "l4_attempt2": "попытка 2 просыпается: LeaseLost, её зачисление откатилось | у Кэрол {balance}",
         "l4_ledger": "реестр: {entries}",
-        "l4_ex_balances": "у Дэйва (с ключом): {dave} | у Эрин (без ключа): {erin}",
+        "l4_ex_fee": "на счёте Дэйва после трёх зачислений по 10 с ключом: {balance}",
         "l5_cut": "durability={durability}: после отключения (id, статус, попытки): {jobs}",
         "l5_killed_rc": "процесс завершился с кодом {rc} (убит сигналом 9)",
         "l5_killed": "после SIGKILL при durability=normal (id, статус, попытки): {jobs}",
