@@ -90,8 +90,9 @@ def test_reveal_prints_the_truth_the_guess_and_the_verdict_in_each_language(tmp_
     assert capsys.readouterr().out.splitlines() == [
         "The run says: 139. Your guess: 139. Right.",
         "The run says: 0. Your guess: 20. Not this time: the answer below says why.",
-        "Запуск показал: примут. Ваш прогноз: отклонят: аренда уже истекла. На этот раз мимо; почему — в ответе ниже.",
-        "Запуск показал: 139. Ваш прогноз: 139,4. Верно.",  # within the half-second the exercise allows
+        "Правильный ответ: примут. Ваш прогноз: отклонят: аренда уже истекла. "
+        "На этот раз мимо; почему — в ответе ниже.",
+        "Правильный ответ: 139. Ваш прогноз: 139,4. Угадали.",  # within the half-second the exercise allows
     ]
 
 
@@ -100,7 +101,7 @@ def test_with_no_guess_committed_reveal_still_prints_the_truth_and_says_so(tmp_p
     lessons.predict("l2_ex3", lang, folder=tmp_path).reveal("zxy")
     want = {
         "en": "The run says: z, x, y. No guess was committed: a guess counts only when committed before the run.",
-        "ru": "Запуск показал: z, x, y. Прогноз не был зафиксирован, а засчитывается только прогноз, "
+        "ru": "Правильный ответ: z, x, y. Прогноз не был зафиксирован, а засчитывается только прогноз, "
         "зафиксированный до запуска.",
     }
     assert capsys.readouterr().out.strip() == want[lang]
