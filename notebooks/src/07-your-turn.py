@@ -462,14 +462,19 @@ print(proof.grade(MINE, work / "mine", lang))
 guess = lessons.predict("l7_ex2", lang)  # without widgets: lessons.predict("l7_ex2", lang, answer=...) / без виджетов: lessons.predict("l7_ex2", lang, answer=...)
 guess
 
-# %% tags=["nbval-check-output"]
-LOOKS = PLAIN.replace(
-    """        ledger.deposit(job.payload["account"], job.payload["amount"], job=job)""",
-    """        paid = any(row["job_id"] == job.id for row in ledger.entries())
+# %%
+LOOKS = '''
+from leaselab.harness import effects, gates
+
+def pay(job):
+    with effects.Ledger(job.payload["ledger"]) as ledger:
+        gates.fault_point(job, "before")
+        paid = any(row["job_id"] == job.id for row in ledger.entries())
         if not paid:
-            ledger.deposit(job.payload["account"], job.payload["amount"], job=job)""",
-)
-print(LOOKS.strip())
+            ledger.deposit(job.payload["account"], job.payload["amount"], job=job)
+        gates.fault_point(job, "after")
+    return "paid"
+'''
 
 # %% tags=["nbval-check-output"]
 said = proof.grade(LOOKS, work / "looks", lang)
