@@ -160,3 +160,46 @@ def test_the_freeze_after_the_payment_stops_the_worker_holding_no_write_lock(tmp
         for proc in spinners + [victim]:
             proc.kill()
             proc.wait()
+
+
+# Lesson 7, exercise 2: pay only when a look in the ledger finds no row of the job. The grade's two
+# faults miss it; a freeze between the look and the payment does not.
+LOOKS = PLAIN.replace(
+    '        ledger.deposit(job.payload["account"], job.payload["amount"], job=job)',
+    '        paid = any(row["job_id"] == job.id for row in ledger.entries())\n'
+    "        if not paid:\n"
+    '            ledger.deposit(job.payload["account"], job.payload["amount"], job=job)',
+)
+FROZEN_BETWEEN = LOOKS.replace('        gates.fault_point(job, "after")\n', "").replace(
+    "        if not paid:\n", '        gates.fault_point(job, "after")\n        if not paid:\n'
+)
+
+
+def test_looking_before_paying_is_graded_right_though_it_is_wrong_and_passed_says_so(tmp_path):
+    line = proof.grade(LOOKS, tmp_path, "ru")
+    assert proof.passed(line, "ru") and not proof.passed(line, "en")
+    assert not proof.passed(proof.grade(KEYED_PER_ATTEMPT, tmp_path / "per-attempt", "en"), "en")
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_a_freeze_between_the_look_and_the_payment_makes_the_look_then_pay_handler_pay_twice(tmp_path, lang):
+    assert proof.check_look_then_pay(FROZEN_BETWEEN, tmp_path / "between", lang) == text(
+        "proof_look_caught", lang, got=2 * proof.AMOUNT, want=proof.AMOUNT
+    )
+
+
+def test_the_look_then_pay_check_names_a_freeze_left_after_the_payment_or_a_handler_that_never_looks(tmp_path):
+    assert proof.check_look_then_pay(LOOKS, tmp_path / "left", "en") == text(
+        "proof_wrong", "en", detail=text("proof_look_where", "en")
+    )
+    assert proof.check_look_then_pay(PLAIN, tmp_path / "plain", "ru") == text(
+        "proof_wrong", "ru", detail=text("proof_look_none", "ru")
+    )
+    assert not (tmp_path / "left").exists()  # told from the source, without a run
+
+
+def test_a_keyed_handler_frozen_between_its_look_and_its_payment_is_told_it_paid_once(tmp_path):
+    keyed_between = FROZEN_BETWEEN.replace("job=job)", 'job=job, key=f"pay-{job.id}")')
+    assert proof.check_look_then_pay(keyed_between, tmp_path / "keyed", "en") == text(
+        "proof_wrong", "en", detail=text("proof_look_missed", "en", got=proof.AMOUNT)
+    )

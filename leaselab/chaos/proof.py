@@ -8,7 +8,8 @@ reads the queue and the ledger (the handler's outside world, checked through ``L
 
 ``grade`` is lesson 7's check cell, as Gossip Glomers grades a challenge: the fix is run, not
 read. It is right when, under both faults, the checker finds no anomaly, every account got its
-money exactly once, and the run stayed within its budget of attempts.
+money exactly once, and the run stayed within its budget of attempts. ``check_look_then_pay`` is
+the check of the lesson's exercise 2: a fault moved to where a wrong handler breaks.
 """
 
 from __future__ import annotations
@@ -141,3 +142,33 @@ def grade(source: str, folder: str | os.PathLike, lang: str = "en", *, seed: int
     """Lesson 7's check: run the reader's handler under a freeze after the payment and a crash before it."""
     folder = Path(folder)
     return verdict([trial(source, folder / fault, fault=fault, seed=seed) for fault in FAULTS_AT], lang)
+
+
+def passed(line: str, lang: str = "en") -> bool:
+    """Whether a line ``grade`` returned is its verdict of right (lesson 7 compares a reader's guess with it)."""
+    return line == text("proof_right", lang, n=len(ACCOUNTS), amount=AMOUNT)
+
+
+def _first_line(lines: list[str], needle: str, after: int = -1) -> int | None:
+    return next((i for i, line in enumerate(lines) if i > after and needle in line), None)
+
+
+def check_look_then_pay(source: str, folder: str | os.PathLike, lang: str = "en") -> str:
+    """Lesson 7, exercise 2: a handler that pays only when its look in the ledger finds no row, with the freeze
+    moved between the look and the payment, is run under that freeze: right when account a1 got paid twice.
+
+    Where the freeze stands is read from the source first, so a copy left as it was is told so
+    without a run; then the trial runs the handler on real workers, as ``grade`` does.
+    """
+    lines = source.splitlines()
+    look = _first_line(lines, "entries(")
+    if look is None:
+        return text("proof_wrong", lang, detail=text("proof_look_none", lang))
+    freeze = _first_line(lines, 'fault_point(job, "after")')
+    pay = _first_line(lines, ".deposit(", after=look)
+    if freeze is None or pay is None or not look < freeze < pay:
+        return text("proof_wrong", lang, detail=text("proof_look_where", lang))
+    got = trial(source, folder, fault="after").balances[ACCOUNTS[0]]  # job 1, the one frozen, pays a1
+    if got > AMOUNT:
+        return text("proof_look_caught", lang, got=got, want=AMOUNT)
+    return text("proof_wrong", lang, detail=text("proof_look_missed", lang, got=got))

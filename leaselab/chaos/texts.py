@@ -49,6 +49,20 @@ STRINGS: dict[str, dict[str, str]] = {
         "proof_money": "{where}, account {account} got {got}, not {want}",
         "proof_budget": "{where}, the jobs took {n} {n|attempt|attempts}, over the budget of {budget}",
         "proof_not_drained": "{where}, the queue did not drain: the handler never finishes some job",
+        "proof_look_none": "the handler does not look in the ledger (ledger.entries()) before it pays",
+        "proof_look_where": (
+            'the freeze, gates.fault_point(job, "after"), must come after the look (ledger.entries()) '
+            "and before the payment (ledger.deposit); in your copy it does not"
+        ),
+        "proof_look_caught": (
+            "Right: frozen between its look and its payment, attempt 1 paid after attempt 2 had paid and "
+            "finished the job: account a1 got {got}, not {want}. Neither of the grade's faults strikes there, "
+            "which is why the grade called this handler right"
+        ),
+        "proof_look_missed": (
+            "frozen between its look and its payment, the handler still paid account a1 {got} in all: "
+            "does it pay only when the look found no row?"
+        ),
         "label_kill": "kill",
         "label_pause": "pause",
         "label_partition": "partition",
@@ -97,6 +111,20 @@ STRINGS: dict[str, dict[str, str]] = {
         "proof_money": "{where} счёт {account} получил {got}, а не {want}",
         "proof_budget": "{where} на задачи ушло {n} {n|попытка|попытки|попыток} при бюджете {budget}",
         "proof_not_drained": "{where} очередь не опустела: какую-то задачу обработчик так и не завершает",
+        "proof_look_none": "обработчик не ищет строку в реестре (ledger.entries()), прежде чем платить",
+        "proof_look_where": (
+            'заморозка, gates.fault_point(job, "after"), должна стоять после поиска (ledger.entries()) '
+            "и перед платежом (ledger.deposit), а в вашей копии это не так"
+        ),
+        "proof_look_caught": (
+            "Верно: попытка 1, замороженная между поиском и платежом, заплатила уже после того, как "
+            "попытка 2 заплатила и завершила задачу: счёт a1 получил {got}, а не {want}. Ни один из сбоев "
+            "proof.grade сюда не бьёт, поэтому он и признал обработчик верным"
+        ),
+        "proof_look_missed": (
+            "даже при заморозке между поиском и платежом счёт a1 получил всего {got}: платит ли "
+            "обработчик только тогда, когда поиск не нашёл строки?"
+        ),
         "label_kill": "убийство",
         "label_pause": "заморозка",
         "label_partition": "разрыв сети",

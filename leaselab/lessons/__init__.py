@@ -2,7 +2,8 @@
 in each language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
 (``exercises``), lesson 7's live run of the audit of other queues (``peers``), two claims on a
 server interleaved by hand (``race``, lesson 6, needs psycopg), and the notebooks' small
-conveniences (``notebook``, whose functions are also here: ``lessons.scratch(...)``).
+conveniences (``notebook``, whose functions are also here: ``lessons.scratch(...)``), and the
+guess a reader commits before a "Predict" exercise runs (``predict``: ``lessons.predict(...)``).
 
 Nothing but the notebooks imports this package: the real processes, servers and faults the
 lessons drive are in ``leaselab.harness``, shared with ``leaselab chaos``, the tests and the
@@ -21,6 +22,7 @@ from .notebook import (
     stored_detail,
     wait_until,
 )
+from .predict import predict
 from .texts import speaker, text
 
 __all__ = [
@@ -31,6 +33,7 @@ __all__ = [
     "cleanup_at_exit",
     "history",
     "language",
+    "predict",
     "scratch",
     "speaker",
     "stored_detail",

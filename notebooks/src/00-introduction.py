@@ -273,8 +273,9 @@ lab
 #
 # **1. Predict.** Freeze the only worker while it holds a job, for one and a half
 # leases, then thaw it. Nobody else was there to reap. Does `w1` finish its job, and
-# with which attempt? Run the cell; watch the badge it prints while `w1` is frozen. (The
-# job waits at a gate, as above, which the cell opens just before the thaw.)
+# with which attempt? Commit your answer in the box below, then run the cells after it;
+# watch the badge the first prints while `w1` is frozen. (The job waits at a gate, as above,
+# which the cell opens just before the thaw.)
 
 # %% [markdown] tags=["ru"]
 # ## Итоги
@@ -293,9 +294,13 @@ lab
 #
 # **1. Предскажите.** Заморозьте единственного воркера, пока он держит задачу, на
 # полтора срока аренды и разморозьте. Вернуть задачу в очередь было некому. Закончит ли
-# `w1` свою задачу и какой попыткой? Запустите ячейку и посмотрите, какой значок она
-# напечатает, пока `w1` заморожен. (Задача, как и выше, ждёт у шлагбаума; ячейка открывает
-# его перед самой разморозкой.)
+# `w1` свою задачу и какой попыткой? Зафиксируйте ответ ниже, потом выполните следующие
+# ячейки и посмотрите, какой значок напечатает первая, пока `w1` заморожен. (Задача, как и
+# выше, ждёт у шлагбаума; ячейка открывает его перед самой разморозкой.)
+
+# %%
+guess = lessons.predict("l0_ex1", lang)  # without widgets: lessons.predict("l0_ex1", lang, answer=...) / без виджетов: lessons.predict("l0_ex1", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 alone = Fleet(work / "exercise-alone.db")
@@ -314,6 +319,7 @@ Scenario.parse("""
 """).run(alone)
 job = alone.queue.jobs()[0]
 say("l0_after", status=job.status, attempts=job.attempts, worker=job.worker)
+guess.reveal("refused" if job.status != "done" else "first" if job.attempts == 1 else "second")
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>

@@ -639,13 +639,19 @@ print(exercises.check_misses(misses_tolerated, lang))
 # **2. Predict.** A job with `max_attempts=5` is claimed by a worker that never
 # heartbeats, over and over. With `Backoff(base=1)`, how many seconds pass between the
 # first expiry of the lease and the moment the job is `dead`? (Leases are 30 s here;
-# expiries are found 1 s late.) Write your number down, then run the cell.
+# expiries are found 1 s late.) Type your number in the box below and press *Commit*; then
+# run the cell after it, which compares your guess with the run.
 
 # %% [markdown] tags=["ru"]
 # **2. Предскажите.** Задачу с `max_attempts=5` раз за разом захватывает воркер, который
 # ни разу не продлевает аренду. Сколько секунд пройдёт при `Backoff(base=1)` от первого
 # истечения аренды до момента, когда задача станет `dead`? (Аренда здесь 30 с; истечение
-# замечают с опозданием в 1 с.) Запишите своё число и запустите ячейку.
+# замечают с опозданием в 1 с.) Впишите своё число в поле ниже и нажмите
+# «Зафиксировать», потом выполните следующую ячейку: она сравнит прогноз с запуском.
+
+# %%
+guess = lessons.predict("l1_ex2", lang)  # without widgets: lessons.predict("l1_ex2", lang, answer=...) / без виджетов: lessons.predict("l1_ex2", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 ex = Queue(work / "exercise.db", clock=ManualClock(), backoff=Backoff(base=1))
@@ -658,6 +664,7 @@ while ex.get(ex_id).status != "dead":
     ex.reap()
     first_expiry = first_expiry or ex.clock()
 say("l1_ex_dead_after", seconds=ex.clock() - first_expiry)
+guess.reveal(ex.clock() - first_expiry)
 ex.close()
 
 # %% [markdown] tags=["en"]

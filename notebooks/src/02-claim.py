@@ -557,38 +557,74 @@ from leaselab.lessons import exercises
 print(exercises.check_guarded_take(my_take, lang))
 
 # %% [markdown] tags=["en"]
-# **2. Predict.** How many duplicates does the *naive* claim give with a single worker
-# process? Run the cell.
+# **2. Predict.** A queue has done 10,000 jobs, and they stay in its file as `done` rows; one
+# job is pending. Does a claim now do more work than on a queue with only that one job?
+# Choose below and press *Commit*, then run the cell after it: it counts the claim's steps
+# with `lessons.claim_steps`, as above, with none, ten and ten thousand done jobs.
 
 # %% [markdown] tags=["ru"]
-# **2. Предскажите.** Сколько дублей даст *наивный* захват с одним процессом-воркером?
-# Запустите ячейку.
+# **2. Предскажите.** Очередь выполнила 10 000 задач, и они остались в её файле строками
+# со статусом `done`; ждёт одна задача. Делает ли захват теперь больше работы, чем в
+# очереди с одной этой задачей? Выберите ответ ниже и нажмите «Зафиксировать», потом
+# выполните следующую ячейку: она, как и выше, считает шаги захвата через
+# `lessons.claim_steps` — без выполненных задач, с десятью и с десятью тысячами.
+
+# %%
+guess = lessons.predict("l2_ex2", lang)  # without widgets: lessons.predict("l2_ex2", lang, answer=...) / без виджетов: lessons.predict("l2_ex2", lang, answer=...)
+guess
+
+# %% tags=["nbval-ignore-output"]
+def steps_past_done(done: int) -> int:
+    d = Queue(work / f"done-{done}.db", clock=clock)
+    d.enqueue_many(list(range(done)))
+    while held := d.claim_many(500, "w"):
+        d.complete_many([(j.id, j.token, None) for j in held])
+    d.enqueue("due now")
+    steps, job = lessons.claim_steps(d)
+    assert job.payload == "due now"
+    d.close()
+    return steps
+
+
+done_steps = {n: steps_past_done(n) for n in (0, 10, 10_000)}
+for n, steps in done_steps.items():
+    say("l2_ex_done_steps", n=n, steps=steps)
 
 # %% tags=["nbval-check-output"]
-alone = wrong.race(work / "race-alone.db", claim="naive", workers=1, jobs=50)
-say("l2_alone", dups=alone.duplicates)
+guess.reveal("same" if done_steps[10_000] <= 1.5 * done_steps[0] else "more")
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>
 #
-# None: with one process nobody can claim between its `SELECT` and its `UPDATE`. That is
-# why the bug survives every single-worker test.
+# The same work. The claim's index, `jobs_claim`, is partial: `WHERE status = 'pending'`
+# in its definition (`leaselab/backends/sqlite/schema.sql`) keeps only the jobs that wait,
+# so a done job is not in it at all, and the claim never steps over one. An index over every
+# row would hold the done jobs too, and a claim would have to look past them to the pending
+# ones. Keep the done jobs or delete them: the claim does not care.
 # </details>
 #
-# **3. Predict** the order in which these jobs are claimed, then run the cell: `"x"`
-# (priority 1, delay 5 s), `"y"` (priority 0), `"z"` (priority 1), with the clock moved
-# by 10 s before claiming.
+# **3. Predict** the order in which these jobs are claimed: `"x"` (priority 1, delay 5 s),
+# `"y"` (priority 0), `"z"` (priority 1), with the clock moved by 10 s before claiming.
+# Commit your order below, then run the cell after it.
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
 #
-# Ни одного: когда процесс один, между его `SELECT` и `UPDATE` захватить задачу некому.
-# Поэтому ошибка и переживает любой тест с одним воркером.
+# Столько же. Индекс захвата `jobs_claim` частичный: условие `WHERE status = 'pending'`
+# в его определении (`leaselab/backends/sqlite/schema.sql`) оставляет в нём только ждущие
+# задачи, так что выполненной задачи в нём нет вовсе и захват никогда через неё не
+# перешагивает. Индекс по всем строкам хранил бы и выполненные задачи, и захвату пришлось
+# бы просматривать их, чтобы добраться до ждущих. Храните выполненные задачи или удаляйте —
+# захвату всё равно.
 # </details>
 #
-# **3. Предскажите** порядок, в котором будут захвачены эти задачи, и запустите ячейку:
-# `"x"` (приоритет 1, задержка 5 с), `"y"` (приоритет 0), `"z"` (приоритет 1), а перед
-# захватом часы сдвинуты на 10 с.
+# **3. Предскажите** порядок, в котором будут захвачены эти задачи: `"x"` (приоритет 1,
+# задержка 5 с), `"y"` (приоритет 0), `"z"` (приоритет 1), а перед захватом часы сдвинуты
+# на 10 с. Зафиксируйте порядок ниже, потом выполните следующую ячейку.
+
+# %%
+guess = lessons.predict("l2_ex3", lang)  # without widgets: lessons.predict("l2_ex3", lang, answer=...) / без виджетов: lessons.predict("l2_ex3", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 ex = Queue(work / "exercise.db", clock=ManualClock())
@@ -596,7 +632,9 @@ ex.enqueue("x", priority=1, delay=5)
 ex.enqueue("y", priority=0)
 ex.enqueue("z", priority=1)
 ex.clock.advance(10)
-print([ex.claim("w").payload for _ in range(3)])
+order = [ex.claim("w").payload for _ in range(3)]
+print(order)
+guess.reveal("".join(order))
 ex.close()
 
 # %% [markdown] tags=["en"]

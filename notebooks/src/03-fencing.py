@@ -575,18 +575,24 @@ print(exercises.check_store(MyStore, lang))
 
 # %% [markdown] tags=["en"]
 # **2. Predict.** A late worker's *heartbeat* arrives after its lease expired but *before*
-# anyone reaped the job. Is it accepted? (Hint: read `sql.HEARTBEAT`.)
+# anyone reaped the job. Is it accepted? (Hint: read `sql.HEARTBEAT`.) Commit your answer
+# below, then run the cell after it.
 
 # %% [markdown] tags=["ru"]
 # **2. Предскажите.** Heartbeat опоздавшего воркера приходит после истечения аренды, но
 # *до* того, как reaper вернул задачу в очередь. Примут ли его? (Подсказка: прочтите
-# `sql.HEARTBEAT`.)
+# `sql.HEARTBEAT`.) Зафиксируйте ответ ниже, потом выполните следующую ячейку.
+
+# %%
+guess = lessons.predict("l3_ex2", lang)  # without widgets: lessons.predict("l3_ex2", lang, answer=...) / без виджетов: lessons.predict("l3_ex2", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 late_id = q.enqueue({"render": "late"})
 late = q.claim("w1", lease=10)
 clock.advance(15)                        # expired, but nobody has reaped yet / аренда истекла, но в очередь задачу ещё никто не вернул
 say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock())
+guess.reveal("accepted")                 # a refused heartbeat raises LeaseLost instead / отклонённый heartbeat вместо этого бросает LeaseLost
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>
@@ -596,7 +602,7 @@ say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock()
 # </details>
 #
 # **3. Predict.** Fences `(7, 3)` and `(7, 12)`: which one may overwrite the other's
-# write? And `(8, 1)` after `(7, 12)`?
+# write? And `(8, 1)` after `(7, 12)`? Commit your answer below, then run the cell after it.
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
@@ -606,13 +612,22 @@ say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock()
 # </details>
 #
 # **3. Предскажите.** Fence `(7, 3)` и `(7, 12)`: какой из них может перезаписать запись
-# другого? А `(8, 1)` после `(7, 12)`?
+# другого? А `(8, 1)` после `(7, 12)`? Зафиксируйте ответ ниже, потом выполните следующую
+# ячейку.
+
+# %%
+guess = lessons.predict("l3_ex3", lang)  # without widgets: lessons.predict("l3_ex3", lang, answer=...) / без виджетов: lessons.predict("l3_ex3", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 store = FencedStore(work / "pages.db")
-say("l3_pair", first="(7, 12)", second="(7, 3)", a=store.write("x", "a", fence=(7, 12)), b=store.write("x", "b", fence=(7, 3)))
-say("l3_pair", first="(7, 3)", second="(7, 12)", a=store.write("y", "a", fence=(7, 3)), b=store.write("y", "b", fence=(7, 12)))
-say("l3_pair", first="(7, 12)", second="(8, 1)", a=store.write("z", "a", fence=(7, 12)), b=store.write("z", "b", fence=(8, 1)))
+low_after = (store.write("x", "a", fence=(7, 12)), store.write("x", "b", fence=(7, 3)))
+high_after = (store.write("y", "a", fence=(7, 3)), store.write("y", "b", fence=(7, 12)))
+next_job = (store.write("z", "a", fence=(7, 12)), store.write("z", "b", fence=(8, 1)))
+say("l3_pair", first="(7, 12)", second="(7, 3)", a=low_after[0], b=low_after[1])
+say("l3_pair", first="(7, 3)", second="(7, 12)", a=high_after[0], b=high_after[1])
+say("l3_pair", first="(7, 12)", second="(8, 1)", a=next_job[0], b=next_job[1])
+guess.reveal(("later" if low_after[1] else "higher") + ("_wins" if next_job[1] else "_refused"))
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>

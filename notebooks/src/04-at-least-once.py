@@ -565,24 +565,37 @@ from leaselab.lessons import exercises
 print(exercises.check_idempotent_transfer(my_transfer, work / "exercise-ledger.db", lang))
 
 # %% [markdown] tags=["en"]
-# **2. Predict.** The same keyed deposit arrives three times, and a plain one three times.
-# Predict both balances, then run the cell.
+# **2. Predict.** A monthly fee's handler keys its deposit by the account:
+# `key=f"fee-{account}"`. January's fee job runs twice (its first attempt is retried),
+# February's once, and each attempt deposits 10 to dave. What is dave's balance? Commit your
+# number below, then run the cell after it.
 
 # %% [markdown] tags=["ru"]
-# **2. Предскажите.** Одно и то же зачисление с ключом приходит три раза, и простое —
-# тоже три раза. Предскажите оба баланса и запустите ячейку.
+# **2. Предскажите.** Обработчик ежемесячной платы строит ключ зачисления из счёта:
+# `key=f"fee-{account}"`. Январская задача выполняется дважды (её первую попытку
+# повторяют), февральская — один раз, и каждая попытка зачисляет Дэйву 10. Сколько будет
+# на счёте Дэйва? Зафиксируйте число ниже, потом выполните следующую ячейку.
+
+# %%
+guess = lessons.predict("l4_ex2", lang)  # without widgets: lessons.predict("l4_ex2", lang, answer=...) / без виджетов: lessons.predict("l4_ex2", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
+account = "dave"
 with effects.Ledger(work / "exercise.db") as ex:
-    for _attempt in (1, 2, 3):
-        ex.deposit("dave", 10, key="job-42")
-        ex.deposit("erin", 10)
-    say("l4_ex_balances", dave=ex.balance("dave"), erin=ex.balance("erin"))
+    for _month in ("january", "january", "february"):  # January's job ran twice / январская задача выполнилась дважды
+        ex.deposit(account, 10, key=f"fee-{account}")
+    say("l4_ex_fee", balance=ex.balance(account))
+    guess.reveal(ex.balance(account))
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>
 #
-# 10 and 30: the ledger ignores a key it has seen; the plain deposit counts every time.
+# 10. January's repeat is dropped, as it should be, but so is February's fee: a new payment
+# under a key the ledger has seen looks exactly like a repeat, and `deposit` drops it without a
+# word (it returns `False`). The key must name the one effect, not who receives it: the job
+# (`fee-{job.id}`) or the month (`fee-dave-2026-02`). A key too broad loses money silently; a
+# key too narrow (one with `job.attempts` in it, exercise 1) pays twice.
 # </details>
 #
 # Clean up: end the workers, close the files, remove the temporary folder.
@@ -590,8 +603,12 @@ with effects.Ledger(work / "exercise.db") as ex:
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
 #
-# 10 и 30: реестр игнорирует уже виденный ключ, а простое зачисление засчитывается каждый
-# раз.
+# 10. Январский повтор отброшен, как и должно быть, но отброшена и февральская плата:
+# новый платёж с ключом, который реестр уже видел, ничем не отличается от повтора, и
+# `deposit` молча его пропускает (возвращает `False`). Ключ должен называть одно конкретное
+# действие, а не получателя: задачу (`fee-{job.id}`) или месяц (`fee-dave-2026-02`). Слишком
+# широкий ключ молча теряет деньги, слишком узкий (с `job.attempts`, упражнение 1) платит
+# дважды.
 # </details>
 #
 # Уберём за собой: завершим воркеров, закроем файлы, удалим временную папку.

@@ -1082,12 +1082,18 @@ print(exercises.check_server_batch_claim(my_batch_claim, next(databases), lang))
 # %% [markdown] tags=["en"]
 # **2. Predict.** Another fix people try: keep the subquery as it is, and add
 # `AND status = 'pending'` to the outer `WHERE`, so that the re-check after the wait sees
-# the job is taken. Under the same interleaving, which job does B get?
+# the job is taken. Under the same interleaving, which job does B get? Commit your answer
+# below, then run the cell after it.
 
 # %% [markdown] tags=["ru"]
 # **2. Предскажите.** Другое исправление, которое часто пробуют: подзапрос оставить как
 # есть, а во внешний `WHERE` добавить `AND status = 'pending'`, чтобы перепроверка после
 # ожидания увидела, что задачу уже взяли. Какую задачу при том же чередовании получит B?
+# Зафиксируйте ответ ниже, потом выполните следующую ячейку.
+
+# %%
+guess = lessons.predict("l6_ex2", lang)  # without widgets: lessons.predict("l6_ex2", lang, answer=...) / без виджетов: lessons.predict("l6_ex2", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 outer = ServerRace(next(databases), NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = ("))
@@ -1100,6 +1106,7 @@ if b is None:
     say("l6_b_gets_nothing")
 else:
     say("l6_b_gets", id=b)
+guess.reveal("none" if b is None else str(b))
 outer.close()
 
 # %% [markdown] tags=["en"]
@@ -1114,7 +1121,7 @@ outer.close()
 # **3. Predict.** Does the server's clock help a worker frozen by `SIGSTOP` for longer
 # than its lease? (Hint: what would its heartbeat thread be doing?) The cell starts two
 # workers of its own, `w6` and `w7`, on a fresh database, freezes the one that claims the
-# job, and waits for the job's second attempt.
+# job, and waits for the job's second attempt. Commit your answer below first.
 
 # %% [markdown] tags=["ru"]
 # <details><summary>Ответ</summary>
@@ -1129,7 +1136,12 @@ outer.close()
 # **3. Предскажите.** Помогут ли часы сервера воркеру, которого `SIGSTOP` заморозил
 # дольше, чем длится его аренда? (Подсказка: что в это время делает его поток heartbeat?)
 # Ячейка запускает двух собственных воркеров, `w6` и `w7`, на свежей базе, замораживает
-# того, кто захватит задачу, и ждёт второй попытки этой задачи.
+# того, кто захватит задачу, и ждёт второй попытки этой задачи. Сначала зафиксируйте ответ
+# ниже.
+
+# %%
+guess = lessons.predict("l6_ex3", lang)  # without widgets: lessons.predict("l6_ex3", lang, answer=...) / без виджетов: lessons.predict("l6_ex3", lang, answer=...)
+guess
 
 # %% tags=["nbval-check-output"]
 pausing = Queue(next(databases))                         # workers of its own, not the dashboard's / свои воркеры, не те, что на панели
@@ -1142,6 +1154,7 @@ pausing_fleet.pause(frozen)                              # w6 or w7, on the serv
 lessons.wait_until(lambda: pausing.get(frozen_id).attempts == 2, timeout=30,
                    what=lessons.text("l6_wait_expired", lang))
 say("l6_frozen_reaped", other=pausing.get(frozen_id).worker != frozen, attempts=pausing.get(frozen_id).attempts)
+guess.reveal("no" if pausing.get(frozen_id).worker != frozen else "yes")
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>

@@ -443,24 +443,68 @@ def pay(job):
 print(proof.grade(MINE, work / "mine", lang))
 
 # %% [markdown] tags=["en"]
-# **2. Predict.** Without running it: what does the grade say of a handler that looks in the
-# ledger for a row of its job (`ledger.entries()`, each with its `job_id`) and pays, unkeyed, only
-# when there is none? Which fault could catch it, and where would that fault have to strike?
-# Then move `gates.fault_point(job, "after")` in your copy to between the look and the payment,
-# and run the grade.
-#
+# **2. Predict.** Without running it: what does the grade say of `LOOKS` below, a handler that
+# looks in the ledger for a row of its job (`ledger.entries()`, each with its `job_id`) and pays,
+# unkeyed, only when there is none? Which fault could catch it, and where would that fault have
+# to strike? Commit your answer in the box, run the grade, then move
+# `gates.fault_point(job, "after")` in `MY_LOOKS` to between the look and the payment and run
+# the check: it runs your copy under that freeze.
+
+# %% [markdown] tags=["ru"]
+# **2. Предскажите.** Не запуская: что скажет `proof.grade` об обработчике `LOOKS` ниже,
+# который ищет в реестре строку своей задачи (`ledger.entries()`, у каждой есть `job_id`) и
+# платит без ключа, только если такой строки нет? Какой сбой мог бы его поймать и куда этот
+# сбой должен был бы ударить? Зафиксируйте ответ, запустите `proof.grade`, потом переставьте
+# в `MY_LOOKS` `gates.fault_point(job, "after")` между поиском и платежом и запустите
+# проверку: она прогонит вашу копию под этой заморозкой.
+
+# %%
+guess = lessons.predict("l7_ex2", lang)  # without widgets: lessons.predict("l7_ex2", lang, answer=...) / без виджетов: lessons.predict("l7_ex2", lang, answer=...)
+guess
+
+# %%
+LOOKS = '''
+from leaselab.harness import effects, gates
+
+def pay(job):
+    with effects.Ledger(job.payload["ledger"]) as ledger:
+        gates.fault_point(job, "before")
+        paid = any(row["job_id"] == job.id for row in ledger.entries())
+        if not paid:
+            ledger.deposit(job.payload["account"], job.payload["amount"], job=job)
+        gates.fault_point(job, "after")
+    return "paid"
+'''
+
+# %% tags=["nbval-check-output"]
+said = proof.grade(LOOKS, work / "looks", lang)
+print(said)
+guess.reveal("right" if proof.passed(said, lang) else "not_yet")
+
+# %%
+MY_LOOKS = '''
+from leaselab.harness import effects, gates
+
+def pay(job):
+    with effects.Ledger(job.payload["ledger"]) as ledger:
+        gates.fault_point(job, "before")
+        paid = any(row["job_id"] == job.id for row in ledger.entries())
+        if not paid:
+            ledger.deposit(job.payload["account"], job.payload["amount"], job=job)
+        gates.fault_point(job, "after")
+    return "paid"
+'''
+
+# %% tags=["nbval-check-output"]
+print(proof.check_look_then_pay(MY_LOOKS, work / "my-looks", lang))
+
+# %% [markdown] tags=["en"]
 # **3. Write a fault.** `leaselab.harness.gates` has two fault points. Add a third of your own
 # in a copy of the handler with `gates.freeze_until_done_by_another(job)` (for example: freeze
 # the first attempt of job 2 *before* its payment instead of after), and say which of the three
 # handlers of section 2 it breaks, and why.
 
 # %% [markdown] tags=["ru"]
-# **2. Предскажите.** Не запуская: что скажет `proof.grade` об обработчике, который ищет в
-# реестре строку своей задачи (`ledger.entries()`, у каждой есть `job_id`) и платит без ключа,
-# только если такой строки нет? Какой сбой мог бы его поймать и куда этот сбой должен был бы
-# ударить? Потом переставьте в своей копии `gates.fault_point(job, "after")` между поиском и
-# платежом и запустите `proof.grade`.
-#
 # **3. Напишите сбой.** В `leaselab.harness.gates` две точки сбоя. Добавьте третью, свою, в
 # копии обработчика с помощью `gates.freeze_until_done_by_another(job)` (например, заморозьте
 # первую попытку задачи 2 *перед* платежом, а не после) и скажите, какой из трёх обработчиков
