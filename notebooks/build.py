@@ -235,6 +235,11 @@ def execute(nb: nbformat.NotebookNode, folder: Path) -> None:
     """Run every cell in a fresh kernel started in ``folder``; a failing cell raises."""
     from nbclient import NotebookClient
 
+    from leaselab.lessons.predict import GUESSES_FILE
+
+    guesses = folder / GUESSES_FILE
+    if guesses.exists():  # a reader's guesses would be printed into the stored lessons
+        raise SystemExit(f"build: {guesses} holds guesses committed while running the lessons here; remove it")
     client = NotebookClient(
         nb,
         timeout=CELL_TIMEOUT,

@@ -209,3 +209,22 @@ def test_naming_a_lesson_rebuilds_it_even_when_it_is_current(tree):
     _stamped_as_built(src, out)
     _build(src, out, TINY.stem[:2])
     assert _runs(out) == {"en": 1, "ru": 1}
+
+
+@pytest.mark.build
+def test_a_build_refuses_a_folder_holding_a_readers_committed_guesses(tree):
+    # Guesses committed while running the lessons in notebooks/<lang> (lessons.predict) would be
+    # printed by the reveal cells into the stored lessons: the build stops and names the file.
+    from leaselab.lessons.predict import GUESSES_FILE
+
+    src, out = tree
+    (out / "en").mkdir(parents=True)
+    (out / "en" / GUESSES_FILE).write_text("{}")
+    done = subprocess.run(
+        [sys.executable, str(BUILD), "--src", str(src), "--out", str(out), "--force"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode != 0 and GUESSES_FILE in done.stderr and "remove it" in done.stderr
+    assert _runs(out)["en"] == 0
