@@ -395,13 +395,6 @@ CASES = {
         "acknowledged_lost",
         1,
     ),
-    "acknowledged lost: a failure a worker was told of, which the server does not have": (
-        lambda b: plain(b).told("failed", 1, "e" * 32),
-        lambda b: b.enqueue(1).claim(1, "e" * 32, T0 + 1).fail(1, "e" * 32, T0 + 2).told("failed", 1, "e" * 32),
-        {"idle": False, "backoff": None},
-        "acknowledged_lost",
-        1,
-    ),
 }
 
 
