@@ -183,6 +183,7 @@ class PostgresBackend(SqlBackend):
         self._listening: psycopg.Connection | None = None
         self._notified = threading.Event()
         self._synchronous: bool | None = None
+        self._durable_level = "on"  # synchronous_commit for an acknowledged write: _open reads the server's
         self._clock_base: tuple[float, float] | None = None  # (server time, clock.elapsed()) of the last reading
         self._call_timeout: float | None = None
         self._deadline: tuple[float, psycopg.Connection] | None = None  # of the call in flight, if bounded
@@ -247,13 +248,16 @@ class PostgresBackend(SqlBackend):
             # path, whatever the statistics say (SQLite's schema writes the statistics its claim needs;
             # PostgreSQL's cannot be written). No statement of the queue needs a bitmap: each reads by
             # one index, by id, or the whole table.
-            conn.execute(
+            (*_, configured), *_ = conn.execute(
                 "SELECT set_config('lock_timeout', %s, false), set_config('tcp_keepalives_idle', %s, false),"
                 " set_config('tcp_keepalives_interval', %s, false),"
                 " set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', %s, false),"
-                " set_config('enable_bitmapscan', 'off', false)",
+                " set_config('enable_bitmapscan', 'off', false), current_setting('synchronous_commit')",
                 (f"{int(limit * 1000)}ms", str(probe), str(probe), str(int(limit * 1000))),
-            )
+            ).fetchall()
+            # An acknowledged write waits for at least the WAL flush ("on"), and for more when the server
+            # asks more: "remote_apply" (a synchronous standby has applied it) is kept, not weakened to "on".
+            self._durable_level = "remote_apply" if configured == "remote_apply" else "on"
             if self._call_timeout is not None:
                 conn.execute("SELECT set_config('statement_timeout', %s, false)", (f"{int(limit * 1000)}ms",))
         except psycopg.Error as exc:
@@ -366,6 +370,7 @@ class PostgresBackend(SqlBackend):
         if version == 0 and not create:
             raise DatabaseMissing(f"{self.name} (the database holds no leaselab tables)")
         with conn.transaction():
+            conn.execute(sql.SCHEMA_COMMITS_LOCALLY)
             conn.execute(sql.SCHEMA_LOCK, {"key": SCHEMA_LOCK_KEY})
             version = self._schema_version(conn)  # again, under the lock: another process may have won
             if version == 0:
@@ -446,12 +451,15 @@ class PostgresBackend(SqlBackend):
             raise ValueError("a token contains a NUL character (\\x00), which PostgreSQL text cannot hold")
 
     def _sync(self, conn: psycopg.Connection, durable: bool) -> None:
-        """Make the next commit wait for the WAL flush if it is ``durable``; caller holds the lock.
+        """Make the next commit wait for the WAL flush if it is ``durable`` (and for a synchronous standby to
+        apply it, on a server set to ``remote_apply``); caller holds the lock.
 
         Switched only when it changes, so a run of completions or of claims pays nothing.
         """
         if durable != self._synchronous:
-            conn.execute("SELECT set_config('synchronous_commit', %s, false)", ("on" if durable else "off",))
+            conn.execute(
+                "SELECT set_config('synchronous_commit', %s, false)", (self._durable_level if durable else "off",)
+            )
             self._synchronous = durable
 
     def _begin(self, conn: psycopg.Connection) -> Any:

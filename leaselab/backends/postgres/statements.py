@@ -326,6 +326,10 @@ SELECT t.name, c.oid IS NOT NULL, obj_description(c.oid, 'pg_class')
 # Creating the schema is serialized by a transaction-level advisory lock, so sixteen
 # processes opening a new database at once create it exactly once. The key is a constant.
 SCHEMA_LOCK = "SELECT pg_advisory_xact_lock(%(key)s)"
+# The schema's transaction waits for no synchronous standby: a schema is no promise to a client (one a
+# failover loses is made again by the next open), and each acknowledged write after it waits for the
+# standby to hold everything before it, the schema too. So a lagging standby holds up no open.
+SCHEMA_COMMITS_LOCALLY = "SET LOCAL synchronous_commit = local"
 
 LISTEN = "LISTEN leaselab_jobs"
 
