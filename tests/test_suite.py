@@ -44,10 +44,13 @@ def test_the_longest_tests_come_first_and_each_module_and_lesson_stays_in_one_pi
             assert name not in seen, f"{name} is split into two runs of the order"
             seen.append(name)
             previous = name
-    # A lesson's cells keep the notebook's order (they share one kernel), and only English lessons run here.
-    lesson = [n for n in suite if module(n) == "notebooks/en/01-lease.ipynb"]
-    assert lesson and [int(n.rsplit(" ", 1)[1]) for n in lesson] == sorted(int(n.rsplit(" ", 1)[1]) for n in lesson)
-    assert not [n for n in suite if n.startswith("notebooks/ru/")]
+    # A lesson's cells keep the notebook's order (they share one kernel), and every lesson runs in both languages.
+    for lang in ("en", "ru"):
+        lesson = [n for n in suite if module(n) == f"notebooks/{lang}/01-lease.ipynb"]
+        numbers = [int(n.rsplit(" ", 1)[1]) for n in lesson]
+        assert lesson and numbers == sorted(numbers), lang
+    stored = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "notebooks").glob("*/*.ipynb"))
+    assert sorted({m for m in modules if m.endswith(".ipynb")}) == stored
     # The browser walks and the lessons start before the library's many short tests.
     assert seen.index("tests/test_browser.py") < seen.index("tests/test_contract_queue.py")
     assert seen.index("notebooks/en/00-introduction.ipynb") < seen.index("tests/test_contract_queue.py")
