@@ -323,6 +323,7 @@ SMALL_BENCH_ARGS = {
     "check_scale": "--jobs 2000",
     "enqueue_file": "--lines 500",
     "failover": "--runs 1 --seconds 3",
+    "versus": "--rev HEAD --jobs 50 --rounds 1 --only sqlite-normal-1,calls-normal",
 }
 BENCHMARKS_AT_ONCE = 3
 

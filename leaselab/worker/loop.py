@@ -248,12 +248,13 @@ def _jobs(n: int) -> str:
     return "1 job" if n == 1 else f"{n} jobs"
 
 
-def _leave_if_forked(owner: int) -> None:
+def _leave_forked() -> None:
     """End a process that a handler forked and that returned from the handler: it is no worker. It
     must not write the outcome through its copy of the parent's connection, nor claim, nor wait for a
-    loop thread that fork() did not copy. ``os._exit``, so nothing of the parent's is flushed or run."""
-    if _PID[0] != owner:
-        os._exit(0)
+    loop thread that fork() did not copy. ``os._exit``, so nothing of the parent's is flushed or run.
+    Called when ``_PID[0]`` is no longer the slot's own pid: the comparison is made at the call, so a
+    job in the worker itself pays no call for it."""
+    os._exit(0)
 
 
 # A finished attempt: its lease, the handler's return value, and the exception it raised (or None).
@@ -277,10 +278,12 @@ class _Inline:
         try:
             result = self._handler(lease.job, lease) if self._with_lease else self._handler(lease.job)
         except BaseException as exc:  # sys.exit(), KeyboardInterrupt too: as a slot thread, the attempt's failure
-            _leave_if_forked(self._pid)
+            if _PID[0] != self._pid:
+                _leave_forked()
             self._finished.append((lease, None, exc))
         else:
-            _leave_if_forked(self._pid)
+            if _PID[0] != self._pid:
+                _leave_forked()
             self._finished.append((lease, result, None))
 
     def finished(self, timeout: float | None) -> list[Finished]:
@@ -316,10 +319,12 @@ class _Threads:
             try:
                 result = handler(lease.job, lease) if with_lease else handler(lease.job)
             except BaseException as exc:  # sys.exit() too: the attempt's failure, never a lost slot
-                _leave_if_forked(pid)
+                if _PID[0] != pid:
+                    _leave_forked()
                 self._done.put((lease, None, exc))
             else:
-                _leave_if_forked(pid)
+                if _PID[0] != pid:
+                    _leave_forked()
                 self._done.put((lease, result, None))
 
     def start(self, lease: Lease) -> None:
