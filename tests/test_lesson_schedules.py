@@ -82,7 +82,7 @@ def test_report_steps_can_give_times_in_milliseconds_and_the_promise_by_its_titl
     witness, _ = zombie
     plain, russian = report.steps(witness), report.steps(witness, "ru", ms=True)
     assert len(plain) == len(russian) == len(witness.trace) + 1
-    reap = next(i for i, line in enumerate(witness.trace) if "reaped jobs" in line)
+    reap = next(i for i, line in enumerate(witness.trace) if " reaped job" in line)
     seconds = float(witness.trace[reap].split()[0])
     assert f"{round(seconds * 1000)} мс  " in russian[reap]
     assert not re.search(r"\d,\d", russian[reap])  # no «1,001», which reads like an English thousand

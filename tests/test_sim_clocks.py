@@ -50,7 +50,7 @@ def test_after_a_suspend_past_its_lease_the_real_worker_writes_as_a_zombie_and_t
     assert run.violation is None, run.violation
     trace = "\n".join(run.trace)
     assert "w1's host suspends for 1.5s: its monotonic clock stands still" in trace
-    assert "w2 reaped jobs [1]" in trace and "w2 holds job 1 (attempt 2)" in trace
+    assert "w2 reaped job 1" in trace and "w2 holds job 1 (attempt 2)" in trace
     assert "w1's handler of job 1 writes its effect after its lease ended: its clock did not count the suspend" in trace
     assert "w1: job 1 refused: lease lost" in trace and "w2: job 1 completed" in trace
     assert trace.index("w1: job 1 refused") > trace.index("w2 holds job 1 (attempt 2)")
@@ -239,3 +239,11 @@ def test_a_bad_or_pointless_durability_is_a_usage_error(tmp_path, args, said):
     assert done.returncode == 2 and said in done.stderr and done.stdout == ""
     ru = _simulate(*args, "--lang", "ru", cwd=tmp_path)
     assert ru.returncode == 2 and "--durability" in ru.stderr and "must" not in ru.stderr
+
+
+def test_a_reap_reads_as_words_in_both_languages_not_as_a_python_list():
+    one = report.read_step("   1.001  w2 reaped job 1")
+    three = report.read_step("   1.001  w2 reaped jobs 1, 2, 3")
+    assert one.render("en") == "w2 reaped job 1" and three.render("en") == "w2 reaped jobs 1, 2, 3"
+    assert one.render("ru") == "w2 вернул в очередь задачу 1"
+    assert three.render("ru") == "w2 вернул в очередь задачи 1, 2, 3"

@@ -46,7 +46,7 @@ STEP_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("fail_refused", rf"{_W}: job {_JOB}'s failure refused: lease lost"),
         ("beat_refused", rf"{_W}: heartbeat refused for job {_JOB}"),
         ("beat_failed", rf"{_W}: heartbeat failed: (?P<why>link cut|reply lost)"),
-        ("reaped", rf"{_W} reaped jobs \[(?P<jobs>[\d, ]+)\]"),
+        ("reaped", rf"{_W} reaped jobs? (?P<jobs>\d+(?:, \d+)*)"),
         ("transient", rf"{_W}: {_CALL} met a transient fault, retrying in (?P<wait>[\d.e+-]+)s"),
         ("held", rf"{_W}: {_CALL} sent; held in the network"),
         ("reply_lost", rf"{_W}: the reply to {_CALL} is lost"),
@@ -96,6 +96,8 @@ class Step:
             facts["call"] = text(f"call_{facts['call']}", lang)
         if "why" in facts:
             facts["why"] = text(f"why_{facts['why']}", lang)
+        if "jobs" in facts:  # the trace's list of ids ("1, 2"), read as words: "job 1", "задачи 1, 2"
+            facts["count"] = len(facts["jobs"].split(","))
         return text(f"step_{self.key}", lang, **facts)
 
 

@@ -860,7 +860,8 @@ class World:
         def reply(moved: list[int]) -> None:
             w.next_reap = w.clock() + min(self.scenario.lease, 1.0)
             if moved:
-                self.note(f"{w.name} reaped jobs {sorted(moved)}")
+                ids = ", ".join(str(i) for i in sorted(moved))
+                self.note(f"{w.name} reaped {'job' if len(moved) == 1 else 'jobs'} {ids}")
 
         def fault(exc: Exception) -> None:
             w.next_reap = w.clock() + min(self.scenario.lease, 1.0)
