@@ -10,7 +10,7 @@ from leaselab.chaos.texts import text
 from leaselab.lessons.predict import QUESTIONS
 from tests.test_proof import KEYED, KEYED_PER_ATTEMPT, SKIPS_RETRIES
 
-# Section 2's handlers, by the names lesson 7 gives them (notebooks/src/07-your-turn.py).
+# Section 2's handlers, by the names the "Your turn" lesson gives them (notebooks/src/*-your-turn.py).
 SECTION_TWO = {"KEYED": KEYED, "SKIPS_RETRIES": SKIPS_RETRIES, "KEY_PER_ATTEMPT": KEYED_PER_ATTEMPT}
 # The answer's fault: the first attempt of job 2, frozen until another attempt has finished the job.
 FREEZE_JOB_2 = """
