@@ -129,26 +129,30 @@ def test_every_choice_has_its_label_in_every_language():
                 assert text(f"{key}_{option}", lang)
 
 
-def _run_unattended(folder) -> list[str]:
-    """What a fresh kernel started in ``folder`` prints for a predict cell and its answer cell, as nbval runs them."""
+def _run_unattended(folder, commit: str = "") -> list[str | dict]:
+    """What a fresh kernel started in ``folder`` shows for a predict cell and its answer cell, as nbval runs them.
+
+    Streams are kept as their text, a widget as "widget", any other display as its data by MIME type.
+    """
     from jupyter_client.manager import start_new_kernel
 
     manager, client = start_new_kernel(kernel_name="python3", cwd=str(folder))
-    shown: list[str] = []
+    shown: list[str | dict] = []
 
     def keep(msg) -> None:
         if msg["msg_type"] == "stream":
             shown.append(msg["content"]["text"])
         elif msg["msg_type"] in ("display_data", "execute_result"):
             data = msg["content"]["data"]
-            shown.append("widget" if "application/vnd.jupyter.widget-view+json" in data else data["text/plain"])
+            shown.append("widget" if "application/vnd.jupyter.widget-view+json" in data else data)
         elif msg["msg_type"] == "error":
             shown.append("error: " + msg["content"]["evalue"])
 
     try:
         for cell in (
-            "from leaselab import lessons\nguess = lessons.predict('l1_ex2', 'en')\nguess",
-            "guess.reveal(139)",
+            f"from leaselab import lessons\nguess = lessons.predict('l1_ex2', 'en'{commit})\nguess",
+            # reveal inside a block, as lesson 4 calls it: it is shown all the same
+            "for _ in range(1):\n    guess.reveal(139)",
         ):
             reply = client.execute_interactive(cell, output_hook=keep, timeout=120)
             assert reply["content"]["status"] == "ok", shown
@@ -160,15 +164,34 @@ def _run_unattended(folder) -> list[str]:
     return shown
 
 
-def test_an_unattended_run_shows_the_box_and_prints_the_same_answer_every_time(tmp_path):
+UNATTENDED = "The run says: 139. No guess was committed: a guess counts only when committed before the run."
 
+
+def test_an_unattended_run_shows_the_box_and_the_same_answer_every_time_folded_until_asked(tmp_path):
     first, second = _run_unattended(tmp_path), _run_unattended(tmp_path)
-    assert (
-        first
-        == second
-        == [
-            "widget",
-            "The run says: 139. No guess was committed: a guess counts only when committed before the run.\n",
-        ]
-    )
+    assert first == second
+    assert first[0] == "widget" and len(first) == 2
+    shown = first[1]
+    assert isinstance(shown, dict)
+    # The plain text, which nbval compares and a terminal prints, is the line as it always was.
+    assert shown["text/plain"] == UNATTENDED
+    # The stored notebook and the web edition render the HTML: the answer folded under a summary.
+    assert shown["text/html"] == (f"<details><summary>Show the run's answer</summary><p>{UNATTENDED}</p></details>")
     assert not (tmp_path / GUESSES_FILE).exists(), sys.executable
+
+
+def test_a_reader_who_committed_a_guess_sees_the_answer_unfolded(tmp_path):
+    shown = _run_unattended(tmp_path, commit=", answer=139")[-1]
+    assert isinstance(shown, dict)
+    assert shown["text/plain"] == "The run says: 139. Your guess: 139. Right."
+    assert shown["text/html"].startswith("<details open><summary>")
+
+
+@pytest.mark.parametrize("lang", ["en", "ru"])
+def test_the_folded_answer_is_escaped_and_its_summary_is_in_the_lessons_language(tmp_path, lang):
+    folded = lessons.predict("l3_ex3", lang, folder=tmp_path).revealed("higher_refused")
+    assert folded.summary == {"en": "Show the run's answer", "ru": "Показать правильный ответ"}[lang]
+    assert not folded.open and folded._repr_html_().startswith(f"<details><summary>{folded.summary}</summary>")
+    assert "(7, 12)" in folded.line and str(folded) == repr(folded) == folded.line
+    hostile = type(folded)("<b>a & b</b>", "<i>", open=False)._repr_html_()
+    assert hostile == "<details><summary>&lt;i&gt;</summary><p>&lt;b&gt;a &amp; b&lt;/b&gt;</p></details>"

@@ -232,6 +232,23 @@ def test_the_dashboard_shows_its_static_view_in_the_lessons_language(reader, lan
 
 
 @pytest.mark.parametrize("lang", LANGS)
+def test_a_predict_exercises_answer_stays_folded_until_the_reader_opens_it(reader, lang):
+    # The stored lesson ran with nobody guessing: the page must not show the run's answer before a guess.
+    from leaselab.lessons.texts import text as lesson_text
+
+    r = reader()
+    p = r.open(f"{lang}/{SHOWN_LESSON}.html")  # exercise 2, l1_ex2, ends with guess.reveal(...)
+    summary = p.locator("details > summary", has_text=lesson_text("predict_show", lang)).first
+    summary.scroll_into_view_if_needed()
+    answer = summary.locator("xpath=..").locator("p")
+    assert summary.is_visible() and not answer.is_visible()
+    summary.click()
+    assert answer.is_visible()
+    assert answer.inner_text().startswith(lesson_text("predict_none", lang, actual="").split(":")[0])
+    assert r.errors == []
+
+
+@pytest.mark.parametrize("lang", LANGS)
 def test_search_finds_a_lesson_in_each_language(reader, lang):
     word, page = SEARCH[lang]
     r = reader()

@@ -10,13 +10,17 @@ reads the queue and the ledger (the handler's outside world, checked through ``L
 read. It is right when, under both faults, the checker finds no anomaly, every account got its
 money exactly once, and the run stayed within its budget of attempts. ``check_look_then_pay`` is
 the check of the lesson's exercise 2: a fault moved to where a wrong handler breaks.
+``check_fault`` is exercise 3's: a fault the reader writes, run against section 2's three handlers.
 """
 
 from __future__ import annotations
 
+import ast
+import itertools
 import os
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +38,12 @@ SEED = 7
 # Every job once, plus the one retry the fault in the handler forces, plus one for each fault of the
 # schedule (a pause past the lease may land on a holder): a fix that fails attempts on purpose is over.
 BASE_BUDGET = len(ACCOUNTS) + 1
+# Lesson 7's section 2, by the names the lesson gives them: the right fix and the two that look right.
+SECTION_TWO = ("KEYED", "SKIPS_RETRIES", "KEY_PER_ATTEMPT")
+# What exercise 3 asks for in the reader's fault, and the time its trials give the nemesis: less than
+# its first gap, so nothing strikes but the reader's fault, and the answer is the same on every run.
+FREEZE = "freeze_until_done_by_another"
+QUIET_SECONDS = 0.1
 
 
 def _jobs_of(path: Path):
@@ -71,11 +81,26 @@ def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed:
     """Run the handler ``source`` (a module that defines ``pay(job)``) under ``fault`` in a new ``folder``."""
     if fault not in FAULTS_AT:
         raise ValueError(f"fault must be one of {', '.join(FAULTS_AT)}; got {fault!r}")
+    result = _run(source, Path(folder), fault, seconds=2.0, seed=seed)
+    attempts_of_1 = next((j.attempts for j in _jobs_of(Path(folder) / "queue.db") if j.id == 1), 0)
+    if attempts_of_1 < 2:
+        logs = "\n".join(
+            f"{p.name}: {p.read_text(errors='replace')[-1500:]}"
+            for p in sorted((Path(folder) / "run" / "logs").glob("*.log"))
+        )
+        raise FaultMissed(
+            f"the fault {fault!r} put into job 1's handler did not strike (job 1 ran {attempts_of_1} "
+            f"time(s)); does the handler call gates.fault_point(job, {fault!r})? worker logs:\n{logs}"
+        )
+    return result
+
+
+def _run(source: str, folder: Path, fault: str | None, *, seconds: float, seed: int) -> Trial:
+    """The handler ``source`` on two workers in a new ``folder``; ``fault`` is the payload's, None for none."""
     if not re.search(r"^def pay\(", source, re.M):
         raise ValueError("the handler's source must define pay(job)")
-    folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=False)
-    module = f"pay_{fault}_{os.getpid()}_{len(list(folder.parent.iterdir()))}"
+    module = f"pay_{fault or 'own'}_{os.getpid()}_{len(list(folder.parent.iterdir()))}"
     (folder / f"{module}.py").write_text(source, encoding="utf-8")
     ledger = folder / "ledger.db"
     jobs = [
@@ -89,7 +114,7 @@ def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed:
             f"{module}:pay",
             workers=2,
             jobs=jobs,
-            seconds=2.0,
+            seconds=seconds,
             lease=LEASE,
             faults=["pause"],
             seed=seed,
@@ -99,20 +124,10 @@ def trial(source: str, folder: str | os.PathLike, *, fault: str = "after", seed:
     finally:
         sys.path.remove(str(folder))
         sys.modules.pop(module, None)
-    attempts_of_1 = next((j.attempts for j in _jobs_of(folder / "queue.db") if j.id == 1), 0)
-    if attempts_of_1 < 2:
-        logs = "\n".join(
-            f"{p.name}: {p.read_text(errors='replace')[-1500:]}"
-            for p in sorted((folder / "run" / "logs").glob("*.log"))
-        )
-        raise FaultMissed(
-            f"the fault {fault!r} put into job 1's handler did not strike (job 1 ran {attempts_of_1} "
-            f"time(s)); does the handler call gates.fault_point(job, {fault!r})? worker logs:\n{logs}"
-        )
     with Ledger(ledger) as book:
         report = check(folder / "queue.db", effects=book.effects, lease=LEASE)
         balances = {a: book.balance(a) for a in ACCOUNTS}
-    return Trial(fault, result, report, balances)
+    return Trial(fault or "own", result, report, balances)
 
 
 def verdict(trials: list[Trial], lang: str = "en") -> str:
@@ -172,3 +187,96 @@ def check_look_then_pay(source: str, folder: str | os.PathLike, lang: str = "en"
     if got > AMOUNT:
         return text("proof_look_caught", lang, got=got, want=AMOUNT)
     return text("proof_wrong", lang, detail=text("proof_look_missed", lang, got=got))
+
+
+# Every answer ``check_fault`` can give: "none", or the handlers a fault broke, in SECTION_TWO's order.
+FAULT_ANSWERS = ("none",) + tuple(
+    "+".join(names) for n in range(1, len(SECTION_TWO) + 1) for names in itertools.combinations(SECTION_TWO, n)
+)
+
+
+@dataclass(frozen=True)
+class FaultCheck:
+    """What exercise 3's check found: its lines, and ``broken``, the answer to compare a guess with.
+
+    ``broken`` is one of ``FAULT_ANSWERS``, or None when the check ran nothing (the fault was not
+    there yet, or did not strike): then there is no answer to compare with.
+    """
+
+    lines: tuple[str, ...]
+    broken: str | None
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines)
+
+
+def _reads(fault: ast.AST) -> tuple[bool, bool]:
+    """Whether ``fault`` calls the freeze, and whether it reads ``job.attempts`` (to strike one attempt only)."""
+    nodes = list(ast.walk(fault))
+    freezes = any(
+        isinstance(n, ast.Call) and FREEZE in (getattr(n.func, "attr", None), getattr(n.func, "id", None))
+        for n in nodes
+    )
+    return freezes, any(isinstance(n, ast.Attribute) and n.attr == "attempts" for n in nodes)
+
+
+def _with_fault(handler: str, fault: str, at: str) -> str:
+    """``handler`` with the lines of ``fault`` just after its ``gates.fault_point(job, at)``, indented alike."""
+    point = f'gates.fault_point(job, "{at}")'
+    lines = handler.splitlines()
+    where = next((i for i, line in enumerate(lines) if point in line), None)
+    if where is None:
+        raise ValueError(f"the handler has no {point} to put the fault beside")
+    indent = lines[where][: len(lines[where]) - len(lines[where].lstrip())]
+    added = [indent + line if line.strip() else "" for line in textwrap.dedent(fault).strip("\n").splitlines()]
+    return "\n".join(lines[: where + 1] + added + lines[where + 1 :]) + "\n"
+
+
+def check_fault(
+    fault: str, at: str, handlers: dict[str, str], folder: str | os.PathLike, lang: str = "en"
+) -> FaultCheck:
+    """Lesson 7, exercise 3: the reader's ``fault`` (code that calls ``gates.freeze_until_done_by_another(job)``)
+    put just ``at`` ("before" or "after") the payment of each of section 2's ``handlers``, each run on
+    real workers: which paid every account exactly once, and which did not.
+
+    The trials have no fault of the nemesis and none of the payload, so the reader's is the only
+    one: the answer does not depend on the machine. A fault that is missing, unreadable, or put
+    nowhere the lesson knows is told so without a run; one that never strikes (no job ran twice) is
+    told so after it.
+    """
+    if sorted(handlers) != sorted(SECTION_TWO):
+        raise ValueError(f"handlers must be section 2's {', '.join(SECTION_TWO)}; got {', '.join(handlers)}")
+
+    def wrong(key: str, **fields: object) -> FaultCheck:
+        return FaultCheck((text("proof_wrong", lang, detail=text(key, lang, **fields)),), None)
+
+    if at not in FAULTS_AT:
+        return wrong("proof_fault_at", at=repr(at))
+    try:
+        freezes, reads_attempts = _reads(ast.parse(textwrap.dedent(fault)))
+    except SyntaxError as exc:
+        return wrong("proof_fault_syntax", error=f"{exc.msg} (line {exc.lineno})")
+    if not freezes:
+        return wrong("proof_fault_none")
+    if not reads_attempts:  # every attempt frozen until another finishes: none ever would
+        return wrong("proof_fault_every")
+    folder = Path(folder)
+    lines, broken = [], []
+    for name in SECTION_TWO:
+        t = _run(_with_fault(handlers[name], fault, at), folder / name, None, seconds=QUIET_SECONDS, seed=SEED)
+        again = [j.id for j in _jobs_of(folder / name / "queue.db") if j.attempts > 1]
+        if not again:
+            return wrong("proof_fault_missed", name=name)
+        where = ", ".join(map(str, again))
+        if t.paid_once:
+            lines.append(text("proof_fault_once", lang, name=name, jobs=where, n=len(again), amount=AMOUNT))
+            continue
+        broken.append(name)
+        account, got = next((acc, b) for acc, b in t.balances.items() if b != AMOUNT)
+        lines.append(
+            text("proof_fault_broken", lang, name=name, jobs=where, n=len(again), account=account, got=got, want=AMOUNT)
+        )
+    lines.append(
+        text("proof_fault_breaks", lang, names=", ".join(broken)) if broken else text("proof_fault_holds", lang)
+    )
+    return FaultCheck(tuple(lines), "+".join(broken) or "none")

@@ -63,6 +63,21 @@ STRINGS: dict[str, dict[str, str]] = {
             "frozen between its look and its payment, the handler still paid account a1 {got} in all: "
             "does it pay only when the look found no row?"
         ),
+        "proof_fault_at": 'MY_FAULT_AT must be "before" or "after" (the payment), not {at}',
+        "proof_fault_syntax": "Python cannot read your fault: {error}",
+        "proof_fault_none": "your fault does not call gates.freeze_until_done_by_another(job): write it in MY_FAULT",
+        "proof_fault_every": (
+            "your fault does not look at job.attempts, so it would freeze every attempt and none could finish "
+            "the job: let it strike the first attempt only (job.attempts == 1)"
+        ),
+        "proof_fault_missed": (
+            "with {name} your fault never struck: no job ran a second attempt. Does it freeze the first "
+            "attempt of a job the trial has (jobs 1 to 4)?"
+        ),
+        "proof_fault_once": "{name}: {n|job|jobs} {jobs} ran again, and each account got {amount} exactly once",
+        "proof_fault_broken": "{name}: {n|job|jobs} {jobs} ran again, and account {account} got {got}, not {want}",
+        "proof_fault_breaks": "Your fault breaks: {names}",
+        "proof_fault_holds": "Your fault breaks none of them",
         "label_kill": "kill",
         "label_pause": "pause",
         "label_partition": "partition",
@@ -125,6 +140,27 @@ STRINGS: dict[str, dict[str, str]] = {
             "даже при заморозке между поиском и платежом счёт a1 получил всего {got}: платит ли "
             "обработчик только тогда, когда поиск не нашёл строки?"
         ),
+        "proof_fault_at": 'MY_FAULT_AT должно быть "before" или "after" (перед платежом или после), а не {at}',
+        "proof_fault_syntax": "Python не может прочитать ваш сбой: {error}",
+        "proof_fault_none": "ваш сбой не вызывает gates.freeze_until_done_by_another(job): впишите его в MY_FAULT",
+        "proof_fault_every": (
+            "ваш сбой не смотрит на job.attempts, значит, он заморозит каждую попытку и ни одна не сможет "
+            "завершить задачу: пусть он бьёт только по первой попытке (job.attempts == 1)"
+        ),
+        "proof_fault_missed": (
+            "с {name} ваш сбой так и не сработал: ни одна задача не дошла до второй попытки. Замораживает ли "
+            "он первую попытку задачи, которая есть в испытании (с 1 по 4)?"
+        ),
+        "proof_fault_once": (
+            "{name}: повторная попытка была у {n|задачи|задач|задач} {jobs}, и каждый счёт получил {amount} "
+            "ровно один раз"
+        ),
+        "proof_fault_broken": (
+            "{name}: повторная попытка была у {n|задачи|задач|задач} {jobs}, и счёт {account} получил {got}, "
+            "а не {want}"
+        ),
+        "proof_fault_breaks": "Ваш сбой ломает: {names}",
+        "proof_fault_holds": "Ваш сбой не ломает ни один из них",
         "label_kill": "убийство",
         "label_pause": "заморозка",
         "label_partition": "разрыв сети",

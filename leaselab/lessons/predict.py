@@ -3,16 +3,20 @@
 ``guess = lessons.predict("l1_ex2", lang)`` shows a box (a number) or radio buttons (a choice)
 and a Commit button; once committed, the guess is kept in the object and in ``GUESSES_FILE``
 in the notebook's folder, so a restarted kernel still has it, and it cannot be changed. The
-cell that runs the experiment ends with ``guess.reveal(actual)``, which prints the reader's
+cell that runs the experiment ends with ``guess.reveal(actual)``, which shows the reader's
 guess beside the run's answer and whether it was right. A reader without widgets commits in
 code: ``lessons.predict("l1_ex2", lang, answer=139)``.
 
-A run with nobody at the keyboard (the build, nbval) commits nothing, so ``reveal`` prints
-the same line every time: the answer, and that no guess was committed.
+A run with nobody at the keyboard (the build, nbval) commits nothing, so ``reveal`` shows
+the same line every time: the answer, and that no guess was committed. The stored notebooks and
+the web edition show what that run showed, to a reader who has not guessed yet; so in a notebook
+the line is folded (``Revealed``: an HTML ``<details>``, closed unless a guess was committed), and
+its plain text, which nbval compares and a terminal prints, is the line itself.
 """
 
 from __future__ import annotations
 
+import html
 import json
 import math
 import os
@@ -55,6 +59,20 @@ QUESTIONS: dict[str, Question] = {
     "l6_ex2": Question(options=("1", "2", "none")),
     "l6_ex3": Question(options=("yes", "no")),
     "l7_ex2": Question(options=("right", "not_yet")),
+    # Which of lesson 7's section-2 handlers a fault of the reader's breaks: every answer
+    # leaselab.chaos.proof.check_fault can give (tests/test_proof.py holds the two lists together).
+    "l7_ex3": Question(
+        options=(
+            "none",
+            "KEYED",
+            "SKIPS_RETRIES",
+            "KEY_PER_ATTEMPT",
+            "KEYED+SKIPS_RETRIES",
+            "KEYED+KEY_PER_ATTEMPT",
+            "SKIPS_RETRIES+KEY_PER_ATTEMPT",
+            "KEYED+SKIPS_RETRIES+KEY_PER_ATTEMPT",
+        )
+    ),
 }
 
 
@@ -69,6 +87,33 @@ def _parse_number(raw: Any) -> float:
     if not math.isfinite(value):
         raise ValueError(f"a guess must be a finite number, got {raw!r}")
     return value
+
+
+@dataclass(frozen=True)
+class Revealed:
+    """What ``reveal`` shows: the verdict line, folded under ``summary`` unless ``open`` (a guess was committed).
+
+    Its plain text is the line alone, so nbval compares it and ``print`` shows it; a notebook and
+    the web edition render the HTML, where a reader who has not guessed sees only the summary.
+    ``summary`` None means there is no answer to hide (the check ran nothing): the line is shown as is.
+    """
+
+    line: str
+    summary: str | None
+    open: bool
+
+    def __str__(self) -> str:
+        return self.line
+
+    def __repr__(self) -> str:
+        return self.line
+
+    def _repr_html_(self) -> str:
+        line = f"<p>{html.escape(self.line, quote=False)}</p>"
+        if self.summary is None:
+            return line
+        opened = " open" if self.open else ""
+        return f"<details{opened}><summary>{html.escape(self.summary, quote=False)}</summary>{line}</details>"
 
 
 class Prediction:
@@ -134,16 +179,40 @@ class Prediction:
         return self.guess == actual
 
     def verdict(self, actual: Any) -> str:
-        """The line ``reveal`` prints: the run's answer, the kept guess and whether it was right."""
+        """The line ``reveal`` shows: the run's answer, the kept guess and whether it was right.
+
+        ``actual`` None means the run gave no answer (a check that ran nothing): nothing to compare.
+        """
+        if actual is None:
+            return text("predict_no_run", self.lang)
         truth = self.say(actual if self.question.is_number else self._value(actual))
         if self.guess is None:
             return text("predict_none", self.lang, actual=truth)
         key = "predict_right" if self.right(actual) else "predict_wrong"
         return text(key, self.lang, actual=truth, guess=self.say(self.guess))
 
+    def revealed(self, actual: Any) -> Revealed:
+        """What ``reveal`` shows for ``actual``: folded until asked when no guess was committed."""
+        summary = None if actual is None else text("predict_show", self.lang)
+        return Revealed(self.verdict(actual), summary, open=self.committed)
+
     def reveal(self, actual: Any) -> None:
-        """Print the run's answer beside the kept guess; the notebook's answer cell ends with this."""
-        print(self.verdict(actual))
+        """Show the run's answer beside the kept guess; the notebook's answer cell ends with this.
+
+        In a notebook it is displayed (folded unless a guess was committed), wherever in the cell
+        it is called; elsewhere its line is printed.
+        """
+        shown = self.revealed(actual)
+        try:
+            from IPython import get_ipython
+        except ImportError:  # a plain Python without IPython: the line is all there is
+            get_ipython = None
+        if get_ipython is None or get_ipython() is None:
+            print(shown.line)
+            return
+        from IPython.display import display
+
+        display(shown)
 
     def view(self) -> PredictionView:
         """The box or radio buttons and the Commit button over this guess (ipywidgets, imported only here)."""

@@ -500,15 +500,48 @@ print(proof.check_look_then_pay(MY_LOOKS, work / "my-looks", lang))
 
 # %% [markdown] tags=["en"]
 # **3. Write a fault.** `leaselab.harness.gates` has two fault points. Add a third of your own
-# in a copy of the handler with `gates.freeze_until_done_by_another(job)` (for example: freeze
-# the first attempt of job 2 *before* its payment instead of after), and say which of the three
-# handlers of section 2 it breaks, and why.
+# with `gates.freeze_until_done_by_another(job)` (for example: freeze the first attempt of job 2
+# *before* its payment instead of after), and say which of the three handlers of section 2
+# (`KEYED`, `SKIPS_RETRIES`, `KEY_PER_ATTEMPT`) it breaks, and why. Commit your answer in the box
+# first. Then write the fault in `MY_FAULT`: the lines the handler runs, with `job` and `gates`
+# at hand, striking the first attempt of one job only (`job.attempts == 1`: a freeze on every
+# attempt would never let the job finish). `MY_FAULT_AT` says where they go: `"before"` just
+# before the payment, `"after"` just after it. The check puts your fault there in each of the
+# three handlers and runs each on real workers, with no other fault, so the answer does not depend
+# on the machine: which handler paid every account exactly once, and which did not.
 
 # %% [markdown] tags=["ru"]
-# **3. Напишите сбой.** В `leaselab.harness.gates` две точки сбоя. Добавьте третью, свою, в
-# копии обработчика с помощью `gates.freeze_until_done_by_another(job)` (например, заморозьте
-# первую попытку задачи 2 *перед* платежом, а не после) и скажите, какой из трёх обработчиков
-# раздела 2 она ломает и почему.
+# **3. Напишите сбой.** В `leaselab.harness.gates` две точки сбоя. Добавьте третью, свою, с
+# помощью `gates.freeze_until_done_by_another(job)` (например, заморозьте первую попытку задачи 2
+# *перед* платежом, а не после) и скажите, какие из трёх обработчиков раздела 2 (`KEYED`,
+# `SKIPS_RETRIES`, `KEY_PER_ATTEMPT`) она ломает и почему. Сначала зафиксируйте ответ. Потом
+# впишите сбой в `MY_FAULT`: строки, которые выполнит обработчик (`job` и `gates` в них
+# доступны); сбой должен бить только по первой попытке одной задачи (`job.attempts == 1`:
+# заморозка каждой попытки не дала бы задаче завершиться никогда). `MY_FAULT_AT` говорит, куда
+# они встанут: `"before"` — перед самым платежом, `"after"` — сразу после него. Проверка вставит
+# ваш сбой туда в каждом из трёх обработчиков и запустит каждый на настоящих воркерах без других
+# сбоев, так что ответ не зависит от машины: какой обработчик заплатил на каждый счёт ровно
+# один раз, а какой — нет.
+
+# %%
+fault_guess = lessons.predict("l7_ex3", lang)  # without widgets: lessons.predict("l7_ex3", lang, answer=...) / без виджетов: lessons.predict("l7_ex3", lang, answer=...)
+fault_guess
+
+# %%
+MY_FAULT_AT = "before"  # "before" or "after" the payment / "before" или "after": перед платежом или после
+MY_FAULT = '''
+'''
+
+# %% tags=["nbval-check-output"]
+found = proof.check_fault(
+    MY_FAULT,
+    MY_FAULT_AT,
+    {"KEYED": KEYED, "SKIPS_RETRIES": SKIPS_RETRIES, "KEY_PER_ATTEMPT": KEY_PER_ATTEMPT},
+    work / "my-fault",
+    lang,
+)
+print(found)
+fault_guess.reveal(found.broken)
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answers</summary>
@@ -523,11 +556,24 @@ print(proof.check_look_then_pay(MY_LOOKS, work / "my-looks", lang))
 #    freezes, attempt 2 looks (no row), pays and finishes, attempt 1 thaws and pays again. Only a
 #    fault in that window catches it, which is why the ledger's key is one statement
 #    (`INSERT ... ON CONFLICT DO NOTHING` on a unique key), not a look and then a write.
-# 3. Frozen before the payment, attempt 1 pays after attempt 2 has paid and finished, and then
-#    its own completion is refused (lease lost), but the ledger has already taken its money.
-#    `KEY_PER_ATTEMPT` pays twice, and so would `PLAIN`. `SKIPS_RETRIES` pays once, but only
-#    because the zombie paid: attempt 2 skipped. `KEYED` pays once whoever comes first: the key
-#    is the only fix that holds at every fault point, because the receiver enforces it.
+# 3. One fault that does it, with `MY_FAULT_AT = "before"`:
+#
+#    ```python
+#    MY_FAULT = '''
+#    if job.id == 2 and job.attempts == 1:
+#        gates.freeze_until_done_by_another(job)
+#    '''
+#    ```
+#
+#    It breaks `KEY_PER_ATTEMPT` only. Frozen before the payment, attempt 1 pays after attempt 2
+#    has paid and finished, and then its own completion is refused (lease lost), but the ledger
+#    has already taken its money. `KEY_PER_ATTEMPT` pays twice (account a2 gets 20), and so would
+#    `PLAIN`. `SKIPS_RETRIES` pays once, but only because the zombie paid: attempt 2 skipped.
+#    `KEYED` pays once whoever comes first: the key is the only fix that holds at every fault
+#    point, because the receiver enforces it. Put after the payment, the same freeze breaks the
+#    same handler, for lesson 3's reason: attempt 1 has paid, and attempt 2 pays again under a key
+#    of its own. A freeze cannot break `SKIPS_RETRIES`: the frozen first attempt always thaws and
+#    pays. Only a crash before the payment, the grade's second fault, leaves a job that nobody pays.
 # </details>
 #
 # Clean up: remove the temporary folder (every worker of the trials has already ended).
@@ -546,12 +592,26 @@ print(proof.check_look_then_pay(MY_LOOKS, work / "my-looks", lang))
 #    раз. Поймать это может только сбой в этом промежутке — поэтому ключ в реестре проверяется
 #    одним оператором (`INSERT ... ON CONFLICT DO NOTHING` по уникальному ключу), а не поиском и
 #    последующей записью.
-# 3. Замороженная перед платежом попытка 1 платит уже после того, как попытка 2 заплатила и
-#    завершила задачу; её собственное завершение потом отклоняется (аренда потеряна), но реестр
-#    деньги уже принял. `KEY_PER_ATTEMPT` платит дважды, как и `PLAIN`. `SKIPS_RETRIES` платит
-#    один раз, но только потому, что заплатил зомби: попытка 2 платёж пропустила. `KEYED` платит
-#    один раз, кто бы ни пришёл первым: ключ — единственное исправление, которое выдерживает
-#    любую точку сбоя, потому что соблюдает его сам получатель.
+# 3. Сбой, который это делает, при `MY_FAULT_AT = "before"`:
+#
+#    ```python
+#    MY_FAULT = '''
+#    if job.id == 2 and job.attempts == 1:
+#        gates.freeze_until_done_by_another(job)
+#    '''
+#    ```
+#
+#    Он ломает только `KEY_PER_ATTEMPT`. Замороженная перед платежом попытка 1 платит уже после
+#    того, как попытка 2 заплатила и завершила задачу; её собственное завершение потом
+#    отклоняется (аренда потеряна), но реестр деньги уже принял. `KEY_PER_ATTEMPT` платит дважды
+#    (счёт a2 получает 20), как и `PLAIN`. `SKIPS_RETRIES` платит один раз, но только потому, что
+#    заплатил зомби: попытка 2 платёж пропустила. `KEYED` платит один раз, кто бы ни пришёл
+#    первым: ключ — единственное исправление, которое выдерживает любую точку сбоя, потому что
+#    соблюдает его сам получатель. Та же заморозка после платежа ломает тот же обработчик, но по
+#    причине из урока 3: попытка 1 уже заплатила, а попытка 2 платит снова, со своим ключом.
+#    Заморозка вообще не может сломать `SKIPS_RETRIES`: замороженная первая попытка всегда
+#    размораживается и платит. Задачу, за которую никто не заплатит, оставляет только падение перед
+#    платежом — второй сбой `proof.grade`.
 # </details>
 #
 # Уберём за собой: удалим временную папку (все воркеры испытаний уже завершились).
