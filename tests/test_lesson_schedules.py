@@ -178,3 +178,15 @@ def test_the_check_says_when_nothing_was_changed_or_the_statement_never_runs_or_
     assert said.startswith("SQLite cannot run your COMPLETE:") and "syntax error" in said
     said = exercises.check_planted(schedules.edited("COMPLETE", statements.COMPLETE.replace("WHERE", "WHER")), "ru")
     assert said.startswith("SQLite не может выполнить ваш COMPLETE:")
+
+
+def test_a_pause_never_shows_the_missing_fence_and_a_suspend_of_the_host_does_in_the_lessons_scope():
+    # Lesson 8's "a host that sleeps": the same exhaustive walk the lesson prints, with the fence out of the
+    # completion. If a pause ever showed it, or a suspend stopped showing it, the lesson's claim would be false.
+    with planted("unfenced_complete"):
+        paused, paused_states, _ = explore.exhaustive(schedules.SLEEP["pause"], depth=schedules.SLEEP_DEPTH)
+        asleep, asleep_states, _ = explore.exhaustive(schedules.SLEEP["suspend"], depth=schedules.SLEEP_DEPTH)
+    assert paused is None and paused_states > 1000
+    assert asleep is not None and asleep.violation.kind == "fence" and asleep_states < 100
+    story = schedules.story(asleep, "ru")
+    assert any("уходит в сон" in line for line in story) and story[-1].endswith(report.title("fence", "ru"))

@@ -39,6 +39,12 @@ LEASE = 30.0  # long enough that no lease ends during an interleaving: only the 
 # a call held in the network (sent while the lease is valid, applied later).
 ZOMBIE = Scenario(workers=2, jobs=1, faults=("delay",), max_faults=1)
 ZOMBIE_SCHEDULES = 3000
+# A worker's own deadline against a clock that stops: every schedule of two workers, one job and one fault, nine
+# actions deep, with the fence out of the completion. A pause, which the worker's clock counts, and a suspend of
+# its host, which a clock that stops while the host sleeps does not (explore.exhaustive: states, not seconds).
+SLEEP_FAULTS = ("pause", "suspend")
+SLEEP = {fault: Scenario(workers=2, jobs=1, faults=(fault,), max_faults=1) for fault in SLEEP_FAULTS}
+SLEEP_DEPTH = 9
 # The exercise's budget: schedules of explore.hunt's portfolio, never seconds, so the answer is the same on
 # any machine, however busy.
 CHECK_SCHEDULES = 500

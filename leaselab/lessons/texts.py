@@ -290,6 +290,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l8_found": "{what}: schedule {n} broke a promise",
         "l8_shrunk": "shrunk from {before} {before|action|actions} to {after}",
         "l8_held": "every promise held",
+        "l8_sleep_pause": "with a pause",
+        "l8_sleep_suspend": "with a suspend of the host",
+        "l8_sleep_clean": "{fault}: every schedule of up to {depth} {depth|action|actions} explored, {states} "
+        "{states|state|states}, every promise held",
+        "l8_sleep_found": "{fault}: a promise broken after {states} {states|state|states}",
         "l8_ex_same": "your copy is the statement as it is: change something in it first",
         "l8_ex_unused": "the simulated workers never run {name}, so no schedule can catch a change to it: edit one "
         "they run",
@@ -618,6 +623,11 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l8_found": "{what}: обещание нарушено в расписании {n:,}",
         "l8_shrunk": "после сжатия: было действий {before}, осталось {after}",
         "l8_held": "все обещания сдержаны",
+        "l8_sleep_pause": "с паузой",
+        "l8_sleep_suspend": "со сном хоста",
+        "l8_sleep_clean": "{fault}: перебраны все расписания длиной до {depth} {depth|действия|действий|действий}, "
+        "{states} {states|состояние|состояния|состояний}, все обещания сдержаны",
+        "l8_sleep_found": "{fault}: обещание нарушено после {states} {states|состояния|состояний|состояний}",
         "l8_ex_same": "ваша копия совпадает с оператором: сначала что-нибудь в ней измените",
         "l8_ex_unused": "симулированные воркеры не выполняют {name}, и изменение в нём не поймает ни одно "
         "расписание: правьте тот оператор, который они выполняют",

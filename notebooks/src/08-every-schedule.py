@@ -279,6 +279,65 @@ fig
 # пробует его в другом месте.
 
 # %% [markdown] tags=["en"]
+# ### A host that sleeps
+#
+# What hid the missing fence from every freeze is the worker's own deadline: a frozen process's
+# clock goes on counting, so when it thaws it sees that its lease may be gone. That guard is only
+# as good as the clock it reads. leaselab's worker counts its deadline on Linux's
+# `CLOCK_BOOTTIME`, which goes on counting while the host is suspended; where the clock a worker
+# reads stops while the machine sleeps (`time.monotonic` does on some platforms), a worker woken
+# after its lease ended still believes it holds the job. The simulator has that fault too,
+# `suspend`: the worker stops, and its clock stops with it.
+#
+# With the fence taken out again, `explore.exhaustive` walks every schedule of two workers, one
+# job and one fault, up to nine actions long, skipping any state it has already seen; first with
+# a pause, then with a suspend:
+
+# %% [markdown] tags=["ru"]
+# ### Хост, который уснул
+#
+# Ни одна заморозка не выдала, что fencing убран: его отсутствие прикрывал собственный дедлайн
+# воркера. Часы замершего процесса продолжают идти, и, разморозившись, воркер видит, что аренда
+# могла кончиться.
+# Эта защита надёжна ровно настолько, насколько надёжны часы, по которым она сверяется. Воркер
+# leaselab считает дедлайн по `CLOCK_BOOTTIME` в Linux, а эти часы идут и пока хост спит. Там,
+# где часы воркера во сне машины стоят (так ведёт себя `time.monotonic` на некоторых
+# платформах), воркер, проснувшийся после конца аренды, по-прежнему считает задачу своей. В
+# симуляторе есть и такой сбой — `suspend`: воркер останавливается, и его часы вместе с ним.
+#
+# Снова уберём fencing, и пусть `explore.exhaustive` переберёт все расписания для двух
+# воркеров, одной задачи и одного сбоя длиной до девяти действий, пропуская уже виденные
+# состояния: сначала с паузой, потом со сном хоста.
+
+# %% tags=["nbval-check-output"]
+with planted("unfenced_complete"):
+    for fault in schedules.SLEEP_FAULTS:
+        asleep, states, _ = explore.exhaustive(schedules.SLEEP[fault], depth=schedules.SLEEP_DEPTH)
+        said = lessons.text(f"l8_sleep_{fault}", lang)
+        if asleep is None:
+            say("l8_sleep_clean", fault=said, depth=schedules.SLEEP_DEPTH, states=states)
+        else:
+            say("l8_sleep_found", fault=said, states=states)
+print("\n".join(schedules.story(asleep, lang)))
+
+# %% [markdown] tags=["en"]
+# With a pause, no schedule in this scope breaks a promise, fence or no fence: the worker's own
+# deadline stops every zombie before it writes. With a suspend, the search meets a broken promise
+# after a handful of states: the worker wakes past its lease with a clock that says it is still
+# inside it, and its write is taken. This is the argument of lesson 3 in two runs: a lease checked
+# by the holder on its own clock protects only while that clock is right, and the fence, checked
+# by the database that keeps the job, does not depend on any worker's clock.
+
+# %% [markdown] tags=["ru"]
+# С паузой ни одно расписание в этих пределах не нарушает обещаний, с fencing или без: собственный
+# дедлайн воркера останавливает каждого зомби раньше, чем тот что-то запишет. Со сном хоста
+# поиск натыкается на нарушенное обещание уже через несколько состояний: воркер просыпается после
+# конца аренды, а его часы говорят, что аренда ещё идёт, и его запись принимается. Это довод
+# урока 3 в двух прогонах: аренда, которую держатель сверяет со своими часами, защищает, лишь
+# пока эти часы верны, а fencing проверяет база, в которой хранится задача, и от часов воркеров
+# он не зависит.
+
+# %% [markdown] tags=["en"]
 # ## Your turn: plant a bug of your own
 #
 # The statements are named constants in `leaselab.backends.sqlite.statements`. Here is the
