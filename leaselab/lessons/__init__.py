@@ -4,7 +4,8 @@ in each language (``texts``: ``say = lessons.speaker(lang)``), the exercises' ch
 server interleaved by hand (``race``, lesson 6, needs psycopg), a primary replaced by its standby
 under real workers, asynchronous then synchronous, judged with and without the workers' journals
 (``failover``), and the notebooks' small conveniences (``notebook``, whose functions are also
-here: ``lessons.scratch(...)``), and the guess a reader commits before a "Predict" exercise runs (``predict``: ``lessons.predict(...)``).
+here: ``lessons.scratch(...)``), and the guess a reader commits before a "Predict" exercise runs
+(``predict``: ``lessons.predict(...)``).
 
 Nothing but the notebooks imports this package: the real processes, servers and faults the
 lessons drive are in ``leaselab.harness``, shared with ``leaselab chaos``, the tests and the
