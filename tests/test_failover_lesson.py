@@ -85,7 +85,7 @@ def test_the_failover_lesson_shows_async_losing_what_only_the_journals_see_and_s
     assert "journal " not in synchronous.tally("en")
 
 
-def test_a_failover_run_that_fails_midway_leaves_no_server_no_folder_and_no_worker(
+def test_a_failover_run_that_fails_midway_leaves_nothing_running_and_a_run_again_judges_only_its_own_journals(
     tmp_path, bin_dir, servers_parent, monkeypatch
 ):
     def strike_fails(self, lock):
@@ -96,6 +96,12 @@ def test_a_failover_run_that_fails_midway_leaves_no_server_no_folder_and_no_work
     with pytest.raises(RuntimeError, match="the failover broke"):
         failover.fail_over_once("async", tmp_path / "work", bin_dir=bin_dir, parent=servers_parent)
     assert list((tmp_path / "work" / "journal").glob("*.jsonl")), "the workers never ran: nothing was tested"
+    wait_nothing_left(lambda: _left(servers_parent, tmp_path / "work"))
+
+    # The cell run again in the same folder: the broken run's journals are not judged against the new database.
+    monkeypatch.undo()
+    again = failover.fail_over_once("sync", tmp_path / "work", bin_dir=bin_dir, parent=servers_parent)
+    assert again.verdict("en") == SYNC_EN, again.tally("en")
     wait_nothing_left(lambda: _left(servers_parent, tmp_path / "work"))
 
 

@@ -23,6 +23,7 @@ acknowledged can be lost. The fleet then drains on the promoted server, and the 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,12 +113,17 @@ def fail_over_once(
     **server_options: Any,
 ) -> FailoverRun:
     """One failover under a real fleet on a primary and standby in ``replication`` (``MODES``); the workers'
-    logs and journals go to ``folder`` (made if missing). Every server and worker is stopped, and each server's
-    folder removed, before this returns or raises. ``server_options`` go to the servers (``parent``, say);
-    ``lang`` is the language of a wait's timeout."""
+    logs and journals go to ``folder`` (made if missing; what an earlier run left there is removed first).
+    Every server and worker is stopped, and each server's folder removed, before this returns or raises.
+    ``server_options`` go to the servers (``parent``, say); ``lang`` is the language of a wait's timeout."""
     folder = Path(folder)
     journal = folder / "journal"
-    journal.mkdir(parents=True, exist_ok=True)
+    # A cell run again reuses its folder: journals of an earlier run, judged against this run's new database
+    # (the same job ids, other tokens), would read as completions it lost.
+    for earlier in (journal, folder / "logs"):
+        shutil.rmtree(earlier, ignore_errors=True)
+    (folder / "actions.jsonl").unlink(missing_ok=True)
+    journal.mkdir(parents=True)
     with replicated(replication, **server_options) as servers:
         url = servers.create_database("failover")
         with Queue(url) as q:
