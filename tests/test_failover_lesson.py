@@ -77,6 +77,7 @@ def test_the_failover_lesson_shows_async_losing_what_only_the_journals_see_and_s
     tally = held_behind.tally("en")
     assert f"jobs {failover.JOBS};" in tally and twice.sentence("en") in tally and lost.sentence("en") in tally
     assert lost.sentence("ru") in held_behind.tally("ru")
+    assert f"      {lost.witness[0]}\n" in tally + "\n" and "events#" not in tally and "jobs#" not in tally
 
     # Synchronous: every completion the workers were told of is on the promoted server, once each.
     assert synchronous.alone.clean and synchronous.judged.clean

@@ -82,7 +82,8 @@ class FailoverRun:
         )
 
     def tally(self, lang: str = "en") -> str:
-        """The counts, which vary from run to run, and one witness of each kind the journals found."""
+        """The counts, which vary from run to run, and one anomaly of each kind the journals found, with the
+        journal lines that witness it."""
         lines = [
             text(
                 "fo_tally",
@@ -98,7 +99,9 @@ class FailoverRun:
             anomaly = self.witness(kind)
             if anomaly is not None:
                 lines += [f"  {anomaly.title(lang)}: {anomaly.sentence(lang)}"]
-                lines += [f"      {line}" for line in anomaly.witness]
+                # The journals' own lines: the clients' evidence. The server's lines carry its times as
+                # raw floats, which a Russian lesson would print the English way.
+                lines += [f"      {line}" for line in anomaly.witness if line.startswith("journal ")]
         return "\n".join(lines)
 
 
