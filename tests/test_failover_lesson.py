@@ -7,7 +7,6 @@ hold with both cores busy."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -106,7 +105,16 @@ def test_a_failover_run_that_fails_midway_leaves_nothing_running_and_a_run_again
     wait_nothing_left(lambda: _left(servers_parent, tmp_path / "work"))
 
 
-def test_a_failover_run_refuses_an_unknown_replication_before_starting_anything(tmp_path):
-    with pytest.raises(ValueError, match="replication must be one of sync, async"):
-        failover.fail_over_once("semi", tmp_path / "work")
-    assert not os.listdir(tmp_path / "work" / "journal")
+@pytest.mark.parametrize(
+    "args, options, error, match",
+    [
+        (("semi",), {}, ValueError, "replication must be one of async, sync, got 'semi'"),
+        (("async",), {"jobs": 10}, ValueError, "jobs must be >= "),
+        (("sync",), {"workers": 0}, ValueError, "workers must be >= 1, got 0"),
+        (("sync",), {"concurrency": 1.5}, TypeError, "concurrency must be an int, got 1.5"),
+    ],
+)
+def test_a_failover_run_refuses_bad_input_before_starting_or_touching_anything(tmp_path, args, options, error, match):
+    with pytest.raises(error, match=match):
+        failover.fail_over_once(*args, tmp_path / "work", **options)
+    assert not (tmp_path / "work").exists()

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..chaos.failover import Failover, acknowledged, replicated
+from ..arguments import integer
+from ..chaos.failover import WITNESSES, Failover, acknowledged, replicated
 from ..check import Anomaly, Report, check
 from ..harness import demo
 from ..harness.fleet import Fleet
@@ -119,6 +120,11 @@ def fail_over_once(
     logs and journals go to ``folder`` (made if missing; what an earlier run left there is removed first).
     Every server and worker is stopped, and each server's folder removed, before this returns or raises.
     ``server_options`` go to the servers (``parent``, say); ``lang`` is the language of a wait's timeout."""
+    if replication not in MODES:
+        raise ValueError(f"replication must be one of {', '.join(MODES)}, got {replication!r}")
+    slots = integer("workers", workers, 1) * integer("concurrency", concurrency, 1)
+    # Fewer jobs than the warm-up and the gate's margin (``chaos.failover``) need, and no failover would come.
+    integer("jobs", jobs, WARM + 2 * slots + WITNESSES + 1)
     folder = Path(folder)
     journal = folder / "journal"
     # A cell run again reuses its folder: journals of an earlier run, judged against this run's new database
@@ -136,13 +142,14 @@ def fail_over_once(
         try:
             for _ in range(workers):
                 fleet.spawn(HANDLER, lease=LEASE, concurrency=concurrency, journal=journal)
-            wait_until(lambda: acknowledged(journal) >= WARM, timeout=TIMEOUT, what=text("fo_wait_warm", lang))
-            strike = Failover(servers, journal, workers * concurrency, gate_timeout=TIMEOUT)
+            warm = text("fo_wait_warm", lang)
+            wait_until(lambda: acknowledged(journal) >= WARM, timeout=TIMEOUT, what=warm, lang=lang)
+            strike = Failover(servers, journal, slots, gate_timeout=TIMEOUT)
             missed = strike.strike(threading.Lock())
             if missed is not None:
                 raise TimeoutError(text("fo_missed", lang, why=missed))
             with Queue(url) as q:
-                wait_until(lambda: _drained(q), timeout=TIMEOUT, what=text("fo_wait_drained", lang))
+                wait_until(lambda: _drained(q), timeout=TIMEOUT, what=text("fo_wait_drained", lang), lang=lang)
         finally:
             fleet.shutdown()
             fleet.queue.close()
