@@ -171,9 +171,13 @@ ALLOWED = {
         "leaselab.backends.postgres.statements",
         "leaselab.backends.sqlite.statements",
         "leaselab.backoff",
+        "leaselab.chaos.failover",  # the crash lesson fails over as chaos does, on chaos's own gate
+        "leaselab.check",  # and judges it as leaselab check does, alone and with the journals
         "leaselab.clock",
         "leaselab.errors",
+        "leaselab.harness.demo",
         "leaselab.harness.effects",
+        "leaselab.harness.fleet",  # the real workers that run through that failover
         "leaselab.job",
         "leaselab.lab.timeline",  # lesson 8 draws a simulated run on the lab's timeline
         "leaselab.lifecycle",  # lessons 1 and 3 draw the state machine from the table the tests make happen
@@ -182,6 +186,7 @@ ALLOWED = {
         "leaselab.sim.mutants",
         "leaselab.sim.report",  # and shows its runs as the simulator's own report does, in either language
         "leaselab.sim.world",
+        "leaselab.worker",
         "leaselab.worker.lease",  # lesson 5's check asks a worker's own lease when it gives up
         "leaselab.words",
     },

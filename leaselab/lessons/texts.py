@@ -349,6 +349,17 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l7_ex3_KEYED+KEY_PER_ATTEMPT": "KEYED and KEY_PER_ATTEMPT",
         "l7_ex3_SKIPS_RETRIES+KEY_PER_ATTEMPT": "SKIPS_RETRIES and KEY_PER_ATTEMPT",
         "l7_ex3_KEYED+SKIPS_RETRIES+KEY_PER_ATTEMPT": "all three",
+        # the crash lesson's failover (failover.py)
+        "fo_async": "asynchronous replication",
+        "fo_sync": "synchronous replication (synchronous_commit = on)",
+        "fo_verdict": "{replication}: the checker on the server alone: every promise held: {alone} | with the "
+        "journals: a fence handed to two tokens: {twice}; an acknowledged completion lost: {lost}; "
+        "anything else: {other}",
+        "fo_tally": "{replication}: jobs {jobs}; completions the workers were told of: {told}; fences handed to two "
+        "tokens: {twice}; acknowledged completions lost: {lost}",
+        "fo_wait_warm": "the workers' first completions",
+        "fo_wait_drained": "the fleet to drain the promoted server",
+        "fo_missed": "the failover never came: {why}",
     },
     "ru": {
         "l0_crashed": "w1: {state} | его задача: {status} | числится за {worker}",
@@ -637,6 +648,17 @@ MESSAGES: dict[str, dict[str, str]] = {
         "ни одного обещания из спецификации, либо ни одно из этих расписаний до него не доходит",
         "l8_ex_error": "SQLite не может выполнить ваш {name}: {error}",
         "l8_ex_failed": "симулятор не смог выполнить ваше изменение: {error}",
+        # переключение на реплику в уроке о сбоях (failover.py)
+        "fo_async": "асинхронная репликация",
+        "fo_sync": "синхронная репликация (synchronous_commit = on)",
+        "fo_verdict": "{replication}: ревизор по одному серверу — все обещания сдержаны: {alone} | с журналами "
+        "подтверждений — fence выдан двум токенам: {twice}; подтверждённое завершение потеряно: {lost}; "
+        "что-то ещё: {other}",
+        "fo_tally": "{replication}: задач {jobs}; завершений, о которых сообщили воркерам: {told}; fence, выданных "
+        "двум токенам: {twice}; потерянных подтверждённых завершений: {lost}",
+        "fo_wait_warm": "первых завершений у воркеров",
+        "fo_wait_drained": "пока воркеры доделают все задачи на новом основном сервере",
+        "fo_missed": "переключения так и не случилось: {why}",
         # прогноз до ответа (predict.py): упражнения «Предскажите» всех уроков
         "predict_commit": "Зафиксировать",
         "predict_placeholder": "ваш прогноз",
