@@ -129,7 +129,10 @@ def test_every_choice_has_its_label_in_every_language():
                 assert text(f"{key}_{option}", lang)
 
 
-def _run_unattended(folder, commit: str = "") -> list[str | dict]:
+ANSWER_CELL = "for _ in range(1):\n    guess.reveal(139)"  # reveal inside a block, as lesson 4 calls it
+
+
+def _run_unattended(folder, commit: str = "", answer_cell: str = ANSWER_CELL) -> list[str | dict]:
     """What a fresh kernel started in ``folder`` shows for a predict cell and its answer cell, as nbval runs them.
 
     Streams are kept as their text, a widget as "widget", any other display as its data by MIME type.
@@ -151,8 +154,7 @@ def _run_unattended(folder, commit: str = "") -> list[str | dict]:
     try:
         for cell in (
             f"from leaselab import lessons\nguess = lessons.predict('l1_ex2', 'en'{commit})\nguess",
-            # reveal inside a block, as lesson 4 calls it: it is shown all the same
-            "for _ in range(1):\n    guess.reveal(139)",
+            answer_cell,
         ):
             reply = client.execute_interactive(cell, output_hook=keep, timeout=120)
             assert reply["content"]["status"] == "ok", shown
@@ -195,3 +197,39 @@ def test_the_folded_answer_is_escaped_and_its_summary_is_in_the_lessons_language
     assert "(7, 12)" in folded.line and str(folded) == repr(folded) == folded.line
     hostile = type(folded)("<b>a & b</b>", "<i>", open=False)._repr_html_()
     assert hostile == "<details><summary>&lt;i&gt;</summary><p>&lt;b&gt;a &amp; b&lt;/b&gt;</p></details>"
+
+
+FOLDED_CELL = "with guess.folded():\n    print('dead after 139 s')\n    guess.reveal(139)"
+
+
+def test_under_folded_what_the_run_prints_is_held_back_and_shown_folded_with_the_verdict(tmp_path):
+    shown = _run_unattended(tmp_path, answer_cell=FOLDED_CELL)
+    # No stream: the experiment's own line, which gives the answer away, is inside the fold.
+    assert shown[0] == "widget" and len(shown) == 2 and isinstance(shown[1], dict), shown
+    assert shown[1]["text/plain"] == "dead after 139 s\n" + UNATTENDED
+    assert shown[1]["text/html"] == (
+        f"<details><summary>Show the run's answer</summary><pre>dead after 139 s</pre><p>{UNATTENDED}</p></details>"
+    )
+
+
+def test_folded_outside_a_notebook_prints_the_run_then_the_verdict_once_the_block_ends(tmp_path, capsys):
+    guess = lessons.predict("l1_ex2", "en", folder=tmp_path, answer=139)
+    with guess.folded():
+        print("dead after 139 s")
+        assert capsys.readouterr().out == ""  # held back while the block runs
+        guess.reveal(139)
+    assert capsys.readouterr().out == "dead after 139 s\nThe run says: 139. Your guess: 139. Right.\n"
+
+
+def test_a_folded_block_that_never_reveals_or_raises_still_prints_what_it_printed(tmp_path, capsys):
+    guess = lessons.predict("l1_ex2", "en", folder=tmp_path)
+    with pytest.raises(ValueError, match="never called reveal"), guess.folded():
+        print("half a run")
+    assert capsys.readouterr().out == "half a run\n"
+    with pytest.raises(ZeroDivisionError), guess.folded():
+        print("before the fault")
+        1 / 0  # noqa: B018
+    assert capsys.readouterr().out == "before the fault\n"
+    with guess.folded():  # usable again after both
+        guess.reveal(3)
+    assert capsys.readouterr().out.startswith("The run says: 3.")

@@ -11,15 +11,21 @@ A run with nobody at the keyboard (the build, nbval) commits nothing, so ``revea
 the same line every time: the answer, and that no guess was committed. The stored notebooks and
 the web edition show what that run showed, to a reader who has not guessed yet; so in a notebook
 the line is folded (``Revealed``: an HTML ``<details>``, closed unless a guess was committed), and
-its plain text, which nbval compares and a terminal prints, is the line itself.
+its plain text, which nbval compares and a terminal prints, is the line itself. What the experiment
+prints gives the answer away as well, so an answer cell runs it under ``with guess.folded():`` and
+its lines are folded with the verdict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import html
+import io
 import json
 import math
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,15 +107,22 @@ class Revealed:
     line: str
     summary: str | None
     open: bool
+    run: str = ""  # what the experiment printed before the verdict (``Prediction.folded``), folded with it
+
+    @property
+    def text(self) -> str:
+        """The whole plain text: what the run printed, then the verdict line."""
+        return self.run + self.line
 
     def __str__(self) -> str:
-        return self.line
+        return self.text
 
     def __repr__(self) -> str:
-        return self.line
+        return self.text
 
     def _repr_html_(self) -> str:
-        line = f"<p>{html.escape(self.line, quote=False)}</p>"
+        run = f"<pre>{html.escape(self.run.rstrip(chr(10)), quote=False)}</pre>" if self.run else ""
+        line = f"{run}<p>{html.escape(self.line, quote=False)}</p>"
         if self.summary is None:
             return line
         opened = " open" if self.open else ""
@@ -131,6 +144,8 @@ class Prediction:
         self.path = Path(folder if folder is not None else os.getcwd()) / GUESSES_FILE
         self.guess: float | str | None = _load(self.path).get(key)
         self._view: Any = None
+        self._held: io.StringIO | None = None  # inside folded(): what the block prints
+        self._shown: Revealed | None = None  # inside folded(): the verdict reveal made, shown at the end
 
     @property
     def committed(self) -> bool:
@@ -196,19 +211,52 @@ class Prediction:
         summary = None if actual is None else text("predict_show", self.lang)
         return Revealed(self.verdict(actual), summary, open=self.committed)
 
+    @contextmanager
+    def folded(self) -> Iterator[None]:
+        """Hold back what the experiment prints inside the block and show it folded with the verdict.
+
+        An experiment's own lines give its answer away as surely as the verdict does ("account a1:
+        20"), so a cell runs it as ``with guess.folded(): ...; guess.reveal(actual)``, and the stored
+        notebook shows one folded answer. The block must call ``reveal`` (a ``ValueError`` otherwise);
+        if it raises, what it printed is printed at once and the exception goes on.
+        """
+        if self._held is not None:
+            raise ValueError(f"{self.key}: already inside folded()")
+        self._held = held = io.StringIO()
+        self._shown = None
+        try:
+            with redirect_stdout(held):
+                yield
+        except BaseException:
+            print(held.getvalue(), end="")
+            raise
+        finally:
+            self._held = None
+        if self._shown is None:
+            print(held.getvalue(), end="")
+            raise ValueError(f"{self.key}: the block under folded() never called reveal(actual)")
+        self._show(dataclasses.replace(self._shown, run=held.getvalue()))
+
     def reveal(self, actual: Any) -> None:
         """Show the run's answer beside the kept guess; the notebook's answer cell ends with this.
 
         In a notebook it is displayed (folded unless a guess was committed), wherever in the cell
-        it is called; elsewhere its line is printed.
+        it is called; elsewhere its line is printed. Inside ``folded()`` it is shown when the block
+        ends, below what the block printed.
         """
         shown = self.revealed(actual)
+        if self._held is not None:
+            self._shown = shown
+            return
+        self._show(shown)
+
+    def _show(self, shown: Revealed) -> None:
         try:
             from IPython import get_ipython
         except ImportError:  # a plain Python without IPython: the line is all there is
             get_ipython = None
         if get_ipython is None or get_ipython() is None:
-            print(shown.line)
+            print(shown.text)
             return
         from IPython.display import display
 
