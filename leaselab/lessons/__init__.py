@@ -1,6 +1,6 @@
 """What only the lessons need: the deliberately wrong claimer (``wrong``), what the lessons print
 in each language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
-(``exercises``), lesson 7's live run of the audit of other queues (``peers``), two claims on a
+(``exercises``), lesson 8's live run of the audit of other queues (``peers``), two claims on a
 server interleaved by hand (``race``, lesson 6, needs psycopg), and the notebooks' small
 conveniences (``notebook``, whose functions are also here: ``lessons.scratch(...)``), and the
 guess a reader commits before a "Predict" exercise runs (``predict``: ``lessons.predict(...)``).
