@@ -4,9 +4,9 @@
   ``tests/support/binder_env.py`` makes once per run from ``binder/requirements.txt``: a lesson that passes
   here runs on what mybinder.org installs, and on nothing the tests installed beside it.
 - Each lesson's kernel gets a TMPDIR of its own. Once the kernel has stopped, no scratch folder may
-  be left in it and no process may name it (a worker, or lesson 6's server, whose data folder is
+  be left in it and no process may name it (a worker, or the server of lesson 6 or 7, whose data folder is
   there): the lesson's last cell fails at teardown otherwise.
-- A lesson that starts its own PostgreSQL server (lesson 6) skips, with the reason, on a machine
+- A lesson that starts its own PostgreSQL server (lessons 6 and 7) skips, with the reason, on a machine
   without PostgreSQL or psycopg, except in CI (``CI`` set), which must run them all, as
   ``tests/conftest.py`` does for the PostgreSQL tests.
 """

@@ -324,32 +324,32 @@ def _walk_through(nb: NotebookPage, page, server: LabServer, lang: str) -> None:
     # The second worker is still running its 60 s job: shutting JupyterLab down must end it.
 
 
-# -- lesson 6: the network buttons of a server queue -------------------------------------------------
+# -- lesson 7: the network buttons of a server queue -------------------------------------------------
 
 SERVER_LAB_CELL = "Lab(lang=lang, lease=3.0, fleet=fleet)"
 CUT_JOB_SECONDS = 20
 
 
 def server_lesson(root: Path, lang: str) -> str:
-    found = sorted(root.glob(f"{lang}/06-*.ipynb"))
-    assert found, f"no lesson notebooks/{lang}/06-*.ipynb"
+    found = sorted(root.glob(f"{lang}/07-*.ipynb"))
+    assert found, f"no lesson notebooks/{lang}/07-*.ipynb"
     return found[0].relative_to(root).as_posix()
 
 
 @pytest.mark.parametrize("lang, locale", [("en", "en"), ("ru", "ru_RU")])
-def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_6(
+def test_a_reader_cuts_a_worker_off_the_network_and_reconnects_it_in_lesson_7(
     chromium, lab_server, tmp_path, pg_server, lang, locale
 ):
-    """Lesson 6 runs down to its dashboard (its own server, its fleet of w1 and w2 behind proxies);
+    """Lesson 7 runs down to its dashboard (its own server, its fleet of w1 and w2 behind proxies);
     the reader enqueues a job, cuts its holder off, sees the badges and the job go to the other
     worker, and reconnects the first. ``pg_server`` only brings the skip (or, in CI, the failure)
     when PostgreSQL is not installed: the lesson starts a server of its own."""
-    for old in SHOTS.glob(f"{lang}6-*.png"):
+    for old in SHOTS.glob(f"{lang}7-*.png"):
         old.unlink()
     server = lab_server(locale)
     context = chromium.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")
     page = context.new_page()
-    nb = NotebookPage(page, server, SHOTS, f"{lang}6", focus=".leaselab-lab")
+    nb = NotebookPage(page, server, SHOTS, f"{lang}7", focus=".leaselab-lab")
     try:
         nb.open(server_lesson(server.root, lang))
         nb.run_through(SERVER_LAB_CELL)

@@ -264,7 +264,7 @@ def test_the_wait_check_wants_the_backoff_of_the_attempt_that_crashed(lang):
     assert "ZeroDivisionError" in exercises.check_crash_wait(lambda *a: 1 / 0, lang)
 
 
-# -- lesson 7: a rule of the checker -----------------------------------------------------------------
+# -- lesson 8: a rule of the checker -----------------------------------------------------------------
 
 
 def _overlapping(events, lease):

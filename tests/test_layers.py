@@ -122,7 +122,7 @@ def _layer(module: str) -> str:
 # their package (how a target is told apart and a password scrubbed): never a backend's own SQL or
 # connection, so a bug there cannot hide itself from the checker. The lab is a view over the
 # harness's fleet; chaos drives the harness and calls the checker. The lessons show the statements
-# of both dialects, pay into the harness's ledger and run the simulator (lesson 8). Nothing imports
+# of both dialects, pay into the harness's ledger and run the simulator (lesson 9). Nothing imports
 # the lessons: only notebooks do. The simulator drives the real SQLite statements and the worker's
 # decisions on virtual time, with no process, thread or network of its own. The command line reaches every command.
 ALLOWED = {
@@ -179,10 +179,10 @@ ALLOWED = {
         "leaselab.harness.effects",
         "leaselab.harness.fleet",  # the real workers that run through that failover
         "leaselab.job",
-        "leaselab.lab.timeline",  # lesson 8 draws a simulated run on the lab's timeline
+        "leaselab.lab.timeline",  # lesson 9 draws a simulated run on the lab's timeline
         "leaselab.lifecycle",  # lessons 1 and 3 draw the state machine from the table the tests make happen
         "leaselab.queue",
-        "leaselab.sim.explore",  # lesson 8 runs the simulator and plants the reader's mutant
+        "leaselab.sim.explore",  # lesson 9 runs the simulator and plants the reader's mutant
         "leaselab.sim.mutants",
         "leaselab.sim.report",  # and shows its runs as the simulator's own report does, in either language
         "leaselab.sim.world",

@@ -1,4 +1,4 @@
-"""Lesson 8's props: every interleaving of two claims on a real file, the simulator's runs as a reader sees
+"""Lesson 9's props: every interleaving of two claims on a real file, the simulator's runs as a reader sees
 them, and the exercise that plants a reader's own statement."""
 
 from __future__ import annotations

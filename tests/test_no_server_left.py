@@ -121,7 +121,7 @@ def test_a_server_whose_owner_exits_without_stopping_it_leaves_nothing(bin_dir, 
     assert list(open_dir.iterdir()) == []
 
 
-# A lesson's first cell, as lesson 6 starts its server.
+# A lesson's first cell, as lessons 6 and 7 start their server.
 LESSON_CELL = """
 import itertools, json
 from leaselab.harness.pgserver import PgServer

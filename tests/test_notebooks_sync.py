@@ -27,8 +27,8 @@ def _read(lang: str, stem: str) -> nbformat.NotebookNode:
     return nbformat.read(NOTEBOOKS / lang / f"{stem}.ipynb", as_version=4)
 
 
-def test_there_are_lessons_zero_to_eight_with_sortable_names():
-    assert [s[:2] for s in STEMS] == [f"{n:02d}" for n in range(9)]
+def test_there_are_lessons_zero_to_nine_with_sortable_names():
+    assert [s[:2] for s in STEMS] == [f"{n:02d}" for n in range(10)]
 
 
 @pytest.mark.parametrize("lang", build.LANGUAGES)

@@ -1,4 +1,4 @@
-"""The throw-away PostgreSQL server the tests (and lesson 6) use: it starts, serves, crashes and recovers on
+"""The throw-away PostgreSQL server the tests (and lessons 6 and 7) use: it starts, serves, crashes and recovers on
 demand, and leaves nothing behind."""
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def test_as_root_with_a_private_temp_folder_the_server_still_starts_where_its_us
     bin_dir, tmp_path, monkeypatch
 ):
     """A test runner's TMPDIR (0700, root's) is closed to the server's user: initdb failed there
-    with "Permission denied" (the binder test, lesson 6); the server's folder now goes to /tmp."""
+    with "Permission denied" (the binder test, lessons 6 and 7); the server's folder now goes to /tmp."""
     private = tmp_path / "private"
     private.mkdir(mode=0o700)
     monkeypatch.setenv("TMPDIR", str(private))

@@ -1,4 +1,4 @@
-"""Lesson 7's grade: a payment handler run, not read, under a freeze after its payment and a crash before it."""
+"""Lesson 8's grade: a payment handler run, not read, under a freeze after its payment and a crash before it."""
 
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ def test_lesson_7s_timeline_flags_the_repeated_payment_without_covering_its_lege
     with Queue(tmp_path / "t" / "queue.db") as q:
         events = q.events()
     for lang in ("en", "ru"):
-        # As lesson 7 draws it (notebooks/src/07-your-turn.py), and as a notebook saves it.
+        # As lesson 8 draws it (notebooks/src/08-your-turn.py), and as a notebook saves it.
         fig = timeline.draw(timeline.timeline_data(events), report=t.report, lang=lang)
         fig.savefig(tmp_path / f"timeline-{lang}.png")
         ax = fig.axes[0]
@@ -162,7 +162,7 @@ def test_the_freeze_after_the_payment_stops_the_worker_holding_no_write_lock(tmp
             proc.wait()
 
 
-# Lesson 7, exercise 2: pay only when a look in the ledger finds no row of the job. The grade's two
+# Lesson 8, exercise 2: pay only when a look in the ledger finds no row of the job. The grade's two
 # faults miss it; a freeze between the look and the payment does not.
 LOOKS = PLAIN.replace(
     '        ledger.deposit(job.payload["account"], job.payload["amount"], job=job)',

@@ -1,5 +1,5 @@
-"""The props of lesson 6: two claims raced by hand on a server, the exercise's check, and a worker whose clock is
-off."""
+"""The props of lessons 6 and 7: two claims raced by hand on a server, the exercise's check, a worker whose clock is
+off, and the lessons' own servers."""
 
 from __future__ import annotations
 
@@ -158,15 +158,26 @@ def test_a_skew_that_is_not_a_finite_number_is_refused_by_name(tmp_path, bad, er
     assert not (tmp_path / "w.log").exists()
 
 
-# -- lesson 6 leaves nothing behind ----------------------------------------------------------
+# -- lessons 6 and 7 leave nothing behind -----------------------------------------------------
 
-NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "en" / "06-past-one-file.ipynb"
+
+def _setup(notebook: Path) -> str:
+    return next(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code")
+
+
+# The lessons that start a throw-away server of their own in their first cell, found by what that
+# cell does rather than listed by name.
+SERVER_LESSONS = [
+    p
+    for p in sorted((Path(__file__).resolve().parents[1] / "notebooks" / "en").glob("[0-9][0-9]-*.ipynb"))
+    if "PgServer().start()" in _setup(p)
+]
 
 
 @pytest.fixture
 def private_tmp():
     """A TMPDIR of the test's own, which the unprivileged server user can enter (pytest's tmp_path is 0700)."""
-    folder = Path(tempfile.mkdtemp(prefix="lesson6-tmp-"))
+    folder = Path(tempfile.mkdtemp(prefix="server-lesson-tmp-"))
     folder.chmod(0o755)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
@@ -191,17 +202,22 @@ def _left_behind(folder: Path, timeout: float = 15.0) -> tuple[list[str], list[s
         time.sleep(0.2)
 
 
-# Lesson 6 run to its end leaves no server, process or folder: nbval runs every lesson with a TMPDIR
+# Lessons 6 and 7 run to their end leave no server, process or folder: nbval runs every lesson with a TMPDIR
 # of its own and checks exactly that once its kernel has stopped (notebooks/conftest.py).
 
 
-def test_a_kernel_killed_after_lesson_six_started_its_server_leaves_nothing(private_tmp):
-    setup = next(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+def test_both_lessons_on_a_server_start_their_own():
+    assert [p.name[:2] for p in SERVER_LESSONS] == ["06", "07"]
+
+
+@pytest.mark.parametrize("notebook", SERVER_LESSONS, ids=lambda p: p.stem)
+def test_a_kernel_killed_after_a_lesson_started_its_server_leaves_nothing(private_tmp, notebook):
+    setup = _setup(notebook)
     assert "PgServer().start()" in setup and "lessons.cleanup_at_exit(work)" in setup
     script = setup + "\nprint(server.folder, work, flush=True)\nos.kill(os.getpid(), 9)\n"
     env = dict(os.environ, TMPDIR=str(private_tmp))
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=NOTEBOOK.parent, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", script], cwd=notebook.parent, env=env, capture_output=True, text=True, timeout=120
     )
     assert done.returncode == -9, done.stderr[-3000:]
     server_folder, work = done.stdout.split()[-2:]
@@ -209,7 +225,7 @@ def test_a_kernel_killed_after_lesson_six_started_its_server_leaves_nothing(priv
     assert _left_behind(private_tmp) == ([], [])
 
 
-# -- lesson 6 on Binder ----------------------------------------------------------------------
+# -- lessons 6 and 7 on Binder ---------------------------------------------------------------
 
 BINDER = Path(__file__).resolve().parents[1] / "binder"
 
@@ -263,19 +279,20 @@ def pytest_collection_finish(session):
 """
 
 
-def test_without_postgresql_lesson_six_skips_under_nbval_naming_what_is_missing(private_tmp):
+@pytest.mark.parametrize("notebook", SERVER_LESSONS, ids=lambda p: p.stem)
+def test_without_postgresql_a_lesson_on_a_server_skips_under_nbval_naming_what_is_missing(private_tmp, notebook):
     (private_tmp / "no_postgresql.py").write_text(NO_POSTGRESQL_PLUGIN)
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(private_tmp), env.get("PYTHONPATH")]))
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no_postgresql", "-rs", str(NOTEBOOK)]
-    ran = subprocess.run(argv, cwd=NOTEBOOK.parents[2], env=env, capture_output=True, text=True, timeout=120)
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no_postgresql", "-rs", str(notebook)]
+    ran = subprocess.run(argv, cwd=notebook.parents[2], env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stdout[-3000:]
     assert " skipped" in ran.stdout and "passed" not in ran.stdout
     assert "lesson starts a PostgreSQL server: no PostgreSQL binaries" in ran.stdout
     # In CI nothing is skipped: a lesson that cannot start its server must fail there.
     ci = subprocess.run(
         argv + ["--collect-only"],
-        cwd=NOTEBOOK.parents[2],
+        cwd=notebook.parents[2],
         env=dict(env, CI="1"),
         capture_output=True,
         text=True,

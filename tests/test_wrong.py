@@ -92,7 +92,7 @@ def test_an_unknown_transaction_is_refused_by_name(tmp_path):
         wrong.NaiveClaimer(tmp_path / "y.db", "A", transaction="serializable")
 
 
-# -- a claim not made durable: a server crash hands its fence out again (lesson 6) -----------------
+# -- a claim not made durable: a server crash hands its fence out again (lesson 7) -----------------
 
 
 def test_a_crash_forgets_a_forgetful_claim_and_the_next_claim_gets_its_fence_while_a_durable_one_is_kept(

@@ -1,4 +1,4 @@
-"""Proving a handler under the nemesis: lesson 7's trials, and the grade of a reader's fix.
+"""Proving a handler under the nemesis: lesson 8's trials, and the grade of a reader's fix.
 
 A trial runs a payment handler's source on real workers through ``run`` (so under the seeded
 schedule too), with one fault put into the handler at the instant that matters
@@ -6,7 +6,7 @@ schedule too), with one fault put into the handler at the instant that matters
 until another attempt has finished the job, ``"before"`` kills it just before. Then the checker
 reads the queue and the ledger (the handler's outside world, checked through ``Ledger.effects``).
 
-``grade`` is lesson 7's check cell, as Gossip Glomers grades a challenge: the fix is run, not
+``grade`` is lesson 8's check cell, as Gossip Glomers grades a challenge: the fix is run, not
 read. It is right when, under both faults, the checker finds no anomaly, every account got its
 money exactly once, and the run stayed within its budget of attempts. ``check_look_then_pay`` is
 the check of the lesson's exercise 2: a fault moved to where a wrong handler breaks.
@@ -154,13 +154,13 @@ def verdict(trials: list[Trial], lang: str = "en") -> str:
 
 
 def grade(source: str, folder: str | os.PathLike, lang: str = "en", *, seed: int = SEED) -> str:
-    """Lesson 7's check: run the reader's handler under a freeze after the payment and a crash before it."""
+    """Lesson 8's check: run the reader's handler under a freeze after the payment and a crash before it."""
     folder = Path(folder)
     return verdict([trial(source, folder / fault, fault=fault, seed=seed) for fault in FAULTS_AT], lang)
 
 
 def passed(line: str, lang: str = "en") -> bool:
-    """Whether a line ``grade`` returned is its verdict of right (lesson 7 compares a reader's guess with it)."""
+    """Whether a line ``grade`` returned is its verdict of right (lesson 8 compares a reader's guess with it)."""
     return line == text("proof_right", lang, n=len(ACCOUNTS), amount=AMOUNT)
 
 
@@ -169,7 +169,7 @@ def _first_line(lines: list[str], needle: str, after: int = -1) -> int | None:
 
 
 def check_look_then_pay(source: str, folder: str | os.PathLike, lang: str = "en") -> str:
-    """Lesson 7, exercise 2: a handler that pays only when its look in the ledger finds no row, with the freeze
+    """Lesson 8, exercise 2: a handler that pays only when its look in the ledger finds no row, with the freeze
     moved between the look and the payment, is run under that freeze: right when account a1 got paid twice.
 
     Where the freeze stands is read from the source first, so a copy left as it was is told so

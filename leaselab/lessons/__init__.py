@@ -1,7 +1,7 @@
 """What only the lessons need: the deliberately wrong claimer (``wrong``), what the lessons print
 in each language (``texts``: ``say = lessons.speaker(lang)``), the exercises' checks
-(``exercises``), lesson 7's live run of the audit of other queues (``peers``), two claims on a
-server interleaved by hand (``race``, lesson 6, needs psycopg), a primary replaced by its standby
+(``exercises``), lesson 8's live run of the audit of other queues (``peers``), two claims on a
+server interleaved by hand (``race``, lesson 6, needs psycopg), a primary replaced by its standby (lesson 7)
 under real workers, asynchronous then synchronous, judged with and without the workers' journals
 (``failover``), and the notebooks' small conveniences (``notebook``, whose functions are also
 here: ``lessons.scratch(...)``), and the guess a reader commits before a "Predict" exercise runs

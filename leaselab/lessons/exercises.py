@@ -449,7 +449,7 @@ def check_server_batch_claim(statement: str, url: str, lang: str = "en") -> str:
     return text("check_right" if ok else "check_wrong", lang, detail=detail)
 
 
-# -- lesson 7: a rule of the checker, written by the reader ------------------------------------------
+# -- lesson 8: a rule of the checker, written by the reader ------------------------------------------
 
 RULE_LEASE = 10.0
 
@@ -459,7 +459,7 @@ def _plain_events(events: list[Event]) -> list[dict[str, Any]]:
 
 
 def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[int]]:
-    """Lesson 7: a clean history from a real queue on a manual clock, the same history with two
+    """Lesson 8: a clean history from a real queue on a manual clock, the same history with two
     reaps moved early (a reaper that did not wait out the lease), and the jobs whose leases then overlap.
 
     Job 1 is claimed, beaten and done. Job 2's holder goes silent; it is reaped after its lease and
@@ -509,7 +509,7 @@ def overlap_histories() -> tuple[list[dict[str, Any]], list[dict[str, Any]], set
 
 
 def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: str = "en") -> str:
-    """Lesson 7: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean
+    """Lesson 8: the reader's ``overlapping(events, lease)`` must find the planted overlaps and nothing in the clean
     run."""
     clean, planted, want = overlap_histories()
     results: list[tuple[Any, Any, str]] = []
@@ -526,30 +526,30 @@ def check_overlap_rule(overlapping: Callable[[list[dict], float], Any], lang: st
 
 
 def check_planted(mutant: Mutant, lang: str = "en", schedules: int | None = None, seed: int = 0) -> str:
-    """Lesson 8: hunt the reader's mutant (``lessons.schedules.edited``) with ``explore.hunt``: ``schedules``
+    """Lesson 9: hunt the reader's mutant (``lessons.schedules.edited``) with ``explore.hunt``: ``schedules``
     schedules of its portfolio from ``seed`` on (a count, never seconds), the first failure shrunk within a
     fixed number of replays. Says: nothing was changed, a statement the simulated workers never run, SQL that
     SQLite cannot prepare, caught (with the shrunk witness, numbered), or not caught."""
     from ..backends.sqlite import statements
     from ..sim import explore
     from ..sim.mutants import planted
-    from . import schedules as lesson8
+    from . import schedules as lesson9
 
-    n = lesson8.CHECK_SCHEDULES if schedules is None else schedules
+    n = lesson9.CHECK_SCHEDULES if schedules is None else schedules
     if all(text_ == replacement for _, text_, replacement in mutant.edits) and not (mutant.decision or mutant.patches):
         return text("l8_ex_same", lang)
     names = [name for names, _, _ in mutant.edits for name in names]
     for name in names:
-        if not lesson8.runs_statement(name):
+        if not lesson9.runs_statement(name):
             return text("l8_ex_unused", lang, name=name)
     with planted(mutant):
         for name in names:
-            error = lesson8.sql_error(getattr(statements, name))
+            error = lesson9.sql_error(getattr(statements, name))
             if error is not None:
                 return text("l8_ex_error", lang, name=name, error=error.removeprefix(":memory:: "))
         try:
             hunted = explore.hunt(
-                seed=seed, seconds=None, schedules=n, shrink_seconds=math.inf, shrink_tries=lesson8.SHRINK_TRIES
+                seed=seed, seconds=None, schedules=n, shrink_seconds=math.inf, shrink_tries=lesson9.SHRINK_TRIES
             )
         except Exception as exc:  # a change the simulator cannot even run: say so, in the lesson's language
             return text("l8_ex_failed", lang, error=f"{type(exc).__name__}: {exc}")
@@ -565,4 +565,4 @@ def check_planted(mutant: Mutant, lang: str = "en", schedules: int | None = None
             after=len(hunted.run.actions),
         )
     ]
-    return "\n".join(lines + lesson8.story(hunted.run, lang))
+    return "\n".join(lines + lesson9.story(hunted.run, lang))

@@ -1,4 +1,4 @@
-"""Lesson 7's audit of other queues: ``bench/audit.py --quick`` run live, its rows read in the lesson's language.
+"""Lesson 8's audit of other queues: ``bench/audit.py --quick`` run live, its rows read in the lesson's language.
 
 The audit is one of the repository's benchmark scripts, not part of the package: it drives
 queues (huey, persist-queue) a leaselab user need not have installed, so it runs as a

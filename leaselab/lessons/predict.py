@@ -53,7 +53,8 @@ class Question:
         return not self.options
 
 
-# Every predict exercise of the lessons, by lesson and exercise number.
+# Every predict exercise of the lessons, by lesson and exercise number. A key keeps the number its lesson had
+# when the key was made: lesson 6 was later split in two, so lesson 7's keys are l6_, 8's l7_ and 9's l8_.
 QUESTIONS: dict[str, Question] = {
     "l0_ex1": Question(options=("first", "second", "refused")),
     "l1_ex2": Question(tolerance=0.5),
@@ -64,6 +65,8 @@ QUESTIONS: dict[str, Question] = {
     "l4_ex2": Question(tolerance=0.5),
     "l6_ex2": Question(options=("1", "2", "none")),
     "l6_ex3": Question(options=("yes", "no")),
+    "l6_ex4": Question(options=("yes", "no")),  # lesson 7's exercises: lesson 6's prefix, as all its lines
+    "l6_ex5": Question(options=("kept", "lost")),
     "l7_ex2": Question(options=("right", "not_yet")),
     # Which of lesson 7's section-2 handlers a fault of the reader's breaks: every answer
     # leaselab.chaos.proof.check_fault can give (tests/test_proof.py holds the two lists together).

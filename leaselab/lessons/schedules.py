@@ -1,4 +1,4 @@
-"""Lesson 8's props: every interleaving of two claims, and the simulator's findings as a reader sees them.
+"""Lesson 9's props: every interleaving of two claims, and the simulator's findings as a reader sees them.
 
 ``every_schedule`` runs every order in which a few workers' claim steps can interleave, each step
 one real SQLite statement on its own connection to a fresh copy of one file, and says which orders

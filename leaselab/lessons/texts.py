@@ -74,14 +74,14 @@ MESSAGES: dict[str, dict[str, str]] = {
         "dg_zombie_title": "The zombie and its fence: a write under the old token is refused",
         "dg_frozen": "frozen",
         "dg_lease_ends": "A's lease ends at {at:g} s",
-        # lesson 7
+        # lesson 8 (08-your-turn; its keys keep the l7_ of its number before lesson 6 was split)
         "l7_queue_clean": "the queue's own history, checked: every promise held: {clean}",
         "l7_repeated": "the ledger, checked: job 1's payment was made more than once: {repeated}",
         "l7_overpaid": "account a1 was to get 10 and got more: {overpaid}",
         "l7_ex_rule_planted": "in the planted history your rule found jobs {got}; the overlaps are in {want}",
         "l7_ex_rule_clean": "in the clean history your rule found jobs {got}; it has none",
         "l7_ex_rule_error": "overlapping raised {error}",
-        # lesson 7: the audit of other queues (leaselab.lessons.peers)
+        # lesson 8: the audit of other queues (leaselab.lessons.peers)
         "l7_audit_queue": "queue",
         "l7_audit_scenario": "scenario",
         "l7_audit_runs": "runs",
@@ -191,7 +191,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l5_retried": "retried job {id}: now {status}; attempts used: {attempts} of {max_attempts}",
         "l5_ex_case": "choose_lease({pauses}) = {got}; a real queue and a worker's own deadline say {want}",
         "l5_ex_error": "choose_lease raised {error}",
-        # lesson 6
+        # lessons 6 and 7 (one lesson before it was split, so both use the l6_ keys)
         "l6_server": "a throw-away PostgreSQL server is running: {started}",
         "l6_wait_drained": "the workers to finish every job",
         "l6_rate": "{backend} with {workers} {workers|worker process|worker processes}: "
@@ -240,6 +240,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_kept_b": "B's claim finds nothing to take: {nothing}",
         "l6_kept_writes": "A's page accepted: {written}; A's completion accepted: {done}",
         "l6_crash_server_removed": "the crashed server stopped and its folder removed: {removed}",
+        "l6_ex4_claim": "w1's claim, its reply dropped, raised: {error}",
+        "l6_ex4_second": "w2, asking right after, got a job: {got} | the job: {status}, held by {worker}",
+        "l6_ex5_done": "completed by {worker} at attempt {attempts}; writes refused: {refused}",
         "l2_ex_take_first": "A takes job {id}, which B has seen too: my_take returned {got}, the right answer is "
         "{want}",
         "l2_ex_take_second": "then B takes job {id}, which A has just taken: my_take returned {got}, the right answer "
@@ -272,7 +275,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_race_single": "leaselab's claim (SKIP LOCKED)",
         "l6_race_facts": "duplicates with the claim of lesson 2 > 0: {naive} | duplicates with leaselab's claim: "
         "{single}",
-        # lesson 8
+        # lesson 9 (09-every-schedule; its keys keep the l8_ of its number before lesson 6 was split)
         "l8_naive": "naive claim (SELECT, then UPDATE)",
         "l8_single": "single statement",
         "l8_count": "{what}, {workers} {workers|worker|workers}, {jobs} {jobs|job|jobs}: "
@@ -339,6 +342,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_ex2_none": "no job at all",
         "l6_ex3_yes": "yes: the server's clock keeps its lease",
         "l6_ex3_no": "no: its job goes to the other worker",
+        "l6_ex4_yes": "yes: a claim whose reply was lost counts for nothing",
+        "l6_ex4_no": "no: the lost claim holds the job until its lease runs out",
+        "l6_ex5_kept": "nothing: w4 completes it at attempt 1",
+        "l6_ex5_lost": "it is lost to w4 and run again, at attempt 2",
         "l7_ex2_right": "right: neither fault breaks it",
         "l7_ex2_not_yet": "not yet: one of the faults breaks it",
         "l7_ex3_none": "none of them",
@@ -405,14 +412,14 @@ MESSAGES: dict[str, dict[str, str]] = {
         "folder_removed": "временная папка удалена: {removed}",
         "check_right": "Верно: {detail}",
         "check_wrong": "Пока нет: {detail}",
-        # урок 7
+        # урок 8
         "l7_queue_clean": "история самой очереди, по заключению ревизора: все обещания сдержаны: {clean}",
         "l7_repeated": "реестр, по заключению ревизора: платёж задачи 1 проведён больше одного раза: {repeated}",
         "l7_overpaid": "счёт a1 должен был получить 10, а получил больше: {overpaid}",
         "l7_ex_rule_planted": "в подброшенной истории ваше правило нашло задачи {got}, а перекрытия у задач {want}",
         "l7_ex_rule_clean": "в чистой истории ваше правило нашло задачи {got}, а в ней их нет",
         "l7_ex_rule_error": "overlapping выбросила {error}",
-        # урок 7: проверка других очередей (leaselab.lessons.peers)
+        # урок 8: проверка других очередей (leaselab.lessons.peers)
         "l7_audit_queue": "очередь",
         "l7_audit_scenario": "сценарий",
         "l7_audit_runs": "запусков",
@@ -520,7 +527,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "использовано попыток: {attempts} из {max_attempts}",
         "l5_ex_case": "choose_lease({pauses}) = {got}, а настоящие очередь и срок самого воркера дают {want}",
         "l5_ex_error": "choose_lease выбросила {error}",
-        # lesson 6
+        # уроки 6 и 7
         "l6_server": "временный сервер PostgreSQL запущен: {started}",
         "l6_wait_drained": "выполнения всех задач воркерами",
         "l6_rate": "{backend}, {workers} {workers|процесс-воркер|процесса-воркера|процессов-воркеров}, "
@@ -570,6 +577,9 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_kept_b": "захвату B нечего взять: {nothing}",
         "l6_kept_writes": "страница A принята: {written}; завершение от A принято: {done}",
         "l6_crash_server_removed": "упавший сервер остановлен, его папка удалена: {removed}",
+        "l6_ex4_claim": "захват w1, ответ на который потерян, закончился исключением: {error}",
+        "l6_ex4_second": "w2, спросивший сразу после, получил задачу: {got} | задача: {status}, числится за {worker}",
+        "l6_ex5_done": "выполнил {worker}, попытка {attempts}; отклонено записей: {refused}",
         "l2_ex_take_first": "A берёт задачу {id}, которую видел и B: my_take вернула {got}, правильный ответ — {want}",
         "l2_ex_take_second": "затем B берёт задачу {id}, которую только что взял A: my_take вернула {got}, "
         "правильный ответ — {want}",
@@ -616,7 +626,7 @@ MESSAGES: dict[str, dict[str, str]] = {
         "dg_zombie_title": "Зомби и fencing-токен: запись по старому токену отклонена",
         "dg_frozen": "заморожен",
         "dg_lease_ends": "аренда A истекает на {at:g} с",
-        # урок 8
+        # урок 9
         "l8_naive": "наивный захват (SELECT, потом UPDATE)",
         "l8_single": "один оператор",
         "l8_count": "{what}, воркеров: {workers}, задач: {jobs}: {n} {n|вариант|варианта|вариантов} чередования, "
@@ -695,6 +705,10 @@ MESSAGES: dict[str, dict[str, str]] = {
         "l6_ex2_none": "никакую",
         "l6_ex3_yes": "да: по часам сервера аренда у него сохранится",
         "l6_ex3_no": "нет: его задача достанется другому воркеру",
+        "l6_ex4_yes": "да: захват, ответ на который потерян, не в счёт",
+        "l6_ex4_no": "нет: потерянный захват держит задачу, пока не истечёт его аренда",
+        "l6_ex5_kept": "ничего: w4 завершит её попыткой 1",
+        "l6_ex5_lost": "w4 её потеряет, и она выполнится заново, попыткой 2",
         "l7_ex2_right": "верно: ни один из двух сбоев его не ломает",
         "l7_ex2_not_yet": "пока неверно: один из сбоев его ломает",
         "l7_ex3_none": "ни один",

@@ -6,7 +6,7 @@ is built to prevent, so a lesson can show the failure before the mechanism.
 out twice, for the naive claim and for the library's single statement alike.
 ``forgetful_queue`` acknowledges its claims before they are durable, so a server crash
 can forget a claim whose worker is already acting on it, and the next claim gets the
-same fence (lesson 6).
+same fence (lesson 7).
 """
 
 from __future__ import annotations

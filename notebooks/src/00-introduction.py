@@ -38,8 +38,10 @@
 # | 3 | fencing tokens | a woken "zombie" overwriting a newer result |
 # | 4 | at-least-once, idempotent handlers | the damage when a job does run twice |
 # | 5 | what one file cannot promise | power cuts, network file systems, clocks that jump |
-# | 6 | the same queue on a PostgreSQL server | one host only; a claim safe on one engine and not on another, disagreeing clocks, a worker cut off by the network |
-# | 7 | your turn: break it, then prove it (`leaselab chaos`, `leaselab check`) | trusting a queue nobody has broken on purpose |
+# | 6 | the same queue on a PostgreSQL server | one host only; a claim safe on one engine and not on another; workers' clocks that disagree |
+# | 7 | when the network and the server fail | a worker cut off by the network, a reply lost after its write, a crash that forgets a claim |
+# | 8 | your turn: break it, then prove it (`leaselab chaos`, `leaselab check`) | trusting a queue nobody has broken on purpose |
+# | 9 | every schedule: each interleaving of two claims, then a simulator on virtual time | bugs that only a rare order of steps shows |
 #
 # Each lesson shows the failure first and the mechanism second. Run the cells from top
 # to bottom (Shift+Enter).
@@ -74,8 +76,10 @@
 # | 3 | fencing-токены | проснувшийся «зомби», который затирает более новый результат |
 # | 4 | at-least-once, идемпотентные обработчики | вред, когда задача всё-таки выполняется дважды |
 # | 5 | чего не обещает один файл | отключение питания, сетевые файловые системы, скачки часов |
-# | 6 | та же очередь на сервере PostgreSQL | одна машина; захват, безопасный на одной СУБД и опасный на другой; расходящиеся часы; воркер, отрезанный от сети |
-# | 7 | ваш ход: сломайте, потом докажите (`leaselab chaos`, `leaselab check`) | доверие к очереди, которую никто нарочно не ломал |
+# | 6 | та же очередь на сервере PostgreSQL | одна машина; захват, безопасный на одной СУБД и опасный на другой; расходящиеся часы воркеров |
+# | 7 | когда подводят сеть и сервер | воркер, отрезанный от сети; ответ, потерянный после записи; упавший сервер, забывший захват |
+# | 8 | ваш ход: сломайте, потом докажите (`leaselab chaos`, `leaselab check`) | доверие к очереди, которую никто нарочно не ломал |
+# | 9 | все расписания: каждый вариант чередования двух захватов, потом симулятор на виртуальном времени | ошибки, которые проявляются только при редком порядке шагов |
 #
 # Каждый урок сначала показывает поломку, а потом механизм, который от неё спасает.
 # Выполняйте ячейки сверху вниз (Shift+Enter).

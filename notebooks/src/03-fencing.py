@@ -361,7 +361,7 @@ with FencedStore(work / "fenced-pages.db") as pages:
 # counted on its monotonic clock from when it sent the last heartbeat the database
 # acknowledged, and gives the lease up a tenth of its length before the database could
 # reap the job. So a worker whose heartbeats hang, with nothing refused, still learns that
-# it may be a zombie (lesson 6 shows one cut off by the network). `publish` with
+# it may be a zombie (lesson 7 shows one cut off by the network). `publish` with
 # `check_lease` calls `lease.check()` between its steps and before the write:
 
 # %% [markdown] tags=["ru"]
@@ -382,7 +382,7 @@ with FencedStore(work / "fenced-pages.db") as pages:
 # считая от отправки последнего heartbeat, который база подтвердила, и отказывается от
 # аренды за десятую часть её срока до того, как база могла бы вернуть задачу в очередь.
 # Поэтому даже воркер, чьи heartbeat просто повисают и никто их не отклоняет, узнаёт, что
-# он, возможно, уже зомби (в уроке 6 так узнаёт воркер, отрезанный от сети). `publish` с
+# он, возможно, уже зомби (в уроке 7 так узнаёт воркер, отрезанный от сети). `publish` с
 # `check_lease` вызывает `lease.check()` между шагами работы и перед записью:
 
 # %% tags=["nbval-check-output"]
@@ -429,7 +429,7 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 #   refusal is recorded as a `lease_lost` event.
 # - A write that matches only the id silently replaces a newer result with a stale one.
 # - For systems outside the queue, pass `job.fence = (job id, attempts)`: it only rises
-#   within a job as long as every claim reaches the disk before its worker acts (lesson 6
+#   within a job as long as every claim reaches the disk before its worker acts (lesson 7
 #   shows a server crash that hands one fence out twice), so the outside system can refuse
 #   writes from an older attempt.
 # - A handler taking `(job, lease)` can stop before its side effect once `lease.lost` is
@@ -463,7 +463,7 @@ say("l3_careful_log", ended="ended without its lease: LeaseLost" in careful_flee
 # - Запись, которая проверяет только id, молча заменяет новый результат устаревшим.
 # - Системам вне очереди передавайте `job.fence = (id задачи, attempts)`: в пределах
 #   задачи он только растёт, пока каждый захват попадает на диск раньше, чем воркер
-#   начинает действовать (в уроке 6 сбой сервера выдаёт один fence дважды), и внешняя
+#   начинает действовать (в уроке 7 сбой сервера выдаёт один fence дважды), и внешняя
 #   система может отклонять записи более старой попытки.
 # - Обработчик с сигнатурой `(job, lease)` может остановиться до побочного эффекта, как
 #   только установлен `lease.lost` — после отклонённого heartbeat или по собственному

@@ -34,7 +34,7 @@ RUN_OWNER = "LEASELAB_TEST_RUN_OWNER"  # the pid of the run's first process, inh
 PREFIX = "leaselab-binder-"
 INSTALL_TIMEOUT = 900
 # What the lessons' kernels import: ipykernel itself, leaselab's lesson and lab layers, and what the
-# lessons use beside them (apsw: lesson 5's disk; psycopg: lesson 6's server; huey, persist-queue: lesson 7).
+# lessons use beside them (apsw: lesson 5's disk; psycopg: lesson 6's server; huey, persist-queue: lesson 8).
 LESSON_IMPORTS = (
     "import ipykernel.kernelapp, leaselab.lessons, leaselab.lab, leaselab.harness.powercut, "
     "ipywidgets, pandas, matplotlib.pyplot, psycopg, apsw, huey, persistqueue"

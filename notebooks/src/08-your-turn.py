@@ -9,9 +9,9 @@
 # ---
 
 # %% [markdown] tags=["en"]
-# # Lesson 7. Your turn: break it, then prove it
+# # Lesson 8. Your turn: break it, then prove it
 #
-# Lessons 1–6 broke leaselab on purpose and showed what it promises: a job is never lost
+# Lessons 1–7 broke leaselab on purpose and showed what it promises: a job is never lost
 # while attempts remain, two workers never hold one lease, a zombie's late write is refused.
 # It promises *at least* once, not exactly once: whatever your handler does to the outside
 # world, a second attempt may do again. That part is yours, and a promise nobody has tried to
@@ -30,9 +30,9 @@
 # outside by a kernel that may react late. The nemesis's own seeded pauses still run around it.
 
 # %% [markdown] tags=["ru"]
-# # Урок 7. Ваш ход: сломайте, потом докажите
+# # Урок 8. Ваш ход: сломайте, потом докажите
 #
-# В уроках 1–6 мы нарочно ломали leaselab и видели, что он обещает: задача не теряется, пока
+# В уроках 1–7 мы нарочно ломали leaselab и видели, что он обещает: задача не теряется, пока
 # остаются попытки, двое воркеров никогда не держат одну аренду, запоздалая запись зомби
 # отклоняется. Обещание — *хотя бы* один раз, а не ровно один: что бы ваш обработчик ни делал
 # во внешнем мире, вторая попытка может сделать это снова. Эта часть лежит на вас, а обещание,
@@ -60,7 +60,7 @@ from leaselab.lessons import exercises, peers
 
 lang = lessons.language()
 say = lessons.speaker(lang)
-work = lessons.scratch("07-your-turn")
+work = lessons.scratch("08-your-turn")
 
 # %% [markdown] tags=["en"]
 # ## A payment, and the fault that repeats it

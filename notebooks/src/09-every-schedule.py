@@ -9,9 +9,9 @@
 # ---
 
 # %% [markdown] tags=["en"]
-# # Lesson 8. Every schedule
+# # Lesson 9. Every schedule
 #
-# Lessons 1–7 made bugs happen with real processes: a worker killed, frozen, cut off, its
+# Lessons 1–8 made bugs happen with real processes: a worker killed, frozen, cut off, its
 # clock moved. A real fault lands where the machine's timing puts it, so a run shows the
 # schedules it happened to hit, and says nothing of the others.
 #
@@ -24,9 +24,9 @@
 # a simulation cannot show, which is why the other lessons use real processes.
 
 # %% [markdown] tags=["ru"]
-# # Урок 8. Все расписания до одного
+# # Урок 9. Все расписания до одного
 #
-# В уроках 1–7 ошибки вызывали настоящие процессы: воркера убивали, замораживали, отрезали от
+# В уроках 1–8 ошибки вызывали настоящие процессы: воркера убивали, замораживали, отрезали от
 # сети, сдвигали ему часы. Настоящий сбой попадает туда, куда его ставят тайминги машины,
 # поэтому прогон показывает те расписания, которые случились, и ничего не говорит об
 # остальных.
@@ -52,7 +52,7 @@ from leaselab.sim.mutants import planted
 
 lang = lessons.language()
 say = lessons.speaker(lang)
-work = lessons.scratch("08-every-schedule")
+work = lessons.scratch("09-every-schedule")
 
 # %% [markdown] tags=["en"]
 # ## Every interleaving of two claims
@@ -258,9 +258,9 @@ plt.close(fig)
 fig
 
 # %% [markdown] tags=["en"]
-# Why did lesson 7's chaos not show this? On a SQLite file, chaos kills and freezes whole worker
+# Why did lesson 8's chaos not show this? On a SQLite file, chaos kills and freezes whole worker
 # processes; its network faults need a server between the worker and its queue. A killed worker
-# sends nothing. A frozen one, when it thaws, first asks its own clock (lesson 6) and drops a
+# sends nothing. A frozen one, when it thaws, first asks its own clock (lesson 7) and drops a
 # result whose lease may be gone. To make this bug show, a freeze would have to land in the
 # microseconds between the worker's last look at its clock and its `COMPLETE` statement, and
 # stay past the lease: a window random faults almost never hit. The simulator has a fault for
@@ -268,10 +268,10 @@ fig
 # every schedule tries it somewhere else.
 
 # %% [markdown] tags=["ru"]
-# Почему хаос из урока 7 этого не показал? На файле SQLite хаос убивает и замораживает
+# Почему хаос из урока 8 этого не показал? На файле SQLite хаос убивает и замораживает
 # процессы воркеров целиком, а его сетевым сбоям нужен сервер между воркером и очередью.
 # Убитый воркер ничего не отправит. Замороженный, когда его разморозят, сначала сверяется со своими часами
-# (урок 6) и отбрасывает результат, если аренда могла кончиться. Чтобы эта ошибка проявилась,
+# (урок 7) и отбрасывает результат, если аренда могла кончиться. Чтобы эта ошибка проявилась,
 # заморозка должна попасть в те микросекунды, что проходят между последним взглядом воркера на
 # часы и его оператором `COMPLETE`, и продлиться дольше аренды, — в окно, куда случайные сбои
 # почти никогда не попадают. У симулятора для этого есть отдельный сбой (вызов, застрявший в
@@ -485,7 +485,7 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # - **The promises it is not told.** The specification is a second statement of the promises;
 #   a change that breaks none of them, like `finished_at`, passes.
 #
-# That is why lessons 1–7 use real processes: they test what the model leaves out. What the
+# That is why lessons 1–8 use real processes: they test what the model leaves out. What the
 # simulator can do, they cannot: run every order of a small scope (as in the first part), play
 # thousands of schedules a minute, shrink a failure to the few steps that matter, and replay it
 # exactly from its seed and actions, every time.
@@ -513,7 +513,7 @@ print(exercises.check_planted(schedules.edited(MY_STATEMENT, MY_COPY), lang))
 # - **Обещания, о которых ему не сказали.** Спецификация — это те же обещания, записанные ещё
 #   раз; изменение, которое ни одного из них не нарушает, как с `finished_at`, проходит.
 #
-# Вот почему уроки 1–7 работают с настоящими процессами: они проверяют то, что модель
+# Вот почему уроки 1–8 работают с настоящими процессами: они проверяют то, что модель
 # оставляет за бортом. А симулятор умеет то, чего не умеют они: перебрать все порядки малого
 # масштаба (как в первой части), проиграть тысячи расписаний за минуту, сжать сбой до
 # нескольких шагов, которые действительно важны, и воспроизвести его точь-в-точь по seed и
