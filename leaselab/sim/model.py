@@ -108,12 +108,16 @@ class Model:
     jobs: dict[int, Row] = field(default_factory=dict)
     tokens: set[str] = field(default_factory=set)  # every token any claim ever wrote
     failed_by: dict[str, str] = field(default_factory=dict)  # token -> the status its written failure gave
+    # The ids of the jobs the operations below wrote, until the caller clears it: the simulator compares
+    # those with the queue's rows after each call, and works out again only what they change.
+    changed: set[int] = field(default_factory=set)
 
     # -- the operations ------------------------------------------------------------------
 
     def enqueue(
         self, job_id: int, priority: int, run_at: float, max_attempts: int, timeout: float | None = None
     ) -> None:
+        self.changed.add(job_id)
         self.jobs[job_id] = Row(job_id, "pending", priority, run_at, 0, max_attempts, timeout=timeout)
 
     def runnable(self, now: float) -> list[Row]:
@@ -144,6 +148,7 @@ class Model:
                     "token_reused", f"job {job.id} claimed with token {written!r}, written by an earlier claim"
                 )
             self.tokens.add(written)
+            self.changed.add(job.id)
             self.jobs[job.id] = replace(
                 job,
                 status="running",
@@ -160,6 +165,7 @@ class Model:
         for job_id, token in held:
             job = self.jobs.get(job_id)
             if job is not None and job.status == "running" and job.token == token:
+                self.changed.add(job_id)
                 self.jobs[job_id] = replace(job, lease_until=now + lease)
                 renewed.add(job_id)
         return renewed
@@ -170,6 +176,7 @@ class Model:
         if job is None:
             return False
         if job.status == "running" and job.token == token:
+            self.changed.add(job_id)
             self.jobs[job_id] = replace(job, status="done", lease_until=None, result=result, done_by=token)
             return True
         return job.status == "done" and job.done_by == token
@@ -180,6 +187,7 @@ class Model:
         if job is None:
             return None
         if job.status == "running" and job.token == token:
+            self.changed.add(job_id)
             self.jobs[job_id] = self._retry_or_dead(job, now)
             self.failed_by[token] = self.jobs[job_id].status
             return self.jobs[job_id].status
@@ -192,6 +200,7 @@ class Model:
         job = self.jobs.get(job_id)
         if job is None or job.status != "running" or job.token != token:
             return None
+        self.changed.add(job_id)
         if job.attempts >= job.max_attempts:
             self.jobs[job_id] = replace(job, status="dead", lease_until=None)
         else:
@@ -205,6 +214,7 @@ class Model:
                 continue
             if job.token in keep or (job.token or "").split("-")[0] in keep:
                 continue
+            self.changed.add(job.id)
             self.jobs[job.id] = self._retry_or_dead(job, now)
             moved.add(job.id)
         return moved
