@@ -570,17 +570,16 @@ class World:
     def _late(self, later: float) -> None:
         """Time moving to ``later`` past a step a worker could have taken long before (its handler done, a
         beat or a retry due) is a slow worker, as after a pause: its attempts count that as a fault."""
+        slack = LATE * self.scenario.lease
         for w in self._live_now():
             if w.paused():
                 continue
-            due = []
-            if w.loop is None and w.ends:
-                due.append(min(w.ends.values()))
-            if w.pulse is None and w.leases and w.renewable():
-                due.append(w.at(w.next_beat))
-            if w.loop is not None and w.loop.retry_at is not None:
-                due.append(w.loop.retry_at)
-            if any(later > d + LATE * self.scenario.lease for d in due):
+            loop = w.loop
+            if (
+                (loop is None and w.ends and later > min(w.ends.values()) + slack)
+                or (w.pulse is None and w.leases and w.renewable() and later > w.at(w.next_beat) + slack)
+                or (loop is not None and loop.retry_at is not None and later > loop.retry_at + slack)
+            ):
                 for token in list(w.leases) + w.kept:
                     if token in self.attempts:
                         self.attempts[token].faults.add("late")
