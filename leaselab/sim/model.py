@@ -25,7 +25,7 @@ The promises, one per rule below:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..backoff import Backoff
@@ -100,6 +100,11 @@ class Row:
     claimed_at: float | None = None  # the queue's time of the running attempt's claim
 
 
+def _changed_row(job: Row, **changes: Any) -> Row:
+    """``dataclasses.replace(job, **changes)`` without its generic work: the model makes hundreds a schedule."""
+    return Row(**{**job.__dict__, **changes})
+
+
 @dataclass
 class Model:
     """The queue's state as its promises say it must be, changed by the same operations as the queue."""
@@ -149,7 +154,7 @@ class Model:
                 )
             self.tokens.add(written)
             self.changed.add(job.id)
-            self.jobs[job.id] = replace(
+            self.jobs[job.id] = _changed_row(
                 job,
                 status="running",
                 attempts=job.attempts + 1,
@@ -166,7 +171,7 @@ class Model:
             job = self.jobs.get(job_id)
             if job is not None and job.status == "running" and job.token == token:
                 self.changed.add(job_id)
-                self.jobs[job_id] = replace(job, lease_until=now + lease)
+                self.jobs[job_id] = _changed_row(job, lease_until=now + lease)
                 renewed.add(job_id)
         return renewed
 
@@ -177,7 +182,7 @@ class Model:
             return False
         if job.status == "running" and job.token == token:
             self.changed.add(job_id)
-            self.jobs[job_id] = replace(job, status="done", lease_until=None, result=result, done_by=token)
+            self.jobs[job_id] = _changed_row(job, status="done", lease_until=None, result=result, done_by=token)
             return True
         return job.status == "done" and job.done_by == token
 
@@ -202,9 +207,9 @@ class Model:
             return None
         self.changed.add(job_id)
         if job.attempts >= job.max_attempts:
-            self.jobs[job_id] = replace(job, status="dead", lease_until=None)
+            self.jobs[job_id] = _changed_row(job, status="dead", lease_until=None)
         else:
-            self.jobs[job_id] = replace(job, status="pending", lease_until=None, run_at=now)
+            self.jobs[job_id] = _changed_row(job, status="pending", lease_until=None, run_at=now)
         return self.jobs[job_id].status
 
     def reap(self, keep: list[str], now: float) -> set[int]:
@@ -221,8 +226,8 @@ class Model:
 
     def _retry_or_dead(self, job: Row, now: float) -> Row:
         if job.attempts >= job.max_attempts:
-            return replace(job, status="dead", lease_until=None)
-        return replace(job, status="pending", lease_until=None, run_at=now + self.backoff.delay(job.attempts))
+            return _changed_row(job, status="dead", lease_until=None)
+        return _changed_row(job, status="pending", lease_until=None, run_at=now + self.backoff.delay(job.attempts))
 
     # -- judging the queue ------------------------------------------------------------------
 
