@@ -886,10 +886,10 @@ class World:
         mine = {lease.token for lease in w.renewable()} | set(w.kept)
 
         def apply() -> list[int]:
-            before = {j.id: j.token for j in self.model.jobs.values()}
+            before = dict(self.model.jobs)  # its rows never change: a later call puts new ones in their place
             moved = self._op(w, "reap", lambda: self.queue.reap(keep=keep), reap=keep)
             for job_id in moved:
-                token = before[job_id] or ""
+                token = before[job_id].token or ""
                 if w.alive and (token in mine or token.split("-")[0] in mine):
                     raise Violation(
                         "reaped_own_job",
