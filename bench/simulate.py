@@ -30,6 +30,7 @@ import argparse
 import importlib
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -116,7 +117,10 @@ def main() -> None:
     rev = None
     if args.rev:
         folder = tempfile.TemporaryDirectory(prefix="leaselab-rev-")
-        rev = earlier(args.rev, Path(folder.name))
+        try:
+            rev = earlier(args.rev, Path(folder.name))
+        except subprocess.CalledProcessError as exc:
+            parser.error(f"--rev {args.rev}: git cannot take leaselab/ from it: {exc.stderr.decode().strip()}")
         if rev[0].run(rev[1], args.seed).trace != explore.run(SCENARIO, args.seed).trace:
             sys.exit(f"{args.rev}'s simulator gives another trace for seed {args.seed}: not the same simulation")
     rounds = []
