@@ -101,8 +101,12 @@ class Row:
 
 
 def _changed_row(job: Row, **changes: Any) -> Row:
-    """``dataclasses.replace(job, **changes)`` without its generic work: the model makes hundreds a schedule."""
-    return Row(**{**job.__dict__, **changes})
+    """``dataclasses.replace(job, **changes)`` without its generic work: the model makes hundreds a schedule.
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; Row has no
+    ``__post_init__`` and no default factories, so filling a new one's fields at once is the same row."""
+    row = object.__new__(Row)
+    row.__dict__.update(job.__dict__, **changes)
+    return row
 
 
 @dataclass
