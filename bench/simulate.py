@@ -12,7 +12,9 @@ Beside it, in the same rounds, the *bare queue calls*: for each schedule the sim
 ``claim`` + ``complete``, in a loop, with nothing around them. The simulator makes those same calls
 on the same real statements (and heartbeats, failures, reaps besides), so simulator ÷ bare calls
 says what the simulator itself adds: the model it checks every step against, the rows it reads back
-after each call, the workers' decisions and the faults. Rounds interleave the two; each figure is
+after each call, the workers' decisions and the faults. A third pass runs the same schedules with every
+public ``Queue`` method timed: the time inside the queue's own calls is the simulator's floor (what
+is left with nothing of the simulator's around them). Rounds interleave the three; each figure is
 the median of the rounds. The machines these run on are shared: the CPU-time row says what the
 process itself used, which another program's load on the same core moves less than the real time.
 
@@ -91,6 +93,40 @@ def simulate(
     return time.perf_counter() - start, time.process_time() - cpu, virtual, claims, steps
 
 
+def queue_share(schedules: int, seed: int) -> tuple[float, float]:
+    """The same schedules again, every public ``Queue`` method timed (the outermost call only: one that calls
+    another is counted once): (seconds inside the queue's calls, seconds in all). The first is the floor: the
+    real statements and the backend's path to them, which the simulator exists to run, with nothing of its
+    own around them. The timers add a little to both."""
+    inside, depth = 0.0, 0
+    saved = {name: value for name, value in vars(Queue).items() if not name.startswith("_") and callable(value)}
+
+    def timed(method: Any) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal inside, depth
+            depth += 1
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                depth -= 1
+                if depth == 0:
+                    inside += time.perf_counter() - start
+
+        return call
+
+    for name, method in saved.items():
+        setattr(Queue, name, timed(method))
+    try:
+        start = time.perf_counter()
+        for n in range(schedules):
+            explore.run(SCENARIO, seed + n)
+        return inside, time.perf_counter() - start
+    finally:
+        for name, method in saved.items():
+            setattr(Queue, name, method)
+
+
 def bare_calls(claims: list[int]) -> float:
     """The same claims as real ``Queue(":memory:")`` calls, claim + complete, one queue per schedule: seconds."""
     start = time.perf_counter()
@@ -136,6 +172,8 @@ def main() -> None:
             before = simulate(args.schedules, args.seed, *rev)
         step(f"round {r + 1}/{args.repeat}: the bare queue calls, {sum(claims)} claims + completions")
         bare = bare_calls(claims)
+        step(f"round {r + 1}/{args.repeat}: the same schedules, the queue's own calls timed")
+        inside, whole = queue_share(args.schedules, args.seed)
         rounds.append(
             {
                 "per_minute": args.schedules / real * 60,
@@ -146,6 +184,8 @@ def main() -> None:
                 "claims": sum(claims) / args.schedules,
                 "virtual": virtual / args.schedules,
                 "bare_per_minute": args.schedules / bare * 60,
+                "queue_share": inside / whole,
+                "queue_per_minute": args.schedules / inside * 60,
                 **(
                     {}
                     if before is None
@@ -196,6 +236,10 @@ def main() -> None:
         f"{med('bare_per_minute'):,.0f} | the floor under the first row |"
     )
     print(f"| simulator ÷ bare queue calls, real time | – | {med('ratio'):.1f}× | what the simulator adds |")
+    print(
+        f"| the queue calls inside the simulator alone, schedules' worth a minute | – | "
+        f"{med('queue_per_minute'):,.0f} | the floor: {med('queue_share'):.0%} of a schedule's time |"
+    )
     if rev is not None:
         print(
             f"| {args.rev}'s simulator: schedules a minute, one core (CPU time) | – | "
