@@ -318,7 +318,7 @@ SMALL_BENCH_ARGS = {
     "postgres_breakdown": "--jobs 40 --repeat 1",
     "postgres_cpu": "--jobs 40 --repeat 1 --slots 2",
     "audit": "--quick --only leaselab",  # the README command runs; test_audit runs the peers
-    "simulate": "--schedules 5 --repeat 1",
+    "simulate": "--schedules 5 --repeat 2 --rev HEAD",  # --rev: both sides, each going first once
     "mutants": "--only unfenced_complete --no-chaos --sim-seconds 30",
     "check_scale": "--jobs 2000",
     "enqueue_file": "--lines 500",

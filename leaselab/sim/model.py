@@ -25,7 +25,7 @@ The promises, one per rule below:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..backoff import Backoff
@@ -100,6 +100,15 @@ class Row:
     claimed_at: float | None = None  # the queue's time of the running attempt's claim
 
 
+def _changed_row(job: Row, **changes: Any) -> Row:
+    """``dataclasses.replace(job, **changes)`` without its generic work: the model makes hundreds a schedule.
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``; Row has no
+    ``__post_init__`` and no default factories, so filling a new one's fields at once is the same row."""
+    row = object.__new__(Row)
+    row.__dict__.update(job.__dict__, **changes)
+    return row
+
+
 @dataclass
 class Model:
     """The queue's state as its promises say it must be, changed by the same operations as the queue."""
@@ -108,12 +117,16 @@ class Model:
     jobs: dict[int, Row] = field(default_factory=dict)
     tokens: set[str] = field(default_factory=set)  # every token any claim ever wrote
     failed_by: dict[str, str] = field(default_factory=dict)  # token -> the status its written failure gave
+    # The ids of the jobs the operations below wrote, until the caller clears it: the simulator compares
+    # those with the queue's rows after each call, and works out again only what they change.
+    changed: set[int] = field(default_factory=set)
 
     # -- the operations ------------------------------------------------------------------
 
     def enqueue(
         self, job_id: int, priority: int, run_at: float, max_attempts: int, timeout: float | None = None
     ) -> None:
+        self.changed.add(job_id)
         self.jobs[job_id] = Row(job_id, "pending", priority, run_at, 0, max_attempts, timeout=timeout)
 
     def runnable(self, now: float) -> list[Row]:
@@ -144,7 +157,8 @@ class Model:
                     "token_reused", f"job {job.id} claimed with token {written!r}, written by an earlier claim"
                 )
             self.tokens.add(written)
-            self.jobs[job.id] = replace(
+            self.changed.add(job.id)
+            self.jobs[job.id] = _changed_row(
                 job,
                 status="running",
                 attempts=job.attempts + 1,
@@ -160,7 +174,8 @@ class Model:
         for job_id, token in held:
             job = self.jobs.get(job_id)
             if job is not None and job.status == "running" and job.token == token:
-                self.jobs[job_id] = replace(job, lease_until=now + lease)
+                self.changed.add(job_id)
+                self.jobs[job_id] = _changed_row(job, lease_until=now + lease)
                 renewed.add(job_id)
         return renewed
 
@@ -170,7 +185,8 @@ class Model:
         if job is None:
             return False
         if job.status == "running" and job.token == token:
-            self.jobs[job_id] = replace(job, status="done", lease_until=None, result=result, done_by=token)
+            self.changed.add(job_id)
+            self.jobs[job_id] = _changed_row(job, status="done", lease_until=None, result=result, done_by=token)
             return True
         return job.status == "done" and job.done_by == token
 
@@ -180,6 +196,7 @@ class Model:
         if job is None:
             return None
         if job.status == "running" and job.token == token:
+            self.changed.add(job_id)
             self.jobs[job_id] = self._retry_or_dead(job, now)
             self.failed_by[token] = self.jobs[job_id].status
             return self.jobs[job_id].status
@@ -192,10 +209,11 @@ class Model:
         job = self.jobs.get(job_id)
         if job is None or job.status != "running" or job.token != token:
             return None
+        self.changed.add(job_id)
         if job.attempts >= job.max_attempts:
-            self.jobs[job_id] = replace(job, status="dead", lease_until=None)
+            self.jobs[job_id] = _changed_row(job, status="dead", lease_until=None)
         else:
-            self.jobs[job_id] = replace(job, status="pending", lease_until=None, run_at=now)
+            self.jobs[job_id] = _changed_row(job, status="pending", lease_until=None, run_at=now)
         return self.jobs[job_id].status
 
     def reap(self, keep: list[str], now: float) -> set[int]:
@@ -205,14 +223,15 @@ class Model:
                 continue
             if job.token in keep or (job.token or "").split("-")[0] in keep:
                 continue
+            self.changed.add(job.id)
             self.jobs[job.id] = self._retry_or_dead(job, now)
             moved.add(job.id)
         return moved
 
     def _retry_or_dead(self, job: Row, now: float) -> Row:
         if job.attempts >= job.max_attempts:
-            return replace(job, status="dead", lease_until=None)
-        return replace(job, status="pending", lease_until=None, run_at=now + self.backoff.delay(job.attempts))
+            return _changed_row(job, status="dead", lease_until=None)
+        return _changed_row(job, status="pending", lease_until=None, run_at=now + self.backoff.delay(job.attempts))
 
     # -- judging the queue ------------------------------------------------------------------
 

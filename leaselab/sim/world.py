@@ -221,6 +221,8 @@ class SimWorker:
     def at(self, clock: float) -> float:
         """The world's time when the worker's clock first reads ``clock``."""
         t = (clock - self.offset) / self.rate
+        if not self.shifts:  # asked for many times a step: the common case without a loop
+            return t
         for kind, start, size in self.shifts:  # each shift moves the times after it, in the order struck
             if t > start:
                 t = t + (size - start) if kind == "suspend" else max(start, t - size / self.rate)
@@ -237,9 +239,13 @@ class SimWorker:
 
     def overdue(self) -> list[tuple[Lease, str]]:
         """The leases the pulse must give up now (``decisions.overdue`` on the worker's own clock), with why."""
-        now = self.clock()
-        found = []
-        for lease in self.renewable():
+        now, found = None, []
+        for lease in self.leases.values():
+            # An attempt with no limit is never overdue: skipped, as the real ``Leases.overdue`` skips it.
+            if lease.refused or (lease.timeout is None and lease.beat_timeout is None):
+                continue
+            if now is None:
+                now = self.clock()
             reason = lease.overdue(now)
             if reason is not None:
                 found.append((lease, reason))
@@ -300,7 +306,9 @@ class World:
         self._next: float | None | object = UNKNOWN
         self._due: tuple[list[float], bool] | None = None  # _jobs_due(), until the next call
         self._fault_actions: dict[tuple[str, bool], list[Action]] = {}  # _faults_of(), worked out once
-        self._pending = self.model.pending()  # some job is pending: worked out again after each call
+        self._claims_of: dict[int, int] = {}  # _claims(), by the handlers running, worked out once
+        self._live: list[SimWorker] | None = None  # _live_now(), until the step ends
+        self._jobs_anew()
 
     def _watch_rows(self) -> None:
         """Note every row a statement touches from now on (``TOUCHED``: temporary triggers on the queue's own
@@ -309,6 +317,33 @@ class World:
         for statement in TOUCHED:
             self._db.execute(statement)
         self._compared = False  # the first call compares every row; each later one, those touched since
+        self._changes: int | None = None  # the connection's total_changes when ``touched`` was last emptied
+
+    def _jobs_anew(self) -> None:
+        """Work out afresh which jobs are running and pending and when each one's own time comes."""
+        self._due_of: dict[int, float] = {}  # job id -> when its lease or its delay ends, in virtual time
+        self._running: set[int] = set()
+        self._waiting: set[int] = set()  # pending
+        self._jobs_changed(self.model.jobs.keys())
+
+    def _jobs_changed(self, ids: Any) -> None:
+        """The jobs ``ids`` changed in the model (only a call, or a power cut, changes them): what depends on them
+        is worked out again for those alone."""
+        jobs = self.model.jobs
+        for job_id in ids:
+            job = jobs[job_id]
+            self._running.discard(job_id)
+            self._waiting.discard(job_id)
+            self._due_of.pop(job_id, None)
+            if job.status == "running":
+                self._running.add(job_id)
+                if job.lease_until is not None:
+                    self._due_of[job_id] = job.lease_until - EPOCH + TICK
+            elif job.status == "pending":
+                self._waiting.add(job_id)
+                self._due_of[job_id] = job.run_at - EPOCH + TICK
+        self._due = None
+        self._pending = bool(self._waiting)  # some job is pending
 
     def _in_memory(self) -> Queue:
         return Queue(":memory:", clock=lambda: self.db_now, backoff=self.backoff)
@@ -341,23 +376,24 @@ class World:
 
     def _work_out_enabled(self) -> list[Action]:
         actions: list[Action] = []
-        live = self.live()
+        live = self._live_now()
         pending, running = self._pending, self._jobs_due()[1]
         t = self.t
         for w in live:
             if t < w.paused_until:
                 continue
-            if w.loop is None:
+            loop = w.loop
+            if loop is None:
                 if w.ends and min(w.ends.values()) <= t:
                     actions.append(("finish", w.name))
                 elif pending and w.empty_at < t and self._claims(w):
                     actions.append(("claim", w.name))
-            elif w.loop.retry_at is not None and w.loop.retry_at <= t:
+            elif loop.retry_at is not None and loop.retry_at <= t:
                 actions.append(("retry", w.name))
             if w.pulse is None:
-                if w.overdue():
+                if w.leases and w.overdue():
                     actions.append(("give_up", w.name))
-                elif w.at(w.next_beat) <= t and w.renewable():
+                elif w.leases and w.at(w.next_beat) <= t and w.renewable():
                     actions.append(("beat", w.name))
                 elif running and w.at(w.next_reap) <= t:
                     actions.append(("reap", w.name))
@@ -377,7 +413,9 @@ class World:
             actions.append(("power",))
         if len(live) < self.scenario.workers:
             actions.append(("start",))
-        if self.next_time() is not None:
+        due = self._jobs_due()[0]
+        # Time can move when anything is due later: a job's own time often says so without working out when.
+        if (due and t < due[-1] < math.inf) or self.next_time() is not None:
             actions.append(("tick",))
         return actions
 
@@ -409,6 +447,12 @@ class World:
     def live(self) -> list[SimWorker]:
         return [w for w in self.workers.values() if w.alive]
 
+    def _live_now(self) -> list[SimWorker]:
+        """``live()``, worked out once a step: only a step starts a worker or ends one."""
+        if self._live is None:
+            self._live = self.live()
+        return self._live
+
     def next_time(self) -> float | None:
         """The next virtual time anything is due: a handler, a beat, a reap, a retry, a lease's end, a delay's end
         (worked out once per step)."""
@@ -421,28 +465,32 @@ class World:
         due, running = self._jobs_due()
         at = bisect.bisect_right(due, t)
         best = due[at] if at < len(due) else math.inf  # the least time later than now, so far
-        for w in self.live():
+        for w in self._live_now():
             for at_ in (w.paused_until, w.cut_until, *w.ends.values()):
                 if t < at_ < best:
                     best = at_
             if running:
-                at_ = w.at(w.next_reap)
+                # w.at(w.next_reap), without the call where the worker's clock was never shifted
+                at_ = w.at(w.next_reap) if w.shifts else (w.next_reap - w.offset) / w.rate
                 if t < at_ < best:
                     best = at_
             if w.loop is not None and w.loop.retry_at is not None and t < w.loop.retry_at < best:
                 best = w.loop.retry_at
             if w.leases:
-                if w.renewable():
+                renewable = w.renewable()
+                if renewable:
                     at_ = w.at(w.next_beat)
                     if t < at_ < best:
                         best = at_
-                    for lease in w.renewable():
+                    for lease in renewable:
+                        if lease.timeout is None and lease.beat_timeout is None:
+                            continue  # no limit: never overdue (decisions.overdue_at says None)
                         due_ = decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)
                         if due_ is not None and t < w.at(due_) < best:
                             best = w.at(due_)
                 for lease in w.leases.values():
                     if lease.deadline is not None:
-                        at_ = w.at(lease.deadline) + TICK
+                        at_ = (w.at(lease.deadline) if w.shifts else (lease.deadline - w.offset) / w.rate) + TICK
                         if t < at_ < best:
                             best = at_
         return best if best < math.inf else None
@@ -451,16 +499,7 @@ class World:
         """When the jobs' own times come (a running job's lease ends, a pending job's delay ends), in order, and
         whether any job is running: worked out again only after a call, as only a call changes the jobs."""
         if self._due is None:
-            due, running = [], False
-            for job in self.model.jobs.values():
-                if job.status == "running":
-                    running = True
-                    if job.lease_until is not None:
-                        due.append(job.lease_until - EPOCH + TICK)
-                elif job.status == "pending":
-                    due.append(job.run_at - EPOCH + TICK)
-            due.sort()
-            self._due = due, running
+            self._due = sorted(self._due_of.values()), bool(self._running)
         return self._due
 
     def lease_end(self) -> float | None:
@@ -478,7 +517,7 @@ class World:
 
     def settled(self) -> bool:
         """True when every job is done or dead."""
-        return all(j.status in ("done", "dead") for j in self.model.jobs.values())
+        return not self._running and not self._waiting
 
     # -- taking one action ----------------------------------------------------------------------
 
@@ -486,7 +525,7 @@ class World:
         try:
             self._take(action)
         finally:
-            self._enabled, self._next = None, UNKNOWN  # the next step works them out afresh
+            self._enabled, self._next, self._live = None, UNKNOWN, None  # the next step works them out afresh
 
     def _take(self, action: Action) -> None:
         kind = action[0]
@@ -532,17 +571,16 @@ class World:
     def _late(self, later: float) -> None:
         """Time moving to ``later`` past a step a worker could have taken long before (its handler done, a
         beat or a retry due) is a slow worker, as after a pause: its attempts count that as a fault."""
-        for w in self.live():
+        slack = LATE * self.scenario.lease
+        for w in self._live_now():
             if w.paused():
                 continue
-            due = []
-            if w.loop is None and w.ends:
-                due.append(min(w.ends.values()))
-            if w.pulse is None and w.renewable():
-                due.append(w.at(w.next_beat))
-            if w.loop is not None and w.loop.retry_at is not None:
-                due.append(w.loop.retry_at)
-            if any(later > d + LATE * self.scenario.lease for d in due):
+            loop = w.loop
+            if (
+                (loop is None and w.ends and later > min(w.ends.values()) + slack)
+                or (w.pulse is None and w.leases and w.renewable() and later > w.at(w.next_beat) + slack)
+                or (loop is not None and loop.retry_at is not None and later > loop.retry_at + slack)
+            ):
                 for token in list(w.leases) + w.kept:
                     if token in self.attempts:
                         self.attempts[token].faults.add("late")
@@ -552,7 +590,7 @@ class World:
         lost as soon as the time comes, not only when the handler checks; a paused worker's watcher waits, and
         the moment a pause ends its threads race: the pulse may beat before the watcher looks, so it looks at
         the next moment."""
-        for w in self.live():
+        for w in self._live_now():
             if not w.paused() and w.paused_until != self.t:
                 for lease in w.leases.values():
                     lease.expired()
@@ -569,7 +607,10 @@ class World:
         self.note(f"{name} starts")
 
     def _claims(self, w: SimWorker) -> int:
-        return decisions.claims_to_make(self.scenario.slots, w.running(), 0, None, False)
+        running = len(w.ends)
+        if running not in self._claims_of:  # asked for at every step: the decision taken once for each count
+            self._claims_of[running] = decisions.claims_to_make(self.scenario.slots, running, 0, None, False)
+        return self._claims_of[running]
 
     def _token(self) -> str:
         return f"{self._tokens.getrandbits(64):016x}"
@@ -845,10 +886,10 @@ class World:
         mine = {lease.token for lease in w.renewable()} | set(w.kept)
 
         def apply() -> list[int]:
-            before = {j.id: j.token for j in self.model.jobs.values()}
+            before = dict(self.model.jobs)  # its rows never change: a later call puts new ones in their place
             moved = self._op(w, "reap", lambda: self.queue.reap(keep=keep), reap=keep)
             for job_id in moved:
-                token = before[job_id] or ""
+                token = before[job_id].token or ""
                 if w.alive and (token in mine or token.split("-")[0] in mine):
                     raise Violation(
                         "reaped_own_job",
@@ -996,10 +1037,11 @@ class World:
         try:
             return self._call(w, what, call, **expect)
         finally:  # the jobs may have changed
-            self._due, self._pending = None, self.model.pending()
+            self._jobs_changed(self.model.changed)
 
     def _call(self, w: SimWorker, what: str, call: Any, **expect: Any) -> Any:
         self.db_now = now = self._queue_now(w)
+        self.model.changed.clear()  # what this call changes, for _compare and _jobs_changed
         before = dict(self.model.jobs)
         after = f"{w.name}'s {what} at {self.t:.3f}"
         try:
@@ -1016,7 +1058,7 @@ class World:
                         "refused_failure",
                         f"{after}: the failure of job {held.job.id} was refused, though its token held it",
                     ) from None
-            self._compare(before, after)
+            self._compare(after)
             self._note_sync(before, after)
             raise
         except TransientError:
@@ -1024,9 +1066,11 @@ class World:
         except LeaselabError as exc:  # the schema's own checks refused what the statement wrote
             raise Violation("queue_error", f"{after}: the queue raised {type(exc).__name__}: {exc}") from None
         self._judge(w, answer, now, after, before, **expect)
-        self._compare(before, after)
+        self._compare(after)
         # A claim or completion that wrote nothing (an empty claim) commits no page, so it syncs nothing.
-        self._note_sync(before, after, durable=("claim" in expect or "done" in expect) and self.model.jobs != before)
+        if self.disk is not None:  # only a power cut asks what was synced: in memory, nothing is worked out
+            durable = ("claim" in expect or "done" in expect) and self.model.jobs != before
+            self._note_sync(before, after, durable=durable)
         return answer
 
     def _note_sync(self, before: dict, after: str, durable: bool = False) -> None:
@@ -1072,7 +1116,7 @@ class World:
                 continue
             left = None
             break
-        self._due, self._pending = None, self.model.pending()
+        self._jobs_anew()
         if left is not None:
             if self.scenario.durability == "full":
                 raise Violation(
@@ -1099,12 +1143,17 @@ class World:
                     "a power cut may take back the last commits, and a claim's fence may be handed out again",
                 )
 
-    def _compare(self, before: dict, after: str) -> None:
+    def _compare(self, after: str) -> None:
         """The model against the queue's rows after a call: the first time every row, then the rows a statement
-        touched since the last comparison and the jobs the model changed (``before``: its jobs before the call).
+        touched since the last comparison and the jobs the model changed in the call (``Model.changed``).
         Any other row is as the last comparison found it, equal to the model's, so the first disagreement is
         found, and named, exactly as by comparing every row."""
-        taken = self._db.execute(TAKE_TOUCHED).fetchall()
+        # SQLite counts every row any statement (a trigger's too) changed on the connection: while that count
+        # stands where it stood when ``touched`` was last emptied, nothing was noted since, and it is not read.
+        # (APSW's connection, on a disk that can lose power, has no such count: there it is always read.)
+        changes = getattr(self._db, "total_changes", None)
+        taken = [] if changes is not None and changes == self._changes else self._db.execute(TAKE_TOUCHED).fetchall()
+        self._changes = getattr(self._db, "total_changes", None)
         if not self._compared:
             self._compared = True
             self.model.compare(self._rows(), after)
@@ -1116,7 +1165,7 @@ class World:
             else:
                 rows[row[0]] = _row(row[:-1])
         jobs = self.model.jobs
-        changed = {job_id for job_id, row in jobs.items() if before.get(job_id) is not row}
+        changed = self.model.changed  # the jobs the model changed in this call
         untouched = changed - rows.keys() - gone
         if untouched:
             rows.update(self._rows(sorted(untouched)))
