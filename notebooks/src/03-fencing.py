@@ -588,11 +588,12 @@ guess = lessons.predict("l3_ex2", lang)  # without widgets: lessons.predict("l3_
 guess
 
 # %% tags=["nbval-check-output"]
-late_id = q.enqueue({"render": "late"})
-late = q.claim("w1", lease=10)
-clock.advance(15)                        # expired, but nobody has reaped yet / аренда истекла, но в очередь задачу ещё никто не вернул
-say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock())
-guess.reveal("accepted")                 # a refused heartbeat raises LeaseLost instead / отклонённый heartbeat вместо этого бросает LeaseLost
+with guess.folded():  # the run's own lines give the answer away: folded with it / вывод прогона выдаёт ответ, поэтому он свёрнут вместе с ним
+    late_id = q.enqueue({"render": "late"})
+    late = q.claim("w1", lease=10)
+    clock.advance(15)                        # expired, but nobody has reaped yet / аренда истекла, но в очередь задачу ещё никто не вернул
+    say("l3_late_beat", seconds=q.heartbeat(late.id, late.token, lease=10) - clock())
+    guess.reveal("accepted")                 # a refused heartbeat raises LeaseLost instead / отклонённый heartbeat вместо этого бросает LeaseLost
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>
@@ -620,14 +621,15 @@ guess = lessons.predict("l3_ex3", lang)  # without widgets: lessons.predict("l3_
 guess
 
 # %% tags=["nbval-check-output"]
-store = FencedStore(work / "pages.db")
-low_after = (store.write("x", "a", fence=(7, 12)), store.write("x", "b", fence=(7, 3)))
-high_after = (store.write("y", "a", fence=(7, 3)), store.write("y", "b", fence=(7, 12)))
-next_job = (store.write("z", "a", fence=(7, 12)), store.write("z", "b", fence=(8, 1)))
-say("l3_pair", first="(7, 12)", second="(7, 3)", a=low_after[0], b=low_after[1])
-say("l3_pair", first="(7, 3)", second="(7, 12)", a=high_after[0], b=high_after[1])
-say("l3_pair", first="(7, 12)", second="(8, 1)", a=next_job[0], b=next_job[1])
-guess.reveal(("later" if low_after[1] else "higher") + ("_wins" if next_job[1] else "_refused"))
+with guess.folded():  # the run's own lines give the answer away: folded with it / вывод прогона выдаёт ответ, поэтому он свёрнут вместе с ним
+    store = FencedStore(work / "pages.db")
+    low_after = (store.write("x", "a", fence=(7, 12)), store.write("x", "b", fence=(7, 3)))
+    high_after = (store.write("y", "a", fence=(7, 3)), store.write("y", "b", fence=(7, 12)))
+    next_job = (store.write("z", "a", fence=(7, 12)), store.write("z", "b", fence=(8, 1)))
+    say("l3_pair", first="(7, 12)", second="(7, 3)", a=low_after[0], b=low_after[1])
+    say("l3_pair", first="(7, 3)", second="(7, 12)", a=high_after[0], b=high_after[1])
+    say("l3_pair", first="(7, 12)", second="(8, 1)", a=next_job[0], b=next_job[1])
+    guess.reveal(("later" if low_after[1] else "higher") + ("_wins" if next_job[1] else "_refused"))
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>

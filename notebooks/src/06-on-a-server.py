@@ -582,18 +582,19 @@ guess = lessons.predict("l6_ex2", lang)  # without widgets: lessons.predict("l6_
 guess
 
 # %% tags=["nbval-check-output"]
-outer = ServerRace(next(databases), NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = ("))
-say("l6_a_claims", id=outer.a_claims())
-say("l6_b_waits", waits=outer.b_claims())
-outer.a_commits()
-say("l6_a_commits")
-b = outer.b_result()
-if b is None:
-    say("l6_b_gets_nothing")
-else:
-    say("l6_b_gets", id=b)
-guess.reveal("none" if b is None else str(b))
-outer.close()
+with guess.folded():  # the run's own lines give the answer away: folded with it / вывод прогона выдаёт ответ, поэтому он свёрнут вместе с ним
+    outer = ServerRace(next(databases), NAIVE_CLAIM.replace(" WHERE id = (", " WHERE status = 'pending' AND id = ("))
+    say("l6_a_claims", id=outer.a_claims())
+    say("l6_b_waits", waits=outer.b_claims())
+    outer.a_commits()
+    say("l6_a_commits")
+    b = outer.b_result()
+    if b is None:
+        say("l6_b_gets_nothing")
+    else:
+        say("l6_b_gets", id=b)
+    guess.reveal("none" if b is None else str(b))
+    outer.close()
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>
@@ -630,17 +631,18 @@ guess = lessons.predict("l6_ex3", lang)  # without widgets: lessons.predict("l6_
 guess
 
 # %% tags=["nbval-check-output"]
-pausing = Queue(next(databases))                         # workers of its own, not the dashboard's / свои воркеры, не те, что на панели
-pausing_fleet = Fleet(pausing.path, queue=pausing, log_dir=work / "pausing-logs", proxies=False)
-for name in ("w6", "w7"):
-    pausing_fleet.spawn(lease=2.0, name=name)
-frozen_id = pausing.enqueue({"seconds": 1, "hold": str(work / "pausing.gate")})  # attempt 1 waits at the gate / попытка 1 ждёт у шлагбаума
-frozen = lessons.wait_until(lambda: pausing.get(frozen_id).worker, what=lessons.text("wait_claim", lang))
-pausing_fleet.pause(frozen)                              # w6 or w7, on the server's clock / w6 или w7, по часам сервера
-lessons.wait_until(lambda: pausing.get(frozen_id).attempts == 2, timeout=30,
-                   what=lessons.text("l6_wait_expired", lang))
-say("l6_frozen_reaped", other=pausing.get(frozen_id).worker != frozen, attempts=pausing.get(frozen_id).attempts)
-guess.reveal("no" if pausing.get(frozen_id).worker != frozen else "yes")
+with guess.folded():  # the run's own lines give the answer away: folded with it / вывод прогона выдаёт ответ, поэтому он свёрнут вместе с ним
+    pausing = Queue(next(databases))                         # workers of its own, not the dashboard's / свои воркеры, не те, что на панели
+    pausing_fleet = Fleet(pausing.path, queue=pausing, log_dir=work / "pausing-logs", proxies=False)
+    for name in ("w6", "w7"):
+        pausing_fleet.spawn(lease=2.0, name=name)
+    frozen_id = pausing.enqueue({"seconds": 1, "hold": str(work / "pausing.gate")})  # attempt 1 waits at the gate / попытка 1 ждёт у шлагбаума
+    frozen = lessons.wait_until(lambda: pausing.get(frozen_id).worker, what=lessons.text("wait_claim", lang))
+    pausing_fleet.pause(frozen)                              # w6 or w7, on the server's clock / w6 или w7, по часам сервера
+    lessons.wait_until(lambda: pausing.get(frozen_id).attempts == 2, timeout=30,
+                       what=lessons.text("l6_wait_expired", lang))
+    say("l6_frozen_reaped", other=pausing.get(frozen_id).worker != frozen, attempts=pausing.get(frozen_id).attempts)
+    guess.reveal("no" if pausing.get(frozen_id).worker != frozen else "yes")
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answer</summary>

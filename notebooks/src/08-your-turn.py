@@ -477,9 +477,10 @@ def pay(job):
 '''
 
 # %% tags=["nbval-check-output"]
-said = proof.grade(LOOKS, work / "looks", lang)
-print(said)
-guess.reveal("right" if proof.passed(said, lang) else "not_yet")
+with guess.folded():  # the run's own lines give the answer away: folded with it / вывод прогона выдаёт ответ, поэтому он свёрнут вместе с ним
+    said = proof.grade(LOOKS, work / "looks", lang)
+    print(said)
+    guess.reveal("right" if proof.passed(said, lang) else "not_yet")
 
 # %%
 MY_LOOKS = '''
@@ -533,15 +534,16 @@ MY_FAULT = '''
 '''
 
 # %% tags=["nbval-check-output"]
-found = proof.check_fault(
-    MY_FAULT,
-    MY_FAULT_AT,
-    {"KEYED": KEYED, "SKIPS_RETRIES": SKIPS_RETRIES, "KEY_PER_ATTEMPT": KEY_PER_ATTEMPT},
-    work / "my-fault",
-    lang,
-)
-print(found)
-fault_guess.reveal(found.broken)
+with fault_guess.folded():  # the run's own lines give the answer away: folded with it / вывод прогона выдаёт ответ, поэтому он свёрнут вместе с ним
+    found = proof.check_fault(
+        MY_FAULT,
+        MY_FAULT_AT,
+        {"KEYED": KEYED, "SKIPS_RETRIES": SKIPS_RETRIES, "KEY_PER_ATTEMPT": KEY_PER_ATTEMPT},
+        work / "my-fault",
+        lang,
+    )
+    print(found)
+    fault_guess.reveal(found.broken)
 
 # %% [markdown] tags=["en"]
 # <details><summary>Answers</summary>
