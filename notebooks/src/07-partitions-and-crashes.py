@@ -15,13 +15,13 @@
 # `FOR UPDATE SKIP LOCKED`, and every lease is measured by the server's clock. A server
 # brings faults a file never had, and this lesson makes each of them happen: a worker that
 # keeps running but can no longer reach the server (a **network partition**), a write that
-# committed while its reply was lost, and a server that crashes and forgets what it had
-# acknowledged. Each time, what saves the result is the fence of lesson 3, and the fence
+# committed while its reply was lost, a server that crashes and forgets what it had
+# acknowledged, and a primary replaced by its standby. Each time, what saves the result is the fence of lesson 3, and the fence
 # holds only as long as the claim is durable (lesson 5).
 #
 # Like lesson 6, this lesson starts its own throw-away PostgreSQL server in a temporary
 # folder (`leaselab.harness.pgserver`) and removes it in the last cell; section 3 starts a
-# second one, to crash it, and removes that one too.
+# second one, to crash it, and section 4 a primary and its standby, and removes them too.
 
 # %% [markdown] tags=["ru"]
 # # Урок 7. Когда подводят сеть и сервер
@@ -31,12 +31,13 @@
 # сбои, которых у файла не было, и в этом уроке мы устроим каждый из них: воркер
 # продолжает работать, но больше не может достучаться до сервера (**разрыв сети**);
 # запись зафиксирована, а ответ на неё потерялся; сервер падает и забывает то, что уже
-# подтвердил. Всякий раз результат спасает fence из урока 3, а fence держится, только
+# подтвердил; место основного сервера занимает реплика. Всякий раз результат спасает fence из урока 3, а fence держится, только
 # пока захват хранится надёжно (урок 5).
 #
 # Как и урок 6, этот урок запускает собственный временный сервер PostgreSQL во временной
 # папке (`leaselab.harness.pgserver`) и удаляет его в последней ячейке; в разделе 3 он
-# запускает второй сервер, чтобы уронить его, и тоже удаляет.
+# запускает второй сервер, чтобы уронить его, а в разделе 4 — основной сервер с репликой, и
+# их тоже удаляет.
 
 # %%
 import itertools
@@ -505,16 +506,6 @@ say("l6_crash_server_removed", removed=not crashed_folder.exists())
 # one WAL write per claim, before the claim returns (on a production server, with
 # `fsync = on`, a flush to the disk).
 
-# %% [markdown] tags=["en"]
-# **Failover is the same hazard.** When a primary fails and a replica fed by asynchronous
-# replication takes its place, the replica may lack the last commits the primary had
-# acknowledged: a claim that never reached it is forgotten exactly as in the crash above,
-# and its fence is handed out again. A claim durable on the old primary's disk does not
-# help, because the queue goes on from the replica. So fail over only to a replica that
-# confirms each commit before it is acknowledged (synchronous replication,
-# `synchronous_standby_names`, with `synchronous_commit = on` or `remote_apply`), or treat
-# every fence given out before a failover as suspect.
-
 # %% [markdown] tags=["ru"]
 # Захват пережил сбой: задача по-прежнему выполняется с токеном A, захвату B нечего
 # взять, а страница и завершение от A приняты. Если бы A вместо этого умер, его аренда
@@ -522,19 +513,140 @@ say("l6_crash_server_removed", removed=not crashed_folder.exists())
 # запись в файл WAL на каждый захват до того, как он вернётся (на рабочем сервере с
 # `fsync = on` — ещё и сброс на диск).
 
+# %% [markdown] tags=["en"]
+# ## 4. When a standby takes the primary's place
+#
+# A claim on the primary's disk outlives the primary's crash, as section 3 showed. It does not
+# outlive the primary being replaced: when a standby takes the primary's place, the queue goes on
+# from the standby, with only what replication brought it, and a claim that never reached it is
+# forgotten as surely as by a server that crashes without syncing. Here it is, live, and then
+# its cure.
+#
+# A PostgreSQL **primary** takes the writes and streams its WAL to a **standby**, which replays
+# it and can be **promoted** to take the primary's place. With asynchronous replication the
+# primary acknowledges a commit as soon as it is in its own WAL and sends it on afterwards, so
+# the standby is always a little behind, usually by milliseconds. `fail_over` starts a primary
+# and one standby in a temporary folder, enqueues 300 jobs and waits until the standby has them
+# all, then starts 2 worker processes of 2 slots each on a URL that names both servers and
+# connects to whichever one takes writes. Each worker keeps a **journal**
+# (`leaselab worker --journal DIR`): one line for every claim and every completion the queue
+# acknowledged to it, written after the reply came.
+#
+# A real standby lags briefly, and whether a failure lands in that lag is luck; a lesson cannot
+# wait for luck. So the failover is gated on state, not on time, as `leaselab chaos --faults
+# failover` does it: the primary's WAL sender to the standby is frozen (`SIGSTOP`), and once the
+# journals hold 11 more acknowledged completions than at the freeze (more than the fleet could
+# have been told of before it), the primary is stopped at once (`pg_ctl stop -m immediate`) and
+# the standby promoted. Whatever was acknowledged after the freeze is certainly not on the
+# standby. The workers go on with the promoted server until every job is done. Then the checker
+# judges the run twice: from the server alone (`leaselab check URL`) and against the journals
+# (`leaselab check URL --journal DIR`). The same is then done with synchronous replication. The
+# cell takes about half a minute.
+
 # %% [markdown] tags=["ru"]
-# **Переключение на реплику — та же опасность.** Когда основной сервер падает и его место
-# занимает реплика с асинхронной репликацией, на ней может не оказаться последних
-# фиксаций, которые основной сервер уже подтвердил: захват, не дошедший до реплики,
-# забыт точно так же, как при сбое выше, и его fence выдадут ещё раз. То, что захват
-# надёжно лежал на диске старого основного сервера, не спасает: очередь продолжает
-# работу уже на реплике. Поэтому переключайтесь только на реплику, которая подтверждает
-# каждую фиксацию раньше, чем её подтвердят клиенту (синхронная репликация,
-# `synchronous_standby_names` при `synchronous_commit = on` или `remote_apply`), или
-# считайте подозрительным каждый fence, выданный до переключения.
+# ## 4. Когда место основного сервера занимает реплика
+#
+# Захват, лежащий на диске основного сервера, переживает его сбой — это показал раздел 3. Но он
+# не переживёт замены основного сервера: когда его место занимает реплика, очередь продолжает
+# работу с реплики, а на ней есть только то, что успела доставить репликация. Захват, который
+# до неё не дошёл, забыт так же верно, как на сервере, упавшем без синхронизации с диском.
+# Посмотрим на это вживую, а потом на то, что от этого защищает.
+#
+# **Основной сервер** PostgreSQL принимает записи и передаёт свой WAL **реплике**; реплика
+# воспроизводит его и может быть **повышена**, чтобы занять место основного сервера. При
+# асинхронной репликации основной сервер подтверждает фиксацию, как только она попала в его
+# собственный WAL, а реплике отправляет её уже потом, так что реплика всегда немного отстаёт —
+# обычно на миллисекунды. `fail_over` запускает во временной папке основной сервер и одну
+# реплику, ставит в очередь 300 задач, ждёт, пока все они окажутся на реплике, и запускает 2
+# процесса-воркера по 2 слота; в адресе очереди названы оба сервера, и подключение идёт к тому
+# из них, который принимает записи. Каждый воркер ведёт **журнал подтверждений**
+# (`leaselab worker --journal DIR`): по строке на каждый захват и каждое завершение, которые ему
+# подтвердила очередь; строка пишется, когда ответ уже пришёл.
+#
+# Настоящая реплика отстаёт недолго, и попадёт ли сбой в это отставание — дело случая, а урок не
+# может ждать случая. Поэтому момент переключения определяется состоянием, а не временем, как в
+# `leaselab chaos --faults failover`: процесс, который передаёт WAL реплике, замораживают
+# (`SIGSTOP`), и как только в журналах подтверждений окажется на 11 подтверждённых завершений
+# больше, чем в момент заморозки (больше, чем воркерам могли сообщить до неё), основной сервер
+# немедленно останавливают (`pg_ctl stop -m immediate`) и повышают реплику. Всё, что
+# подтвердили после заморозки, на реплику точно не попало. Воркеры продолжают работать с новым
+# основным сервером, пока не выполнят все задачи. Затем ревизор проверяет прогон дважды: по
+# одному серверу (`leaselab check URL`) и сверяя его с журналами подтверждений
+# (`leaselab check URL --journal DIR`). Потом то же самое повторяется с синхронной репликацией.
+# Ячейка выполняется около полуминуты.
+
+# %%
+from leaselab.lessons.failover import fail_over
+
+failovers = fail_over(work / "failover", lang=lang)   # asynchronous, then synchronous; every server and worker stopped at the end / сначала асинхронная, потом синхронная; в конце все серверы и воркеры остановлены
+
+# %% tags=["nbval-check-output"]
+for run in failovers:
+    print(run.verdict(lang))
+
+# %% tags=["nbval-ignore-output"]
+for run in failovers:
+    print(run.tally(lang))
 
 # %% [markdown] tags=["en"]
-# ## 4. What stays the same
+# With asynchronous replication the checker finds nothing wrong on the server alone, and about the
+# server's own history it is right: the claims and completions the standby never received are
+# simply not in it. Those jobs were `pending` on the promoted server with the attempts they had
+# before the freeze, so the fleet claimed them again, and each new claim counted the same attempt
+# as the forgotten one: one fence, two tokens, as after a crash that forgets. The first
+# holder had been told that its completion was written; that completion is gone, and the job ran
+# a second time. Only the workers saw both claims, so only their journals can show it. This is
+# how Jepsen judges a database: by what its clients were told, never by what the database says
+# about itself afterwards. (Here the second run is harmless, the handler only sleeps; a fenced
+# store of lesson 3 would have kept the first holder's write and refused the second holder's,
+# though the queue counts the second as the job's holder.)
+#
+# With `synchronous_standby_names = '*'` and `synchronous_commit = on`, the primary acknowledges a
+# commit only once the standby has written it to its WAL and synced it, so everything a worker
+# was told is on the standby when it is promoted: no fence handed out twice, no acknowledged
+# completion lost, and the journals agree with the server. `remote_apply` waits longer, until the
+# standby has also applied the commit, so a read on the standby sees it too; a queue on such a
+# server keeps that level for its acknowledged writes. The price: every acknowledged enqueue,
+# claim and completion waits for a round trip to the standby and its sync (with `remote_apply`,
+# its replay as well), and while no standby confirms, the primary acknowledges nothing: the queue
+# waits rather than loses, and a worker's call gives up at its `call_timeout` with
+# `DatabaseUnreachable`. Synchronous replication protects only what waits for it: heartbeats,
+# failures and reaps are committed with `synchronous_commit = off` and can be lost in a failover,
+# and at `durability="normal"` so is everything, claims included. And it protects
+# only a failover to a standby that confirmed: promote one that was not synchronous, and you are
+# back in the first run. `docs/durability.md` lists each setting and what it promises.
+
+# %% [markdown] tags=["ru"]
+# При асинхронной репликации ревизор по одному серверу не находит ничего плохого, и об истории
+# самого сервера он прав: захватов и завершений, не дошедших до реплики, в ней просто нет. На
+# новом основном сервере эти задачи были в статусе `pending` с тем числом попыток, что было до
+# заморозки, поэтому воркеры захватили их снова, и каждый новый захват получил тот же номер
+# попытки, что и забытый: один fence — два токена, как после сбоя, при котором сервер забывает захват.
+# Первому владельцу подтвердили, что его завершение записано; этого завершения больше нет, и
+# задача выполнилась второй раз. Оба захвата видели только воркеры, поэтому показать это могут
+# только их журналы подтверждений. Так Jepsen и судит о базе данных: по тому, что подтвердили её
+# клиентам, а не по тому, что база потом рассказывает о себе сама. (Здесь второй запуск безвреден:
+# обработчик только спит. Хранилище с проверкой fence из урока 3 сохранило бы запись первого
+# владельца и отклонило бы запись второго, хотя очередь считает владельцем задачи именно второго.)
+#
+# При `synchronous_standby_names = '*'` и `synchronous_commit = on` основной сервер подтверждает
+# фиксацию, только когда реплика записала её в свой файл WAL и синхронизировала его, поэтому к
+# моменту повышения на реплике есть всё, что сообщили воркерам: ни один fence не выдан дважды, ни
+# одно подтверждённое завершение не потеряно, и журналы подтверждений сходятся с сервером.
+# `remote_apply` ждёт дольше — пока реплика ещё и применит фиксацию, так что её увидит и чтение на
+# реплике; очередь на таком сервере сохраняет этот уровень для своих подтверждённых записей.
+# Плата: каждая подтверждённая постановка в очередь, каждый захват и каждое завершение ждут пути
+# до реплики и обратно и её синхронизации (при `remote_apply` — ещё и воспроизведения), а пока ни
+# одна реплика не отвечает, основной сервер не подтверждает ничего: очередь ждёт, а не теряет, а
+# вызов воркера по истечении `call_timeout` перестаёт ждать и бросает `DatabaseUnreachable`.
+# Синхронная репликация защищает только то, что её ждёт: heartbeat, `fail` и возвраты в очередь
+# фиксируются с `synchronous_commit = off` и при переключении могут пропасть, а при
+# `durability="normal"` так фиксируется всё, захваты тоже. И защищает она только при переключении на
+# реплику, которая подтверждала фиксации: повысьте реплику, которая не была синхронной, — и вы
+# снова в первом прогоне. Все настройки и что каждая обещает — в таблице в `docs/durability.md`.
+
+# %% [markdown] tags=["en"]
+# ## 5. What stays the same
 #
 # Lease, heartbeat, reaper, fencing, at-least-once: the ideas of lessons 1–4 moved to the
 # server unchanged, and so did the `Queue` and `Worker` you call. Only the claim statement
@@ -544,7 +656,7 @@ say("l6_crash_server_removed", removed=not crashed_folder.exists())
 # backends; only the way parameters are written differs:
 
 # %% [markdown] tags=["ru"]
-# ## 4. Что остаётся прежним
+# ## 5. Что остаётся прежним
 #
 # Аренда, heartbeat, reaper, fencing, at-least-once: идеи уроков 1–4 переехали на сервер
 # без изменений, как и `Queue` и `Worker`, которые вы вызываете. Изменились только
