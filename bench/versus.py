@@ -231,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
             if not loaded.is_relative_to(side.root):
                 raise SystemExit(f"versus: the {side.name} side loads {loaded}, not its own tree {side.root}")
         print(f"this checkout ({describe()}) against {commit}; {args.jobs} jobs a run, {args.rounds} rounds")
-        print(f"{'row':<16} {'here jobs/s':>12} {commit + ' jobs/s':>16} {'ratio':>7} {'spread':>13}"
-              f" {'cpu s/1k here':>14} {'cpu s/1k ' + commit:>18}")  # fmt: skip
+        print(f"| row | here jobs/s | {commit} jobs/s | ratio | spread | CPU s/1k jobs here | CPU s/1k jobs {commit} |")
+        print("|---|---|---|---|---|---|---|")
         for name in rows:
             run = ROWS[name]
             ours: list[Sample] = []
@@ -246,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
             rate = lambda s: args.jobs / statistics.median(x.wall for x in s)  # noqa: E731
             cpu = lambda s: 1000 * statistics.median(x.cpu for x in s) / args.jobs  # noqa: E731
             print(
-                f"{name:<16} {rate(ours):>12.0f} {rate(theirs):>16.0f} {statistics.median(ratios):>7.3f}"
-                f" {min(ratios):>6.3f}-{max(ratios):<6.3f} {cpu(ours):>14.3f} {cpu(theirs):>18.3f}",
+                f"| {name} | {rate(ours):.0f} | {rate(theirs):.0f} | {statistics.median(ratios):.3f}"
+                f" | {min(ratios):.3f}–{max(ratios):.3f} | {cpu(ours):.3f} | {cpu(theirs):.3f} |",
                 flush=True,
             )
     finally:
