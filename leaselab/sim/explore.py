@@ -50,7 +50,7 @@ class Run:
 
 
 def _choose(world: World, rng: random.Random, enabled: list[Action]) -> Action:
-    weights = [0.06 if a[0] in FAULTS else (0.5 if a[0] == "tick" else 1.0) for a in enabled]  # world.is_fault
+    weights = [0.06 if world.is_fault(a) else (0.5 if a[0] == "tick" else 1.0) for a in enabled]
     return rng.choices(enabled, weights)[0]
 
 
@@ -59,7 +59,7 @@ def _drain(world: World, taken: list[Action]) -> None:
     while not world.settled() or any(w.loop or w.pulse for w in world.workers.values() if w.alive):
         if world.t > limit or len(taken) > 100 * MAX_STEPS:
             break
-        enabled = [a for a in world.enabled() if a[0] not in FAULTS]  # not world.is_fault(a)
+        enabled = [a for a in world.enabled() if not world.is_fault(a)]
         if not enabled:
             break
         action = min(enabled, key=lambda a: _DRAIN_RANK[a[0]])

@@ -470,8 +470,7 @@ class World:
                 if t < at_ < best:
                     best = at_
             if running:
-                # w.at(w.next_reap), without the call where the worker's clock was never shifted
-                at_ = w.at(w.next_reap) if w.shifts else (w.next_reap - w.offset) / w.rate
+                at_ = w.at(w.next_reap)
                 if t < at_ < best:
                     best = at_
             if w.loop is not None and w.loop.retry_at is not None and t < w.loop.retry_at < best:
@@ -490,7 +489,7 @@ class World:
                             best = w.at(due_)
                 for lease in w.leases.values():
                     if lease.deadline is not None:
-                        at_ = (w.at(lease.deadline) if w.shifts else (lease.deadline - w.offset) / w.rate) + TICK
+                        at_ = w.at(lease.deadline) + TICK
                         if t < at_ < best:
                             best = at_
         return best if best < math.inf else None
