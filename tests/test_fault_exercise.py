@@ -1,4 +1,4 @@
-"""Lesson 7, exercise 3: a fault the reader writes, run on real workers against section 2's three handlers."""
+"""Lesson 8, exercise 3: a fault the reader writes, run on real workers against section 2's three handlers."""
 
 from __future__ import annotations
 

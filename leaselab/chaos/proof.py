@@ -38,7 +38,7 @@ SEED = 7
 # Every job once, plus the one retry the fault in the handler forces, plus one for each fault of the
 # schedule (a pause past the lease may land on a holder): a fix that fails attempts on purpose is over.
 BASE_BUDGET = len(ACCOUNTS) + 1
-# Lesson 7's section 2, by the names the lesson gives them: the right fix and the two that look right.
+# Lesson 8's section 2, by the names the lesson gives them: the right fix and the two that look right.
 SECTION_TWO = ("KEYED", "SKIPS_RETRIES", "KEY_PER_ATTEMPT")
 # What exercise 3 asks for in the reader's fault, and the time its trials give the nemesis: less than
 # its first gap, so nothing strikes but the reader's fault, and the answer is the same on every run.
@@ -235,7 +235,7 @@ def _with_fault(handler: str, fault: str, at: str) -> str:
 def check_fault(
     fault: str, at: str, handlers: dict[str, str], folder: str | os.PathLike, lang: str = "en"
 ) -> FaultCheck:
-    """Lesson 7, exercise 3: the reader's ``fault`` (code that calls ``gates.freeze_until_done_by_another(job)``)
+    """Lesson 8, exercise 3: the reader's ``fault`` (code that calls ``gates.freeze_until_done_by_another(job)``)
     put just ``at`` ("before" or "after") the payment of each of section 2's ``handlers``, each run on
     real workers: which paid every account exactly once, and which did not.
 

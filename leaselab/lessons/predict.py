@@ -68,7 +68,7 @@ QUESTIONS: dict[str, Question] = {
     "l6_ex4": Question(options=("yes", "no")),  # lesson 7's exercises: lesson 6's prefix, as all its lines
     "l6_ex5": Question(options=("kept", "lost")),
     "l7_ex2": Question(options=("right", "not_yet")),
-    # Which of lesson 7's section-2 handlers a fault of the reader's breaks: every answer
+    # Which of lesson 8's section-2 handlers a fault of the reader's breaks: every answer
     # leaselab.chaos.proof.check_fault can give (tests/test_proof.py holds the two lists together).
     "l7_ex3": Question(
         options=(
