@@ -67,7 +67,7 @@ def test_a_version_3_file_is_upgraded_in_place_keeps_every_row_and_takes_the_new
     after = conn.execute("SELECT * FROM jobs WHERE id IN (2) ORDER BY id").fetchall()
     assert after == [row + (None, None, "default", None) for row in jobs_before if row[0] == 2]  # new columns last
     assert conn.execute("SELECT * FROM events ORDER BY id").fetchall()[: len(events_before)] == events_before
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     assert conn.execute("SELECT name FROM sqlite_master WHERE name LIKE '%v3%'").fetchall() == []
     fresh = tmp_path / "fresh.db"

@@ -72,7 +72,7 @@ def test_a_version_4_file_is_upgraded_in_place_keeps_every_row_and_serves_queues
     after = conn.execute("SELECT * FROM jobs WHERE id = 2").fetchall()
     assert after == [row + ("default", None) for row in jobs_before if row[0] == 2]  # the new columns last
     assert conn.execute("SELECT * FROM events ORDER BY id").fetchall()[: len(events_before)] == events_before
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     # The old index's statistics are gone with it; the new index has the new ones.
     assert conn.execute("SELECT stat FROM sqlite_stat1 WHERE idx = 'jobs_claim'").fetchall() == [

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from leaselab import ManualClock, Queue
+from leaselab.backends.sqlite import SCHEMA_VERSION
 from leaselab.periodic import Schedule
 from tests.support.sqlite_marks import old_file
 
@@ -51,7 +52,7 @@ def test_a_version_5_file_is_upgraded_in_place_and_runs_schedules(tmp_path):
     conn.close()
     _runs_a_schedule(path)
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     assert conn.execute("SELECT * FROM jobs WHERE id <= 2 ORDER BY id").fetchall() == jobs_before
     assert conn.execute("SELECT * FROM events ORDER BY id").fetchall()[: len(events_before)] == events_before
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)

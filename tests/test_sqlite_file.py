@@ -29,7 +29,7 @@ def test_a_new_file_uses_small_pages_and_the_current_schema(db_path, clock):
     Queue(db_path, clock=clock).close()
     conn = sqlite3.connect(db_path)
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 1024
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["jobs"] == 1  # STRICT
     conn.close()
 
@@ -70,7 +70,7 @@ def test_a_version_1_file_is_upgraded_in_place_and_keeps_its_history(tmp_path, c
         assert q.claim("new").id == 3
         assert q.stats() == {"pending": 0, "running": 1, "done": 2, "dead": 0}
     conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 7
     assert {r[1]: r[5] for r in conn.execute("PRAGMA table_list")}["jobs"] == 1  # STRICT
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'events_job'").fetchone()[0] == 0
     assert conn.execute("PRAGMA page_size").fetchone()[0] == 4096  # an old file keeps its pages

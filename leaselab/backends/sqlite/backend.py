@@ -34,7 +34,7 @@ from ..base import SqlBackend, claimed, claiming
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 PAGE_SIZE = 1024  # for new files; see schema.sql
 APPLICATION_ID = 0x4C454153  # "LEAS": marks a SQLite file as a leaselab queue
 SQLITE_HEADER = b"SQLite format 3\x00"

@@ -131,9 +131,13 @@ CLAIM_STATISTICS: tuple[str, ...] = (
 # and jobs_key is made by schema.sql.
 # 5 -> 6: periodic schedules' last ticks get their table, made by schema.sql; nothing else changes.
 # 3 -> 4: jobs gain timeout and beat_timeout (NULL: no limit), and the history four kinds,
-# 'timed_out' and 'released', and 'retried' and 'cancelled' for what an operator does by hand.
-# A CHECK cannot be changed in place, so the events table is built anew and its rows copied, ids
-# and links as they were; the jobs table only gains two columns.
+# 'timed_out' and 'released', and 'retried' and 'cancelled' for what an operator does by hand;
+# the jobs table gains two columns, and the events table's new CHECK comes with step 6.
+# 6 -> 7: the CHECKs on a job's status and an event's kind say each value with = and OR instead of
+# IN (...), which made SQLite build a temporary b-tree for the list in every statement that checked
+# it (schema.sql). A CHECK cannot be changed in place, so both tables are built anew and their rows
+# copied, ids and links as they were (a million jobs with their history take seconds, once). A file
+# from 3 to 5 takes this step too: it is where its events table gets step 3's kinds.
 _FINITE = "typeof({0}) IN ('integer', 'real') AND abs({0}) < 9e999"
 _NOW = "((julianday('now') - 2440587.5) * 86400.0)"
 _AS_TEXT = "iif(typeof({0}) IN ('text', 'null'), {0}, hex({0}))"
@@ -225,7 +229,6 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "DROP TRIGGER IF EXISTS jobs_changed",
         "ALTER TABLE jobs ADD COLUMN timeout REAL CHECK (timeout > 0 AND timeout < 9e999)",
         "ALTER TABLE jobs ADD COLUMN beat_timeout REAL CHECK (beat_timeout > 0 AND beat_timeout < 9e999)",
-        "ALTER TABLE events RENAME TO events_v3",
     ),
     4: (
         "DROP INDEX IF EXISTS jobs_claim",
@@ -233,6 +236,16 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE jobs ADD COLUMN key TEXT CHECK (length(key) BETWEEN 1 AND 200)",
         "ANALYZE sqlite_schema",
         "DELETE FROM sqlite_stat1 WHERE tbl = 'jobs' AND idx = 'jobs_claim'",
+    ),
+    6: (
+        "DROP TRIGGER IF EXISTS jobs_enqueued",
+        "DROP TRIGGER IF EXISTS jobs_changed",
+        # A renamed table keeps its indexes under their names, and schema.sql's would then not be made.
+        "DROP INDEX IF EXISTS jobs_claim",
+        "DROP INDEX IF EXISTS jobs_key",
+        "DROP INDEX IF EXISTS jobs_lease",
+        "ALTER TABLE jobs RENAME TO jobs_v6",
+        "ALTER TABLE events RENAME TO events_v6",
     ),
 }
 
@@ -244,6 +257,7 @@ _JOBS_ALL = (
     "id, payload, status, priority, run_at, attempts, max_attempts, lease_until, worker, token, result,"
     " last_error, created_at, started_at, finished_at, updated_at, last_event, last_event_id"
 )
+_JOBS_LATER = "timeout, beat_timeout, queue, key"  # the columns versions 4 and 5 added
 
 REFILLS: dict[int, tuple[str, ...]] = {
     2: (
@@ -259,9 +273,11 @@ REFILLS: dict[int, tuple[str, ...]] = {
         "DROP TABLE events_v2",
         "DROP TABLE temp.upgrade_damage",
     ),
-    3: (
+    6: (
+        f"INSERT INTO jobs ({_JOBS_ALL}, {_JOBS_LATER}) SELECT {_JOBS_ALL}, {_JOBS_LATER} FROM jobs_v6",
         "INSERT INTO events (id, job_id, kind, at, worker, token, attempt, detail, prev)"
-        " SELECT id, job_id, kind, at, worker, token, attempt, detail, prev FROM events_v3",
-        "DROP TABLE events_v3",
+        " SELECT id, job_id, kind, at, worker, token, attempt, detail, prev FROM events_v6",
+        "DROP TABLE jobs_v6",
+        "DROP TABLE events_v6",
     ),
 }
