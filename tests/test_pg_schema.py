@@ -82,7 +82,7 @@ def catalog(url: str) -> dict[str, list[tuple]]:
     return {
         "columns": raw(
             url,
-            "SELECT table_name, column_name, data_type, is_nullable, column_default"
+            "SELECT table_name, column_name, data_type, domain_name, is_nullable, column_default"
             " FROM information_schema.columns WHERE table_name IN ('jobs', 'events')"
             " AND table_schema = current_schema() ORDER BY table_name, ordinal_position",
         ),
@@ -98,6 +98,12 @@ def catalog(url: str) -> dict[str, list[tuple]]:
             url,
             "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
             " WHERE tgrelid = 'jobs'::regclass AND NOT tgisinternal ORDER BY 1",
+        ),
+        "domains": raw(
+            url,
+            "SELECT t.typname, format_type(t.typbasetype, t.typtypmod), c.conname, pg_get_constraintdef(c.oid)"
+            " FROM pg_type t JOIN pg_constraint c ON c.contypid = t.oid"
+            " WHERE t.typtype = 'd' AND t.typnamespace = current_schema()::regnamespace ORDER BY 1, 3",
         ),
         "marks": mark(url),
     }
@@ -170,7 +176,7 @@ def test_a_version_1_database_is_upgraded_in_place_to_the_very_schema_a_new_data
         assert [e.kind for e in q.events(1)] == ["enqueued", "claimed", "reaped", "claimed", "completed"]
     fresh = pg_server.create_database(f"fresh_{os.getpid()}_{abs(hash(pg_url)) % 10**6}")
     Queue(fresh).close()
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION == 7
     assert catalog(pg_url) == catalog(fresh)
     jobs, events, _ = history.load(pg_url)
     assert history.check_fencing(events) == history.check_attempts(jobs, events) == []

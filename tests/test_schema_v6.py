@@ -76,7 +76,9 @@ def test_a_version_5_database_on_postgresql_is_upgraded_to_the_very_schema_a_new
     _runs_a_schedule(pg_url)
     assert raw(pg_url, "SELECT * FROM jobs WHERE id <= 2 ORDER BY id") == jobs_before
     assert events_of(pg_url)[: len(events_before)] == events_before
-    assert mark(pg_url) == [("leaselab queue, schema 6",) * 2]
+    from leaselab.backends.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+
+    assert mark(pg_url) == [(f"leaselab queue, schema {PG_SCHEMA_VERSION}",) * 2]
     fresh = pg_server.create_database(f"fresh_v6_{os.getpid()}_{abs(hash(pg_url)) % 10**6}")
     Queue(fresh).close()
     assert catalog(pg_url) == catalog(fresh)

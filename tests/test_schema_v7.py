@@ -6,8 +6,10 @@ when opened: both tables built anew, every row and link kept, the same rules enf
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +19,7 @@ from leaselab.backends.sqlite import SCHEMA_VERSION
 from leaselab.backends.sqlite import statements as sqlite_sql
 from tests.support.sqlite_marks import old_file
 
+DATA = Path(__file__).parent / "data"
 T0 = 1_767_225_600.0
 
 # Every statement a worker sends per job, and the queue's other writes.
@@ -128,3 +131,72 @@ def test_the_rewritten_checks_refuse_what_the_lists_refused_and_say_which(tmp_pa
     conn = sqlite3.connect(tmp_path / "q.db")
     with pytest.raises(sqlite3.IntegrityError, match=f"CHECK constraint failed: {constraint}"):
         conn.execute(statement)
+
+
+# -- PostgreSQL's schema 7: a one-column rule is a domain, not a CHECK the server reads again per statement --
+
+ONE_COLUMN_CHECKS = (
+    "SELECT conrelid::regclass::text, conname FROM pg_constraint"
+    " WHERE contype = 'c' AND conrelid IN ('jobs'::regclass, 'events'::regclass) AND cardinality(conkey) = 1"
+    " ORDER BY 1, 2"
+)
+
+
+def test_on_postgresql_no_rule_about_one_column_is_a_table_check(pg_url):
+    """A table's CHECKs are read from their stored text in every statement that writes a row; a domain's once
+    per session. Only the two rules about several columns are left to the table."""
+    from tests.test_pg_schema import raw
+
+    Queue(pg_url).close()
+    assert raw(pg_url, ONE_COLUMN_CHECKS) == []
+    assert raw(pg_url, "SELECT conname FROM pg_constraint WHERE contype = 'c' AND conrelid = 'jobs'::regclass") != []
+
+
+def test_a_version_6_database_on_postgresql_is_upgraded_to_the_very_schema_a_new_one_has(pg_url, pg_server):
+    psycopg = pytest.importorskip("psycopg")
+    from leaselab.backends.postgres import SCHEMA_VERSION as PG_SCHEMA_VERSION
+    from tests.test_pg_schema import catalog, events_of, mark, raw
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute((DATA / "pg_schema_v6.sql").read_text())
+        _fill(conn.execute)
+    assert len(raw(pg_url, ONE_COLUMN_CHECKS)) == 14  # what version 6 had: thirteen on jobs, one on events
+    jobs_before = raw(pg_url, "SELECT * FROM jobs ORDER BY id")
+    events_before = events_of(pg_url)
+    with Queue(pg_url) as q:
+        assert [j.status.value for j in q.jobs()] == ["pending", "running", "done", "dead"]
+        assert not q.enqueue_unique("x", "k-1").new
+        job = q.claim("w", queues=["mail"])
+        assert job is not None and job.id == 1 and job.timeout == 5.0 and isinstance(job.run_at, float)
+        q.complete(job.id, job.token, {"ok": True})
+    assert raw(pg_url, "SELECT * FROM jobs WHERE id > 1 ORDER BY id") == jobs_before[1:]
+    assert events_of(pg_url)[: len(events_before)] == events_before
+    assert mark(pg_url) == [(f"leaselab queue, schema {PG_SCHEMA_VERSION}",) * 2] == [("leaselab queue, schema 7",) * 2]
+    fresh = pg_server.create_database(f"fresh_v7_{os.getpid()}_{abs(hash(pg_url)) % 10**6}")
+    Queue(fresh).close()
+    assert catalog(pg_url) == catalog(fresh)
+    assert raw(pg_url, ONE_COLUMN_CHECKS) == []
+    with pytest.raises(psycopg.errors.CheckViolation, match="leaselab_time_finite"):
+        raw(pg_url, "UPDATE jobs SET run_at = 'NaN' WHERE id = 2")
+    with pytest.raises(psycopg.errors.CheckViolation, match="leaselab_event_kind_known"):
+        raw(pg_url, "INSERT INTO events (job_id, kind, at, attempt) VALUES (1, 'exploded', 1, 0)")
+
+
+def test_a_version_6_database_holding_a_row_no_rule_allows_is_refused_whole_and_left_as_it_was(pg_url):
+    """Changing a column to its domain checks every row: a row that another program wrote past a rule (here by
+    dropping the CHECK first) fails the upgrade, in one transaction, so nothing of it is left half done."""
+    psycopg = pytest.importorskip("psycopg")
+    from leaselab.errors import LeaselabError
+    from tests.test_pg_schema import mark, raw
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute((DATA / "pg_schema_v6.sql").read_text())
+        _fill(conn.execute)
+        conn.execute("ALTER TABLE jobs DROP CONSTRAINT jobs_queue_check")
+        conn.execute("UPDATE jobs SET queue = '' WHERE id = 2")
+    before = raw(pg_url, "SELECT * FROM jobs ORDER BY id")
+    with pytest.raises(LeaselabError, match="leaselab_queue_name_length"):
+        Queue(pg_url).close()
+    assert mark(pg_url) == [("leaselab queue, schema 6",) * 2]
+    assert raw(pg_url, "SELECT * FROM jobs ORDER BY id") == before
+    assert raw(pg_url, "SELECT typname FROM pg_type WHERE starts_with(typname, 'leaselab') AND typtype = 'd'") == []

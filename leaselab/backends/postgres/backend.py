@@ -46,7 +46,7 @@ from ..base import SqlBackend, claimed, serving
 from ..contract import Backend, Claim, Claimed, Completion, FullBackend, Tracer
 from . import statements as sql
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 TUPLES_OK = ExecStatus.TUPLES_OK
 SCHEMA_MARK = re.compile(r"leaselab queue, schema (\d+)")
 SCHEMA_LOCK_KEY = 0x4C454153  # "LEAS", as the SQLite files' application_id

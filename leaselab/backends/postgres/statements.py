@@ -410,6 +410,23 @@ UPDATE jobs SET
  WHERE jobs.id = d.id
 """
 
+# The domains of schema 7, each with the jobs columns of its type (events.kind is leaselab_event_kind).
+DOMAINS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("leaselab_time", _TIMES),
+    ("leaselab_status", ("status",)),
+    ("leaselab_attempts", ("attempts",)),
+    ("leaselab_max_attempts", ("max_attempts",)),
+    ("leaselab_seconds", ("timeout", "beat_timeout")),
+    ("leaselab_queue_name", ("queue",)),
+    ("leaselab_key", ("key",)),
+    ("leaselab_event_kind", ()),
+)
+# The jobs CHECKs of schema 6 that the domains replace: unnamed ones by the names PostgreSQL gave them.
+_ONE_COLUMN_CHECKS = (
+    *(f"jobs_{c}_finite" for c in _TIMES),
+    *(f"jobs_{c}_check" for c in ("status", "attempts", "max_attempts", "timeout", "beat_timeout", "queue", "key")),
+)
+
 MIGRATIONS: dict[int, tuple[str, ...]] = {
     1: (
         "LOCK TABLE jobs, events IN ACCESS EXCLUSIVE MODE",
@@ -467,5 +484,19 @@ MIGRATIONS: dict[int, tuple[str, ...]] = {
         _schema_statement_to("CREATE TABLE schedules (", ");"),
         "COMMENT ON TABLE jobs IS 'leaselab queue, schema 6'",
         "COMMENT ON TABLE events IS 'leaselab queue, schema 6'",
+    ),
+    # 6 -> 7: each one-column rule becomes its column's domain (schema.sql's CREATE DOMAINs, as they are),
+    # and its CHECK goes: the same rules, read once per session instead of in every statement. Changing a
+    # column to a domain with a rule checks every row against it, so the rows are known to keep them.
+    6: (
+        "LOCK TABLE jobs, events IN ACCESS EXCLUSIVE MODE",
+        *(_schema_statement_to(f"CREATE DOMAIN {name} ", ");") for name, _ in DOMAINS),
+        "ALTER TABLE jobs "
+        + ", ".join(f"DROP CONSTRAINT IF EXISTS {check}" for check in _ONE_COLUMN_CHECKS)
+        + ", "
+        + ", ".join(f"ALTER COLUMN {column} TYPE {name}" for name, columns in DOMAINS for column in columns),
+        "ALTER TABLE events DROP CONSTRAINT IF EXISTS events_kind_check, ALTER COLUMN kind TYPE leaselab_event_kind",
+        "COMMENT ON TABLE jobs IS 'leaselab queue, schema 7'",
+        "COMMENT ON TABLE events IS 'leaselab queue, schema 7'",
     ),
 }
