@@ -73,23 +73,21 @@ ROW_COLUMNS = (
 )
 ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with
 SOME_ROWS = ROWS + " WHERE id IN ({marks})"  # the rows of the jobs the model changed and no statement touched
-# Every row a statement inserts or updates is copied, as it is then, into a temporary table of the world's
-# own connection, and every row it deletes is noted there as gone (temporary triggers: nothing of the
-# queue's schema or statements changes, and the rows a statement reports as changed do not count its
-# triggers). After each call only those rows, and those of the jobs the specification changed, are
-# compared: any other row is the one the last comparison found equal to the model's.
+# Every row a statement inserts or updates is handed, as it is then, to a function of the world's own on the
+# queue's connection, and every row it deletes is noted there as gone (temporary triggers calling it: nothing of
+# the queue's schema or statements changes, and the rows a statement reports as changed do not count its
+# triggers). After each call only those rows, and those of the jobs the specification changed, are compared: any
+# other row is the one the last comparison found equal to the model's. The rows come straight from the
+# statements, with no statement of the world's own to read them back; a write the queue rolled back would be
+# noted too, but the queue rolls back only on an error, and an error from the queue ends the schedule.
+NOTE_ROW, NOTE_GONE = "leaselab_sim_row", "leaselab_sim_gone"  # the world's functions, by their SQL names
 _NEW = ", ".join(f"new.{name}" for name in ROW_COLUMNS)
 TOUCHED = (
-    f"CREATE TEMP TABLE touched (id INTEGER PRIMARY KEY, {', '.join(ROW_COLUMNS[1:])}, gone)",
-    "CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs"
-    f" BEGIN INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
+    f"CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs BEGIN SELECT {NOTE_ROW}({_NEW}); END",
     "CREATE TEMP TRIGGER touched_update AFTER UPDATE ON main.jobs BEGIN"
-    " INSERT OR REPLACE INTO touched (id, gone) SELECT old.id, 1 WHERE old.id IS NOT new.id;"
-    f" INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
-    "CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs"
-    " BEGIN INSERT OR REPLACE INTO touched (id, gone) VALUES (old.id, 1); END",
+    f" SELECT {NOTE_GONE}(old.id) WHERE old.id IS NOT new.id; SELECT {NOTE_ROW}({_NEW}); END",
+    f"CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs BEGIN SELECT {NOTE_GONE}(old.id); END",
 )
-TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING *"  # the rows touched since the last time, each as it is now
 CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"  # the WAL into the file, synced at either durability
 
 
@@ -314,10 +312,21 @@ class World:
         """Note every row a statement touches from now on (``TOUCHED``: temporary triggers on the queue's own
         connection), and compare every row at the next call: on a new queue, and after a power cut reopened it."""
         self._db = self.queue.backend.connection  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+        # id -> the row as the last statement that touched it left it (``ROW_COLUMNS``), or None: gone.
+        touched: dict[int, tuple | None] = {}
+        self._touched = touched
+
+        def note_row(*row: Any) -> None:
+            touched[row[0]] = row
+
+        def note_gone(job_id: int) -> None:
+            touched[job_id] = None
+
+        self._db.create_function(NOTE_ROW, len(ROW_COLUMNS), note_row)
+        self._db.create_function(NOTE_GONE, 1, note_gone)
         for statement in TOUCHED:
             self._db.execute(statement)
         self._compared = False  # the first call compares every row; each later one, those touched since
-        self._changes: int | None = None  # the connection's total_changes when ``touched`` was last emptied
 
     def _jobs_anew(self) -> None:
         """Work out afresh which jobs are running and pending and when each one's own time comes."""
@@ -1147,22 +1156,20 @@ class World:
         touched since the last comparison and the jobs the model changed in the call (``Model.changed``).
         Any other row is as the last comparison found it, equal to the model's, so the first disagreement is
         found, and named, exactly as by comparing every row."""
-        # SQLite counts every row any statement (a trigger's too) changed on the connection: while that count
-        # stands where it stood when ``touched`` was last emptied, nothing was noted since, and it is not read.
-        # (APSW's connection, on a disk that can lose power, has no such count: there it is always read.)
-        changes = getattr(self._db, "total_changes", None)
-        taken = [] if changes is not None and changes == self._changes else self._db.execute(TAKE_TOUCHED).fetchall()
-        self._changes = getattr(self._db, "total_changes", None)
+        touched = self._touched
         if not self._compared:
+            touched.clear()
             self._compared = True
             self.model.compare(self._rows(), after)
             return
         rows, gone = {}, set()
-        for row in taken:
-            if row[-1]:
-                gone.add(row[0])
-            else:
-                rows[row[0]] = _row(row[:-1])
+        if touched:
+            for job_id, row in touched.items():
+                if row is None:
+                    gone.add(job_id)
+                else:
+                    rows[job_id] = _row(row)
+            touched.clear()
         jobs = self.model.jobs
         changed = self.model.changed  # the jobs the model changed in this call
         untouched = changed - rows.keys() - gone
