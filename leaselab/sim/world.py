@@ -383,7 +383,14 @@ class World:
             self._enabled = self._work_out_enabled()
         return self._enabled
 
-    def _work_out_enabled(self) -> list[Action]:
+    def calm(self) -> list[Action]:
+        """The actions of ``enabled()`` that are no fault, in its order: what a drain chooses from (the faults
+        that could strike are not worked out at all, unless ``enabled()`` was asked for this step already)."""
+        if self._enabled is not None:
+            return [a for a in self._enabled if not self.is_fault(a)]
+        return self._work_out_enabled(faults=False)
+
+    def _work_out_enabled(self, faults: bool = True) -> list[Action]:
         actions: list[Action] = []
         live = self._live_now()
         pending, running = self._pending, self._jobs_due()[1]
@@ -411,14 +418,14 @@ class World:
                 actions.append(("deliver", w.name, "loop"))
             if w.pulse is not None and w.pulse.held:
                 actions.append(("deliver", w.name, "pulse"))
-        if self.faults < self.scenario.max_faults:
+        if faults and self.faults < self.scenario.max_faults:
             for w in live:
                 actions.extend(
                     a
                     for a in self._faults_of(w.name, w.armed is not None)
                     if (a[0] != "hang" or w.can_hang()) and (a[0] not in CLOCK_FAULTS or t >= w.paused_until)
                 )
-        if self.faults < self.scenario.max_faults and self.disk is not None and live:
+        if faults and self.faults < self.scenario.max_faults and self.disk is not None and live:
             actions.append(("power",))
         if len(live) < self.scenario.workers:
             actions.append(("start",))
@@ -1207,11 +1214,15 @@ class World:
             n, token = claim
             jobs = answer if done is None else answer[1]
             tried = expect.get("tried", ())  # a retry's earlier tokens: jobs held under one are the claim's
-            mine = {
-                j.id
-                for j in before.values()
-                if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
-            }
+            mine = (
+                {
+                    j.id
+                    for j in before.values()
+                    if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
+                }
+                if tried
+                else set()
+            )
             if mine:  # a retry that found an earlier try's claims by their token: no new claim
                 if {j.id for j in jobs} != mine:
                     raise Violation(
