@@ -482,7 +482,11 @@ class World:
         at = bisect.bisect_right(due, t)
         best = due[at] if at < len(due) else math.inf  # the least time later than now, so far
         for w in self._live_now():
-            for at_ in (w.paused_until, w.cut_until, *w.ends.values()):
+            if t < w.paused_until < best:
+                best = w.paused_until
+            if t < w.cut_until < best:
+                best = w.cut_until
+            for at_ in w.ends.values():
                 if t < at_ < best:
                     best = at_
             if running:
@@ -1185,8 +1189,9 @@ class World:
         ids = rows.keys() | gone | changed
         if not ids:
             return
-        if any((job_id in rows) != (job_id in jobs) for job_id in ids):
-            self.model.compare(self._rows(), after)  # a row added or gone: named with the whole table
+        # A row added (read, not in the model) or gone (in the model, not read): named with the whole table.
+        if not rows.keys() <= jobs.keys() or not jobs.keys().isdisjoint(ids - rows.keys()):
+            self.model.compare(self._rows(), after)
         self.model.compare(rows, after, ids=ids & jobs.keys())
 
     def _judge(self, w: SimWorker, answer: Any, now: float, after: str, before: dict, **expect: Any) -> None:
