@@ -187,6 +187,7 @@ class SimWorker:
         # (world times); ("jump", at, seconds) stepped it forward by seconds at world time at.
         self.shifts: list[tuple[str, float, float]] = []
         self.leases: dict[str, Lease] = {}  # held: renewed by the pulse until handed in
+        self.limited = 0  # how many of them have a limit (``limited``): only those can be overdue
         self.ends: dict[str, float] = {}  # token -> virtual time its handler returns
         self.kept: list[str] = []  # tokens of claims and outcomes in flight: see decisions.keep_from_reaper
         self.loop: Call | None = None
@@ -235,12 +236,25 @@ class SimWorker:
     def renewable(self) -> list[Lease]:
         return [lease for lease in self.leases.values() if not lease.refused]
 
+    def hold(self, lease: Lease) -> None:
+        """Hold ``lease`` until it is handed in (``hand_in``)."""
+        self.leases[lease.token] = lease
+        self.limited += limited(lease)
+
+    def hand_in(self, token: str) -> Lease:
+        """The lease held under ``token``, held no longer."""
+        lease = self.leases.pop(token)
+        self.limited -= limited(lease)
+        return lease
+
     def overdue(self) -> list[tuple[Lease, str]]:
         """The leases the pulse must give up now (``decisions.overdue`` on the worker's own clock), with why."""
         now, found = None, []
+        if not self.limited:  # asked for at every step: without a limit, none is looked at
+            return found
         for lease in self.leases.values():
             # An attempt with no limit is never overdue: skipped, as the real ``Leases.overdue`` skips it.
-            if lease.refused or (lease.timeout is None and lease.beat_timeout is None):
+            if lease.refused or not limited(lease):
                 continue
             if now is None:
                 now = self.clock()
@@ -252,6 +266,12 @@ class SimWorker:
     def can_hang(self) -> bool:
         """True when a handler of this worker is running and may yet return: one that can be made to hang."""
         return any(end < math.inf for end in self.ends.values())
+
+
+def limited(lease: Lease) -> bool:
+    """True when the attempt under ``lease`` has a limit (a timeout or a beat timeout): one without is never
+    overdue (``decisions.overdue_at`` says None), and the real ``Leases.overdue`` skips it."""
+    return lease.timeout is not None or lease.beat_timeout is not None
 
 
 class World:
@@ -502,7 +522,7 @@ class World:
                     if t < at_ < best:
                         best = at_
                     for lease in renewable:
-                        if lease.timeout is None and lease.beat_timeout is None:
+                        if not limited(lease):
                             continue  # no limit: never overdue (decisions.overdue_at says None)
                         due_ = decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)
                         if due_ is not None and t < w.at(due_) < best:
@@ -597,7 +617,7 @@ class World:
             loop = w.loop
             if (
                 (loop is None and w.ends and later > min(w.ends.values()) + slack)
-                or (w.pulse is None and w.leases and w.renewable() and later > w.at(w.next_beat) + slack)
+                or (w.pulse is None and w.leases and later > w.at(w.next_beat) + slack and w.renewable())
                 or (loop is not None and loop.retry_at is not None and later > loop.retry_at + slack)
             ):
                 for token in list(w.leases) + w.kept:
@@ -670,7 +690,7 @@ class World:
     def _hold(self, w: SimWorker, jobs: list[Job], sent: float) -> None:
         for job in jobs:
             lease = Lease(job, self.scenario.lease, sent=sent, clock=w.clock)
-            w.leases[job.token] = lease  # type: ignore[index]
+            w.hold(lease)
             w.ends[lease.token] = self.t + job.payload["work"] / w.rate
             attempt = self.attempts[lease.token] = Attempt(job.id, job.attempts, lease.token, w.name, self.t)
             if w.cut_until > self.t:  # a fault still under way hits the attempt that starts in it
@@ -691,7 +711,7 @@ class World:
         outcomes = []
         for token in finished:
             del w.ends[token]
-            lease = w.leases.pop(token)
+            lease = w.hand_in(token)
             result, error = self._run_handler(w, lease)
             outcomes.append((lease, result, error))
             w.kept.append(token)  # handed in: kept from the reaper until its outcome is written
