@@ -249,9 +249,9 @@ class SimWorker:
 
     def overdue(self) -> list[tuple[Lease, str]]:
         """The leases the pulse must give up now (``decisions.overdue`` on the worker's own clock), with why."""
-        now, found = None, []
         if not self.limited:  # asked for at every step: without a limit, none is looked at
-            return found
+            return []
+        now, found = None, []
         for lease in self.leases.values():
             # An attempt with no limit is never overdue: skipped, as the real ``Leases.overdue`` skips it.
             if lease.refused or not limited(lease):
@@ -353,11 +353,14 @@ class World:
         self._due_of: dict[int, float] = {}  # job id -> when its lease or its delay ends, in virtual time
         self._running: set[int] = set()
         self._waiting: set[int] = set()  # pending
+        self._due, self._pending = None, False
         self._jobs_changed(self.model.jobs.keys())
 
     def _jobs_changed(self, ids: Any) -> None:
         """The jobs ``ids`` changed in the model (only a call, or a power cut, changes them): what depends on them
         is worked out again for those alone."""
+        if not ids:  # a call that changed no job (a reap that found nothing)
+            return
         jobs = self.model.jobs
         for job_id in ids:
             job = jobs[job_id]
@@ -521,7 +524,7 @@ class World:
                     at_ = w.at(w.next_beat)
                     if t < at_ < best:
                         best = at_
-                    for lease in renewable:
+                    for lease in renewable if w.limited else ():
                         if not limited(lease):
                             continue  # no limit: never overdue (decisions.overdue_at says None)
                         due_ = decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)
