@@ -362,19 +362,27 @@ class World:
         if not ids:  # a call that changed no job (a reap that found nothing)
             return
         jobs = self.model.jobs
+        due = None if self._due is None else self._due[0]  # once worked out, kept in order as times change
         for job_id in ids:
             job = jobs[job_id]
             self._running.discard(job_id)
             self._waiting.discard(job_id)
-            self._due_of.pop(job_id, None)
+            at = self._due_of.pop(job_id, None)
+            if at is not None and due is not None:
+                del due[bisect.bisect_left(due, at)]
+            at = None
             if job.status == "running":
                 self._running.add(job_id)
                 if job.lease_until is not None:
-                    self._due_of[job_id] = job.lease_until - EPOCH + TICK
+                    at = job.lease_until - EPOCH + TICK
             elif job.status == "pending":
                 self._waiting.add(job_id)
-                self._due_of[job_id] = job.run_at - EPOCH + TICK
-        self._due = None
+                at = job.run_at - EPOCH + TICK
+            if at is not None:
+                self._due_of[job_id] = at
+                if due is not None:
+                    bisect.insort(due, at)
+        self._due = None if due is None else (due, bool(self._running))
         self._pending = bool(self._waiting)  # some job is pending
 
     def _in_memory(self) -> Queue:
@@ -539,7 +547,8 @@ class World:
 
     def _jobs_due(self) -> tuple[list[float], bool]:
         """When the jobs' own times come (a running job's lease ends, a pending job's delay ends), in order, and
-        whether any job is running: worked out again only after a call, as only a call changes the jobs."""
+        whether any job is running: worked out once, then kept in order by ``_jobs_changed`` for the jobs a call
+        changed, as only a call changes the jobs."""
         if self._due is None:
             self._due = sorted(self._due_of.values()), bool(self._running)
         return self._due
