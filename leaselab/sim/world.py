@@ -438,7 +438,7 @@ class World:
             elif loop.retry_at is not None and loop.retry_at <= t:
                 actions.append(("retry", w.name))
             if w.pulse is None:
-                if w.leases and w.overdue():
+                if w.limited and w.overdue():  # only a lease with a limit can be overdue
                     actions.append(("give_up", w.name))
                 elif w.leases and w.at(w.next_beat) <= t and w.renewable():
                     actions.append(("beat", w.name))
@@ -622,9 +622,9 @@ class World:
     def _late(self, later: float) -> None:
         """Time moving to ``later`` past a step a worker could have taken long before (its handler done, a
         beat or a retry due) is a slow worker, as after a pause: its attempts count that as a fault."""
-        slack = LATE * self.scenario.lease
+        slack, t = LATE * self.scenario.lease, self.t
         for w in self._live_now():
-            if w.paused():
+            if t < w.paused_until:  # paused
                 continue
             loop = w.loop
             if (
@@ -641,8 +641,9 @@ class World:
         lost as soon as the time comes, not only when the handler checks; a paused worker's watcher waits, and
         the moment a pause ends its threads race: the pulse may beat before the watcher looks, so it looks at
         the next moment."""
+        t = self.t
         for w in self._live_now():
-            if not w.paused() and w.paused_until != self.t:
+            if t > w.paused_until:  # not paused, nor at the moment its pause ends
                 for lease in w.leases.values():
                     lease.expired()
 
@@ -1215,6 +1216,10 @@ class World:
             touched.clear()
         jobs = self.model.jobs
         changed = self.model.changed  # the jobs the model changed in this call
+        if not gone and rows.keys() == changed and rows.keys() <= jobs.keys():  # the statements touched just those
+            if changed:
+                self.model.compare(rows, after, ids=changed)
+            return
         untouched = changed - rows.keys() - gone
         if untouched:
             rows.update(self._rows(sorted(untouched)))
