@@ -205,6 +205,26 @@ def test_a_row_no_call_should_have_changed_is_caught_at_the_next_call(column, va
     assert caught.value.kind == f"wrong_{column}" and "job 4 " in caught.value.message
 
 
+@pytest.mark.parametrize(
+    "statement, held",
+    [("DELETE FROM jobs WHERE id = 4", "[1, 2, 3]"), ("UPDATE jobs SET id = 99 WHERE id = 4", "[1, 2, 3, 99]")],
+)
+def test_a_row_gone_or_added_behind_the_models_back_is_named_with_the_whole_table(statement, held):
+    # The triggers note a deleted row (and a row whose id changed) as gone, and the new id's row as touched: the
+    # next call, which itself touches another job, still names the table's jobs against the model's.
+    from leaselab.sim.model import Violation
+    from leaselab.sim.world import World
+
+    world = World(Scenario(workers=1, jobs=4))
+    world.step(("claim", "w1"))  # every row compared once; job 2 (the first of the higher priority) claimed
+    world.queue.backend.connection.execute(statement)
+    with pytest.raises(Violation) as caught:
+        world.step(("beat", "w1"))
+    world.close()
+    assert caught.value.kind == "rows"
+    assert f"the queue holds jobs {held}, the model [1, 2, 3, 4]" in caught.value.message
+
+
 def test_expire_is_the_ticks_it_stands_for():
     # ("expire",) lets time pass tick after tick until the earliest lease the queue holds has ended: the same
     # world as taking those ticks one by one, trace and state alike.

@@ -59,7 +59,7 @@ def _drain(world: World, taken: list[Action]) -> None:
     while not world.settled() or any(w.loop or w.pulse for w in world.workers.values() if w.alive):
         if world.t > limit or len(taken) > 100 * MAX_STEPS:
             break
-        enabled = [a for a in world.enabled() if not world.is_fault(a)]
+        enabled = world.calm()
         if not enabled:
             break
         action = min(enabled, key=lambda a: _DRAIN_RANK[a[0]])

@@ -73,23 +73,21 @@ ROW_COLUMNS = (
 )
 ROWS = "SELECT " + ", ".join(ROW_COLUMNS) + " FROM jobs"  # what the model is compared with
 SOME_ROWS = ROWS + " WHERE id IN ({marks})"  # the rows of the jobs the model changed and no statement touched
-# Every row a statement inserts or updates is copied, as it is then, into a temporary table of the world's
-# own connection, and every row it deletes is noted there as gone (temporary triggers: nothing of the
-# queue's schema or statements changes, and the rows a statement reports as changed do not count its
-# triggers). After each call only those rows, and those of the jobs the specification changed, are
-# compared: any other row is the one the last comparison found equal to the model's.
+# Every row a statement inserts or updates is handed, as it is then, to a function of the world's own on the
+# queue's connection, and every row it deletes is noted there as gone (temporary triggers calling it: nothing of
+# the queue's schema or statements changes, and the rows a statement reports as changed do not count its
+# triggers). After each call only those rows, and those of the jobs the specification changed, are compared: any
+# other row is the one the last comparison found equal to the model's. The rows come straight from the
+# statements, with no statement of the world's own to read them back; a write the queue rolled back would be
+# noted too, but the queue rolls back only on an error, and an error from the queue ends the schedule.
+NOTE_ROW, NOTE_GONE = "leaselab_sim_row", "leaselab_sim_gone"  # the world's functions, by their SQL names
 _NEW = ", ".join(f"new.{name}" for name in ROW_COLUMNS)
 TOUCHED = (
-    f"CREATE TEMP TABLE touched (id INTEGER PRIMARY KEY, {', '.join(ROW_COLUMNS[1:])}, gone)",
-    "CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs"
-    f" BEGIN INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
+    f"CREATE TEMP TRIGGER touched_insert AFTER INSERT ON main.jobs BEGIN SELECT {NOTE_ROW}({_NEW}); END",
     "CREATE TEMP TRIGGER touched_update AFTER UPDATE ON main.jobs BEGIN"
-    " INSERT OR REPLACE INTO touched (id, gone) SELECT old.id, 1 WHERE old.id IS NOT new.id;"
-    f" INSERT OR REPLACE INTO touched VALUES ({_NEW}, 0); END",
-    "CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs"
-    " BEGIN INSERT OR REPLACE INTO touched (id, gone) VALUES (old.id, 1); END",
+    f" SELECT {NOTE_GONE}(old.id) WHERE old.id IS NOT new.id; SELECT {NOTE_ROW}({_NEW}); END",
+    f"CREATE TEMP TRIGGER touched_delete AFTER DELETE ON main.jobs BEGIN SELECT {NOTE_GONE}(old.id); END",
 )
-TAKE_TOUCHED = "DELETE FROM temp.touched RETURNING *"  # the rows touched since the last time, each as it is now
 CHECKPOINT = "PRAGMA wal_checkpoint(TRUNCATE)"  # the WAL into the file, synced at either durability
 
 
@@ -189,6 +187,7 @@ class SimWorker:
         # (world times); ("jump", at, seconds) stepped it forward by seconds at world time at.
         self.shifts: list[tuple[str, float, float]] = []
         self.leases: dict[str, Lease] = {}  # held: renewed by the pulse until handed in
+        self.limited = 0  # how many of them have a limit (``limited``): only those can be overdue
         self.ends: dict[str, float] = {}  # token -> virtual time its handler returns
         self.kept: list[str] = []  # tokens of claims and outcomes in flight: see decisions.keep_from_reaper
         self.loop: Call | None = None
@@ -237,12 +236,25 @@ class SimWorker:
     def renewable(self) -> list[Lease]:
         return [lease for lease in self.leases.values() if not lease.refused]
 
+    def hold(self, lease: Lease) -> None:
+        """Hold ``lease`` until it is handed in (``hand_in``)."""
+        self.leases[lease.token] = lease
+        self.limited += limited(lease)
+
+    def hand_in(self, token: str) -> Lease:
+        """The lease held under ``token``, held no longer."""
+        lease = self.leases.pop(token)
+        self.limited -= limited(lease)
+        return lease
+
     def overdue(self) -> list[tuple[Lease, str]]:
         """The leases the pulse must give up now (``decisions.overdue`` on the worker's own clock), with why."""
+        if not self.limited:  # asked for at every step: without a limit, none is looked at
+            return []
         now, found = None, []
         for lease in self.leases.values():
             # An attempt with no limit is never overdue: skipped, as the real ``Leases.overdue`` skips it.
-            if lease.refused or (lease.timeout is None and lease.beat_timeout is None):
+            if lease.refused or not limited(lease):
                 continue
             if now is None:
                 now = self.clock()
@@ -254,6 +266,12 @@ class SimWorker:
     def can_hang(self) -> bool:
         """True when a handler of this worker is running and may yet return: one that can be made to hang."""
         return any(end < math.inf for end in self.ends.values())
+
+
+def limited(lease: Lease) -> bool:
+    """True when the attempt under ``lease`` has a limit (a timeout or a beat timeout): one without is never
+    overdue (``decisions.overdue_at`` says None), and the real ``Leases.overdue`` skips it."""
+    return lease.timeout is not None or lease.beat_timeout is not None
 
 
 class World:
@@ -314,35 +332,57 @@ class World:
         """Note every row a statement touches from now on (``TOUCHED``: temporary triggers on the queue's own
         connection), and compare every row at the next call: on a new queue, and after a power cut reopened it."""
         self._db = self.queue.backend.connection  # type: ignore[attr-defined]  # the SQL backends' escape hatch
+        # id -> the row as the last statement that touched it left it (``ROW_COLUMNS``), or None: gone.
+        touched: dict[int, tuple | None] = {}
+        self._touched = touched
+
+        def note_row(*row: Any) -> None:
+            touched[row[0]] = row
+
+        def note_gone(job_id: int) -> None:
+            touched[job_id] = None
+
+        self._db.create_function(NOTE_ROW, len(ROW_COLUMNS), note_row)
+        self._db.create_function(NOTE_GONE, 1, note_gone)
         for statement in TOUCHED:
             self._db.execute(statement)
         self._compared = False  # the first call compares every row; each later one, those touched since
-        self._changes: int | None = None  # the connection's total_changes when ``touched`` was last emptied
 
     def _jobs_anew(self) -> None:
         """Work out afresh which jobs are running and pending and when each one's own time comes."""
         self._due_of: dict[int, float] = {}  # job id -> when its lease or its delay ends, in virtual time
         self._running: set[int] = set()
         self._waiting: set[int] = set()  # pending
+        self._due, self._pending = None, False
         self._jobs_changed(self.model.jobs.keys())
 
     def _jobs_changed(self, ids: Any) -> None:
         """The jobs ``ids`` changed in the model (only a call, or a power cut, changes them): what depends on them
         is worked out again for those alone."""
+        if not ids:  # a call that changed no job (a reap that found nothing)
+            return
         jobs = self.model.jobs
+        due = None if self._due is None else self._due[0]  # once worked out, kept in order as times change
         for job_id in ids:
             job = jobs[job_id]
             self._running.discard(job_id)
             self._waiting.discard(job_id)
-            self._due_of.pop(job_id, None)
+            at = self._due_of.pop(job_id, None)
+            if at is not None and due is not None:
+                del due[bisect.bisect_left(due, at)]
+            at = None
             if job.status == "running":
                 self._running.add(job_id)
                 if job.lease_until is not None:
-                    self._due_of[job_id] = job.lease_until - EPOCH + TICK
+                    at = job.lease_until - EPOCH + TICK
             elif job.status == "pending":
                 self._waiting.add(job_id)
-                self._due_of[job_id] = job.run_at - EPOCH + TICK
-        self._due = None
+                at = job.run_at - EPOCH + TICK
+            if at is not None:
+                self._due_of[job_id] = at
+                if due is not None:
+                    bisect.insort(due, at)
+        self._due = None if due is None else (due, bool(self._running))
         self._pending = bool(self._waiting)  # some job is pending
 
     def _in_memory(self) -> Queue:
@@ -374,7 +414,14 @@ class World:
             self._enabled = self._work_out_enabled()
         return self._enabled
 
-    def _work_out_enabled(self) -> list[Action]:
+    def calm(self) -> list[Action]:
+        """The actions of ``enabled()`` that are no fault, in its order: what a drain chooses from (the faults
+        that could strike are not worked out at all, unless ``enabled()`` was asked for this step already)."""
+        if self._enabled is not None:
+            return [a for a in self._enabled if not self.is_fault(a)]
+        return self._work_out_enabled(faults=False)
+
+    def _work_out_enabled(self, faults: bool = True) -> list[Action]:
         actions: list[Action] = []
         live = self._live_now()
         pending, running = self._pending, self._jobs_due()[1]
@@ -391,7 +438,7 @@ class World:
             elif loop.retry_at is not None and loop.retry_at <= t:
                 actions.append(("retry", w.name))
             if w.pulse is None:
-                if w.leases and w.overdue():
+                if w.limited and w.overdue():  # only a lease with a limit can be overdue
                     actions.append(("give_up", w.name))
                 elif w.leases and w.at(w.next_beat) <= t and w.renewable():
                     actions.append(("beat", w.name))
@@ -402,14 +449,14 @@ class World:
                 actions.append(("deliver", w.name, "loop"))
             if w.pulse is not None and w.pulse.held:
                 actions.append(("deliver", w.name, "pulse"))
-        if self.faults < self.scenario.max_faults:
+        if faults and self.faults < self.scenario.max_faults:
             for w in live:
                 actions.extend(
                     a
                     for a in self._faults_of(w.name, w.armed is not None)
                     if (a[0] != "hang" or w.can_hang()) and (a[0] not in CLOCK_FAULTS or t >= w.paused_until)
                 )
-        if self.faults < self.scenario.max_faults and self.disk is not None and live:
+        if faults and self.faults < self.scenario.max_faults and self.disk is not None and live:
             actions.append(("power",))
         if len(live) < self.scenario.workers:
             actions.append(("start",))
@@ -466,7 +513,11 @@ class World:
         at = bisect.bisect_right(due, t)
         best = due[at] if at < len(due) else math.inf  # the least time later than now, so far
         for w in self._live_now():
-            for at_ in (w.paused_until, w.cut_until, *w.ends.values()):
+            if t < w.paused_until < best:
+                best = w.paused_until
+            if t < w.cut_until < best:
+                best = w.cut_until
+            for at_ in w.ends.values():
                 if t < at_ < best:
                     best = at_
             if running:
@@ -481,8 +532,8 @@ class World:
                     at_ = w.at(w.next_beat)
                     if t < at_ < best:
                         best = at_
-                    for lease in renewable:
-                        if lease.timeout is None and lease.beat_timeout is None:
+                    for lease in renewable if w.limited else ():
+                        if not limited(lease):
                             continue  # no limit: never overdue (decisions.overdue_at says None)
                         due_ = decisions.overdue_at(lease.started, lease.timeout, lease.progressed, lease.beat_timeout)
                         if due_ is not None and t < w.at(due_) < best:
@@ -496,7 +547,8 @@ class World:
 
     def _jobs_due(self) -> tuple[list[float], bool]:
         """When the jobs' own times come (a running job's lease ends, a pending job's delay ends), in order, and
-        whether any job is running: worked out again only after a call, as only a call changes the jobs."""
+        whether any job is running: worked out once, then kept in order by ``_jobs_changed`` for the jobs a call
+        changed, as only a call changes the jobs."""
         if self._due is None:
             self._due = sorted(self._due_of.values()), bool(self._running)
         return self._due
@@ -570,14 +622,14 @@ class World:
     def _late(self, later: float) -> None:
         """Time moving to ``later`` past a step a worker could have taken long before (its handler done, a
         beat or a retry due) is a slow worker, as after a pause: its attempts count that as a fault."""
-        slack = LATE * self.scenario.lease
+        slack, t = LATE * self.scenario.lease, self.t
         for w in self._live_now():
-            if w.paused():
+            if t < w.paused_until:  # paused
                 continue
             loop = w.loop
             if (
                 (loop is None and w.ends and later > min(w.ends.values()) + slack)
-                or (w.pulse is None and w.leases and w.renewable() and later > w.at(w.next_beat) + slack)
+                or (w.pulse is None and w.leases and later > w.at(w.next_beat) + slack and w.renewable())
                 or (loop is not None and loop.retry_at is not None and later > loop.retry_at + slack)
             ):
                 for token in list(w.leases) + w.kept:
@@ -589,8 +641,9 @@ class World:
         lost as soon as the time comes, not only when the handler checks; a paused worker's watcher waits, and
         the moment a pause ends its threads race: the pulse may beat before the watcher looks, so it looks at
         the next moment."""
+        t = self.t
         for w in self._live_now():
-            if not w.paused() and w.paused_until != self.t:
+            if t > w.paused_until:  # not paused, nor at the moment its pause ends
                 for lease in w.leases.values():
                     lease.expired()
 
@@ -650,7 +703,7 @@ class World:
     def _hold(self, w: SimWorker, jobs: list[Job], sent: float) -> None:
         for job in jobs:
             lease = Lease(job, self.scenario.lease, sent=sent, clock=w.clock)
-            w.leases[job.token] = lease  # type: ignore[index]
+            w.hold(lease)
             w.ends[lease.token] = self.t + job.payload["work"] / w.rate
             attempt = self.attempts[lease.token] = Attempt(job.id, job.attempts, lease.token, w.name, self.t)
             if w.cut_until > self.t:  # a fault still under way hits the attempt that starts in it
@@ -671,7 +724,7 @@ class World:
         outcomes = []
         for token in finished:
             del w.ends[token]
-            lease = w.leases.pop(token)
+            lease = w.hand_in(token)
             result, error = self._run_handler(w, lease)
             outcomes.append((lease, result, error))
             w.kept.append(token)  # handed in: kept from the reaper until its outcome is written
@@ -1147,32 +1200,35 @@ class World:
         touched since the last comparison and the jobs the model changed in the call (``Model.changed``).
         Any other row is as the last comparison found it, equal to the model's, so the first disagreement is
         found, and named, exactly as by comparing every row."""
-        # SQLite counts every row any statement (a trigger's too) changed on the connection: while that count
-        # stands where it stood when ``touched`` was last emptied, nothing was noted since, and it is not read.
-        # (APSW's connection, on a disk that can lose power, has no such count: there it is always read.)
-        changes = getattr(self._db, "total_changes", None)
-        taken = [] if changes is not None and changes == self._changes else self._db.execute(TAKE_TOUCHED).fetchall()
-        self._changes = getattr(self._db, "total_changes", None)
+        touched = self._touched
         if not self._compared:
+            touched.clear()
             self._compared = True
             self.model.compare(self._rows(), after)
             return
         rows, gone = {}, set()
-        for row in taken:
-            if row[-1]:
-                gone.add(row[0])
-            else:
-                rows[row[0]] = _row(row[:-1])
+        if touched:
+            for job_id, row in touched.items():
+                if row is None:
+                    gone.add(job_id)
+                else:
+                    rows[job_id] = _row(row)
+            touched.clear()
         jobs = self.model.jobs
         changed = self.model.changed  # the jobs the model changed in this call
+        if not gone and rows.keys() == changed and rows.keys() <= jobs.keys():  # the statements touched just those
+            if changed:
+                self.model.compare(rows, after, ids=changed)
+            return
         untouched = changed - rows.keys() - gone
         if untouched:
             rows.update(self._rows(sorted(untouched)))
         ids = rows.keys() | gone | changed
         if not ids:
             return
-        if any((job_id in rows) != (job_id in jobs) for job_id in ids):
-            self.model.compare(self._rows(), after)  # a row added or gone: named with the whole table
+        # A row added (read, not in the model) or gone (in the model, not read): named with the whole table.
+        if not rows.keys() <= jobs.keys() or not jobs.keys().isdisjoint(ids - rows.keys()):
+            self.model.compare(self._rows(), after)
         self.model.compare(rows, after, ids=ids & jobs.keys())
 
     def _judge(self, w: SimWorker, answer: Any, now: float, after: str, before: dict, **expect: Any) -> None:
@@ -1200,11 +1256,15 @@ class World:
             n, token = claim
             jobs = answer if done is None else answer[1]
             tried = expect.get("tried", ())  # a retry's earlier tokens: jobs held under one are the claim's
-            mine = {
-                j.id
-                for j in before.values()
-                if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
-            }
+            mine = (
+                {
+                    j.id
+                    for j in before.values()
+                    if j.status == "running" and any(j.token in (t, f"{t}-{j.id}") for t in tried)
+                }
+                if tried
+                else set()
+            )
             if mine:  # a retry that found an earlier try's claims by their token: no new claim
                 if {j.id for j in jobs} != mine:
                     raise Violation(
