@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -80,7 +79,7 @@ _TOO_MANY_CLIENTS_AT_CONNECT = re.compile(
 
 def schema_script() -> str:
     """The text of ``schema.sql``: run as one script, in one transaction."""
-    return resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+    return sql.SCHEMA
 
 
 def display_name(url: str) -> str:

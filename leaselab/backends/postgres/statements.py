@@ -347,18 +347,20 @@ LISTEN = "LISTEN leaselab_jobs"
 _FINITE = "({0} > '-Infinity' AND {0} < 'Infinity')"
 
 
+# schema.sql, read once: the migrations below take some of its statements as they are.
+SCHEMA = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
+
+
 def _schema_statement(start: str) -> str:
     """The statement of schema.sql that begins with ``start`` (a function's whole definition, to its ``$$;``)."""
-    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
-    begin = text.index(start)
-    return text[begin : text.index("$$;", begin) + len("$$")]
+    begin = SCHEMA.index(start)
+    return SCHEMA[begin : SCHEMA.index("$$;", begin) + len("$$")]
 
 
 def _schema_statement_to(start: str, end: str) -> str:
     """The statement of schema.sql that begins with ``start``, to the first ``end`` after it."""
-    text = resources.files(__package__).joinpath("schema.sql").read_text(encoding="utf-8")
-    begin = text.index(start)
-    return text[begin : text.index(end, begin) + len(end)]
+    begin = SCHEMA.index(start)
+    return SCHEMA[begin : SCHEMA.index(end, begin) + len(end)]
 
 
 _UPGRADE_NOW = "extract(epoch FROM now())::float8"  # one time for the whole upgrade: its transaction's
